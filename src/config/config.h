@@ -1,0 +1,120 @@
+// Typed experiment configuration. YAML reaches these structs once, in config.cpp; every other
+// component receives the struct it needs. Each field has its default and a one-line comment.
+// Range rules live next to the parser (config.cpp) and are reported with file:line:key.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace atoll::config {
+
+struct RunConfig {
+  std::string name = "run";     // run directory is <out_dir>/<name>
+  uint64_t seed = 0;            // seeds data order, partitions, init, dropout, sampling
+  std::string out_dir = "runs"; // parent of run directories
+  int threads = 0;              // libtorch intra-op threads; 0 = all cores of this machine
+  std::string device = "cpu";   // torch device string: "cpu", "cuda", "cuda:1"
+  bool resume = false;          // allow writing into an existing run directory
+};
+
+struct ModelConfig {
+  std::string name = "gpt";     // registry name: gpt | mlp
+  // gpt
+  int layers = 4;               // transformer blocks
+  int heads = 4;                // attention heads (dim % heads == 0)
+  int dim = 128;                // residual width
+  int seq_len = 128;            // context length in tokens
+  int vocab = 256;              // vocabulary size (256 for byte-level text)
+  double dropout = 0.0;         // dropout on attention and residual paths
+  bool tie_embeddings = true;   // share token embedding and output head
+  // mlp
+  std::vector<int> hidden = {200, 200};  // hidden layer widths (ReLU between)
+  int classes = 0;              // output classes; 0 = from the data set
+  int input_dim = 0;            // flat input size; 0 = from the data set
+};
+
+struct DataConfig {
+  std::string kind = "text";    // text | tokens | idx | synthetic
+  std::string path;             // text file, uint16 .bin tokens, or IDX images (train)
+  std::string labels_path;      // idx: IDX labels for `path`
+  std::string val_path;         // tokens/idx: separate validation file (optional)
+  std::string val_labels_path;  // idx: IDX labels for `val_path`
+  double val_fraction = 0.05;   // held out for validation when no val_path is given
+  std::string partition = "iid";  // iid | contiguous | dirichlet | shards
+  double dirichlet_alpha = 0.5; // dirichlet: concentration over labels (smaller = more skew)
+  int shards_per_island = 2;    // shards: label-sorted shards per island (FedAvg paper: 2)
+  // synthetic classification data (tests): examples x dim, classes
+  int synthetic_examples = 2048;
+  int synthetic_dim = 32;
+  int synthetic_classes = 4;
+};
+
+struct TrainConfig {
+  std::string optimizer = "adamw";  // adamw | sgd
+  double lr = 1e-3;             // peak inner learning rate
+  double min_lr_ratio = 0.1;    // cosine floor as a fraction of lr
+  std::string schedule = "cosine";  // cosine | constant
+  int64_t warmup_steps = 100;   // linear warmup from 0 over these inner steps
+  double beta1 = 0.9;           // adamw
+  double beta2 = 0.95;          // adamw
+  double eps = 1e-8;            // adamw
+  double weight_decay = 0.1;    // adamw: decoupled; sgd: L2
+  double momentum = 0.0;        // sgd momentum (0 = plain SGD)
+  double grad_clip = 1.0;       // max global grad norm; 0 = off
+  int batch_size = 16;          // sequences (or examples) per micro-batch
+  int grad_accum = 1;           // micro-batches per inner step
+  int64_t steps = 1000;         // inner steps per island
+  int64_t eval_every = 100;     // evaluate the global model every N inner steps (0 = end only)
+  int eval_batches = 16;        // validation batches per evaluation (0 = whole split)
+  int64_t log_every = 10;       // per-island training-loss records every N inner steps
+};
+
+struct IslandsConfig {
+  int count = 4;                // number of islands (FedAvg: clients)
+};
+
+struct AlgorithmConfig {
+  std::string name = "diloco";  // ddp | diloco | fedavg
+  int64_t inner_steps = 50;     // diloco: H, inner steps per round
+  std::string outer_optimizer = "nesterov";  // nesterov | sgd | adam
+  double outer_lr = 0.7;        // outer learning rate
+  double outer_momentum = 0.9;  // nesterov/sgd momentum
+  double outer_beta1 = 0.9;     // adam
+  double outer_beta2 = 0.999;   // adam
+  double outer_eps = 1e-1;      // adam (DiLoCo: unstable below ~0.1)
+  std::string weighting = "uniform";  // uniform | shard_size (weights n_i / sum n)
+  // fedavg
+  double client_fraction = 0.1; // C: fraction of clients sampled per round (at least one)
+  int64_t rounds = 0;           // fedavg rounds (0 = derived: train.steps / local_steps)
+  int64_t local_steps = 0;      // fedavg: inner steps per selected client per round
+  int local_epochs = 1;         // fedavg: used when local_steps == 0: E passes over the shard
+};
+
+struct Config {
+  std::string source;           // file the config was read from ("" when built in code)
+  RunConfig run;
+  ModelConfig model;
+  DataConfig data;
+  TrainConfig train;
+  IslandsConfig islands;
+  AlgorithmConfig algorithm;
+};
+
+// Reads `path`, applies `overrides` ("a.b=value", in order), validates everything.
+// Throws atoll::UserError with "FILE:LINE: key 'a.b': problem (did you mean 'a.c'?)".
+Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+
+// Same, from YAML text; `source_name` is used in messages.
+Config parse_config(const std::string& yaml_text, const std::string& source_name,
+                    const std::vector<std::string>& overrides = {});
+
+// Fully resolved config as YAML (every field, defaults included). parse_config(to_yaml(c))
+// gives back c.
+std::string to_yaml(const Config& config);
+
+// Checks that referenced files exist etc. (things that depend on the machine, not the text).
+// Throws atoll::UserError naming the key.
+void check_environment(const Config& config);
+
+}  // namespace atoll::config

@@ -1,0 +1,72 @@
+// Models with all parameters in ONE flat contiguous buffer per model instance: every module
+// parameter is a view into params(), and every gradient a view into grads(). Snapshots,
+// pseudo-gradients, codecs and collectives then work on one buffer (or slices of it).
+//
+// A Model is owned by one island (thread) at a time; not thread-safe.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "src/config/config.h"
+#include "src/data/dataset.h"
+
+namespace atoll::models {
+
+// Where one named parameter lives inside the flat buffer.
+struct ParamSlice {
+  std::string name;            // "blocks.0.attn.qkv.weight"
+  int64_t offset = 0;          // first element in params()
+  int64_t numel = 0;
+  std::vector<int64_t> shape;
+  int block = -1;              // transformer block index, -1 for embeddings/head/norm
+};
+
+// Result of one forward pass.
+struct Output {
+  at::Tensor loss;             // scalar, mean over the batch (and tokens), requires grad in training
+  int64_t correct = 0;         // classifiers: correct predictions (0 for LMs)
+  int64_t count = 0;           // examples (classifiers) or tokens (LMs) in the batch
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  virtual std::string name() const = 0;
+  // Forward on `batch` (moved to the model's device) and the loss; caller runs backward.
+  virtual Output forward(const data::Batch& batch) = 0;
+  virtual void set_training(bool training) = 0;
+
+  at::Tensor& params() { return params_; }   // [N] float32, contiguous
+  at::Tensor& grads() { return grads_; }     // [N] float32, contiguous
+  int64_t numel() const { return params_.numel(); }
+  const std::vector<ParamSlice>& layout() const { return layout_; }
+  // FLOPs of one forward+backward per example (LM: per token) — for cost models / reports.
+  virtual double flops_per_example() const = 0;
+
+ protected:
+  at::Tensor params_;
+  at::Tensor grads_;
+  std::vector<ParamSlice> layout_;
+};
+
+// What a model needs to know about the data.
+struct DataShape {
+  int vocab = 0;          // LMs
+  int classes = 0;        // classifiers
+  int64_t input_dim = 0;  // classifiers
+};
+
+// Registry (models/registry.cpp): "gpt", "mlp". Initialises parameters from `seed`
+// (same seed -> bitwise same params). Throws atoll::UserError for an unknown name (listing
+// the valid ones) or inconsistent sizes.
+std::unique_ptr<Model> make_model(const config::ModelConfig& config, const DataShape& shape,
+                                  c10::Device device, uint64_t seed);
+std::vector<std::string> model_names();
+
+}  // namespace atoll::models
