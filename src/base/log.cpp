@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <mutex>
 
-namespace atoll {
+namespace atl {
 namespace {
 std::atomic<int> g_level{static_cast<int>(LogLevel::kInfo)};
 std::mutex g_mu;
@@ -29,4 +29,4 @@ void log_line(LogLevel level, const std::string& message) {
   std::fflush(stderr);
 }
 
-}  // namespace atoll
+}  // namespace atl

@@ -4,7 +4,7 @@
 #include <sstream>
 #include <string>
 
-namespace atoll {
+namespace atl {
 
 enum class LogLevel : int { kDebug = 0, kInfo = 1, kWarn = 2, kError = 3, kOff = 4 };
 
@@ -13,14 +13,14 @@ LogLevel log_level();
 // Writes "[atoll] warn: message" (one line) when level >= the configured level.
 void log_line(LogLevel level, const std::string& message);
 
-}  // namespace atoll
+}  // namespace atl
 
 #define ATOLL_LOG(level, expr)                                                  \
   do {                                                                          \
-    if (static_cast<int>(::atoll::LogLevel::level) >= static_cast<int>(::atoll::log_level())) { \
+    if (static_cast<int>(::atl::LogLevel::level) >= static_cast<int>(::atl::log_level())) { \
       std::ostringstream atoll_log_os_;                                         \
       atoll_log_os_ << expr;                                                    \
-      ::atoll::log_line(::atoll::LogLevel::level, atoll_log_os_.str());         \
+      ::atl::log_line(::atl::LogLevel::level, atoll_log_os_.str());         \
     }                                                                           \
   } while (0)
 #define ATOLL_INFO(expr) ATOLL_LOG(kInfo, expr)

@@ -1,6 +1,6 @@
 #include "src/base/status.h"
 
-namespace atoll {
+namespace atl {
 
 const char* status_code_name(StatusCode code) {
   switch (code) {
@@ -22,4 +22,4 @@ std::string Status::to_string() const {
   return std::string(status_code_name(code_)) + ": " + message_;
 }
 
-}  // namespace atoll
+}  // namespace atl

@@ -7,7 +7,7 @@
 #include <string>
 #include <utility>
 
-namespace atoll {
+namespace atl {
 
 enum class StatusCode : unsigned char {
   kOk = 0,
@@ -75,4 +75,4 @@ class UserError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-}  // namespace atoll
+}  // namespace atl

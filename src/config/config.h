@@ -4,10 +4,11 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
-namespace atoll::config {
+namespace atl::config {
 
 struct RunConfig {
   std::string name = "run";     // run directory is <out_dir>/<name>
@@ -99,22 +100,45 @@ struct Config {
   TrainConfig train;
   IslandsConfig islands;
   AlgorithmConfig algorithm;
+  // Where each key that the text set came from, for messages about it later (e.g. a missing
+  // data file in check_environment): "section.key" -> "FILE:LINE" or "--set section.key=v".
+  // Filled by parse_config; keys left at their defaults are absent. Not written by to_yaml.
+  std::map<std::string, std::string> origins;
 };
 
 // Reads `path`, applies `overrides` ("a.b=value", in order), validates everything.
-// Throws atoll::UserError with "FILE:LINE: key 'a.b': problem (did you mean 'a.c'?)".
+// Throws atl::UserError with "FILE:LINE: key 'a.b': problem (did you mean 'a.c'?)".
+// A file that cannot be read: "cannot read config file 'X': No such file or directory".
 Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
 
-// Same, from YAML text; `source_name` is used in messages.
+// Same, from YAML text; `source_name` is used in messages and stored in Config::source.
+// - Sections and keys are exactly the struct and field names above; a key that is absent
+//   (or an empty file, or an empty section) keeps its default.
+// - Unknown sections/keys, wrong types (1.5 or "4" for an integer, a list for a scalar),
+//   duplicate keys, YAML syntax errors and out-of-range values are UserErrors, reported
+//   with the 1-based line of the key. Integers are decimal ("010" is 10); booleans are
+//   whatever yaml-cpp reads as one (true/false/yes/no/on/off).
+// - Each override is "section.key=value", the value read as YAML (model.hidden=[64,64];
+//   "run.name=" gives ""), applied after the file with the same checks; its errors start
+//   with "--set section.key=value:" instead of FILE:LINE.
+// - Cross-key rule checked after all overrides: model.dim % model.heads == 0.
+// - algorithm.name and model.name are not checked here: their registries own the names.
+// Pure function; safe to call from several threads.
 Config parse_config(const std::string& yaml_text, const std::string& source_name,
                     const std::vector<std::string>& overrides = {});
 
-// Fully resolved config as YAML (every field, defaults included). parse_config(to_yaml(c))
-// gives back c.
+// Fully resolved config as YAML (every field, defaults included; doubles in the shortest
+// form that reads back exactly; strings double-quoted). parse_config(to_yaml(c)) gives back c
+// (except `source` and `origins`), and to_yaml of that is byte-identical.
 std::string to_yaml(const Config& config);
 
-// Checks that referenced files exist etc. (things that depend on the machine, not the text).
-// Throws atoll::UserError naming the key.
+// Checks what depends on the machine rather than the text, after parse_config:
+// - data.kind text|tokens|idx needs data.path; idx also needs data.labels_path, and
+//   data.val_labels_path when data.val_path is set;
+// - every non-empty data.path / labels_path / val_path / val_labels_path must be a readable
+//   regular file. Relative paths are relative to the current working directory.
+// Throws atl::UserError "FILE:LINE: key 'data.path': file 'X' does not exist" (the place
+// comes from Config::origins; the config's source name when the key was not set by text).
 void check_environment(const Config& config);
 
-}  // namespace atoll::config
+}  // namespace atl::config

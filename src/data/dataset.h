@@ -4,6 +4,24 @@
 // Examples are addressed by index. Language-model data sets cut the token stream into
 // non-overlapping windows of seq_len + 1 tokens (input = window[:-1], target = window[1:]);
 // classification data sets have one example per image/row.
+//
+// Window stride is seq_len + 1: windows share no token, so the pair (last token of window i,
+// first token of window i+1) is never predicted (1 pair in seq_len + 1), and the tail of
+// fewer than seq_len + 1 tokens is dropped. Example i starts at token i * (seq_len + 1).
+//
+// data.kind:
+//  text       any file, one token per byte (UTF-8 or not), vocab 256; kept as uint8
+//  tokens     nanoGPT .bin: raw little-endian uint16 ids; vocab = max id + 1 (over train and
+//             val files); kept as uint16. Odd file sizes are refused.
+//  idx        IDX (MNIST format) images (magic 0x00000803) -> float32 pixels / 255 [N, rows*cols],
+//             labels (magic 0x00000801) from data.labels_path; classes = max label + 1
+//  synthetic  seeded Gaussian clusters, synthetic_examples x synthetic_dim, balanced labels
+//             (row i has label i % synthetic_classes); same seed -> same data
+// Gathered batches are always int64 tokens / float32 features (see Batch).
+//
+// Every random choice (hold-out, partitions, sampling, synthetic data) uses a hand-written
+// splitmix64 generator (src/data/rng.h), not <random> distributions or std::shuffle, so a
+// seed gives the same result with any standard library.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -15,7 +33,7 @@
 
 #include "src/config/config.h"
 
-namespace atoll::data {
+namespace atl::data {
 
 // One (micro-)batch on the CPU.
 //  language model: input [B, T] int64 tokens, target [B, T] int64 tokens
@@ -45,17 +63,39 @@ struct Splits {
 };
 
 // Builds train/validation splits as `config.data` says. `seq_len` is the model's context
-// (language models). Throws atoll::UserError for missing/invalid files, naming the key.
+// (language models). Throws atl::UserError for missing/invalid files, naming the key.
+//
+// With data.val_path (and data.val_labels_path for idx) that file is the validation split.
+// Otherwise val_fraction of the examples is held out:
+//  text/tokens     the windows are grouped in blocks of 64 consecutive windows (fewer for
+//                  short files) and the middle block of every k = round(1 / val_fraction)
+//                  blocks goes to validation: validation samples the whole corpus (not just
+//                  its end), and training windows stay in file order for `contiguous`.
+//  idx/synthetic   a seeded random round(val_fraction * N) rows (at least 1).
+// Both splits keep file/row order. val_fraction = 0 gives an empty validation split.
 Splits load_splits(const config::DataConfig& config, int seq_len, uint64_t seed);
 
 // Deterministic, disjoint shards of `train` for `islands` islands: result[i] lists the
 // example indices of island i. Every index appears at most once over all shards
 // (iid/contiguous/shards/dirichlet use every example exactly once). Seeded by `seed`.
+// Each shard is in ascending index order and none is empty.
+//  iid         seeded shuffle, then near-equal shards (the first N % islands get one more)
+//  contiguous  index ranges in order, same sizes (LM: island 0 reads the start of the file)
+//  dirichlet   per class, proportions ~ Dirichlet(dirichlet_alpha) over islands; an island
+//              left empty takes one example from the largest island (until none is empty)
+//  shards      FedAvg pathological non-IID: sort by label (stable), cut into
+//              islands * shards_per_island shards, shards_per_island random ones per island;
+//              when N % shards != 0 the first N % shards shards hold one extra example
+// Throws atl::UserError (naming the key) for an unknown partition, islands > examples,
+// dirichlet/shards on language-model data, or more shards than examples.
 std::vector<std::vector<int64_t>> partition(const Dataset& train, int islands,
                                             const config::DataConfig& config, uint64_t seed);
 
 // Endless, deterministic stream of batches over one shard: reshuffles (seeded by seed and
 // epoch) at every pass. Owned by one island; not thread-safe.
+// next() returns exactly batch_size examples; a batch that crosses the end of an epoch is
+// completed from the next epoch's order (epoch() then reports the new epoch). The shard
+// must be non-empty and inside the data set (checked; broken invariants throw c10::Error).
 class Sampler {
  public:
   Sampler(std::shared_ptr<const Dataset> data, std::vector<int64_t> shard, uint64_t seed);
@@ -72,8 +112,11 @@ class Sampler {
   size_t pos_ = 0;
 };
 
-// The fixed validation batches used by every evaluation (same batches every time).
+// The fixed validation batches used by every evaluation (same batches every time): the
+// split in a seeded random order, cut into full batches of batch_size, at most max_batches
+// of them (0 = all full batches; the last N % batch_size examples are left out). A split
+// smaller than one batch gives one batch of all its examples; an empty split, no batches.
 std::vector<Batch> validation_batches(const Dataset& val, int batch_size, int max_batches,
                                       uint64_t seed);
 
-}  // namespace atoll::data
+}  // namespace atl::data

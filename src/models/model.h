@@ -16,7 +16,7 @@
 #include "src/config/config.h"
 #include "src/data/dataset.h"
 
-namespace atoll::models {
+namespace atl::models {
 
 // Where one named parameter lives inside the flat buffer.
 struct ParamSlice {
@@ -63,10 +63,10 @@ struct DataShape {
 };
 
 // Registry (models/registry.cpp): "gpt", "mlp". Initialises parameters from `seed`
-// (same seed -> bitwise same params). Throws atoll::UserError for an unknown name (listing
+// (same seed -> bitwise same params). Throws atl::UserError for an unknown name (listing
 // the valid ones) or inconsistent sizes.
 std::unique_ptr<Model> make_model(const config::ModelConfig& config, const DataShape& shape,
                                   c10::Device device, uint64_t seed);
 std::vector<std::string> model_names();
 
-}  // namespace atoll::models
+}  // namespace atl::models

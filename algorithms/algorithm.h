@@ -1,0 +1,87 @@
+// The outer-loop algorithm interface. An algorithm is written once against IslandContext
+// (flat parameter/gradient buffers and a transport::Group) and runs unchanged in the
+// simulator and in real multi-process runs.
+//
+// The island loop (src/sim/island_loop.h) calls the hooks in this order:
+//
+//   setup(ctx)                                   once, before the first step
+//   steps = planned_steps(configured)            after setup
+//   for step in 1..steps:
+//     before_step(ctx, step)                     fedavg: pull the global model
+//     forward/backward -> ctx.grads
+//     after_backward(ctx, step)                  ddp: average gradients
+//     inner optimizer step (clip, AdamW/SGD)
+//     after_inner_step(ctx, step)                diloco: every H steps, outer sync
+//   finish(ctx)
+//
+// One Algorithm object per island, used only by that island's thread. Hooks that
+// communicate block on the group (in the simulator that hands the turn to other islands).
+// Algorithms never include zmq/gloo, never read files or YAML.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "algorithms/options.h"
+#include "compression/pipeline.h"
+#include "transport/group.h"
+#include "transport/outer_server.h"
+
+namespace atl::algorithms {
+
+// One synchronisation as seen by one island; becomes a metrics record.
+struct RoundInfo {
+  int64_t round = 0;           // 1-based outer step count of this island
+  int64_t step = 0;            // inner step at which it happened
+  int contributors = 0;        // islands whose data made it into the result
+  int members = 0;             // live members when the round started
+  uint64_t bytes_sent = 0;     // by this island during the round (counted by the group)
+  uint64_t bytes_received = 0;
+  uint64_t raw_bytes_sent = 0; // fp32 size of what was sent, before encoding
+  double outer_grad_norm = 0;  // ||averaged pseudo-gradient||_2 (0 where not applicable)
+};
+
+struct IslandContext {
+  int island = 0;                            // this island's id
+  at::Tensor params;                         // [N] float32: the model's parameters (views)
+  at::Tensor grads;                          // [N] float32: the model's gradients (views)
+  transport::Group* group = nullptr;         // not owned
+  const compression::Pipeline* codec = nullptr;  // for outer exchanges; not owned
+  int64_t shard_size = 0;                    // training examples on this island
+  std::function<void(const RoundInfo&)> on_round;  // may be empty
+};
+
+class Algorithm {
+ public:
+  virtual ~Algorithm() = default;
+  virtual std::string name() const = 0;
+  virtual void setup(IslandContext& ctx) = 0;
+  // Inner steps this island will run; `configured` is train.steps.
+  virtual int64_t planned_steps(int64_t configured) { return configured; }
+  virtual void before_step(IslandContext& ctx, int64_t step) {}
+  virtual void after_backward(IslandContext& ctx, int64_t step) {}
+  virtual void after_inner_step(IslandContext& ctx, int64_t step) {}
+  virtual void finish(IslandContext& ctx) {}
+  // The model this island regards as "the" model (evaluated and saved): the global copy
+  // (diloco: the anchor; ddp: the parameters). [N] float32.
+  virtual at::Tensor global_params() const = 0;
+  // Whether the global model lives in the server role (fedavg) rather than on the islands.
+  virtual bool global_on_server() const { return false; }
+};
+
+// Registry (algorithms/registry.cpp). Throws atl::UserError for an unknown name, listing
+// the valid names.
+std::unique_ptr<Algorithm> make_algorithm(const AlgorithmOptions& options, int island);
+std::vector<std::string> algorithm_names();
+// The server role of `options.name`, or nullptr when it has none. `initial` is θ_0 [N].
+// `on_round(round, global)` is called each time the server completes a round.
+std::unique_ptr<transport::OuterServer> make_server(
+    const AlgorithmOptions& options, const at::Tensor& initial,
+    std::function<void(int64_t round, const at::Tensor& global)> on_round);
+
+}  // namespace atl::algorithms

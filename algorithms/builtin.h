@@ -1,0 +1,17 @@
+// Factories of the built-in algorithms, listed by algorithms/registry.cpp.
+#pragma once
+
+#include <memory>
+
+#include "algorithms/algorithm.h"
+
+namespace atl::algorithms {
+
+std::unique_ptr<Algorithm> make_ddp(const AlgorithmOptions& options, int island);
+std::unique_ptr<Algorithm> make_diloco(const AlgorithmOptions& options, int island);
+std::unique_ptr<Algorithm> make_fedavg(const AlgorithmOptions& options, int island);
+std::unique_ptr<transport::OuterServer> make_fedavg_server(
+    const AlgorithmOptions& options, const at::Tensor& initial,
+    std::function<void(int64_t, const at::Tensor&)> on_round);
+
+}  // namespace atl::algorithms

@@ -1,0 +1,55 @@
+// DDP — synchronous data parallel (the baseline every comparison needs).
+//
+// Update rule: after every backward pass, g <- mean_i g_i (one all-reduce of the N-element
+// flat gradient), then every island applies the same inner optimizer step, so parameters
+// stay identical on all islands.
+// State per island: none beyond the model and the inner optimizer.
+// Bytes on the wire per step (ring): 2 (W-1)/W * N * 4 sent and received per island.
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/grad_mode.h>
+
+#include "algorithms/builtin.h"
+
+namespace atl::algorithms {
+namespace {
+
+class Ddp final : public Algorithm {
+ public:
+  std::string name() const override { return "ddp"; }
+  void setup(IslandContext& ctx) override { params_ = ctx.params; }
+
+  void after_backward(IslandContext& ctx, int64_t step) override {
+    at::NoGradGuard no_grad;
+    const auto before = ctx.group->bytes();
+    const int members = static_cast<int>(ctx.group->view().members.size());
+    at::Tensor g = ctx.grads.device().is_cpu() ? ctx.grads : ctx.grads.to(at::kCPU);
+    auto result = ctx.group->allreduce_mean(g, *ctx.codec, 1.0)->wait();
+    TORCH_CHECK(result.status.is_ok(), "ddp all-reduce failed: ", result.status.to_string());
+    if (!g.is_same(ctx.grads)) ctx.grads.copy_(g);
+    ++round_;
+    if (ctx.on_round) {
+      const auto after = ctx.group->bytes();
+      RoundInfo info;
+      info.round = round_;
+      info.step = step;
+      info.contributors = static_cast<int>(result.contributors.size());
+      info.members = members;
+      info.bytes_sent = after.sent - before.sent;
+      info.bytes_received = after.received - before.received;
+      info.raw_bytes_sent = after.raw_sent - before.raw_sent;
+      ctx.on_round(info);
+    }
+  }
+
+  at::Tensor global_params() const override { return params_; }
+
+ private:
+  at::Tensor params_;
+  int64_t round_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Algorithm> make_ddp(const AlgorithmOptions&, int) { return std::make_unique<Ddp>(); }
+
+}  // namespace atl::algorithms

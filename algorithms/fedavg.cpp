@@ -1,0 +1,198 @@
+// FedAvg: client side (an Algorithm) and server side (an OuterServer). See fedavg.h.
+#include "algorithms/fedavg.h"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/grad_mode.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "algorithms/builtin.h"
+#include "algorithms/outer_optimizer.h"
+
+namespace atl::algorithms {
+namespace fedavg {
+
+namespace {
+uint64_t splitmix64(uint64_t& x) {
+  uint64_t z = (x += 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+}  // namespace
+
+int clients_per_round(double fraction, int clients) {
+  const int m = static_cast<int>(std::floor(fraction * clients + 1e-9));
+  return std::clamp(m, 1, clients);
+}
+
+std::vector<int> select_clients(uint64_t seed, int64_t round, int clients, int m) {
+  std::vector<int> all(static_cast<size_t>(clients));
+  std::iota(all.begin(), all.end(), 0);
+  uint64_t state = seed * 0x2545f4914f6cdd1dULL + static_cast<uint64_t>(round) + 0x51ed27ULL;
+  // Partial Fisher-Yates: the first m entries are a uniform sample without replacement.
+  for (int i = 0; i < m; ++i) {
+    const int j = i + static_cast<int>(splitmix64(state) % static_cast<uint64_t>(clients - i));
+    std::swap(all[i], all[j]);
+  }
+  all.resize(static_cast<size_t>(m));
+  std::sort(all.begin(), all.end());
+  return all;
+}
+
+int64_t local_steps(const AlgorithmOptions& options, int64_t shard_size) {
+  if (options.local_steps > 0) return options.local_steps;
+  const int64_t b = std::max(1, options.batch_size);
+  return options.local_epochs * ((shard_size + b - 1) / b);
+}
+
+}  // namespace fedavg
+
+namespace {
+
+class FedAvgClient final : public Algorithm {
+ public:
+  FedAvgClient(const AlgorithmOptions& options, int island) : options_(options), island_(island) {}
+
+  std::string name() const override { return "fedavg"; }
+  bool global_on_server() const override { return true; }
+
+  void setup(IslandContext& ctx) override {
+    at::NoGradGuard no_grad;
+    global_ = ctx.params.detach().clone();
+    delta_ = at::empty({ctx.params.numel()}, ctx.params.options().device(at::kCPU));
+    const int m = fedavg::clients_per_round(options_.client_fraction, options_.islands);
+    const int64_t u = fedavg::local_steps(options_, ctx.shard_size);
+    int64_t step = 0;
+    for (int64_t t = 0; t < options_.rounds; ++t) {
+      auto chosen = fedavg::select_clients(options_.seed, t, options_.islands, m);
+      if (std::binary_search(chosen.begin(), chosen.end(), island_)) {
+        plan_.push_back({t, step + 1, step + u});
+        step += u;
+      }
+    }
+    steps_ = step;
+  }
+
+  int64_t planned_steps(int64_t) override { return steps_; }
+
+  void before_step(IslandContext& ctx, int64_t step) override {
+    if (next_ >= plan_.size() || plan_[next_].first_step != step) return;
+    at::NoGradGuard no_grad;
+    before_ = ctx.group->bytes();
+    members_ = static_cast<int>(ctx.group->view().members.size());
+    at::Tensor incoming = at::empty_like(delta_);
+    auto result = ctx.group->pull(static_cast<uint64_t>(plan_[next_].round), incoming, *ctx.codec)->wait();
+    TORCH_CHECK(result.status.is_ok(), "fedavg pull failed: ", result.status.to_string());
+    global_.copy_(incoming);
+    ctx.params.copy_(global_);
+  }
+
+  void after_inner_step(IslandContext& ctx, int64_t step) override {
+    if (next_ >= plan_.size() || plan_[next_].last_step != step) return;
+    at::NoGradGuard no_grad;
+    const Participation p = plan_[next_++];
+    delta_.copy_(global_ - ctx.params);
+    auto result = ctx.group->push(static_cast<uint64_t>(p.round), delta_, *ctx.codec,
+                                  static_cast<double>(std::max<int64_t>(ctx.shard_size, 1)))->wait();
+    TORCH_CHECK(result.status.is_ok(), "fedavg push failed: ", result.status.to_string());
+    if (ctx.on_round) {
+      const auto after = ctx.group->bytes();
+      RoundInfo info;
+      info.round = p.round + 1;
+      info.step = step;
+      info.contributors = 1;
+      info.members = members_;
+      info.bytes_sent = after.sent - before_.sent;
+      info.bytes_received = after.received - before_.received;
+      info.raw_bytes_sent = after.raw_sent - before_.raw_sent;
+      info.outer_grad_norm = delta_.norm().item<double>();
+      ctx.on_round(info);
+    }
+  }
+
+  at::Tensor global_params() const override { return global_; }
+
+ private:
+  struct Participation {
+    int64_t round;
+    int64_t first_step;
+    int64_t last_step;
+  };
+  AlgorithmOptions options_;
+  int island_;
+  std::vector<Participation> plan_;
+  size_t next_ = 0;
+  int64_t steps_ = 0;
+  at::Tensor global_;
+  at::Tensor delta_;
+  transport::ByteCounters before_;
+  int members_ = 0;
+};
+
+// Aggregates the selected clients' deltas of the current round, in arrival order.
+class FedAvgServer final : public transport::OuterServer {
+ public:
+  FedAvgServer(const AlgorithmOptions& options, const at::Tensor& initial,
+               std::function<void(int64_t, const at::Tensor&)> on_round)
+      : options_(options), outer_(options.outer), on_round_(std::move(on_round)) {
+    global_ = initial.detach().to(at::kCPU).clone();
+    sum_ = at::zeros_like(global_);
+    m_ = fedavg::clients_per_round(options.client_fraction, options.islands);
+    expected_ = fedavg::select_clients(options_.seed, 0, options_.islands, m_);
+  }
+
+  void on_push(int island, uint64_t tag, const at::Tensor& payload, double weight) override {
+    at::NoGradGuard no_grad;
+    TORCH_CHECK(static_cast<int64_t>(tag) == round_, "fedavg server: push for round ", tag,
+                " while in round ", round_);
+    TORCH_CHECK(std::binary_search(expected_.begin(), expected_.end(), island),
+                "fedavg server: island ", island, " was not selected for round ", round_);
+    sum_.add_(payload, weight);
+    weight_sum_ += weight;
+    if (++received_ < static_cast<int>(expected_.size())) return;
+    sum_.div_(weight_sum_);
+    outer_.step(global_, sum_);
+    sum_.zero_();
+    weight_sum_ = 0;
+    received_ = 0;
+    ++round_;
+    if (round_ < options_.rounds) {
+      expected_ = fedavg::select_clients(options_.seed, round_, options_.islands, m_);
+    }
+    if (on_round_) on_round_(round_, global_);
+  }
+
+  std::optional<at::Tensor> on_pull(int, uint64_t tag) override {
+    if (static_cast<int64_t>(tag) != round_) return std::nullopt;
+    return global_;
+  }
+
+ private:
+  AlgorithmOptions options_;
+  OuterOptimizer outer_;
+  std::function<void(int64_t, const at::Tensor&)> on_round_;
+  at::Tensor global_;
+  at::Tensor sum_;
+  double weight_sum_ = 0;
+  int received_ = 0;
+  int m_ = 1;
+  int64_t round_ = 0;
+  std::vector<int> expected_;
+};
+
+}  // namespace
+
+std::unique_ptr<Algorithm> make_fedavg(const AlgorithmOptions& options, int island) {
+  return std::make_unique<FedAvgClient>(options, island);
+}
+
+std::unique_ptr<transport::OuterServer> make_fedavg_server(
+    const AlgorithmOptions& options, const at::Tensor& initial,
+    std::function<void(int64_t, const at::Tensor&)> on_round) {
+  return std::make_unique<FedAvgServer>(options, initial, std::move(on_round));
+}
+
+}  // namespace atl::algorithms

@@ -1,0 +1,357 @@
+// YAML -> Config. The only file in atoll that touches yaml-cpp. Every key is looked up in the
+// schema table (schema.cpp), converted strictly (no silent truncation of 1.5 to 1, no "010"
+// read as octal), range-checked at once and its location remembered in Config::origins, so
+// that every message can point at FILE:LINE or at the --set that caused it.
+#include "src/config/config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <cerrno>
+#include <climits>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "src/base/status.h"
+#include "src/config/schema.h"
+
+namespace atl::config {
+namespace {
+
+using schema::Field;
+using schema::FieldRef;
+using schema::Section;
+
+template <typename... Fs>
+struct Overloaded : Fs... {
+  using Fs::operator()...;
+};
+template <typename... Fs>
+Overloaded(Fs...) -> Overloaded<Fs...>;
+
+// Throws the one-line user error: "WHERE: key 'KEY': PROBLEM" (parts left out when empty).
+[[noreturn]] void fail(const std::string& where, const std::string& key,
+                       const std::string& problem) {
+  std::string msg = where.empty() ? "" : where + ": ";
+  if (!key.empty()) msg += "key '" + key + "': ";
+  throw UserError(msg + problem);
+}
+
+// "FILE:LINE" (1-based), or just "FILE" when yaml-cpp has no position.
+std::string at(const std::string& source, const YAML::Mark& mark) {
+  if (mark.is_null()) return source;
+  return source + ":" + std::to_string(mark.line + 1);
+}
+
+// Where `key` was set, falling back to the config's source name.
+std::string origin_of(const Config& c, const std::string& key) {
+  auto it = c.origins.find(key);
+  return it != c.origins.end() ? it->second : c.source;
+}
+
+std::vector<std::string> section_names() {
+  std::vector<std::string> names;
+  for (const auto& s : schema::sections()) names.push_back(s.name);
+  return names;
+}
+
+std::vector<std::string> full_keys() {
+  std::vector<std::string> keys;
+  for (const auto& s : schema::sections())
+    for (const auto& f : s.fields) keys.push_back(s.name + "." + f.name);
+  return keys;
+}
+
+std::string did_you_mean(const std::string& suggestion) {
+  return " (did you mean '" + suggestion + "'?)";
+}
+
+// Suggestion for an unknown key `word`: the closest key of `section` when there is one
+// (or the closest section name when `section` is null), else the same key in another
+// section ("model.lr" -> "train.lr"). "" when nothing is close.
+std::string suggest(const Section* section, const std::string& word) {
+  if (section) {
+    std::vector<std::string> names;
+    for (const auto& f : section->fields) names.push_back(f.name);
+    if (auto near = schema::closest(word, names)) return did_you_mean(section->name + "." + *near);
+  } else if (auto near = schema::closest(word, section_names())) {
+    return did_you_mean(*near);
+  }
+  for (const auto& s : schema::sections())
+    if (&s != section && schema::find_field(s, word)) return did_you_mean(s.name + "." + word);
+  return "";
+}
+
+// How a node looks, for "expected X, got Y".
+std::string describe(const YAML::Node& n) {
+  switch (n.Type()) {
+    case YAML::NodeType::Null: return "nothing";
+    case YAML::NodeType::Sequence: return "a list";
+    case YAML::NodeType::Map: return "a mapping";
+    case YAML::NodeType::Scalar:
+      return (n.Tag() == "!" ? "the quoted string '" : "'") + n.Scalar() + "'";
+    default: return "an undefined value";
+  }
+}
+
+// The text of an unquoted scalar; nullopt for quoted strings ("5" is a string in YAML),
+// lists, mappings and nothing.
+std::optional<std::string> plain(const YAML::Node& n) {
+  if (!n.IsScalar() || n.Tag() == "!") return std::nullopt;
+  return n.Scalar();
+}
+
+// The problem with `n` as an integer in [lo, hi] checked by `check`, or "" and sets `out`.
+std::string to_integer(const YAML::Node& n, int64_t lo, int64_t hi, const schema::Check& check,
+                       int64_t& out) {
+  auto text = plain(n);
+  auto v = text ? schema::parse_int(*text) : std::nullopt;
+  if (!v) return "expected an integer, got " + describe(n);
+  if (*v < lo || *v > hi) return "value " + *text + " does not fit in a 32-bit integer";
+  if (auto problem = check.check_number(static_cast<double>(*v)); !problem.empty()) return problem;
+  out = *v;
+  return "";
+}
+
+// Converts `value` into the field (or returns the problem, leaving the field unchanged).
+std::string assign(Config& cfg, const Field& field, const YAML::Node& value) {
+  const schema::Check& check = field.check;
+  return std::visit(
+      Overloaded{
+          [&](int* p) -> std::string {
+            int64_t v = 0;
+            auto problem = to_integer(value, INT_MIN, INT_MAX, check, v);
+            if (problem.empty()) *p = static_cast<int>(v);
+            return problem;
+          },
+          [&](int64_t* p) { return to_integer(value, INT64_MIN, INT64_MAX, check, *p); },
+          [&](uint64_t* p) -> std::string {
+            auto text = plain(value);
+            auto v = text ? schema::parse_uint(*text) : std::nullopt;
+            if (!v) return "expected a non-negative integer, got " + describe(value);
+            *p = *v;
+            return "";
+          },
+          [&](double* p) -> std::string {
+            auto text = plain(value);
+            auto v = text ? schema::parse_double(*text) : std::nullopt;
+            if (!v) return "expected a number, got " + describe(value);
+            if (!std::isfinite(*v)) return "must be a finite number (got " + *text + ")";
+            if (auto problem = check.check_number(*v); !problem.empty()) return problem;
+            *p = *v;
+            return "";
+          },
+          [&](bool* p) -> std::string {
+            bool v = false;
+            if (!plain(value) || !YAML::convert<bool>::decode(value, v))
+              return "expected true or false, got " + describe(value);
+            *p = v;
+            return "";
+          },
+          [&](std::string* p) -> std::string {
+            // Any scalar is a string ("name: 42" names the run "42"); nothing is "".
+            if (!value.IsScalar() && !value.IsNull())
+              return "expected a string, got " + describe(value);
+            std::string v = value.IsNull() ? "" : value.Scalar();
+            if (auto problem = check.check_name(v); !problem.empty()) return problem;
+            *p = std::move(v);
+            return "";
+          },
+          [&](std::vector<int>* p) -> std::string {
+            if (!value.IsSequence()) return "expected a list of integers, got " + describe(value);
+            std::vector<int> v;
+            for (size_t i = 0; i < value.size(); ++i) {
+              int64_t x = 0;
+              auto problem = to_integer(value[i], INT_MIN, INT_MAX, check, x);
+              if (!problem.empty()) return field.name + "[" + std::to_string(i) + "]: " + problem;
+              v.push_back(static_cast<int>(x));
+            }
+            *p = std::move(v);
+            return "";
+          },
+      },
+      field.ref(cfg));
+}
+
+void set(Config& cfg, const Section& section, const Field& field, const YAML::Node& value,
+         const std::string& where) {
+  const std::string key = section.name + "." + field.name;
+  if (auto problem = assign(cfg, field, value); !problem.empty()) fail(where, key, problem);
+  cfg.origins[key] = where;
+}
+
+// A node's name as a mapping key; section and field names must be plain words.
+std::string key_name(const YAML::Node& k, const std::string& where) {
+  if (!k.IsScalar()) fail(where, "", "expected a key name, got " + describe(k));
+  return k.Scalar();
+}
+
+// Rejects a key seen twice in one mapping (yaml-cpp keeps both; the last would win silently).
+void check_unique(std::map<std::string, std::string>& seen, const std::string& key,
+                  const std::string& where, const char* what) {
+  auto [it, fresh] = seen.emplace(key, where);
+  if (!fresh) fail(where, key, std::string("duplicate ") + what + " (first at " + it->second + ")");
+}
+
+void parse_document(const std::string& text, const std::string& source, Config& cfg) {
+  std::vector<YAML::Node> docs;
+  try {
+    docs = YAML::LoadAll(text);
+  } catch (const YAML::Exception& e) {
+    fail(at(source, e.mark), "", "YAML syntax error: " + e.msg);
+  }
+  if (docs.empty()) return;
+  if (docs.size() > 1) fail(source, "", "expected one YAML document, found " +
+                                            std::to_string(docs.size()));
+  const YAML::Node& root = docs[0];
+  if (root.IsNull()) return;  // empty file: all defaults
+  if (!root.IsMap())
+    fail(at(source, root.Mark()), "", "expected a mapping of sections (run, model, data, ...), got " +
+                                          describe(root));
+  std::map<std::string, std::string> seen;
+  for (auto sit = root.begin(); sit != root.end(); ++sit) {
+    std::string where = at(source, sit->first.Mark());
+    const std::string name = key_name(sit->first, where);
+    check_unique(seen, name, where, "section");
+    const Section* section = schema::find_section(name);
+    if (!section) fail(where, name, "unknown section" + suggest(nullptr, name));
+    const YAML::Node body = sit->second;  // a copy: `->second` lives in a temporary
+    if (body.IsNull()) continue;  // "train:" with nothing under it
+    if (!body.IsMap()) fail(where, name, "expected a mapping of keys, got " + describe(body));
+    for (auto fit = body.begin(); fit != body.end(); ++fit) {
+      where = at(source, fit->first.Mark());
+      const std::string key = name + "." + key_name(fit->first, where);
+      check_unique(seen, key, where, "key");
+      const Field* field = schema::find_field(*section, fit->first.Scalar());
+      if (!field) fail(where, key, "unknown key" + suggest(section, fit->first.Scalar()));
+      set(cfg, *section, *field, fit->second, where);
+    }
+  }
+}
+
+// "train.lr=3e-4": the value is read as YAML, so lists are written [64, 64].
+void apply_override(const std::string& text, Config& cfg) {
+  const std::string where = "--set " + text;
+  const size_t eq = text.find('=');
+  if (eq == std::string::npos) fail(where, "", "expected section.key=value, e.g. train.lr=3e-4");
+  std::string key = text.substr(0, eq);
+  key.erase(key.find_last_not_of(' ') + 1);
+  key.erase(0, key.find_first_not_of(' '));
+  const size_t dot = key.find('.');
+  if (dot == std::string::npos) fail(where, key, "expected section.key" + suggest(nullptr, key));
+  const std::string section_name = key.substr(0, dot), field_name = key.substr(dot + 1);
+  const Section* section = schema::find_section(section_name);
+  if (!section) {
+    auto near = schema::closest(key, full_keys());
+    fail(where, key, "unknown section '" + section_name + "'" +
+                         (near ? did_you_mean(*near) : suggest(nullptr, section_name)));
+  }
+  const Field* field = schema::find_field(*section, field_name);
+  if (!field) fail(where, key, "unknown key" + suggest(section, field_name));
+  YAML::Node value;
+  try {
+    value = YAML::Load(text.substr(eq + 1));
+  } catch (const YAML::Exception& e) {
+    fail(where, key, "YAML syntax error in the value: " + e.msg);
+  }
+  set(cfg, *section, *field, value, where);
+}
+
+// Rules that tie two keys together; checked once the file and every override are applied.
+void check_cross_field(const Config& c) {
+  if (c.model.dim % c.model.heads != 0) {
+    const std::string where = c.origins.count("model.heads") ? origin_of(c, "model.heads")
+                                                             : origin_of(c, "model.dim");
+    fail(where, "model.heads", "model.dim (" + std::to_string(c.model.dim) +
+                                   ") must be divisible by model.heads (" +
+                                   std::to_string(c.model.heads) + ")");
+  }
+}
+
+// A data file must exist, be a file, and open for reading.
+void check_readable(const Config& c, const std::string& key, const std::string& path) {
+  if (path.empty()) return;
+  const std::string where = origin_of(c, key);
+  std::error_code ec;
+  const auto status = std::filesystem::status(path, ec);
+  if (!std::filesystem::exists(status)) fail(where, key, "file '" + path + "' does not exist");
+  if (std::filesystem::is_directory(status))
+    fail(where, key, "'" + path + "' is a directory, not a file");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(where, key, "file '" + path + "' cannot be opened for reading");
+}
+
+}  // namespace
+
+Config parse_config(const std::string& yaml_text, const std::string& source_name,
+                    const std::vector<std::string>& overrides) {
+  Config cfg;
+  cfg.source = source_name;
+  parse_document(yaml_text, source_name, cfg);
+  for (const auto& o : overrides) apply_override(o, cfg);
+  check_cross_field(cfg);
+  return cfg;
+}
+
+Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) throw UserError("cannot read config file '" + path + "': " + std::strerror(errno));
+  std::string text;
+  char buf[1 << 16];
+  size_t n = 0;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
+  const int err = std::ferror(f) ? errno : 0;  // e.g. EISDIR when `path` is a directory
+  std::fclose(f);
+  if (err) throw UserError("cannot read config file '" + path + "': " + std::strerror(err));
+  return parse_config(text, path, overrides);
+}
+
+std::string to_yaml(const Config& config) {
+  Config c = config;  // the schema hands out mutable references; read them from a copy
+  YAML::Emitter out;
+  out << YAML::BeginMap;
+  for (const auto& section : schema::sections()) {
+    out << YAML::Key << section.name << YAML::Value << YAML::BeginMap;
+    for (const auto& field : section.fields) {
+      out << YAML::Key << field.name << YAML::Value;
+      std::visit(Overloaded{
+                     [&](std::string* p) { out << YAML::DoubleQuoted << *p; },
+                     [&](double* p) { out << schema::format_double(*p); },
+                     [&](std::vector<int>* p) {
+                       out << YAML::Flow << YAML::BeginSeq;
+                       for (int x : *p) out << x;
+                       out << YAML::EndSeq;
+                     },
+                     [&](auto* p) { out << *p; },  // integers and bool
+                 },
+                 field.ref(c));
+    }
+    out << YAML::EndMap;
+  }
+  out << YAML::EndMap;
+  // Only fields, not `source`: to_yaml(parse_config(to_yaml(c))) is then byte-identical.
+  return std::string("# atoll config, fully resolved\n") + out.c_str() + "\n";
+}
+
+void check_environment(const Config& c) {
+  const DataConfig& d = c.data;
+  const bool needs_path = d.kind == "text" || d.kind == "tokens" || d.kind == "idx";
+  if (needs_path && d.path.empty())
+    fail(origin_of(c, "data.kind"), "data.path",
+         "data.kind '" + d.kind + "' reads a file, but data.path is not set");
+  if (d.kind == "idx" && d.labels_path.empty())
+    fail(origin_of(c, "data.path"), "data.labels_path",
+         "data.kind 'idx' needs the IDX labels file for data.path");
+  if (d.kind == "idx" && !d.val_path.empty() && d.val_labels_path.empty())
+    fail(origin_of(c, "data.val_path"), "data.val_labels_path",
+         "data.kind 'idx' needs the IDX labels file for data.val_path");
+  check_readable(c, "data.path", d.path);
+  check_readable(c, "data.labels_path", d.labels_path);
+  check_readable(c, "data.val_path", d.val_path);
+  check_readable(c, "data.val_labels_path", d.val_labels_path);
+}
+
+}  // namespace atl::config

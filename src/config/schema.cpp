@@ -1,0 +1,251 @@
+// The table of every config key and its allowed values. The range rules are the ones
+// documented in config.h; keep the two in step.
+#include "src/config/schema.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <limits>
+
+namespace atl::config::schema {
+namespace {
+
+// Builds a Field from pointers to members: field("steps", &Config::train, &TrainConfig::steps).
+template <typename S, typename T>
+Field field(std::string name, S Config::*section, T S::*member, Check check = {}) {
+  return {std::move(name),
+          [section, member](Config& c) -> FieldRef { return &(c.*section.*member); },
+          std::move(check)};
+}
+
+std::vector<Section> build() {
+  const Check nonneg = at_least(0), positive_int = at_least(1), unit_open = closed_open(0, 1);
+  std::vector<Section> s;
+  s.push_back({"run",
+               {field("name", &Config::run, &RunConfig::name),
+                field("seed", &Config::run, &RunConfig::seed),
+                field("out_dir", &Config::run, &RunConfig::out_dir),
+                field("threads", &Config::run, &RunConfig::threads, nonneg),
+                field("device", &Config::run, &RunConfig::device),
+                field("resume", &Config::run, &RunConfig::resume)}});
+  s.push_back({"model",
+               {field("name", &Config::model, &ModelConfig::name),  // the registry checks it
+                field("layers", &Config::model, &ModelConfig::layers, positive_int),
+                field("heads", &Config::model, &ModelConfig::heads, positive_int),
+                field("dim", &Config::model, &ModelConfig::dim, positive_int),
+                field("seq_len", &Config::model, &ModelConfig::seq_len, positive_int),
+                field("vocab", &Config::model, &ModelConfig::vocab, positive_int),
+                field("dropout", &Config::model, &ModelConfig::dropout, unit_open),
+                field("tie_embeddings", &Config::model, &ModelConfig::tie_embeddings),
+                field("hidden", &Config::model, &ModelConfig::hidden, positive_int),
+                field("classes", &Config::model, &ModelConfig::classes, nonneg),
+                field("input_dim", &Config::model, &ModelConfig::input_dim, nonneg)}});
+  s.push_back({"data",
+               {field("kind", &Config::data, &DataConfig::kind,
+                      one_of({"text", "tokens", "idx", "synthetic"})),
+                field("path", &Config::data, &DataConfig::path),
+                field("labels_path", &Config::data, &DataConfig::labels_path),
+                field("val_path", &Config::data, &DataConfig::val_path),
+                field("val_labels_path", &Config::data, &DataConfig::val_labels_path),
+                field("val_fraction", &Config::data, &DataConfig::val_fraction, open_open(0, 1)),
+                field("partition", &Config::data, &DataConfig::partition,
+                      one_of({"iid", "contiguous", "dirichlet", "shards"})),
+                field("dirichlet_alpha", &Config::data, &DataConfig::dirichlet_alpha, above(0)),
+                field("shards_per_island", &Config::data, &DataConfig::shards_per_island,
+                      positive_int),
+                field("synthetic_examples", &Config::data, &DataConfig::synthetic_examples,
+                      positive_int),
+                field("synthetic_dim", &Config::data, &DataConfig::synthetic_dim, positive_int),
+                field("synthetic_classes", &Config::data, &DataConfig::synthetic_classes,
+                      at_least(2))}});
+  s.push_back({"train",
+               {field("optimizer", &Config::train, &TrainConfig::optimizer,
+                      one_of({"adamw", "sgd"})),
+                field("lr", &Config::train, &TrainConfig::lr, above(0)),
+                field("min_lr_ratio", &Config::train, &TrainConfig::min_lr_ratio, closed(0, 1)),
+                field("schedule", &Config::train, &TrainConfig::schedule,
+                      one_of({"cosine", "constant"})),
+                field("warmup_steps", &Config::train, &TrainConfig::warmup_steps, nonneg),
+                field("beta1", &Config::train, &TrainConfig::beta1, unit_open),
+                field("beta2", &Config::train, &TrainConfig::beta2, unit_open),
+                field("eps", &Config::train, &TrainConfig::eps, above(0)),
+                field("weight_decay", &Config::train, &TrainConfig::weight_decay, nonneg),
+                field("momentum", &Config::train, &TrainConfig::momentum, unit_open),
+                field("grad_clip", &Config::train, &TrainConfig::grad_clip, nonneg),
+                field("batch_size", &Config::train, &TrainConfig::batch_size, positive_int),
+                field("grad_accum", &Config::train, &TrainConfig::grad_accum, positive_int),
+                field("steps", &Config::train, &TrainConfig::steps, positive_int),
+                field("eval_every", &Config::train, &TrainConfig::eval_every, nonneg),
+                field("eval_batches", &Config::train, &TrainConfig::eval_batches, nonneg),
+                field("log_every", &Config::train, &TrainConfig::log_every, positive_int)}});
+  s.push_back({"islands", {field("count", &Config::islands, &IslandsConfig::count, positive_int)}});
+  s.push_back({"algorithm",
+               {field("name", &Config::algorithm, &AlgorithmConfig::name),  // registry checks it
+                field("inner_steps", &Config::algorithm, &AlgorithmConfig::inner_steps,
+                      positive_int),
+                field("outer_optimizer", &Config::algorithm, &AlgorithmConfig::outer_optimizer,
+                      one_of({"nesterov", "sgd", "adam"})),
+                field("outer_lr", &Config::algorithm, &AlgorithmConfig::outer_lr, above(0)),
+                field("outer_momentum", &Config::algorithm, &AlgorithmConfig::outer_momentum,
+                      unit_open),
+                field("outer_beta1", &Config::algorithm, &AlgorithmConfig::outer_beta1, unit_open),
+                field("outer_beta2", &Config::algorithm, &AlgorithmConfig::outer_beta2, unit_open),
+                field("outer_eps", &Config::algorithm, &AlgorithmConfig::outer_eps, above(0)),
+                field("weighting", &Config::algorithm, &AlgorithmConfig::weighting,
+                      one_of({"uniform", "shard_size"})),
+                field("client_fraction", &Config::algorithm, &AlgorithmConfig::client_fraction,
+                      open_closed(0, 1)),
+                field("rounds", &Config::algorithm, &AlgorithmConfig::rounds, nonneg),
+                field("local_steps", &Config::algorithm, &AlgorithmConfig::local_steps, nonneg),
+                field("local_epochs", &Config::algorithm, &AlgorithmConfig::local_epochs,
+                      positive_int)}});
+  return s;
+}
+
+std::string join(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
+// Bounds print without a trailing ".0": "[0, 1)", ">= 1".
+std::string bound(double v) {
+  std::string s = format_double(v);
+  if (s.size() > 2 && s.ends_with(".0")) s.resize(s.size() - 2);
+  return s;
+}
+
+Check interval(std::optional<double> lo, bool lo_open, std::optional<double> hi, bool hi_open) {
+  Check c;
+  c.lo = lo;
+  c.lo_open = lo_open;
+  c.hi = hi;
+  c.hi_open = hi_open;
+  return c;
+}
+
+}  // namespace
+
+std::string Check::check_number(double v) const {
+  // Written so that NaN fails every bound.
+  const bool lo_ok = !lo || (lo_open ? v > *lo : v >= *lo);
+  const bool hi_ok = !hi || (hi_open ? v < *hi : v <= *hi);
+  if (lo_ok && hi_ok) return "";
+  std::string rule;
+  if (lo && hi) {
+    rule = "must be in " + std::string(lo_open ? "(" : "[") + bound(*lo) + ", " + bound(*hi) +
+           (hi_open ? ")" : "]");
+  } else if (lo) {
+    rule = std::string(lo_open ? "must be > " : "must be >= ") + bound(*lo);
+  } else {
+    rule = std::string(hi_open ? "must be < " : "must be <= ") + bound(*hi);
+  }
+  const bool integral = std::trunc(v) == v && std::fabs(v) < 1e18;
+  return rule + " (got " + (integral ? std::to_string(static_cast<int64_t>(v)) : format_double(v)) +
+         ")";
+}
+
+std::string Check::check_name(const std::string& v) const {
+  if (names.empty() || std::find(names.begin(), names.end(), v) != names.end()) return "";
+  std::string msg = "'" + v + "' is not one of: " + join(names);
+  if (auto near = closest(v, names)) msg += " (did you mean '" + *near + "'?)";
+  return msg;
+}
+
+Check at_least(double lo) { return interval(lo, false, std::nullopt, false); }
+Check above(double lo) { return interval(lo, true, std::nullopt, false); }
+Check closed_open(double lo, double hi) { return interval(lo, false, hi, true); }
+Check open_closed(double lo, double hi) { return interval(lo, true, hi, false); }
+Check open_open(double lo, double hi) { return interval(lo, true, hi, true); }
+Check closed(double lo, double hi) { return interval(lo, false, hi, false); }
+Check one_of(std::vector<std::string> names) {
+  Check c;
+  c.names = std::move(names);
+  return c;
+}
+
+const std::vector<Section>& sections() {
+  static const std::vector<Section> table = build();
+  return table;
+}
+
+const Section* find_section(std::string_view name) {
+  for (const auto& s : sections())
+    if (s.name == name) return &s;
+  return nullptr;
+}
+
+const Field* find_field(const Section& section, std::string_view name) {
+  for (const auto& f : section.fields)
+    if (f.name == name) return &f;
+  return nullptr;
+}
+
+std::optional<std::string> closest(std::string_view word,
+                                   const std::vector<std::string>& candidates) {
+  // Optimal-string-alignment distance: Levenshtein plus adjacent transpositions, so that
+  // "modle" is one edit from "model".
+  auto distance = [](std::string_view a, std::string_view b) {
+    std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
+    for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+    for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+    for (size_t i = 1; i <= a.size(); ++i) {
+      for (size_t j = 1; j <= b.size(); ++j) {
+        const size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
+        d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
+        if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
+          d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+      }
+    }
+    return d[a.size()][b.size()];
+  };
+  const size_t limit = std::max<size_t>(2, word.size() / 3);
+  std::optional<std::string> best;
+  size_t best_d = limit + 1;
+  for (const auto& c : candidates) {
+    const size_t d = distance(word, c);
+    if (d < best_d) {
+      best_d = d;
+      best = c;
+    }
+  }
+  return best;
+}
+
+std::optional<int64_t> parse_int(std::string_view text) {
+  if (text.starts_with('+')) text.remove_prefix(1);
+  if (text.empty() || text[0] == '+') return std::nullopt;
+  int64_t v = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
+  return v;
+}
+
+std::optional<uint64_t> parse_uint(std::string_view text) {
+  if (text.starts_with('+')) text.remove_prefix(1);
+  if (text.empty() || text[0] == '+' || text[0] == '-') return std::nullopt;
+  uint64_t v = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
+  return v;
+}
+
+std::optional<double> parse_double(std::string_view text) {
+  if (text.starts_with('+')) text.remove_prefix(1);
+  if (text.empty() || text[0] == '+') return std::nullopt;
+  double v = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v,
+                                   std::chars_format::general);
+  if (ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
+  return v;
+}
+
+std::string format_double(double v) {
+  char buf[64];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);  // shortest exact round-trip
+  std::string s(buf, ec == std::errc() ? end : buf);
+  if (std::isfinite(v) && s.find_first_of(".e") == std::string::npos) s += ".0";
+  return s;
+}
+
+}  // namespace atl::config::schema

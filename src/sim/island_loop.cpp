@@ -1,0 +1,32 @@
+#include "src/sim/island_loop.h"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/grad_mode.h>
+
+namespace atl::sim {
+
+int64_t run_island(IslandLoop& loop) {
+  auto& algo = *loop.algorithm;
+  auto& ctx = *loop.context;
+  const auto& train = *loop.train;
+  algo.setup(ctx);
+  const int64_t total = algo.planned_steps(train.steps);
+  for (int64_t step = 1; step <= total; ++step) {
+    algo.before_step(ctx, step);
+    {
+      at::NoGradGuard no_grad;
+      ctx.grads.zero_();
+    }
+    const double loss = loop.forward_backward(step);
+    algo.after_backward(ctx, step);
+    train::clip_grad_norm(ctx.grads, train.grad_clip);
+    const double lr = train::learning_rate(train, step, total);
+    loop.optimizer->step(ctx.params, ctx.grads, lr);
+    algo.after_inner_step(ctx, step);
+    if (loop.on_step) loop.on_step(step, total, loss, lr);
+  }
+  algo.finish(ctx);
+  return total;
+}
+
+}  // namespace atl::sim

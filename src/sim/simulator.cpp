@@ -1,0 +1,307 @@
+#include "src/sim/simulator.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <mutex>
+#include <thread>
+
+#include "algorithms/algorithm.h"
+#include "algorithms/fedavg.h"
+#include "src/base/log.h"
+#include "src/base/status.h"
+#include "src/data/dataset.h"
+#include "src/models/model.h"
+#include "src/sim/evaluator.h"
+#include "src/sim/island_loop.h"
+#include "src/sim/json.h"
+#include "src/sim/progress.h"
+#include "src/sim/run_dir.h"
+#include "src/train/inner_optimizer.h"
+#include "transport/inproc/inproc_group.h"
+#include "transport/inproc/scheduler.h"
+
+namespace atl::sim {
+
+int configure_threads(int requested) {
+  int n = requested > 0 ? requested : static_cast<int>(std::thread::hardware_concurrency());
+  n = std::max(1, n);
+  at::set_num_threads(n);
+  return n;
+}
+
+algorithms::AlgorithmOptions algorithm_options(const config::Config& c,
+                                               const std::vector<int64_t>& shard_sizes) {
+  algorithms::AlgorithmOptions o;
+  const auto& a = c.algorithm;
+  o.name = a.name;
+  o.islands = c.islands.count;
+  o.seed = c.run.seed;
+  o.inner_steps = a.inner_steps;
+  o.outer.kind = a.outer_optimizer == "sgd"    ? algorithms::OuterKind::kSgd
+                 : a.outer_optimizer == "adam" ? algorithms::OuterKind::kAdam
+                                               : algorithms::OuterKind::kNesterov;
+  o.outer.lr = a.outer_lr;
+  o.outer.momentum = a.outer_momentum;
+  o.outer.beta1 = a.outer_beta1;
+  o.outer.beta2 = a.outer_beta2;
+  o.outer.eps = a.outer_eps;
+  o.weight_by_shard = a.weighting == "shard_size";
+  o.client_fraction = a.client_fraction;
+  o.local_steps = a.local_steps;
+  o.local_epochs = a.local_epochs;
+  o.batch_size = c.train.batch_size * c.train.grad_accum;
+  o.shard_sizes = shard_sizes;
+  o.rounds = a.rounds;
+  if (a.name == "fedavg" && o.rounds == 0) {
+    if (a.local_steps == 0) {
+      throw UserError(c.source + ": key 'algorithm.rounds': fedavg with local_epochs needs "
+                      "algorithm.rounds (or set algorithm.local_steps)");
+    }
+    o.rounds = std::max<int64_t>(1, c.train.steps / a.local_steps);
+  }
+  return o;
+}
+
+namespace {
+
+// Everything one simulated island owns.
+struct Island {
+  std::unique_ptr<models::Model> model;
+  std::unique_ptr<data::Sampler> sampler;
+  std::unique_ptr<train::InnerOptimizer> optimizer;
+  std::unique_ptr<algorithms::Algorithm> algorithm;
+  std::unique_ptr<transport::Group> group;
+  algorithms::IslandContext context;
+  int64_t steps = 0;
+  int64_t rounds = 0;
+};
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+RunSummary simulate(const config::Config& config, const SimulateOptions& options) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const int threads = configure_threads(config.run.threads);
+  const int k = config.islands.count;
+  const uint64_t seed = config.run.seed;
+  const c10::Device device(config.run.device);
+  torch::manual_seed(seed);
+
+  // --- data, models, algorithm (everything that can fail on user input, before the run dir)
+  data::Splits splits = data::load_splits(config.data, config.model.seq_len, seed);
+  auto shards = data::partition(*splits.train, k, config.data, seed);
+  models::DataShape shape{splits.train->vocab_size(), splits.train->num_classes(),
+                          splits.train->input_dim()};
+  const bool classifier = shape.classes > 0;
+  std::vector<int64_t> shard_sizes;
+  for (const auto& s : shards) shard_sizes.push_back(static_cast<int64_t>(s.size()));
+  const auto algo_options = algorithm_options(config, shard_sizes);
+  std::vector<Island> islands(static_cast<size_t>(k));
+  for (int i = 0; i < k; ++i) {
+    Island& is = islands[i];
+    is.model = models::make_model(config.model, shape, device, seed);
+    is.sampler = std::make_unique<data::Sampler>(splits.train, shards[i], seed * 1000003ULL + static_cast<uint64_t>(i));
+    is.optimizer = train::make_inner_optimizer(config.train);
+    is.algorithm = algorithms::make_algorithm(algo_options, i);
+  }
+  Evaluator evaluator(models::make_model(config.model, shape, device, seed),
+                      data::validation_batches(*splits.val, config.train.batch_size,
+                                               config.train.eval_batches, seed),
+                      classifier);
+  const int64_t n_params = islands[0].model->numel();
+
+  RunDir dir(config, options.force);
+  Progress progress(options.quiet ? Progress::Mode::kQuiet : Progress::Mode::kAuto);
+  progress.message("atoll simulate: " + config.run.name + ": " + config.algorithm.name + ", " +
+                   std::to_string(k) + " islands, " + config.model.name + " " +
+                   std::to_string(n_params) + " params, " + splits.train->describe() + ", " +
+                   std::to_string(threads) + " threads -> " + dir.path());
+
+  dir.record(JsonObject()
+                 .add("event", "start")
+                 .add("algorithm", config.algorithm.name)
+                 .add("islands", k)
+                 .add("params", n_params)
+                 .add("train_examples", splits.train->size())
+                 .add("val_examples", splits.val->size())
+                 .add("wall_threads", threads)
+                 .str());
+
+  // --- shared run state (touched only by the island holding the scheduler's turn)
+  ProgressState state;
+  state.steps_total = static_cast<int64_t>(k) * config.train.steps;
+  double final_val = NAN, best_val = INFINITY, final_acc = -1;
+  int64_t last_eval_step = -1;
+  auto total_bytes = [&] {
+    uint64_t b = 0;
+    for (auto& is : islands) if (is.group) b += is.group->bytes().sent;
+    return b;
+  };
+  auto evaluate = [&](int64_t step, const at::Tensor& params) {
+    if (step == last_eval_step) return;
+    last_eval_step = step;
+    EvalResult r = evaluator.evaluate(params);
+    final_val = r.loss;
+    best_val = std::min(best_val, r.loss);
+    final_acc = r.accuracy;
+    state.val_loss = r.loss;
+    JsonObject rec;
+    rec.add("event", "eval").add("step", step).add("val_loss", r.loss);
+    if (classifier) rec.add("val_accuracy", r.accuracy);
+    rec.add("bytes_sent_total", total_bytes()).add("wall_time_s", seconds_since(t0));
+    dir.record(rec.str());
+  };
+
+  transport::Scheduler scheduler(k);
+  transport::InprocHub hub(k, scheduler);
+  const compression::Pipeline codec;
+
+  // Server role (fedavg): evaluates the global model as rounds complete.
+  const int64_t nominal_round_steps =
+      algo_options.name == "fedavg"
+          ? algorithms::fedavg::local_steps(algo_options, splits.train->size() / std::max(1, k))
+          : 0;
+  auto server = algorithms::make_server(
+      algo_options, islands[0].model->params(), [&](int64_t round, const at::Tensor& global) {
+        const int64_t step = round * nominal_round_steps;
+        const int64_t prev = (round - 1) * nominal_round_steps;
+        const int64_t every = config.train.eval_every;
+        if (round == algo_options.rounds || (every > 0 && step / every != prev / every)) {
+          evaluate(step, global);
+        }
+        state.rounds = std::max(state.rounds, round);
+      });
+  hub.set_server(server.get());
+
+  evaluate(0, islands[0].model->params());
+
+  for (int i = 0; i < k; ++i) {
+    Island& is = islands[i];
+    is.group = hub.make_group(i);
+    is.context.island = i;
+    is.context.params = is.model->params();
+    is.context.grads = is.model->grads();
+    is.context.group = is.group.get();
+    is.context.codec = &codec;
+    is.context.shard_size = static_cast<int64_t>(shards[i].size());
+    is.context.on_round = [&, i](const algorithms::RoundInfo& r) {
+      Island& me = islands[i];
+      me.rounds = r.round;
+      state.rounds = std::max(state.rounds, r.round);
+      dir.record(JsonObject()
+                     .add("event", "round")
+                     .add("island", i)
+                     .add("round", r.round)
+                     .add("step", r.step)
+                     .add("contributors", r.contributors)
+                     .add("members", r.members)
+                     .add("bytes_sent", r.bytes_sent)
+                     .add("bytes_recv", r.bytes_received)
+                     .add("compression_ratio", r.bytes_sent > 0 ? static_cast<double>(r.raw_bytes_sent) / static_cast<double>(r.bytes_sent) : 1.0)
+                     .add("outer_grad_norm", r.outer_grad_norm)
+                     .add("wall_time_s", seconds_since(t0))
+                     .str());
+    };
+  }
+
+  const auto& train = config.train;
+  const int64_t log_every = train.log_every;
+  scheduler.run([&](int i) {
+    at::init_num_threads();
+    Island& is = islands[i];
+    IslandLoop loop;
+    loop.algorithm = is.algorithm.get();
+    loop.context = &is.context;
+    loop.optimizer = is.optimizer.get();
+    loop.train = &train;
+    is.model->set_training(true);
+    loop.forward_backward = [&](int64_t) {
+      double loss = 0;
+      for (int a = 0; a < train.grad_accum; ++a) {
+        data::Batch batch = is.sampler->next(train.batch_size);
+        models::Output out = is.model->forward(batch);
+        (out.loss / static_cast<double>(train.grad_accum)).backward();
+        loss += out.loss.item<double>() / train.grad_accum;
+      }
+      return loss;
+    };
+    double loss_acc = 0;
+    int64_t loss_n = 0;
+    bool planned = false;
+    loop.on_step = [&](int64_t step, int64_t total, double loss, double lr) {
+      if (!planned) {
+        state.steps_total += total - train.steps;
+        planned = true;
+      }
+      is.steps = step;
+      ++state.steps_done;
+      state.last_loss = loss;
+      loss_acc += loss;
+      ++loss_n;
+      if (step % log_every == 0 || step == total) {
+        dir.record(JsonObject()
+                       .add("event", "train")
+                       .add("island", i)
+                       .add("step", step)
+                       .add("loss", loss_acc / static_cast<double>(loss_n))
+                       .add("lr", lr)
+                       .add("wall_time_s", seconds_since(t0))
+                       .str());
+        loss_acc = 0;
+        loss_n = 0;
+      }
+      // Island 0 evaluates the global model for algorithms that keep it on the islands.
+      if (i == 0 && !is.algorithm->global_on_server() &&
+          ((train.eval_every > 0 && step % train.eval_every == 0) || step == total)) {
+        evaluate(step, is.algorithm->global_params());
+        is.model->set_training(true);
+      }
+      state.bytes = total_bytes();
+      progress.update(state);
+    };
+    run_island(loop);
+  });
+
+  RunSummary summary;
+  summary.run_dir = dir.path();
+  summary.final_val_loss = final_val;
+  summary.best_val_loss = best_val;
+  summary.final_val_accuracy = final_acc;
+  for (auto& is : islands) {
+    summary.bytes_sent_total += is.group->bytes().sent;
+    summary.bytes_recv_total += is.group->bytes().received;
+    summary.steps = std::max(summary.steps, is.steps);
+    summary.rounds = std::max(summary.rounds, is.rounds);
+  }
+  summary.rounds = std::max(summary.rounds, state.rounds);
+  summary.wall_time_s = seconds_since(t0);
+  progress.finish(state);
+
+  JsonObject s;
+  s.add("algorithm", config.algorithm.name)
+      .add("islands", k)
+      .add("model", config.model.name)
+      .add("params", n_params)
+      .add("steps", summary.steps)
+      .add("rounds", summary.rounds)
+      .add("final_val_loss", summary.final_val_loss)
+      .add("best_val_loss", summary.best_val_loss);
+  if (classifier) s.add("final_val_accuracy", summary.final_val_accuracy);
+  s.add("bytes_sent_total", summary.bytes_sent_total)
+      .add("bytes_recv_total", summary.bytes_recv_total)
+      .add("wall_time_s", summary.wall_time_s)
+      .add("wall_threads", threads);
+  dir.write_summary(s.str());
+  dir.record(JsonObject().add("event", "end").add("final_val_loss", summary.final_val_loss).str());
+  return summary;
+}
+
+}  // namespace atl::sim

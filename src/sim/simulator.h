@@ -1,0 +1,43 @@
+// `atoll simulate`: N islands in one process over the in-process group, each on its own
+// thread under the cooperative scheduler (one island computes at a time, with all cores).
+// Same config + seed => identical metrics.jsonl apart from fields named wall_*.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "algorithms/options.h"
+#include "src/config/config.h"
+
+namespace atl::sim {
+
+struct SimulateOptions {
+  bool force = false;   // overwrite an existing run directory
+  bool quiet = false;   // no progress output
+};
+
+struct RunSummary {
+  std::string run_dir;
+  double final_val_loss = 0;
+  double best_val_loss = 0;
+  double final_val_accuracy = -1;
+  uint64_t bytes_sent_total = 0;
+  uint64_t bytes_recv_total = 0;
+  int64_t steps = 0;          // inner steps per island (max over islands)
+  int64_t rounds = 0;         // outer rounds (max over islands)
+  double wall_time_s = 0;
+};
+
+// Runs the simulation and writes runs/<name>/. Throws atl::UserError for problems with
+// the config or data, other exceptions for runtime failures.
+RunSummary simulate(const config::Config& config, const SimulateOptions& options);
+
+// The algorithm options a config describes (shared with real runs). `shard_sizes` are the
+// islands' training examples. Throws atl::UserError for inconsistent settings.
+algorithms::AlgorithmOptions algorithm_options(const config::Config& config,
+                                               const std::vector<int64_t>& shard_sizes);
+
+// libtorch intra-op threads for `requested` (0 = all cores); returns the count set.
+int configure_threads(int requested);
+
+}  // namespace atl::sim

@@ -1,0 +1,463 @@
+// Tests for src/config: YAML -> Config, overrides, validation messages, to_yaml round trip,
+// check_environment. Every test writes real files into its own temporary directory.
+#include "src/config/config.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <string>
+
+#include "src/base/status.h"
+#include "src/config/schema.h"
+
+namespace atl::config {
+namespace {
+
+namespace fs = std::filesystem;
+
+class ConfigTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = fs::temp_directory_path() /
+           ("atoll_config_test_" + std::to_string(::getpid()) + "_" + info->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // Writes `text` to dir_/name and returns the path.
+  std::string write(const std::string& name, const std::string& text) {
+    const std::string path = (dir_ / name).string();
+    std::ofstream(path) << text;
+    return path;
+  }
+
+  fs::path dir_;
+};
+
+// The UserError message of `fn`, or a test failure when it does not throw one.
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const UserError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected atl::UserError";
+  return "";
+}
+
+std::string load_error(const std::string& path, const std::vector<std::string>& overrides = {}) {
+  return error_of([&] { load_config(path, overrides); });
+}
+
+// Every field, compared one by one (not via to_yaml, which is what is under test).
+void expect_same(const Config& a, const Config& b) {
+  EXPECT_EQ(a.run.name, b.run.name);
+  EXPECT_EQ(a.run.seed, b.run.seed);
+  EXPECT_EQ(a.run.out_dir, b.run.out_dir);
+  EXPECT_EQ(a.run.threads, b.run.threads);
+  EXPECT_EQ(a.run.device, b.run.device);
+  EXPECT_EQ(a.run.resume, b.run.resume);
+  EXPECT_EQ(a.model.name, b.model.name);
+  EXPECT_EQ(a.model.layers, b.model.layers);
+  EXPECT_EQ(a.model.heads, b.model.heads);
+  EXPECT_EQ(a.model.dim, b.model.dim);
+  EXPECT_EQ(a.model.seq_len, b.model.seq_len);
+  EXPECT_EQ(a.model.vocab, b.model.vocab);
+  EXPECT_EQ(a.model.dropout, b.model.dropout);
+  EXPECT_EQ(a.model.tie_embeddings, b.model.tie_embeddings);
+  EXPECT_EQ(a.model.hidden, b.model.hidden);
+  EXPECT_EQ(a.model.classes, b.model.classes);
+  EXPECT_EQ(a.model.input_dim, b.model.input_dim);
+  EXPECT_EQ(a.data.kind, b.data.kind);
+  EXPECT_EQ(a.data.path, b.data.path);
+  EXPECT_EQ(a.data.labels_path, b.data.labels_path);
+  EXPECT_EQ(a.data.val_path, b.data.val_path);
+  EXPECT_EQ(a.data.val_labels_path, b.data.val_labels_path);
+  EXPECT_EQ(a.data.val_fraction, b.data.val_fraction);
+  EXPECT_EQ(a.data.partition, b.data.partition);
+  EXPECT_EQ(a.data.dirichlet_alpha, b.data.dirichlet_alpha);
+  EXPECT_EQ(a.data.shards_per_island, b.data.shards_per_island);
+  EXPECT_EQ(a.data.synthetic_examples, b.data.synthetic_examples);
+  EXPECT_EQ(a.data.synthetic_dim, b.data.synthetic_dim);
+  EXPECT_EQ(a.data.synthetic_classes, b.data.synthetic_classes);
+  EXPECT_EQ(a.train.optimizer, b.train.optimizer);
+  EXPECT_EQ(a.train.lr, b.train.lr);
+  EXPECT_EQ(a.train.min_lr_ratio, b.train.min_lr_ratio);
+  EXPECT_EQ(a.train.schedule, b.train.schedule);
+  EXPECT_EQ(a.train.warmup_steps, b.train.warmup_steps);
+  EXPECT_EQ(a.train.beta1, b.train.beta1);
+  EXPECT_EQ(a.train.beta2, b.train.beta2);
+  EXPECT_EQ(a.train.eps, b.train.eps);
+  EXPECT_EQ(a.train.weight_decay, b.train.weight_decay);
+  EXPECT_EQ(a.train.momentum, b.train.momentum);
+  EXPECT_EQ(a.train.grad_clip, b.train.grad_clip);
+  EXPECT_EQ(a.train.batch_size, b.train.batch_size);
+  EXPECT_EQ(a.train.grad_accum, b.train.grad_accum);
+  EXPECT_EQ(a.train.steps, b.train.steps);
+  EXPECT_EQ(a.train.eval_every, b.train.eval_every);
+  EXPECT_EQ(a.train.eval_batches, b.train.eval_batches);
+  EXPECT_EQ(a.train.log_every, b.train.log_every);
+  EXPECT_EQ(a.islands.count, b.islands.count);
+  EXPECT_EQ(a.algorithm.name, b.algorithm.name);
+  EXPECT_EQ(a.algorithm.inner_steps, b.algorithm.inner_steps);
+  EXPECT_EQ(a.algorithm.outer_optimizer, b.algorithm.outer_optimizer);
+  EXPECT_EQ(a.algorithm.outer_lr, b.algorithm.outer_lr);
+  EXPECT_EQ(a.algorithm.outer_momentum, b.algorithm.outer_momentum);
+  EXPECT_EQ(a.algorithm.outer_beta1, b.algorithm.outer_beta1);
+  EXPECT_EQ(a.algorithm.outer_beta2, b.algorithm.outer_beta2);
+  EXPECT_EQ(a.algorithm.outer_eps, b.algorithm.outer_eps);
+  EXPECT_EQ(a.algorithm.weighting, b.algorithm.weighting);
+  EXPECT_EQ(a.algorithm.client_fraction, b.algorithm.client_fraction);
+  EXPECT_EQ(a.algorithm.rounds, b.algorithm.rounds);
+  EXPECT_EQ(a.algorithm.local_steps, b.algorithm.local_steps);
+  EXPECT_EQ(a.algorithm.local_epochs, b.algorithm.local_epochs);
+}
+
+TEST_F(ConfigTest, EmptyFileGivesDefaults) {
+  const Config c = load_config(write("empty.yaml", ""));
+  expect_same(c, Config{});
+  EXPECT_EQ(c.source, (dir_ / "empty.yaml").string());
+  EXPECT_TRUE(c.origins.empty());
+  EXPECT_EQ(c.train.steps, 1000);
+  EXPECT_EQ(c.model.hidden, (std::vector<int>{200, 200}));
+}
+
+TEST_F(ConfigTest, CommentsAndEmptySectionsKeepDefaults) {
+  const Config c = load_config(write("c.yaml", "# nothing yet\nrun:\nmodel: {}\ntrain:\n"));
+  expect_same(c, Config{});
+}
+
+TEST_F(ConfigTest, ReadsValuesAndRemembersLines) {
+  const Config c = load_config(write("c.yaml",
+                                     "run:\n"
+                                     "  seed: 18446744073709551615\n"
+                                     "  resume: yes\n"
+                                     "model:\n"
+                                     "  name: mlp\n"
+                                     "  hidden: [64, 32]\n"
+                                     "  dropout: 0.25\n"
+                                     "train:\n"
+                                     "  lr: 3e-4\n"
+                                     "  steps: 010\n"
+                                     "algorithm:\n"
+                                     "  name: fedavg\n"));
+  EXPECT_EQ(c.run.seed, std::numeric_limits<uint64_t>::max());
+  EXPECT_TRUE(c.run.resume);
+  EXPECT_EQ(c.model.name, "mlp");
+  EXPECT_EQ(c.model.hidden, (std::vector<int>{64, 32}));
+  EXPECT_EQ(c.model.dropout, 0.25);
+  EXPECT_EQ(c.train.lr, 3e-4);
+  EXPECT_EQ(c.train.steps, 10);  // decimal, not octal
+  EXPECT_EQ(c.algorithm.name, "fedavg");
+  EXPECT_EQ(c.train.batch_size, TrainConfig{}.batch_size);  // untouched
+  EXPECT_EQ(c.origins.at("train.lr"), c.source + ":9");
+  EXPECT_EQ(c.origins.count("train.batch_size"), 0u);
+}
+
+TEST_F(ConfigTest, RoundTripOfEveryField) {
+  Config c;
+  c.run = {"weird: \"name\" #1\n\ttab", 18446744073709551615ull, "", 3, "cuda:1", true};
+  c.model.name = "123";
+  c.model.layers = 7;
+  c.model.heads = 3;
+  c.model.dim = 96;
+  c.model.seq_len = 33;
+  c.model.vocab = 50257;
+  c.model.dropout = 0.1 + 0.2;  // 0.30000000000000004
+  c.model.tie_embeddings = false;
+  c.model.hidden = {};
+  c.model.classes = 10;
+  c.model.input_dim = 784;
+  c.data = {"idx", "a b/c.idx", "true", "null", "~", 1.0 / 3.0, "shards", 1e-300, 5, 9, 2, 3};
+  c.train.optimizer = "sgd";
+  c.train.lr = 3e-4;
+  c.train.min_lr_ratio = 1.0;
+  c.train.schedule = "constant";
+  c.train.warmup_steps = 0;
+  c.train.beta1 = 0.0;
+  c.train.beta2 = std::nextafter(1.0, 0.0);
+  c.train.eps = 5e-324;  // smallest subnormal
+  c.train.weight_decay = 123456789.125;
+  c.train.momentum = 0.9;
+  c.train.grad_clip = 0.0;
+  c.train.batch_size = 1;
+  c.train.grad_accum = 8;
+  c.train.steps = 9000000000;  // past 32 bits
+  c.train.eval_every = 0;
+  c.train.eval_batches = 0;
+  c.train.log_every = 1;
+  c.islands.count = 100;
+  c.algorithm = {"ddp", 500, "adam", 1e-3, 0.0, 0.5, 0.75, 2.5, "shard_size", 1.0, 7, 3, 2};
+
+  const std::string text = to_yaml(c);
+  const Config back = parse_config(text, "resolved.yaml");
+  expect_same(back, c);
+  EXPECT_EQ(to_yaml(back), text);
+  // Also through a real file, as the run directory stores it.
+  expect_same(load_config(write("resolved.yaml", text)), c);
+}
+
+TEST_F(ConfigTest, ToYamlWritesEveryKey) {
+  const std::string text = to_yaml(Config{});
+  for (const auto& section : schema::sections()) {
+    EXPECT_NE(text.find(section.name + ":"), std::string::npos) << section.name;
+    for (const auto& field : section.fields)
+      EXPECT_NE(text.find(" " + field.name + ": "), std::string::npos) << field.name;
+  }
+  EXPECT_NE(text.find("lr: 0.001\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("hidden: [200, 200]"), std::string::npos) << text;
+}
+
+TEST_F(ConfigTest, MisspeltKeySuggestsClosest) {
+  const std::string path =
+      write("typo.yaml", "algorithm:\n  name: diloco\n  inner_step: 10\n");
+  EXPECT_EQ(load_error(path), path + ":3: key 'algorithm.inner_step': unknown key "
+                                     "(did you mean 'algorithm.inner_steps'?)");
+}
+
+TEST_F(ConfigTest, MisspeltSectionSuggestsClosest) {
+  const std::string path = write("typo.yaml", "run:\n  seed: 1\nmodle:\n  dim: 64\n");
+  EXPECT_EQ(load_error(path), path + ":3: key 'modle': unknown section (did you mean 'model'?)");
+}
+
+TEST_F(ConfigTest, KeyInWrongSectionSuggestsTheRightOne) {
+  const std::string path = write("c.yaml", "model:\n  lr: 0.1\n");
+  EXPECT_EQ(load_error(path), path + ":2: key 'model.lr': unknown key (did you mean 'train.lr'?)");
+}
+
+TEST_F(ConfigTest, UnknownKeyFarFromAllHasNoSuggestion) {
+  const std::string msg = load_error(write("c.yaml", "train:\n  completely_unrelated: 1\n"));
+  EXPECT_NE(msg.find(":2: key 'train.completely_unrelated': unknown key"), std::string::npos);
+  EXPECT_EQ(msg.find("did you mean"), std::string::npos) << msg;
+}
+
+TEST_F(ConfigTest, DuplicateKeyIsAnError) {
+  const std::string path = write("c.yaml", "train:\n  lr: 0.1\n  lr: 0.2\n");
+  EXPECT_EQ(load_error(path), path + ":3: key 'train.lr': duplicate key (first at " + path + ":2)");
+}
+
+TEST_F(ConfigTest, WrongTypesAreErrors) {
+  struct Case {
+    std::string yaml, expected;
+  };
+  const std::vector<Case> cases = {
+      {"model:\n  layers: four\n", ":2: key 'model.layers': expected an integer, got 'four'"},
+      {"model:\n  layers: 1.5\n", ":2: key 'model.layers': expected an integer, got '1.5'"},
+      {"model:\n  layers: \"4\"\n", "key 'model.layers': expected an integer, got the quoted"},
+      {"model:\n  layers: 3000000000\n", "does not fit in a 32-bit integer"},
+      {"train:\n  lr: [1]\n", ":2: key 'train.lr': expected a number, got a list"},
+      {"train:\n  lr: fast\n", "key 'train.lr': expected a number, got 'fast'"},
+      {"train:\n  lr: .nan\n", "key 'train.lr': expected a number"},
+      {"train:\n  lr: inf\n", "key 'train.lr': must be a finite number"},
+      {"run:\n  resume: maybe\n", "key 'run.resume': expected true or false, got 'maybe'"},
+      {"run:\n  seed: -1\n", "key 'run.seed': expected a non-negative integer, got '-1'"},
+      {"run:\n  name: {a: 1}\n", "key 'run.name': expected a string, got a mapping"},
+      {"model:\n  hidden: 64\n", "key 'model.hidden': expected a list of integers, got '64'"},
+      {"model:\n  hidden: [64, x]\n", "key 'model.hidden': hidden[1]: expected an integer"},
+      {"train: 5\n", ":1: key 'train': expected a mapping of keys, got '5'"},
+      {"- run\n", ":1: expected a mapping of sections"},
+  };
+  for (const auto& c : cases) {
+    const std::string msg = load_error(write("c.yaml", c.yaml));
+    EXPECT_NE(msg.find(c.expected), std::string::npos) << c.yaml << " -> " << msg;
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << "one line: " << msg;
+  }
+}
+
+TEST_F(ConfigTest, YesIsABool) {
+  EXPECT_FALSE(load_config(write("c.yaml", "model:\n  tie_embeddings: no\n")).model.tie_embeddings);
+  EXPECT_TRUE(load_config(write("c.yaml", "run:\n  resume: On\n")).run.resume);
+}
+
+TEST_F(ConfigTest, NegativeStepsSaysMustBeAtLeastOne) {
+  const std::string path = write("c.yaml", "train:\n  lr: 0.1\n  steps: -5\n");
+  EXPECT_EQ(load_error(path), path + ":3: key 'train.steps': must be >= 1 (got -5)");
+}
+
+TEST_F(ConfigTest, RangesAreChecked) {
+  struct Case {
+    std::string yaml, expected;
+  };
+  const std::vector<Case> cases = {
+      {"run:\n  threads: -1\n", "key 'run.threads': must be >= 0 (got -1)"},
+      {"model:\n  dropout: 1\n", "key 'model.dropout': must be in [0, 1) (got 1)"},
+      {"model:\n  hidden: [64, 0]\n", "key 'model.hidden': hidden[1]: must be >= 1 (got 0)"},
+      {"data:\n  val_fraction: 0\n", "key 'data.val_fraction': must be in (0, 1) (got 0)"},
+      {"data:\n  dirichlet_alpha: 0.0\n", "key 'data.dirichlet_alpha': must be > 0"},
+      {"data:\n  synthetic_classes: 1\n", "key 'data.synthetic_classes': must be >= 2 (got 1)"},
+      {"train:\n  lr: 0\n", "key 'train.lr': must be > 0 (got 0)"},
+      {"train:\n  min_lr_ratio: 1.5\n", "key 'train.min_lr_ratio': must be in [0, 1] (got 1.5)"},
+      {"train:\n  beta2: -0.1\n", "key 'train.beta2': must be in [0, 1) (got -0.1)"},
+      {"train:\n  log_every: 0\n", "key 'train.log_every': must be >= 1 (got 0)"},
+      {"islands:\n  count: 0\n", "key 'islands.count': must be >= 1 (got 0)"},
+      {"algorithm:\n  client_fraction: 0\n", "key 'algorithm.client_fraction': must be in (0, 1]"},
+      {"algorithm:\n  outer_momentum: 1\n", "key 'algorithm.outer_momentum': must be in [0, 1)"},
+      {"algorithm:\n  local_epochs: 0\n", "key 'algorithm.local_epochs': must be >= 1 (got 0)"},
+  };
+  for (const auto& c : cases) {
+    const std::string msg = load_error(write("c.yaml", c.yaml));
+    EXPECT_NE(msg.find(":2: " + c.expected), std::string::npos) << c.yaml << " -> " << msg;
+  }
+  // The closed ends are allowed.
+  const Config ok = load_config(write(
+      "ok.yaml", "algorithm:\n  client_fraction: 1\ntrain:\n  min_lr_ratio: 0\n  beta1: 0\n"));
+  EXPECT_EQ(ok.algorithm.client_fraction, 1.0);
+  EXPECT_EQ(ok.train.min_lr_ratio, 0.0);
+}
+
+TEST_F(ConfigTest, DimMustBeDivisibleByHeads) {
+  const std::string path = write("c.yaml", "model:\n  dim: 100\n  heads: 3\n");
+  EXPECT_EQ(load_error(path),
+            path + ":3: key 'model.heads': model.dim (100) must be divisible by model.heads (3)");
+  // An override can fix it.
+  EXPECT_EQ(load_config(path, {"model.heads=4"}).model.heads, 4);
+}
+
+TEST_F(ConfigTest, EnumErrorListsValidValues) {
+  const std::string path = write("c.yaml", "train:\n  optimizer: adam\n");
+  EXPECT_EQ(load_error(path), path + ":2: key 'train.optimizer': 'adam' is not one of: adamw, sgd "
+                                     "(did you mean 'adamw'?)");
+  const std::string msg = load_error(write("d.yaml", "data:\n  partition: random\n"));
+  EXPECT_NE(msg.find("iid, contiguous, dirichlet, shards"), std::string::npos) << msg;
+  // The algorithm name belongs to the algorithm registry, not to the parser.
+  EXPECT_EQ(load_config(write("e.yaml", "algorithm:\n  name: mine\n")).algorithm.name, "mine");
+}
+
+TEST_F(ConfigTest, OverridesApplyAfterTheFileInOrder) {
+  const std::string path = write("c.yaml", "train:\n  lr: 0.1\n  steps: 20\n");
+  const Config c = load_config(path, {"train.lr=3e-4", "model.hidden=[64, 64]", "train.lr=5e-4",
+                                      "run.name=", "run.resume=true", "data.kind=synthetic"});
+  EXPECT_EQ(c.train.lr, 5e-4);
+  EXPECT_EQ(c.train.steps, 20);  // from the file
+  EXPECT_EQ(c.model.hidden, (std::vector<int>{64, 64}));
+  EXPECT_EQ(c.run.name, "");
+  EXPECT_TRUE(c.run.resume);
+  EXPECT_EQ(c.data.kind, "synthetic");
+  EXPECT_EQ(c.origins.at("train.lr"), "--set train.lr=5e-4");
+  EXPECT_EQ(c.origins.at("train.steps"), path + ":3");
+}
+
+TEST_F(ConfigTest, OverrideTypeAndRangeErrorsNameTheOverride) {
+  const std::string path = write("c.yaml", "");
+  EXPECT_EQ(load_error(path, {"train.steps=abc"}),
+            "--set train.steps=abc: key 'train.steps': expected an integer, got 'abc'");
+  EXPECT_EQ(load_error(path, {"train.steps=-3"}),
+            "--set train.steps=-3: key 'train.steps': must be >= 1 (got -3)");
+  EXPECT_EQ(load_error(path, {"train.optimizer=lion"}),
+            "--set train.optimizer=lion: key 'train.optimizer': 'lion' is not one of: adamw, sgd");
+  EXPECT_EQ(load_error(path, {"model.heads=3"}),
+            "--set model.heads=3: key 'model.heads': model.dim (128) must be divisible by "
+            "model.heads (3)");
+  const std::string syntax = load_error(path, {"model.hidden=[1, 2"});
+  EXPECT_EQ(syntax.rfind("--set model.hidden=[1, 2: key 'model.hidden': YAML syntax error", 0),
+            0u) << syntax;
+}
+
+TEST_F(ConfigTest, OverrideUnknownKeySuggestsClosest) {
+  const std::string path = write("c.yaml", "");
+  EXPECT_EQ(load_error(path, {"train.setps=5"}),
+            "--set train.setps=5: key 'train.setps': unknown key (did you mean 'train.steps'?)");
+  EXPECT_EQ(load_error(path, {"trian.steps=5"}),
+            "--set trian.steps=5: key 'trian.steps': unknown section 'trian' "
+            "(did you mean 'train.steps'?)");
+  EXPECT_EQ(load_error(path, {"steps=5"}),
+            "--set steps=5: key 'steps': expected section.key (did you mean 'train.steps'?)");
+}
+
+TEST_F(ConfigTest, MalformedOverrideIsAnError) {
+  const std::string msg = load_error(write("c.yaml", ""), {"train.steps"});
+  EXPECT_EQ(msg, "--set train.steps: expected section.key=value, e.g. train.lr=3e-4");
+}
+
+TEST_F(ConfigTest, YamlSyntaxErrorHasFileAndLine) {
+  const std::string path = write("bad.yaml", "model:\n  hidden: [1, 2\ntrain:\n  lr: 1\n");
+  const std::string msg = load_error(path);
+  EXPECT_EQ(msg.rfind(path + ":", 0), 0u) << msg;
+  EXPECT_NE(msg.find(": YAML syntax error: "), std::string::npos) << msg;
+  const std::string indent = load_error(write("indent.yaml", "train:\n  lr: 1\n    steps: 2\n"));
+  EXPECT_EQ(indent.rfind((dir_ / "indent.yaml").string() + ":3: YAML syntax error:", 0), 0u)
+      << indent;
+}
+
+TEST_F(ConfigTest, MoreThanOneDocumentIsAnError) {
+  const std::string msg = load_error(write("c.yaml", "train:\n  lr: 1\n---\ntrain:\n  lr: 2\n"));
+  EXPECT_NE(msg.find("expected one YAML document, found 2"), std::string::npos) << msg;
+}
+
+TEST_F(ConfigTest, MissingFile) {
+  const std::string path = (dir_ / "nope.yaml").string();
+  EXPECT_EQ(load_error(path), "cannot read config file '" + path + "': No such file or directory");
+}
+
+TEST_F(ConfigTest, CheckEnvironmentFindsMissingDataFile) {
+  const std::string missing = (dir_ / "missing.txt").string();
+  const std::string path =
+      write("c.yaml", "run:\n  seed: 1\ndata:\n  kind: text\n  path: " + missing + "\n");
+  const Config c = load_config(path);
+  EXPECT_EQ(error_of([&] { check_environment(c); }),
+            path + ":5: key 'data.path': file '" + missing + "' does not exist");
+
+  // Once the file exists the same config passes.
+  write("missing.txt", "hello");
+  EXPECT_NO_THROW(check_environment(c));
+
+  // A path set by --set is reported against the --set.
+  const std::string gone = (dir_ / "gone.bin").string();
+  const Config o = load_config(path, {"data.val_path=" + gone});
+  EXPECT_EQ(error_of([&] { check_environment(o); }),
+            "--set data.val_path=" + gone + ": key 'data.val_path': file '" + gone +
+                "' does not exist");
+
+  // A directory is not a data file.
+  const Config d = load_config(path, {"data.path=" + dir_.string()});
+  EXPECT_NE(error_of([&] { check_environment(d); }).find("is a directory"), std::string::npos);
+}
+
+TEST_F(ConfigTest, CheckEnvironmentNeedsAPathForFileKinds) {
+  const std::string path = write("c.yaml", "data:\n  kind: tokens\n");
+  const Config c = load_config(path);
+  const std::string msg = error_of([&] { check_environment(c); });
+  EXPECT_EQ(msg.rfind(path + ":2: key 'data.path': ", 0), 0u) << msg;
+  // The default kind (text) needs one too; synthetic data needs none.
+  EXPECT_NE(error_of([] { check_environment(Config{}); }).find("key 'data.path'"),
+            std::string::npos);
+  EXPECT_NO_THROW(check_environment(load_config(path, {"data.kind=synthetic"})));
+  // idx needs its labels file.
+  const std::string images = write("images.idx", "x");
+  const Config idx = load_config(path, {"data.kind=idx", "data.path=" + images});
+  EXPECT_NE(error_of([&] { check_environment(idx); }).find("key 'data.labels_path'"),
+            std::string::npos);
+}
+
+TEST(ConfigSchemaTest, ClosestUsesEditDistanceWithALimit) {
+  const std::vector<std::string> names = {"inner_steps", "outer_lr", "outer_momentum"};
+  EXPECT_EQ(schema::closest("inner_step", names), "inner_steps");
+  EXPECT_EQ(schema::closest("outre_lr", names), "outer_lr");  // a swap is one edit
+  EXPECT_EQ(schema::closest("banana", names), std::nullopt);
+}
+
+TEST(ConfigSchemaTest, ScalarsAreStrict) {
+  EXPECT_EQ(schema::parse_int("+12"), 12);
+  EXPECT_EQ(schema::parse_int("010"), 10);
+  EXPECT_EQ(schema::parse_int("1e3"), std::nullopt);
+  EXPECT_EQ(schema::parse_int("0x10"), std::nullopt);
+  EXPECT_EQ(schema::parse_int("99999999999999999999"), std::nullopt);
+  EXPECT_EQ(schema::parse_uint("-0"), std::nullopt);
+  EXPECT_EQ(schema::parse_double("1e-3"), 1e-3);
+  EXPECT_EQ(schema::parse_double("1.5x"), std::nullopt);
+  EXPECT_EQ(schema::format_double(1e-3), "0.001");
+  EXPECT_EQ(schema::format_double(2.0), "2.0");
+  const double third = 1.0 / 3.0;
+  EXPECT_EQ(schema::parse_double(schema::format_double(third)), third);
+}
+
+}  // namespace
+}  // namespace atl::config

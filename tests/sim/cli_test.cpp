@@ -1,0 +1,114 @@
+// The atoll binary as a user meets it: bad configs give one clear line and exit code 2.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Result {
+  int code = -1;
+  std::string output;
+};
+
+Result run(const std::string& args) {
+  const std::string cmd = std::string(ATOLL_BINARY) + " " + args + " 2>&1";
+  Result r;
+  FILE* p = popen(cmd.c_str(), "r");
+  std::array<char, 4096> buf{};
+  while (fgets(buf.data(), buf.size(), p)) r.output += buf.data();
+  const int status = pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+int lines(const std::string& s) {
+  int n = 0;
+  for (char c : s) n += c == '\n';
+  return n;
+}
+
+class Cli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("atoll_cli_test_" + std::to_string(::getpid()));
+    fs::create_directories(dir_);
+    std::ofstream(dir_ / "corpus.txt") << std::string(20000, 'a');
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string write(const std::string& name, const std::string& yaml) {
+    std::ofstream(dir_ / name) << yaml;
+    return (dir_ / name).string();
+  }
+  std::string good() const {
+    return "data: {kind: text, path: " + (dir_ / "corpus.txt").string() + "}\n";
+  }
+  fs::path dir_;
+};
+
+TEST_F(Cli, ValidateAcceptsAGoodConfig) {
+  Result r = run("validate " + write("ok.yaml", good()));
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("ok"), std::string::npos);
+}
+
+TEST_F(Cli, MisspeltKeyNamesFileLineKeyAndSuggestion) {
+  const std::string path = write("typo.yaml", good() + "algorithm:\n  name: diloco\n  inner_step: 10\n");
+  Result r = run("validate " + path);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(lines(r.output), 1) << r.output;
+  EXPECT_NE(r.output.find(path + ":4"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("inner_step"), std::string::npos);
+  EXPECT_NE(r.output.find("algorithm.inner_steps"), std::string::npos) << r.output;
+}
+
+TEST_F(Cli, WrongTypeIsOneLineExitTwo) {
+  Result r = run("validate " + write("type.yaml", good() + "train:\n  batch_size: lots\n"));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(lines(r.output), 1) << r.output;
+  EXPECT_NE(r.output.find("train.batch_size"), std::string::npos) << r.output;
+}
+
+TEST_F(Cli, NegativeStepsIsOneLineExitTwo) {
+  Result r = run("validate " + write("neg.yaml", good() + "train:\n  steps: -5\n"));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(lines(r.output), 1) << r.output;
+  EXPECT_NE(r.output.find("train.steps"), std::string::npos) << r.output;
+}
+
+TEST_F(Cli, MissingDataFileIsOneLineExitTwo) {
+  Result r = run("validate " + write("missing.yaml", "data: {kind: text, path: /nonexistent/kjv.txt}\n"));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(lines(r.output), 1) << r.output;
+  EXPECT_NE(r.output.find("/nonexistent/kjv.txt"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("data.path"), std::string::npos) << r.output;
+}
+
+TEST_F(Cli, UnknownAlgorithmListsValidNames) {
+  Result r = run("validate " + write("algo.yaml", good() + "algorithm: {name: dilogo}\n"));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.output.find("diloco"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("fedavg"), std::string::npos) << r.output;
+}
+
+TEST_F(Cli, SetOverridesApplyAndAreValidated) {
+  const std::string path = write("ok.yaml", good());
+  EXPECT_EQ(run("validate " + path + " --set algorithm.inner_steps=7").code, 0);
+  Result r = run("validate " + path + " --set algorithm.inner_stepz=7");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.output.find("algorithm.inner_steps"), std::string::npos) << r.output;
+}
+
+TEST_F(Cli, UsageErrorsExitTwo) {
+  EXPECT_EQ(run("").code, 2);
+  EXPECT_EQ(run("frobnicate").code, 2);
+  EXPECT_EQ(run("simulate").code, 2);
+}
+
+}  // namespace

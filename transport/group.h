@@ -1,0 +1,88 @@
+// The communication interface algorithms are written against. An algorithm never knows
+// whether its Group is the in-process one (simulation), ZeroMQ or Gloo.
+//
+// Collectives are asynchronous: they return a Handle at once; the caller keeps the buffer
+// alive and untouched until the handle is done. Every member must issue the same sequence
+// of collectives (they are matched by their order). A collective that loses a member
+// completes with the survivors' contributions and says who contributed.
+//
+// Thread-safety: a Group object belongs to one island (one thread); different islands'
+// groups may be used concurrently.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "compression/pipeline.h"
+#include "src/base/status.h"
+
+namespace atl::transport {
+
+using Clock = std::chrono::steady_clock;
+using Deadline = std::optional<Clock::time_point>;  // nullopt = wait forever
+
+struct MembershipView {
+  uint64_t epoch = 0;            // bumps on every join/leave
+  std::vector<int> members;      // live island ids, ascending
+  int self = -1;                 // this island's id
+};
+
+struct CollectiveResult {
+  Status status;                 // ok; kTimeout; kPeerLost (then `contributors` < members)
+  std::vector<int> contributors; // ids whose data is in the result, ascending
+  double weight_sum = 0;         // allreduce_mean: sum of the contributors' weights
+};
+
+// Bytes this island placed on / took off the wire, as counted by the transport itself
+// (encoded payloads and frame headers), cumulative since the group was made.
+struct ByteCounters {
+  uint64_t sent = 0;
+  uint64_t received = 0;
+  uint64_t raw_sent = 0;  // fp32 size of what was sent before encoding (for ratios)
+};
+
+class Handle {
+ public:
+  virtual ~Handle() = default;
+  virtual bool done() const = 0;
+  // Blocks until the collective completes or the deadline passes (kTimeout; the collective
+  // may still complete later). The result is final once returned with a status other than
+  // kTimeout.
+  virtual CollectiveResult wait(Deadline deadline = std::nullopt) = 0;
+};
+
+class Group {
+ public:
+  virtual ~Group() = default;
+
+  virtual MembershipView view() const = 0;
+
+  // buffer <- sum_i w_i * buffer_i / sum_i w_i over the contributors i (`weight` is this
+  // island's w_i > 0). `buffer`: [n] float32 contiguous, same n on every member; encoded
+  // with `codec` on the wire. After completion every contributor holds bitwise the same
+  // result.
+  virtual std::unique_ptr<Handle> allreduce_mean(at::Tensor buffer,
+                                                 const compression::Pipeline& codec,
+                                                 double weight = 1.0) = 0;
+
+  // buffer <- root's buffer on every member.
+  virtual std::unique_ptr<Handle> broadcast(int root, at::Tensor buffer,
+                                            const compression::Pipeline& codec) = 0;
+
+  // Server role (OuterServer, see algorithms/outer_server.h). push delivers `buffer` with
+  // `weight` under `tag`; pull fills `out` with the server's answer to `tag`, waiting until
+  // the server has one.
+  virtual std::unique_ptr<Handle> push(uint64_t tag, at::Tensor buffer,
+                                       const compression::Pipeline& codec, double weight) = 0;
+  virtual std::unique_ptr<Handle> pull(uint64_t tag, at::Tensor out,
+                                       const compression::Pipeline& codec) = 0;
+
+  virtual ByteCounters bytes() const = 0;
+};
+
+}  // namespace atl::transport

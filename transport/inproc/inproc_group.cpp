@@ -1,0 +1,228 @@
+#include "transport/inproc/inproc_group.h"
+
+#include <ATen/ATen.h>
+
+#include <string>
+
+#include "transport/ring.h"
+
+namespace atl::transport {
+
+namespace {
+class DoneHandle final : public Handle {
+ public:
+  explicit DoneHandle(CollectiveResult r) : result_(std::move(r)) {}
+  bool done() const override { return true; }
+  CollectiveResult wait(Deadline) override { return result_; }
+
+ private:
+  CollectiveResult result_;
+};
+}  // namespace
+
+// Handle of a matched collective: completes when every member has contributed.
+class InprocHandle final : public Handle {
+ public:
+  InprocHandle(InprocHub& hub, int self, uint64_t seq) : hub_(hub), self_(self), seq_(seq) {}
+  ~InprocHandle() override {
+    if (!collected_) collect();
+  }
+  bool done() const override { return hub_.collectives_.at(seq_).done; }
+  CollectiveResult wait(Deadline) override {
+    if (collected_) return result_;
+    auto& c = hub_.collectives_.at(seq_);
+    if (!c.done) {
+      hub_.scheduler_.block_until(
+          self_, [this] { return hub_.collectives_.at(seq_).done; },
+          "collective #" + std::to_string(seq_));
+    }
+    collect();
+    return result_;
+  }
+
+ private:
+  void collect() {
+    auto it = hub_.collectives_.find(seq_);
+    if (it == hub_.collectives_.end()) return;
+    result_ = it->second.result;
+    collected_ = true;
+    if (--it->second.waiting == 0 && it->second.done) hub_.collectives_.erase(it);
+  }
+  InprocHub& hub_;
+  int self_;
+  uint64_t seq_;
+  bool collected_ = false;
+  CollectiveResult result_;
+};
+
+class InprocGroup final : public Group {
+ public:
+  InprocGroup(InprocHub& hub, int id) : hub_(hub), id_(id) {}
+
+  MembershipView view() const override { return {hub_.epoch_, hub_.members_, id_}; }
+
+  std::unique_ptr<Handle> allreduce_mean(at::Tensor buffer, const compression::Pipeline& codec,
+                                         double weight) override {
+    TORCH_CHECK(weight > 0, "allreduce_mean weight must be > 0");
+    return contribute(InprocHub::Kind::kAllreduce, -1, std::move(buffer), codec, weight);
+  }
+
+  std::unique_ptr<Handle> broadcast(int root, at::Tensor buffer,
+                                    const compression::Pipeline& codec) override {
+    return contribute(InprocHub::Kind::kBroadcast, root, std::move(buffer), codec, 1.0);
+  }
+
+  std::unique_ptr<Handle> push(uint64_t tag, at::Tensor buffer, const compression::Pipeline& codec,
+                               double weight) override {
+    TORCH_CHECK(hub_.server_ != nullptr, "push: no server role in this simulation");
+    at::Tensor received = at::empty_like(buffer);
+    hub_.transfer(id_, -1, buffer, received, codec);
+    hub_.server_->on_push(id_, tag, received, weight);
+    return std::make_unique<DoneHandle>(CollectiveResult{Status::ok(), {id_}, weight});
+  }
+
+  std::unique_ptr<Handle> pull(uint64_t tag, at::Tensor out,
+                               const compression::Pipeline& codec) override {
+    TORCH_CHECK(hub_.server_ != nullptr, "pull: no server role in this simulation");
+    OuterServer* server = hub_.server_;
+    const int self = id_;
+    hub_.scheduler_.block_until(
+        id_, [server, self, tag] { return server->on_pull(self, tag).has_value(); },
+        "server answer to tag " + std::to_string(tag));
+    at::Tensor answer = *server->on_pull(id_, tag);
+    hub_.transfer(-1, id_, answer, out, codec);
+    return std::make_unique<DoneHandle>(CollectiveResult{Status::ok(), {id_}, 1.0});
+  }
+
+  ByteCounters bytes() const override { return hub_.counters_[id_]; }
+
+ private:
+  std::unique_ptr<Handle> contribute(InprocHub::Kind kind, int root, at::Tensor buffer,
+                                     const compression::Pipeline& codec, double weight) {
+    TORCH_CHECK(buffer.is_contiguous() && buffer.scalar_type() == at::kFloat && buffer.device().is_cpu(),
+                "collectives take contiguous float32 CPU buffers");
+    const uint64_t seq = seq_++;
+    auto& c = hub_.collectives_[seq];
+    if (c.contributions.empty()) {
+      c.kind = kind;
+      c.root = root;
+      c.waiting = static_cast<int>(hub_.members_.size());
+    }
+    TORCH_CHECK(c.kind == kind && c.root == root,
+                "collective #", seq, ": members issued different collectives");
+    if (!c.contributions.empty()) {
+      TORCH_CHECK(c.contributions.begin()->second.buffer.numel() == buffer.numel(),
+                  "collective #", seq, ": members passed buffers of different sizes");
+    }
+    c.contributions[id_] = {std::move(buffer), &codec, weight};
+    if (c.contributions.size() == hub_.members_.size()) {
+      if (kind == InprocHub::Kind::kAllreduce) hub_.run_allreduce(c);
+      else hub_.run_broadcast(c);
+      c.done = true;
+    }
+    return std::make_unique<InprocHandle>(hub_, id_, seq);
+  }
+
+  InprocHub& hub_;
+  int id_;
+  uint64_t seq_ = 0;
+};
+
+InprocHub::InprocHub(int islands, Scheduler& scheduler)
+    : scheduler_(scheduler), counters_(static_cast<size_t>(islands)) {
+  for (int i = 0; i < islands; ++i) members_.push_back(i);
+}
+
+InprocHub::~InprocHub() = default;
+
+std::unique_ptr<Group> InprocHub::make_group(int id) {
+  TORCH_CHECK(id >= 0 && id < size(), "no island ", id);
+  return std::make_unique<InprocGroup>(*this, id);
+}
+
+void InprocHub::transfer(int from, int to, const at::Tensor& src, at::Tensor dst,
+                         const compression::Pipeline& codec) {
+  at::Tensor s = src.is_contiguous() ? src : src.contiguous();
+  scratch_.clear();
+  codec.encode(s, scratch_);
+  if (from >= 0) {
+    counters_[from].sent += scratch_.size();
+    counters_[from].raw_sent += static_cast<uint64_t>(s.numel()) * sizeof(float);
+  }
+  if (to >= 0) counters_[to].received += scratch_.size();
+  Status st = codec.decode(scratch_.data(), scratch_.size(), dst);
+  TORCH_CHECK(st.is_ok(), "in-process transfer failed to decode its own encoding: ", st.to_string());
+}
+
+void InprocHub::run_allreduce(Collective& c) {
+  std::vector<int> ids;
+  std::vector<Contribution*> parts;
+  double weight_sum = 0;
+  for (auto& [id, part] : c.contributions) {
+    ids.push_back(id);
+    parts.push_back(&part);
+    weight_sum += part.weight;
+  }
+  const int w = static_cast<int>(ids.size());
+  const int64_t n = parts[0]->buffer.numel();
+  c.result = {Status::ok(), ids, weight_sum};
+  if (w == 1) return;  // the mean of one buffer is that buffer, bitwise
+
+  bool uniform = true;
+  for (auto* p : parts) uniform = uniform && p->weight == parts[0]->weight;
+  if (!uniform) {
+    for (auto* p : parts) p->buffer.mul_(p->weight);
+  }
+  const double divisor = uniform ? static_cast<double>(w) : weight_sum;
+  const auto& codec = *parts[0]->codec;
+
+  auto slice = [&](int member, int chunk) {
+    auto [b, e] = ring::chunk_bounds(n, w, chunk);
+    return parts[member]->buffer.narrow(0, b, e - b);
+  };
+  at::Tensor incoming;
+  // Reduce-scatter: W-1 steps; member r sends chunk (r - s) to r+1, which accumulates it.
+  for (int s = 0; s < w - 1; ++s) {
+    for (int r = 0; r < w; ++r) {
+      const int chunk = ring::reduce_scatter_chunk(r, s, w);
+      const int next = (r + 1) % w;
+      at::Tensor src = slice(r, chunk);
+      incoming = at::empty({src.numel()}, src.options());
+      transfer(ids[r], ids[next], src, incoming, codec);
+      slice(next, chunk).add_(incoming);
+    }
+  }
+  // Member r now owns the sum of chunk (r + 1); turn it into the mean. The owner keeps what
+  // the wire would carry (decode(encode(x))), so every member ends bitwise identical.
+  for (int r = 0; r < w; ++r) {
+    at::Tensor own = slice(r, (r + 1) % w);
+    own.div_(divisor);
+    if (!codec.lossless()) {
+      at::Tensor copy = own.clone();
+      transfer(-1, -1, copy, own, codec);
+    }
+  }
+  // All-gather: W-1 steps; member r forwards chunk (r + 1 - s) to r+1, which copies it.
+  for (int s = 0; s < w - 1; ++s) {
+    for (int r = 0; r < w; ++r) {
+      const int chunk = ring::all_gather_chunk(r, s, w);
+      const int next = (r + 1) % w;
+      transfer(ids[r], ids[next], slice(r, chunk), slice(next, chunk), codec);
+    }
+  }
+}
+
+void InprocHub::run_broadcast(Collective& c) {
+  std::vector<int> ids;
+  for (auto& [id, part] : c.contributions) ids.push_back(id);
+  auto root_it = c.contributions.find(c.root);
+  TORCH_CHECK(root_it != c.contributions.end(), "broadcast root ", c.root, " is not a member");
+  const Contribution& root = root_it->second;
+  for (auto& [id, part] : c.contributions) {
+    if (id == c.root) continue;
+    transfer(c.root, id, root.buffer, part.buffer, *root.codec);
+  }
+  c.result = {Status::ok(), ids, static_cast<double>(ids.size())};
+}
+
+}  // namespace atl::transport

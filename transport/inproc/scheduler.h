@@ -1,0 +1,70 @@
+// Cooperative scheduler for the simulator: N participants (islands), each on its own
+// thread, but only ONE runs at a time. A participant gives up its turn only when it blocks
+// (block_until) or yields; the next participant is chosen deterministically: the runnable
+// one with the smallest (time, id). So a simulation is deterministic whatever the host's
+// load, each island computes with all cores, and blocking collectives can be written as
+// plain blocking code.
+//
+// Threads are joined by run(); none is detached. If a participant throws, the others are
+// unblocked with SchedulerAborted and run() rethrows the first exception. If every
+// unfinished participant is blocked, that is a deadlock: run() throws std::runtime_error
+// naming what each one waits for.
+#pragma once
+
+#include <condition_variable>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace atl::transport {
+
+struct SchedulerAborted : std::runtime_error {
+  SchedulerAborted() : std::runtime_error("simulation aborted") {}
+};
+
+class Scheduler {
+ public:
+  explicit Scheduler(int participants);
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  int size() const { return static_cast<int>(slots_.size()); }
+
+  // Runs body(id) for every participant, one at a time; returns when all have returned.
+  void run(const std::function<void(int id)>& body);
+
+  // --- called by participant `id` while it holds the turn ---
+  // Gives up the turn until ready() is true. ready() is evaluated by whichever thread picks
+  // the next participant, under the scheduler's lock: it must only read state that is
+  // changed by participants holding the turn, and must not block. `what` names the wait
+  // for deadlock reports.
+  void block_until(int id, const std::function<bool()>& ready, const std::string& what);
+  // Lets participants with a smaller (time, id) run first.
+  void yield(int id);
+  // Sets the participant's priority key (e.g. virtual time). Smaller runs first.
+  void set_time(int id, double time);
+  double time(int id) const;
+
+ private:
+  struct Slot {
+    bool finished = false;
+    std::function<bool()> ready;  // empty = runnable
+    std::string what;
+    double time = 0;
+  };
+  int pick_locked();              // next participant to run, or -1
+  void wait_turn_locked(std::unique_lock<std::mutex>& lock, int id);
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<Slot> slots_;
+  int current_ = -1;
+  bool aborted_ = false;
+  std::string deadlock_;
+  std::exception_ptr error_;
+};
+
+}  // namespace atl::transport

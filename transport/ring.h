@@ -1,0 +1,30 @@
+// Ring all-reduce schedule shared by every transport that runs one (in-process, ZeroMQ),
+// so that they add the same numbers in the same order and produce bitwise the same result.
+//
+// W members in ring order r = 0..W-1; the buffer is cut into W chunks. Reduce-scatter: at
+// step s = 0..W-2, member r sends chunk (r - s) mod W to member r+1, which adds it to its
+// own. After it, member r owns the full sum of chunk (r + 1) mod W. All-gather: at step s,
+// member r forwards chunk (r + 1 - s) mod W, which the receiver copies.
+// Each member sends and receives 2 (W-1)/W of the buffer.
+#pragma once
+
+#include <cstdint>
+#include <utility>
+
+namespace atl::transport::ring {
+
+// [begin, end) of chunk c when n elements are cut into w chunks (sizes differ by <= 1).
+inline std::pair<int64_t, int64_t> chunk_bounds(int64_t n, int w, int c) {
+  const int64_t base = n / w, extra = n % w;
+  const int64_t begin = c * base + (c < extra ? c : extra);
+  return {begin, begin + base + (c < extra ? 1 : 0)};
+}
+
+inline int mod(int a, int w) { return ((a % w) + w) % w; }
+
+// Chunk member r sends at reduce-scatter step s.
+inline int reduce_scatter_chunk(int r, int s, int w) { return mod(r - s, w); }
+// Chunk member r sends at all-gather step s.
+inline int all_gather_chunk(int r, int s, int w) { return mod(r + 1 - s, w); }
+
+}  // namespace atl::transport::ring
