@@ -56,9 +56,9 @@ FlatBuffers flatten_parameters(torch::nn::Module& module, c10::Device device) {
     const ParamSlice& slice = flat.layout[i];
     torch::Tensor value = flat.params.narrow(0, slice.offset, slice.numel).view(slice.shape);
     torch::Tensor grad = flat.grads.narrow(0, slice.offset, slice.numel).view(slice.shape);
-    value.copy_(p.detach());   // may cross devices (init happens on the CPU)
-    p.set_data(value);         // p now shares the flat storage (with an offset)
-    p.mutable_grad() = grad;   // autograd accumulates into this view in place
+    value.copy_(p.detach());  // may cross devices (init happens on the CPU)
+    p.set_data(value);        // p now shares the flat storage (with an offset)
+    p.mutable_grad() = grad;  // autograd accumulates into this view in place
   }
   for (auto& buffer : module.buffers(/*recurse=*/true)) {
     buffer.set_data(buffer.to(device));

@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <limits>
 
 #include "src/models/flat_params.h"
 #include "src/models/layers.h"
@@ -23,18 +24,18 @@ class AttentionImpl : public torch::nn::Module {
     proj_ = register_module("proj", layers::dense_normal(dim, dim, true, proj_std, gen));
   }
 
-  // x [B, T, dim]; allowed [T, T] bool, true where key j <= query i.
-  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& allowed) {
+  // x [B, T, dim]; future [T, T] bool, true where key j > query i (masked out).
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& future) {
     const int64_t B = x.size(0), T = x.size(1), hd = dim_ / heads_;
-    auto qkv = qkv_->forward(x).split(dim_, /*dim=*/2);  // 3 x [B, T, dim]
+    auto qkv = qkv_->forward(x).split(dim_, /*dim=*/2);        // 3 x [B, T, dim]
     auto q = qkv[0].view({B, T, heads_, hd}).transpose(1, 2);  // [B, H, T, hd]
     auto k = qkv[1].view({B, T, heads_, hd}).transpose(1, 2);
     auto v = qkv[2].view({B, T, heads_, hd}).transpose(1, 2);
     auto att = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(hd)));
-    att = att.masked_fill(allowed.logical_not(), -std::numeric_limits<float>::infinity());
-    att = torch::softmax(att, -1);                                // [B, H, T, T]
+    att = att.masked_fill(future, -std::numeric_limits<float>::infinity());
+    att = torch::softmax(att, -1);  // [B, H, T, T]
     att = torch::dropout(att, dropout_, is_training());
-    auto y = torch::matmul(att, v);                               // [B, H, T, hd]
+    auto y = torch::matmul(att, v);  // [B, H, T, hd]
     y = y.transpose(1, 2).contiguous().view({B, T, dim_});
     return torch::dropout(proj_->forward(y), dropout_, is_training());
   }
@@ -71,8 +72,8 @@ class BlockImpl : public torch::nn::Module {
     ln2_ = register_module("ln2", layers::Norm(dim));
     mlp_ = register_module("mlp", FeedForward(dim, dropout, proj_std, gen));
   }
-  torch::Tensor forward(torch::Tensor x, const torch::Tensor& allowed) {
-    x = x + attn_->forward(ln1_->forward(x), allowed);
+  torch::Tensor forward(torch::Tensor x, const torch::Tensor& future) {
+    x = x + attn_->forward(ln1_->forward(x), future);
     return x + mlp_->forward(ln2_->forward(x));
   }
 
@@ -88,8 +89,11 @@ TORCH_MODULE(Block);
 struct GptNet : torch::nn::Module {
   GptNet(const config::ModelConfig& c, at::Generator& gen) : dropout(c.dropout) {
     const double proj_std = kInitStd / std::sqrt(2.0 * c.layers);
-    tok_emb = register_module("tok_emb", layers::Weight(layers::normal({c.vocab, c.dim}, kInitStd, gen)));
-    pos_emb = register_module("pos_emb", layers::Weight(layers::normal({c.seq_len, c.dim}, kInitStd, gen)));
+    auto table = [&](int64_t rows) {
+      return layers::Weight(layers::normal({rows, c.dim}, kInitStd, gen));
+    };
+    tok_emb = register_module("tok_emb", table(c.vocab));
+    pos_emb = register_module("pos_emb", table(c.seq_len));
     blocks = register_module("blocks", torch::nn::ModuleList());
     for (int i = 0; i < c.layers; ++i) {
       Block block(c.dim, c.heads, c.dropout, proj_std, gen);
@@ -98,21 +102,21 @@ struct GptNet : torch::nn::Module {
     }
     ln_f = register_module("ln_f", layers::Norm(c.dim));
     if (!c.tie_embeddings) {
-      head = register_module("head", layers::Weight(layers::normal({c.vocab, c.dim}, kInitStd, gen)));
+      head = register_module("head", table(c.vocab));
     }
-    allowed = torch::ones({c.seq_len, c.seq_len}, torch::kBool).tril();
+    future = torch::ones({c.seq_len, c.seq_len}, torch::kBool).triu(1);
   }
 
   // tokens [B, T] int64 on the model's device -> logits [B, T, vocab].
   torch::Tensor forward(const torch::Tensor& tokens) {
+    TORCH_CHECK(tokens.dim() == 2, "gpt: input must be [B, T], got ", tokens.sizes());
     const int64_t T = tokens.size(1);
     const torch::Tensor& wte = tok_emb->weight();  // [vocab, dim]
     const torch::Tensor& wpe = pos_emb->weight();  // [seq_len, dim]
-    TORCH_CHECK(tokens.dim() == 2, "gpt: input must be [B, T], got ", tokens.sizes());
     TORCH_CHECK(T <= wpe.size(0), "gpt: input length ", T, " > seq_len ", wpe.size(0));
     auto x = torch::embedding(wte, tokens) + wpe.narrow(0, 0, T);  // [B, T, dim]
     x = torch::dropout(x, dropout, is_training());
-    auto mask = allowed.narrow(0, 0, T).narrow(1, 0, T);
+    auto mask = future.narrow(0, 0, T).narrow(1, 0, T);
     for (auto& block : block_list) x = block->forward(x, mask);
     x = ln_f->forward(x);
     return torch::linear(x, head.is_empty() ? wte : head->weight());  // tied: the head is tok_emb
@@ -123,7 +127,7 @@ struct GptNet : torch::nn::Module {
   torch::nn::ModuleList blocks{nullptr};
   std::vector<Block> block_list;
   layers::Norm ln_f{nullptr};
-  torch::Tensor allowed;  // [seq_len, seq_len] bool lower triangle, on the model's device
+  torch::Tensor future;  // [seq_len, seq_len] bool, true above the diagonal; on the model's device
 };
 
 int64_t Gpt::expected_numel(const config::ModelConfig& c) {
@@ -142,7 +146,7 @@ Gpt::Gpt(const config::ModelConfig& config, c10::Device device, uint64_t seed)
   params_ = flat.params;
   grads_ = flat.grads;
   layout_ = std::move(flat.layout);
-  net_->allowed = net_->allowed.to(device);
+  net_->future = net_->future.to(device);
 }
 
 Gpt::~Gpt() = default;
@@ -166,7 +170,7 @@ void Gpt::set_training(bool training) { net_->train(training); }
 torch::nn::Module& Gpt::module() { return *net_; }
 
 double Gpt::flops_per_example() const {
-  int64_t n = numel() - int64_t{config_.seq_len} * config_.dim;  // minus pos_emb
+  int64_t n = numel() - int64_t{config_.seq_len} * config_.dim;            // minus pos_emb
   if (!config_.tie_embeddings) n -= int64_t{config_.vocab} * config_.dim;  // minus tok_emb lookup
   return 6.0 * static_cast<double>(n) +
          12.0 * config_.layers * static_cast<double>(config_.seq_len) * config_.dim;

@@ -3,7 +3,8 @@
 //   x = tok_emb[tokens] + pos_emb[0:T]                        [B, T, dim]
 //   for each block:  x = x + drop(attn(ln1(x)));  x = x + drop(mlp(ln2(x)))
 //   logits = ln_f(x) @ head^T                                 [B, T, vocab]
-//   attn: qkv = Linear(dim, 3 dim); per head softmax(mask(q k^T / sqrt(hd))) v; proj Linear(dim, dim)
+//   attn: qkv = Linear(dim, 3 dim); per head softmax(causal_mask(q k^T / sqrt(hd))) v;
+//         proj = Linear(dim, dim)
 //   mlp:  Linear(dim, 4 dim) -> GELU -> Linear(4 dim, dim)
 // With tie_embeddings the head is tok_emb.weight itself (one parameter, stored once in the
 // flat buffer). Init: N(0, 0.02) for embeddings and Linear weights, N(0, 0.02/sqrt(2 layers))

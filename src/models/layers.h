@@ -54,7 +54,9 @@ inline Dense dense_uniform(int64_t in, int64_t out, at::Generator& gen) {
 // that its name reads "tok_emb.weight" (parameter names cannot contain dots).
 class WeightImpl : public torch::nn::Module {
  public:
-  explicit WeightImpl(torch::Tensor weight) { weight_ = register_parameter("weight", std::move(weight)); }
+  explicit WeightImpl(torch::Tensor weight) {
+    weight_ = register_parameter("weight", std::move(weight));
+  }
   const torch::Tensor& weight() const { return weight_; }
 
  private:

@@ -19,7 +19,8 @@ std::string joined_names() {
 // Data-derived size: the config value when set, else the data's; both set must agree.
 int64_t resolve(const char* key, int64_t from_config, int64_t from_data, const char* what) {
   if (from_config < 0) {
-    throw UserError(std::string("model.") + key + " must be >= 0, got " + std::to_string(from_config));
+    throw UserError(std::string("model.") + key + " must be >= 0, got " +
+                    std::to_string(from_config));
   }
   if (from_config > 0 && from_data > 0 && from_config != from_data) {
     throw UserError(std::string("model.") + key + " is " + std::to_string(from_config) +
@@ -36,7 +37,9 @@ int64_t resolve(const char* key, int64_t from_config, int64_t from_data, const c
 std::unique_ptr<Model> make_gpt(const config::ModelConfig& c, const DataShape& shape,
                                 c10::Device device, uint64_t seed) {
   auto positive = [](const char* key, int value) {
-    if (value <= 0) throw UserError(std::string("model.") + key + " must be > 0, got " + std::to_string(value));
+    if (value <= 0) {
+      throw UserError(std::string("model.") + key + " must be > 0, got " + std::to_string(value));
+    }
   };
   positive("layers", c.layers);
   positive("heads", c.heads);
@@ -44,8 +47,8 @@ std::unique_ptr<Model> make_gpt(const config::ModelConfig& c, const DataShape& s
   positive("seq_len", c.seq_len);
   positive("vocab", c.vocab);
   if (c.dim % c.heads != 0) {
-    throw UserError("model.dim (" + std::to_string(c.dim) + ") must be a multiple of model.heads (" +
-                    std::to_string(c.heads) + ")");
+    throw UserError("model.dim (" + std::to_string(c.dim) +
+                    ") must be a multiple of model.heads (" + std::to_string(c.heads) + ")");
   }
   if (c.dropout < 0.0 || c.dropout >= 1.0) {
     throw UserError("model.dropout must be in [0, 1), got " + std::to_string(c.dropout));
@@ -62,7 +65,8 @@ std::unique_ptr<Model> make_mlp(const config::ModelConfig& c, const DataShape& s
   int64_t input_dim = resolve("input_dim", c.input_dim, shape.input_dim, "features");
   int64_t classes = resolve("classes", c.classes, shape.classes, "classes");
   for (int width : c.hidden) {
-    if (width <= 0) throw UserError("model.hidden widths must be > 0, got " + std::to_string(width));
+    if (width <= 0)
+      throw UserError("model.hidden widths must be > 0, got " + std::to_string(width));
   }
   return std::make_unique<Mlp>(input_dim, c.hidden, static_cast<int>(classes), device, seed);
 }
@@ -75,7 +79,8 @@ std::unique_ptr<Model> make_model(const config::ModelConfig& config, const DataS
                                   c10::Device device, uint64_t seed) {
   if (config.name == "gpt") return make_gpt(config, shape, device, seed);
   if (config.name == "mlp") return make_mlp(config, shape, device, seed);
-  throw UserError("model.name '" + config.name + "' is not a model; valid names: " + joined_names());
+  throw UserError("model.name '" + config.name +
+                  "' is not a model; valid names: " + joined_names());
 }
 
 }  // namespace atl::models

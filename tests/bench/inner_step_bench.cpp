@@ -5,11 +5,10 @@
 // global grad-norm clip to 1.0, AdamW (lr 1e-3, betas 0.9/0.95, eps 1e-8, wd 0.1) written as
 // a handful of whole-buffer ops on params()/grads() -- the way the trainer updates a model.
 // Prints one JSON line: {"impl":"atoll", ..., "tokens_per_s": ...}.
-#include <CLI/CLI.hpp>
+#include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
-#include <ATen/CPUGeneratorImpl.h>
-
+#include <CLI/CLI.hpp>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -21,9 +20,9 @@ namespace {
 
 struct Options {
   int layers = 4, heads = 4, dim = 128, seq_len = 128, vocab = 256, batch = 16;
-  int warmup = 5;      // untimed steps first (allocator, thread pool)
-  int steps = 20;      // timed steps
-  int threads = 0;     // torch::set_num_threads; 0 = hardware threads
+  int warmup = 5;   // untimed steps first (allocator, thread pool)
+  int steps = 20;   // timed steps
+  int threads = 0;  // torch::set_num_threads; 0 = hardware threads
   std::string device = "cpu";
   uint64_t seed = 0;
 };
@@ -73,7 +72,8 @@ int main(int argc, char** argv) {
   app.add_option("--seed", o.seed);
   CLI11_PARSE(app, argc, argv);
 
-  const int threads = o.threads > 0 ? o.threads : static_cast<int>(std::thread::hardware_concurrency());
+  const int threads =
+      o.threads > 0 ? o.threads : static_cast<int>(std::thread::hardware_concurrency());
   torch::set_num_threads(threads);
 
   atl::config::ModelConfig config;
@@ -86,7 +86,8 @@ int main(int argc, char** argv) {
   config.dropout = 0.0;
   config.tie_embeddings = true;
   const c10::Device device(o.device);
-  auto model = atl::models::make_model(config, atl::models::DataShape{o.vocab, 0, 0}, device, o.seed);
+  auto model =
+      atl::models::make_model(config, atl::models::DataShape{o.vocab, 0, 0}, device, o.seed);
   model->set_training(true);
 
   auto gen = at::make_generator<at::CPUGeneratorImpl>(o.seed + 1);
@@ -108,14 +109,15 @@ int main(int argc, char** argv) {
     adamw.update(model->params(), model->grads());
     if (step + 1 == o.warmup + o.steps) loss = out.loss.item<float>();  // also a device sync
   }
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const double tokens = static_cast<double>(o.steps) * o.batch * o.seq_len;
 
   std::printf(
       "{\"impl\":\"atoll\",\"threads\":%d,\"device\":\"%s\",\"params\":%lld,\"batch\":%d,"
       "\"seq_len\":%d,\"steps\":%d,\"seconds\":%.4f,\"ms_per_step\":%.3f,\"tokens_per_s\":%.1f,"
       "\"final_loss\":%.4f}\n",
-      threads, o.device.c_str(), static_cast<long long>(model->numel()), o.batch, o.seq_len, o.steps,
-      seconds, 1e3 * seconds / o.steps, tokens / seconds, loss);
+      threads, o.device.c_str(), static_cast<long long>(model->numel()), o.batch, o.seq_len,
+      o.steps, seconds, 1e3 * seconds / o.steps, tokens / seconds, loss);
   return 0;
 }

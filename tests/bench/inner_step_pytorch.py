@@ -24,7 +24,7 @@ class Attention(nn.Module):
         self.heads, self.dropout = heads, dropout
         self.qkv = nn.Linear(dim, 3 * dim)
         self.proj = nn.Linear(dim, dim)
-        self.register_buffer("allowed", torch.ones(seq_len, seq_len, dtype=torch.bool).tril())
+        self.register_buffer("future", torch.ones(seq_len, seq_len, dtype=torch.bool).triu(1))
 
     def forward(self, x):  # x [B, T, C]
         B, T, C = x.shape
@@ -34,7 +34,7 @@ class Attention(nn.Module):
         k = k.view(B, T, self.heads, hd).transpose(1, 2)
         v = v.view(B, T, self.heads, hd).transpose(1, 2)
         att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hd))
-        att = att.masked_fill(self.allowed[:T, :T].logical_not(), float("-inf"))
+        att = att.masked_fill(self.future[:T, :T], float("-inf"))
         att = F.dropout(torch.softmax(att, dim=-1), self.dropout, self.training)
         y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
         return F.dropout(self.proj(y), self.dropout, self.training)

@@ -78,7 +78,9 @@ TEST(Partition, IidAndContiguousHaveNearEqualSizes) {
   const Shards shards = partition(*data, 10, c, 5);
   for (size_t i = 0; i < shards.size(); ++i) {
     EXPECT_EQ(shards[i].back() - shards[i].front() + 1, static_cast<int64_t>(shards[i].size()));
-    if (i > 0) EXPECT_EQ(shards[i].front(), shards[i - 1].back() + 1);
+    if (i > 0) {
+      EXPECT_EQ(shards[i].front(), shards[i - 1].back() + 1);
+    }
   }
 }
 

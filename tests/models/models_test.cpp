@@ -1,9 +1,8 @@
 // Models: the flat-buffer invariants (for every model), deterministic init, the GPT's shape
 // (parameter count, causality, tying) and that both models can learn something small.
+#include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
-
-#include <ATen/CPUGeneratorImpl.h>
 
 #include <cmath>
 #include <map>
@@ -75,10 +74,14 @@ struct Case {
   data::Batch (*batch)();
 };
 
+void PrintTo(const Case& c, std::ostream* os) { *os << c.label; }
+
 std::vector<Case> cases() {
   return {
-      {"gpt_tied", tiny_gpt(true), DataShape{11, 0, 0}, [] { return gpt_batch(tiny_gpt(), 3, 8, 7); }},
-      {"gpt_untied", tiny_gpt(false), DataShape{11, 0, 0}, [] { return gpt_batch(tiny_gpt(), 3, 8, 7); }},
+      {"gpt_tied", tiny_gpt(true), DataShape{11, 0, 0},
+       [] { return gpt_batch(tiny_gpt(), 3, 8, 7); }},
+      {"gpt_untied", tiny_gpt(false), DataShape{11, 0, 0},
+       [] { return gpt_batch(tiny_gpt(), 3, 8, 7); }},
       {"mlp", tiny_mlp(), kMlpShape, [] { return mlp_batch(5, 7); }},
   };
 }
@@ -199,7 +202,8 @@ TEST(Gpt, ParameterCountMatchesTheFormula) {
     auto c = tiny_gpt(tie);
     Gpt model(c, kCpu, 0);
     // V C + T C + L (12 C^2 + 13 C) + 2 C (+ V C untied), written out for V=11 T=8 C=16 L=2.
-    int64_t by_hand = 11 * 16 + 8 * 16 + 2 * (12 * 16 * 16 + 13 * 16) + 2 * 16 + (tie ? 0 : 11 * 16);
+    int64_t by_hand =
+        11 * 16 + 8 * 16 + 2 * (12 * 16 * 16 + 13 * 16) + 2 * 16 + (tie ? 0 : 11 * 16);
     EXPECT_EQ(model.numel(), by_hand);
     EXPECT_EQ(Gpt::expected_numel(c), by_hand);
   }
@@ -234,8 +238,11 @@ TEST(Gpt, TiedHeadIsTheTokenEmbedding) {
     model.params().narrow(0, slice.offset, slice.numel).zero_();
     torch::NoGradGuard no_grad;
     float max = model.logits(gpt_batch(c, 2, 8, 1).input).abs().max().item<float>();
-    if (tie) EXPECT_EQ(max, 0.0f);
-    else EXPECT_GT(max, 0.0f);
+    if (tie) {
+      EXPECT_EQ(max, 0.0f);
+    } else {
+      EXPECT_GT(max, 0.0f);
+    }
   }
 }
 
