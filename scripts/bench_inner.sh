@@ -9,6 +9,10 @@
 # Extra arguments go to both programs (--layers --heads --dim --seq-len --vocab --batch
 # --warmup --steps --device --seed). The two run alternately REPEATS times; the best run of
 # each is reported (the machine may be busy with other work).
+#
+# On a busy machine libgomp's spinning worker threads starve OpenBLAS's own threads: with
+# 2 threads on 2 shared cores a step took ~3x longer than with OMP_WAIT_POLICY=PASSIVE (the
+# environment passes through to both programs, so the comparison stays fair either way).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

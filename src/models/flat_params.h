@@ -8,7 +8,8 @@
 //   (p.set_data), and p.grad() is the view grads[offset : offset + numel].view(shape).
 // Autograd accumulates into an existing .grad in place (backward runs without grad mode), so
 // gradients land in `grads` and stay there until the caller runs grads.zero_(). Never set a
-// parameter's grad to undefined (set_to_none): the view would be lost.
+// parameter's grad to undefined (set_to_none), nor run backward with create_graph=true (autograd
+// then replaces .grad with a new tensor): the view would be lost.
 //
 // A parameter registered in two places (same TensorImpl) is stored once. Tied weights must
 // be tied this way, or by using one parameter's tensor in two places in forward.
