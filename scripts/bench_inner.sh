@@ -20,6 +20,8 @@ BUILD=${ATOLL_BUILD_DIR:-build}
 THREADS=${THREADS:-$(nproc)}
 REPEATS=${REPEATS:-2}
 PYTHON=/usr/bin/python3
+# atoll itself runs with passive OpenMP waiting (src/cli/main.cpp); give both sides the same.
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
 
 # --- build the C++ side ---------------------------------------------------------------------
 if [ ! -f "$BUILD/CMakeCache.txt" ]; then

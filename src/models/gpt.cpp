@@ -24,19 +24,22 @@ class AttentionImpl : public torch::nn::Module {
     proj_ = register_module("proj", layers::dense_normal(dim, dim, true, proj_std, gen));
   }
 
-  // x [B, T, dim]; future [T, T] bool, true where key j > query i (masked out).
+  // x [B, T, dim]; future [T, T] float: 0 where key j <= query i, -inf where j > i.
+  // The scale and the causal mask are folded into one baddbmm (att = future + s * q k^T),
+  // which saves two passes over the [B*H, T, T] scores against matmul + mul + masked_fill.
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& future) {
     const int64_t B = x.size(0), T = x.size(1), hd = dim_ / heads_;
-    auto qkv = qkv_->forward(x).split(dim_, /*dim=*/2);        // 3 x [B, T, dim]
-    auto q = qkv[0].view({B, T, heads_, hd}).transpose(1, 2);  // [B, H, T, hd]
-    auto k = qkv[1].view({B, T, heads_, hd}).transpose(1, 2);
-    auto v = qkv[2].view({B, T, heads_, hd}).transpose(1, 2);
-    auto att = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(hd)));
-    att = att.masked_fill(future, -std::numeric_limits<float>::infinity());
-    att = torch::softmax(att, -1);  // [B, H, T, T]
+    auto qkv = qkv_->forward(x).split(dim_, /*dim=*/2);  // 3 x [B, T, dim]
+    auto heads = [&](const torch::Tensor& t) {           // -> [B*H, T, hd]
+      return t.view({B, T, heads_, hd}).transpose(1, 2).reshape({B * heads_, T, hd});
+    };
+    auto q = heads(qkv[0]), k = heads(qkv[1]), v = heads(qkv[2]);
+    const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+    auto att = torch::baddbmm(future, q, k.transpose(1, 2), /*beta=*/1, /*alpha=*/scale);
+    att = torch::softmax(att, -1);  // [B*H, T, T]
     att = torch::dropout(att, dropout_, is_training());
-    auto y = torch::matmul(att, v);  // [B, H, T, hd]
-    y = y.transpose(1, 2).contiguous().view({B, T, dim_});
+    auto y = torch::bmm(att, v);    // [B*H, T, hd]
+    y = y.view({B, heads_, T, hd}).transpose(1, 2).contiguous().view({B, T, dim_});
     return torch::dropout(proj_->forward(y), dropout_, is_training());
   }
 
@@ -104,7 +107,7 @@ struct GptNet : torch::nn::Module {
     if (!c.tie_embeddings) {
       head = register_module("head", table(c.vocab));
     }
-    future = torch::ones({c.seq_len, c.seq_len}, torch::kBool).triu(1);
+    future = torch::full({c.seq_len, c.seq_len}, -std::numeric_limits<float>::infinity()).triu(1);
   }
 
   // tokens [B, T] int64 on the model's device -> logits [B, T, vocab].
@@ -127,7 +130,7 @@ struct GptNet : torch::nn::Module {
   torch::nn::ModuleList blocks{nullptr};
   std::vector<Block> block_list;
   layers::Norm ln_f{nullptr};
-  torch::Tensor future;  // [seq_len, seq_len] bool, true above the diagonal; on the model's device
+  torch::Tensor future;  // [seq_len, seq_len] float, -inf above the diagonal, else 0; on the model's device
 };
 
 int64_t Gpt::expected_numel(const config::ModelConfig& c) {

@@ -160,6 +160,16 @@ void expect_fedavg_oracle(const Dataset& data) {
   EXPECT_EQ(at_most_two, 100);
 }
 
+// Oracle 27, IID half: 60000 examples over 100 clients -> 600 each, every example once.
+TEST(Partition, FedAvgIidOracle) {
+  auto data = synthetic(60000, 10);
+  config::DataConfig c;
+  c.partition = "iid";
+  const Shards shards = partition(*data, 100, c, 2017);
+  expect_exact_cover(shards, 60000);
+  for (const auto& s : shards) EXPECT_EQ(s.size(), 600u);
+}
+
 TEST(Partition, FedAvgShardsOracleSynthetic) {
   expect_fedavg_oracle(*synthetic(60000, 10));
 }

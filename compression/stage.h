@@ -1,0 +1,54 @@
+// Compression stages and their frozen wire ids.
+//
+// A pipeline is an ordered list of stages in canonical slots, each optional:
+//
+//   1. transform   dct                     dense [n] -> dense [n] (orthonormal, invertible)
+//   2. sparsify    topk | randk            dense [n] -> k (index, value) pairs
+//   3. quantize    fp16 | bf16 | int8 | int4 | fp4 | fp8
+//                                          float values -> bytes (default: raw fp32)
+//   4. lossless    zstd                    bytes -> bytes (the serialised output of 1–3)
+//
+// A YAML list in another order is a configuration error naming the stage. Stages are pure:
+// no hidden state; randomness (randk indices, stochastic rounding) comes from the frame's
+// seed, so a decoder reproduces what the encoder drew.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace atl::compression {
+
+// Wire ids. Frozen: never renumber, only append (docs/wire_format.md).
+enum class StageId : uint8_t {
+  kDct = 1,
+  kTopK = 2,
+  kRandK = 3,
+  kFp16 = 4,
+  kBf16 = 5,
+  kInt8 = 6,
+  kInt4 = 7,
+  kFp4 = 8,    // E3M0 (ALGORITHMS.md §2.4)
+  kFp8 = 9,    // E4M3
+  kZstd = 10,
+};
+
+enum class Rounding : uint8_t { kNearest = 0, kStochastic = 1 };
+
+// One stage as configured. Only the fields of its kind are read.
+struct StageConfig {
+  StageId id = StageId::kInt8;
+  int64_t block = 128;        // int8/int4/fp4/fp8: elements per absmax scale block
+  Rounding rounding = Rounding::kNearest;  // int8/int4/fp4/fp8
+  double fraction = 0.0;      // topk/randk: fraction of elements kept, in (0, 1]
+  int64_t count = 0;          // topk/randk: elements kept (used when > 0, else fraction)
+  int64_t chunk = 64;         // dct: chunk length s (chunks of sc(n) = largest divisor <= s)
+  int level = 3;              // zstd: compression level 1..19
+};
+
+// "int4", "zstd", ... ; and the reverse (false for an unknown name).
+const char* stage_name(StageId id);
+bool stage_from_name(const std::string& name, StageId* id);
+std::vector<std::string> stage_names();
+
+}  // namespace atl::compression
