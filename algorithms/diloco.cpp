@@ -8,8 +8,11 @@
 // A final sync also happens at the last step when the step count is not a multiple of H,
 // so the run ends on a global model. The inner optimizer state is never touched.
 // The average is over the islands that contributed (a lost island's delta is dropped).
+// Compression: delta_i travels through the configured pipeline (ctx.codec). With a lossy
+//   codec and error feedback on, each island adds its previous compression error to
+//   delta_i before sending and keeps e - decode(encode(e)) for the next round.
 // State per island: anchor theta_g [N], outer optimizer state ([N] momentum), the
-//   pseudo-gradient buffer [N] (CPU, reused every round).
+//   pseudo-gradient buffer [N] (CPU, reused every round), error-feedback residual [N].
 // Bytes on the wire per round (ring): 2 (W-1)/W * N * b per island, b = encoded bytes per
 //   element (4 for fp32); nothing between rounds.
 #include <ATen/ATen.h>
@@ -17,6 +20,7 @@
 
 #include "algorithms/builtin.h"
 #include "algorithms/outer_optimizer.h"
+#include "compression/error_feedback.h"
 
 namespace atl::algorithms {
 namespace {
@@ -46,7 +50,15 @@ class DiLoCo final : public Algorithm {
 
     delta_.copy_(anchor_ - ctx.params);
     const double weight = options_.weight_by_shard ? static_cast<double>(ctx.shard_size) : 1.0;
-    auto result = ctx.group->allreduce_mean(delta_, *ctx.codec, weight)->wait();
+    const bool feedback = options_.error_feedback && !ctx.codec->lossless();
+    if (feedback) {
+      ef_.compensate(delta_);
+      if (!sent_.defined()) sent_ = at::empty_like(delta_), transmitted_ = at::empty_like(delta_);
+      sent_.copy_(delta_);
+    }
+    auto result = ctx.group->allreduce_mean(delta_, *ctx.codec, weight,
+                                            feedback ? transmitted_ : at::Tensor())->wait();
+    if (feedback) ef_.update(sent_, transmitted_);
     TORCH_CHECK(result.status.is_ok() || !result.contributors.empty(),
                 "diloco all-reduce failed: ", result.status.to_string());
 
@@ -77,6 +89,8 @@ class DiLoCo final : public Algorithm {
   OuterOptimizer outer_;
   at::Tensor anchor_;
   at::Tensor delta_;
+  compression::ErrorFeedback ef_;
+  at::Tensor sent_, transmitted_;  // error feedback: what was sent, what the others decoded
   int64_t round_ = 0;
   int64_t last_step_ = 0;
 };

@@ -10,6 +10,7 @@
 
 #include "algorithms/builtin.h"
 #include "algorithms/outer_optimizer.h"
+#include "compression/error_feedback.h"
 
 namespace atl::algorithms {
 namespace fedavg {
@@ -84,7 +85,8 @@ class FedAvgClient final : public Algorithm {
     before_ = ctx.group->bytes();
     members_ = static_cast<int>(ctx.group->view().members.size());
     at::Tensor incoming = at::empty_like(delta_);
-    auto result = ctx.group->pull(static_cast<uint64_t>(plan_[next_].round), incoming, *ctx.codec)->wait();
+    // The global model travels uncompressed; the codec applies to the clients' updates.
+    auto result = ctx.group->pull(static_cast<uint64_t>(plan_[next_].round), incoming, raw_)->wait();
     TORCH_CHECK(result.status.is_ok(), "fedavg pull failed: ", result.status.to_string());
     global_.copy_(incoming);
     ctx.params.copy_(global_);
@@ -95,8 +97,16 @@ class FedAvgClient final : public Algorithm {
     at::NoGradGuard no_grad;
     const Participation p = plan_[next_++];
     delta_.copy_(global_ - ctx.params);
+    const bool feedback = options_.error_feedback && !ctx.codec->lossless();
+    if (feedback) {
+      ef_.compensate(delta_);
+      if (!sent_.defined()) sent_ = at::empty_like(delta_), transmitted_ = at::empty_like(delta_);
+      sent_.copy_(delta_);
+    }
     auto result = ctx.group->push(static_cast<uint64_t>(p.round), delta_, *ctx.codec,
-                                  static_cast<double>(std::max<int64_t>(ctx.shard_size, 1)))->wait();
+                                  static_cast<double>(std::max<int64_t>(ctx.shard_size, 1)),
+                                  feedback ? transmitted_ : at::Tensor())->wait();
+    if (feedback) ef_.update(sent_, transmitted_);
     TORCH_CHECK(result.status.is_ok(), "fedavg push failed: ", result.status.to_string());
     if (ctx.on_round) {
       const auto after = ctx.group->bytes();
@@ -128,6 +138,9 @@ class FedAvgClient final : public Algorithm {
   int64_t steps_ = 0;
   at::Tensor global_;
   at::Tensor delta_;
+  compression::Pipeline raw_;      // pulls of the global model: lossless fp32
+  compression::ErrorFeedback ef_;
+  at::Tensor sent_, transmitted_;
   transport::ByteCounters before_;
   int members_ = 0;
 };

@@ -25,6 +25,7 @@ struct AlgorithmOptions {
   int64_t inner_steps = 50;      // diloco: H
   OuterOptimizerOptions outer;
   bool weight_by_shard = false;  // weight each island by its shard size instead of 1
+  bool error_feedback = true;    // lossy codecs: carry the compression error to the next round
   // fedavg
   double client_fraction = 0.1;  // C
   int64_t rounds = 1;            // R

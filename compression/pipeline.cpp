@@ -2,11 +2,9 @@
 
 #include <ATen/ATen.h>
 
-#include <cstring>
+#include "compression/codec.h"
 
 namespace atl::compression {
-
-static_assert(sizeof(float) == 4, "atoll's wire format is IEEE-754 binary32");
 
 namespace {
 void check_buffer(const at::Tensor& t) {
@@ -15,24 +13,35 @@ void check_buffer(const at::Tensor& t) {
 }
 }  // namespace
 
-// Little-endian hosts only for now (x86_64, aarch64); a big-endian host would byte-swap here.
-void Pipeline::encode(const at::Tensor& buffer, std::vector<uint8_t>& out) const {
+StatusOr<Pipeline> Pipeline::make(std::vector<StageConfig> stages) {
+  StatusOr<Chain> chain = make_chain(stages);
+  if (!chain.is_ok()) return chain.status();
+  Pipeline p;
+  p.chain_ = *chain;
+  p.stages_.assign(p.chain_.stages.begin(), p.chain_.stages.begin() + p.chain_.size);
+  return p;
+}
+
+void Pipeline::encode(const at::Tensor& buffer, std::vector<uint8_t>& out, uint64_t seed) const {
   check_buffer(buffer);
-  const size_t bytes = static_cast<size_t>(buffer.numel()) * sizeof(float);
-  const size_t at = out.size();
-  out.resize(at + bytes);
-  if (bytes) std::memcpy(out.data() + at, buffer.data_ptr<float>(), bytes);
+  TORCH_CHECK(buffer.numel() <= kMaxElements, "a frame holds at most 2^31 elements, got ", buffer.numel());
+  encode_frame(chain_, buffer.data_ptr<float>(), buffer.numel(), seed, out);
 }
 
 Status Pipeline::decode(const uint8_t* bytes, size_t size, at::Tensor& out) const {
   check_buffer(out);
-  const size_t want = static_cast<size_t>(out.numel()) * sizeof(float);
-  if (size != want) {
-    return corrupt("fp32 payload has " + std::to_string(size) + " bytes, expected " +
-                   std::to_string(want));
+  if (out.numel() > kMaxElements) {
+    return corrupt("a frame holds at most 2^31 elements; the output has " + std::to_string(out.numel()));
   }
-  if (want) std::memcpy(out.data_ptr<float>(), bytes, want);
-  return Status::ok();
+  return decode_frame(chain_, bytes, size, out.data_ptr<float>(), out.numel());
 }
+
+size_t Pipeline::max_encoded_size(int64_t n) const { return max_frame_size(chain_, n); }
+
+bool Pipeline::lossless() const {
+  return chain_.empty() || (chain_.size == 1 && chain_.stages[0].id == StageId::kZstd);
+}
+
+std::string Pipeline::describe() const { return describe_chain(chain_); }
 
 }  // namespace atl::compression

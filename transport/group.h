@@ -66,19 +66,26 @@ class Group {
   // island's w_i > 0). `buffer`: [n] float32 contiguous, same n on every member; encoded
   // with `codec` on the wire. After completion every contributor holds bitwise the same
   // result.
+  // Lossless codecs run a ring all-reduce. Lossy codecs encode each contribution once and
+  // accumulate in fp32 (reduce-scatter to chunk owners, then an all-gather of each owner's
+  // re-encoded sum): the same bytes as a ring, two quantisations instead of W.
+  // `transmitted`, when defined ([n] float32), receives this member's contribution as the
+  // others decoded it (for error feedback); it is filled before `buffer` is overwritten.
   virtual std::unique_ptr<Handle> allreduce_mean(at::Tensor buffer,
                                                  const compression::Pipeline& codec,
-                                                 double weight = 1.0) = 0;
+                                                 double weight = 1.0,
+                                                 at::Tensor transmitted = {}) = 0;
 
   // buffer <- root's buffer on every member.
   virtual std::unique_ptr<Handle> broadcast(int root, at::Tensor buffer,
                                             const compression::Pipeline& codec) = 0;
 
   // Server role (OuterServer, see algorithms/outer_server.h). push delivers `buffer` with
-  // `weight` under `tag`; pull fills `out` with the server's answer to `tag`, waiting until
-  // the server has one.
+  // `weight` under `tag` (`transmitted` as in allreduce_mean); pull fills `out` with the
+  // server's answer to `tag`, waiting until the server has one.
   virtual std::unique_ptr<Handle> push(uint64_t tag, at::Tensor buffer,
-                                       const compression::Pipeline& codec, double weight) = 0;
+                                       const compression::Pipeline& codec, double weight,
+                                       at::Tensor transmitted = {}) = 0;
   virtual std::unique_ptr<Handle> pull(uint64_t tag, at::Tensor out,
                                        const compression::Pipeline& codec) = 0;
 

@@ -15,6 +15,7 @@
 #include "src/base/status.h"
 #include "src/config/config.h"
 #include "src/models/model.h"
+#include "src/sim/components.h"
 #include "src/sim/simulator.h"
 
 namespace {
@@ -41,6 +42,7 @@ atl::config::Config load_and_check(const std::string& path, const std::vector<st
     throw atl::UserError(path + ": key 'model.name': unknown model '" + c.model.name +
                            "' (valid: " + valid + ")");
   }
+  atl::sim::make_pipeline(c);  // stage order and parameters
   return c;
 }
 

@@ -6,6 +6,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cmath>
@@ -42,7 +43,7 @@ Overloaded(Fs...) -> Overloaded<Fs...>;
 
 // "FILE:LINE" (1-based), or just "FILE" when yaml-cpp has no position.
 std::string at(const std::string& source, const YAML::Mark& mark) {
-  if (mark.is_null()) return source;
+  if (mark.is_null() || source.rfind("--set ", 0) == 0) return source;  // overrides: no lines
   return source + ":" + std::to_string(mark.line + 1);
 }
 
@@ -52,9 +53,13 @@ std::string origin_of(const Config& c, const std::string& key) {
   return it != c.origins.end() ? it->second : c.source;
 }
 
+// `compression` is a list of stages, not a mapping of keys, so it is parsed on its own.
+constexpr const char* kCompression = "compression";
+
 std::vector<std::string> section_names() {
   std::vector<std::string> names;
   for (const auto& s : schema::sections()) names.push_back(s.name);
+  names.push_back(kCompression);
   return names;
 }
 
@@ -196,6 +201,107 @@ void check_unique(std::map<std::string, std::string>& seen, const std::string& k
   if (!fresh) fail(where, key, std::string("duplicate ") + what + " (first at " + it->second + ")");
 }
 
+// ---- compression: [{quantize: int4, block: 128}, {zstd: 3}] ---------------------------------
+
+const std::vector<std::string> kStageOps = {"quantize", "topk", "randk", "dct", "zstd"};
+const std::vector<std::string> kQuantFormats = {"fp16", "bf16", "int8", "int4", "fp4", "fp8"};
+
+std::string join_names(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
+// One stage mapping; `where` locates it, `key` is "compression[i]".
+CompressionStage parse_stage(const YAML::Node& node, const std::string& source,
+                             const std::string& key, const std::string& where) {
+  if (!node.IsMap()) {
+    fail(where, key, "expected a stage such as {quantize: int4} or {zstd: 3}, got " + describe(node));
+  }
+  CompressionStage st;
+  // Find the operation key first, so parameter errors can name it.
+  for (auto it = node.begin(); it != node.end(); ++it) {
+    const std::string k = key_name(it->first, at(source, it->first.Mark()));
+    if (std::find(kStageOps.begin(), kStageOps.end(), k) == kStageOps.end()) continue;
+    if (!st.op.empty()) {
+      fail(at(source, it->first.Mark()), key, "one operation per stage, found '" + st.op + "' and '" + k + "'");
+    }
+    st.op = k;
+  }
+  if (st.op.empty()) {
+    const std::string first = node.begin() != node.end() ? node.begin()->first.Scalar() : "";
+    auto near = schema::closest(first, kStageOps);
+    fail(where, key, "a stage needs one of " + join_names(kStageOps) +
+                         (near ? did_you_mean(*near) : ""));
+  }
+  const std::vector<std::string> params =
+      st.op == "quantize" ? std::vector<std::string>{"block", "rounding"} : std::vector<std::string>{};
+  for (auto it = node.begin(); it != node.end(); ++it) {
+    const std::string k = it->first.Scalar();
+    const std::string kw = at(source, it->first.Mark());
+    const std::string full = key + "." + k;
+    const YAML::Node v = it->second;
+    auto integer = [&](int64_t lo, int64_t hi, int64_t fallback) {
+      if (v.IsNull()) return fallback;
+      int64_t out = 0;
+      auto problem = to_integer(v, lo, hi, schema::closed(static_cast<double>(lo), static_cast<double>(hi)), out);
+      if (!problem.empty()) fail(kw, full, problem);
+      return out;
+    };
+    if (k == st.op) {
+      if (k == "quantize") {
+        const std::string f = v.IsScalar() ? v.Scalar() : "";
+        if (std::find(kQuantFormats.begin(), kQuantFormats.end(), f) == kQuantFormats.end()) {
+          auto near = schema::closest(f, kQuantFormats);
+          fail(kw, full, "unknown format " + describe(v) + " (valid: " + join_names(kQuantFormats) + ")" +
+                             (near ? did_you_mean(*near) : ""));
+        }
+        st.format = f;
+      } else if (k == "topk" || k == "randk") {
+        auto text = plain(v);
+        auto count = text ? schema::parse_int(*text) : std::nullopt;
+        auto frac = text ? schema::parse_double(*text) : std::nullopt;
+        if (count && *count >= 1) {
+          st.count = *count;
+        } else if (frac && *frac > 0 && *frac < 1) {
+          st.fraction = *frac;
+        } else {
+          fail(kw, full, "expected a fraction in (0, 1) or a count >= 1, got " + describe(v));
+        }
+      } else if (k == "dct") {
+        st.chunk = integer(1, 1 << 20, 64);
+      } else {
+        st.level = static_cast<int>(integer(1, 19, 3));
+      }
+    } else if (std::find(params.begin(), params.end(), k) == params.end()) {
+      auto near = schema::closest(k, params);
+      fail(kw, full, "unknown key for a '" + st.op + "' stage" +
+                         (near ? did_you_mean(key + "." + *near) : params.empty() ? " (it takes no parameters)" : " (valid: " + join_names(params) + ")"));
+    } else if (k == "block") {
+      st.block = integer(1, int64_t{1} << 24, 128);
+    } else {
+      const std::string r = v.IsScalar() ? v.Scalar() : "";
+      if (r != "nearest" && r != "stochastic") fail(kw, full, "expected nearest or stochastic, got " + describe(v));
+      st.rounding = r;
+    }
+  }
+  return st;
+}
+
+void parse_compression(const YAML::Node& body, const std::string& source, const std::string& where,
+                       Config& cfg) {
+  cfg.compression.clear();
+  if (body.IsNull()) return;
+  if (!body.IsSequence()) fail(where, kCompression, "expected a list of stages, e.g. [{quantize: int4}, {zstd: 3}], got " + describe(body));
+  for (size_t i = 0; i < body.size(); ++i) {
+    const std::string key = std::string(kCompression) + "[" + std::to_string(i) + "]";
+    const std::string w = at(source, body[i].Mark());
+    cfg.compression.push_back(parse_stage(body[i], source, key, w));
+    cfg.origins[key] = w;
+  }
+  cfg.origins[kCompression] = where;
+}
+
 void parse_document(const std::string& text, const std::string& source, Config& cfg) {
   std::vector<YAML::Node> docs;
   try {
@@ -216,6 +322,10 @@ void parse_document(const std::string& text, const std::string& source, Config& 
     std::string where = at(source, sit->first.Mark());
     const std::string name = key_name(sit->first, where);
     check_unique(seen, name, where, "section");
+    if (name == kCompression) {
+      parse_compression(sit->second, source, where, cfg);
+      continue;
+    }
     const Section* section = schema::find_section(name);
     if (!section) fail(where, name, "unknown section" + suggest(nullptr, name));
     const YAML::Node body = sit->second;  // a copy: `->second` lives in a temporary
@@ -240,6 +350,16 @@ void apply_override(const std::string& text, Config& cfg) {
   std::string key = text.substr(0, eq);
   key.erase(key.find_last_not_of(' ') + 1);
   key.erase(0, key.find_first_not_of(' '));
+  if (key == kCompression) {  // --set compression=[{quantize: int8}]
+    YAML::Node value;
+    try {
+      value = YAML::Load(text.substr(eq + 1));
+    } catch (const YAML::Exception& e) {
+      fail(where, key, "YAML syntax error in the value: " + e.msg);
+    }
+    parse_compression(value, where, where, cfg);
+    return;
+  }
   const size_t dot = key.find('.');
   if (dot == std::string::npos) fail(where, key, "expected section.key" + suggest(nullptr, key));
   const std::string section_name = key.substr(0, dot), field_name = key.substr(dot + 1);
@@ -331,6 +451,24 @@ std::string to_yaml(const Config& config) {
     }
     out << YAML::EndMap;
   }
+  out << YAML::Key << kCompression << YAML::Value << YAML::BeginSeq;
+  for (const auto& st : c.compression) {
+    out << YAML::Flow << YAML::BeginMap;
+    if (st.op == "quantize") {
+      out << YAML::Key << "quantize" << YAML::Value << st.format << YAML::Key << "block"
+          << YAML::Value << st.block << YAML::Key << "rounding" << YAML::Value << st.rounding;
+    } else if (st.op == "topk" || st.op == "randk") {
+      out << YAML::Key << st.op << YAML::Value;
+      if (st.count > 0) out << st.count;
+      else out << schema::format_double(st.fraction);
+    } else if (st.op == "dct") {
+      out << YAML::Key << "dct" << YAML::Value << st.chunk;
+    } else {
+      out << YAML::Key << "zstd" << YAML::Value << st.level;
+    }
+    out << YAML::EndMap;
+  }
+  out << YAML::EndSeq;
   out << YAML::EndMap;
   // Only fields, not `source`: to_yaml(parse_config(to_yaml(c))) is then byte-identical.
   return std::string("# atoll config, fully resolved\n") + out.c_str() + "\n";

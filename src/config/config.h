@@ -90,6 +90,45 @@ struct AlgorithmConfig {
   int64_t rounds = 0;           // fedavg rounds (0 = derived: train.steps / local_steps)
   int64_t local_steps = 0;      // fedavg: inner steps per selected client per round
   int local_epochs = 1;         // fedavg: used when local_steps == 0: E passes over the shard
+  bool error_feedback = true;   // lossy compression: carry each island's compression error
+                                // into its next exchange (residual added before encoding)
+};
+
+// Real multi-process runs (`atoll coordinator`, `atoll island`, `atoll launch`).
+struct TransportConfig {
+  std::string kind = "zmq";     // zmq | gloo: the data plane among islands
+  std::string collective = "ring";  // zmq all-reduce: ring (peer to peer) | star (via coordinator)
+  std::string coordinator = "tcp://127.0.0.1:29500";  // coordinator's control endpoint
+  std::string host = "127.0.0.1";   // address islands bind their data sockets on
+  int base_port = 29510;        // island k listens on base_port + k
+  int64_t heartbeat_ms = 500;   // island -> coordinator heartbeat period
+  int64_t heartbeat_timeout_ms = 5000;  // silence after which an island is declared dead
+  double bandwidth_mbps = 1000; // assumed link bandwidth for transfer timeouts (refined by
+                                // observed throughput)
+  double timeout_slack = 4.0;   // timeout = slack * (latency + bytes / bandwidth) + 1 s
+  int64_t chunk_bytes = 1 << 20;  // large payloads travel in chunks of this size
+  int max_in_flight = 8;        // chunks in flight per peer
+  bool curve = false;           // CurveZMQ encryption + allow-list of island public keys
+  std::string keys_dir = "keys";  // curve: <dir>/coordinator.key, <dir>/island-K.key, and
+                                  // <dir>/allowed/ with the public keys allowed to join
+};
+
+// One stage of the outer-exchange compression pipeline (`compression:` list in YAML):
+//   - {quantize: int4, block: 128, rounding: stochastic}   fp16|bf16|int8|int4|fp4|fp8
+//   - {topk: 0.01}  {randk: 0.01}   a fraction in (0, 1), or an element count >= 1
+//   - {dct: 64}                     chunked DCT-II, chunk length (default 64)
+//   - {zstd: 3}                     lossless, level 1..19 (default 3)
+// Stage order is checked when the pipeline is built (transform, sparsify, quantize, zstd).
+struct CompressionStage {
+  std::string op;               // quantize | topk | randk | dct | zstd
+  std::string format;           // quantize: fp16 | bf16 | int8 | int4 | fp4 | fp8
+  int64_t block = 128;          // quantize: elements per scale block
+  std::string rounding = "nearest";  // quantize: nearest | stochastic
+  double fraction = 0;          // topk/randk: fraction kept (when count == 0)
+  int64_t count = 0;            // topk/randk: elements kept
+  int64_t chunk = 64;           // dct: chunk length
+  int level = 3;                // zstd: level
+  bool operator==(const CompressionStage&) const = default;
 };
 
 struct Config {
@@ -100,6 +139,8 @@ struct Config {
   TrainConfig train;
   IslandsConfig islands;
   AlgorithmConfig algorithm;
+  std::vector<CompressionStage> compression;  // empty = raw fp32 on the wire
+  TransportConfig transport;
   // Where each key that the text set came from, for messages about it later (e.g. a missing
   // data file in check_environment): "section.key" -> "FILE:LINE" or "--set section.key=v".
   // Filled by parse_config; keys left at their defaults are absent. Not written by to_yaml.

@@ -98,7 +98,23 @@ std::vector<Section> build() {
                 field("rounds", &Config::algorithm, &AlgorithmConfig::rounds, nonneg),
                 field("local_steps", &Config::algorithm, &AlgorithmConfig::local_steps, nonneg),
                 field("local_epochs", &Config::algorithm, &AlgorithmConfig::local_epochs,
-                      positive_int)}});
+                      positive_int),
+                field("error_feedback", &Config::algorithm, &AlgorithmConfig::error_feedback, {})}});
+  s.push_back(
+      {"transport",
+       {field("kind", &Config::transport, &TransportConfig::kind, one_of({"zmq", "gloo"})),
+        field("collective", &Config::transport, &TransportConfig::collective, one_of({"ring", "star"})),
+        field("coordinator", &Config::transport, &TransportConfig::coordinator, {}),
+        field("host", &Config::transport, &TransportConfig::host, {}),
+        field("base_port", &Config::transport, &TransportConfig::base_port, closed(1, 65535)),
+        field("heartbeat_ms", &Config::transport, &TransportConfig::heartbeat_ms, at_least(1)),
+        field("heartbeat_timeout_ms", &Config::transport, &TransportConfig::heartbeat_timeout_ms, at_least(1)),
+        field("bandwidth_mbps", &Config::transport, &TransportConfig::bandwidth_mbps, above(0)),
+        field("timeout_slack", &Config::transport, &TransportConfig::timeout_slack, at_least(1)),
+        field("chunk_bytes", &Config::transport, &TransportConfig::chunk_bytes, at_least(1024)),
+        field("max_in_flight", &Config::transport, &TransportConfig::max_in_flight, at_least(1)),
+        field("curve", &Config::transport, &TransportConfig::curve, {}),
+        field("keys_dir", &Config::transport, &TransportConfig::keys_dir, {})}});
   return s;
 }
 

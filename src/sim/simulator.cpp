@@ -16,6 +16,7 @@
 #include "src/base/status.h"
 #include "src/data/dataset.h"
 #include "src/models/model.h"
+#include "src/sim/components.h"
 #include "src/sim/evaluator.h"
 #include "src/sim/island_loop.h"
 #include "src/sim/json.h"
@@ -26,46 +27,6 @@
 #include "transport/inproc/scheduler.h"
 
 namespace atl::sim {
-
-int configure_threads(int requested) {
-  int n = requested > 0 ? requested : static_cast<int>(std::thread::hardware_concurrency());
-  n = std::max(1, n);
-  at::set_num_threads(n);
-  return n;
-}
-
-algorithms::AlgorithmOptions algorithm_options(const config::Config& c,
-                                               const std::vector<int64_t>& shard_sizes) {
-  algorithms::AlgorithmOptions o;
-  const auto& a = c.algorithm;
-  o.name = a.name;
-  o.islands = c.islands.count;
-  o.seed = c.run.seed;
-  o.inner_steps = a.inner_steps;
-  o.outer.kind = a.outer_optimizer == "sgd"    ? algorithms::OuterKind::kSgd
-                 : a.outer_optimizer == "adam" ? algorithms::OuterKind::kAdam
-                                               : algorithms::OuterKind::kNesterov;
-  o.outer.lr = a.outer_lr;
-  o.outer.momentum = a.outer_momentum;
-  o.outer.beta1 = a.outer_beta1;
-  o.outer.beta2 = a.outer_beta2;
-  o.outer.eps = a.outer_eps;
-  o.weight_by_shard = a.weighting == "shard_size";
-  o.client_fraction = a.client_fraction;
-  o.local_steps = a.local_steps;
-  o.local_epochs = a.local_epochs;
-  o.batch_size = c.train.batch_size * c.train.grad_accum;
-  o.shard_sizes = shard_sizes;
-  o.rounds = a.rounds;
-  if (a.name == "fedavg" && o.rounds == 0) {
-    if (a.local_steps == 0) {
-      throw UserError(c.source + ": key 'algorithm.rounds': fedavg with local_epochs needs "
-                      "algorithm.rounds (or set algorithm.local_steps)");
-    }
-    o.rounds = std::max<int64_t>(1, c.train.steps / a.local_steps);
-  }
-  return o;
-}
 
 namespace {
 
@@ -104,6 +65,7 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
   std::vector<int64_t> shard_sizes;
   for (const auto& s : shards) shard_sizes.push_back(static_cast<int64_t>(s.size()));
   const auto algo_options = algorithm_options(config, shard_sizes);
+  const compression::Pipeline codec = make_pipeline(config);
   std::vector<Island> islands(static_cast<size_t>(k));
   for (int i = 0; i < k; ++i) {
     Island& is = islands[i];
@@ -130,6 +92,7 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
                  .add("algorithm", config.algorithm.name)
                  .add("islands", k)
                  .add("params", n_params)
+                 .add("compression", codec.describe())
                  .add("train_examples", splits.train->size())
                  .add("val_examples", splits.val->size())
                  .add("wall_threads", threads)
@@ -162,7 +125,6 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
 
   transport::Scheduler scheduler(k);
   transport::InprocHub hub(k, scheduler);
-  const compression::Pipeline codec;
 
   // Server role (fedavg): evaluates the global model as rounds complete.
   const int64_t nominal_round_steps =
@@ -290,13 +252,17 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
       .add("islands", k)
       .add("model", config.model.name)
       .add("params", n_params)
+      .add("compression", codec.describe())
       .add("steps", summary.steps)
       .add("rounds", summary.rounds)
       .add("final_val_loss", summary.final_val_loss)
       .add("best_val_loss", summary.best_val_loss);
   if (classifier) s.add("final_val_accuracy", summary.final_val_accuracy);
+  uint64_t raw_sent = 0;
+  for (auto& is : islands) raw_sent += is.group->bytes().raw_sent;
   s.add("bytes_sent_total", summary.bytes_sent_total)
       .add("bytes_recv_total", summary.bytes_recv_total)
+      .add("compression_ratio", summary.bytes_sent_total > 0 ? static_cast<double>(raw_sent) / static_cast<double>(summary.bytes_sent_total) : 1.0)
       .add("wall_time_s", summary.wall_time_s)
       .add("wall_threads", threads);
   dir.write_summary(s.str());

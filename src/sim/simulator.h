@@ -6,7 +6,6 @@
 #include <cstdint>
 #include <string>
 
-#include "algorithms/options.h"
 #include "src/config/config.h"
 
 namespace atl::sim {
@@ -31,13 +30,5 @@ struct RunSummary {
 // Runs the simulation and writes runs/<name>/. Throws atl::UserError for problems with
 // the config or data, other exceptions for runtime failures.
 RunSummary simulate(const config::Config& config, const SimulateOptions& options);
-
-// The algorithm options a config describes (shared with real runs). `shard_sizes` are the
-// islands' training examples. Throws atl::UserError for inconsistent settings.
-algorithms::AlgorithmOptions algorithm_options(const config::Config& config,
-                                               const std::vector<int64_t>& shard_sizes);
-
-// libtorch intra-op threads for `requested` (0 = all cores); returns the count set.
-int configure_threads(int requested);
 
 }  // namespace atl::sim

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "algorithms/fedavg.h"
+#include "compression/frame.h"
 #include "tests/algorithms/quadratic_harness.h"
 
 namespace atl::algorithms {
@@ -77,8 +78,9 @@ TEST(FedAvg, WeightsNormaliseOverSelectedClients) {
   for (int i = 0; i < k; ++i) {
     const bool selected = std::find(chosen.begin(), chosen.end(), i) != chosen.end();
     EXPECT_EQ(run.bytes[i].sent > 0, selected) << "client " << i;
-    EXPECT_EQ(run.bytes[i].sent, selected ? n * 4u : 0u);
-    EXPECT_EQ(run.bytes[i].received, selected ? n * 4u : 0u);
+    const uint64_t frame = n * 4u + compression::kMinFrameHeaderBytes;
+    EXPECT_EQ(run.bytes[i].sent, selected ? frame : 0u);
+    EXPECT_EQ(run.bytes[i].received, selected ? frame : 0u);
   }
 }
 

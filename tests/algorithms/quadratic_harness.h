@@ -43,11 +43,13 @@ inline config::TrainConfig sgd_train(double lr, int64_t steps) {
 inline QuadraticRun run_quadratic(const algorithms::AlgorithmOptions& options,
                                   const config::TrainConfig& train,
                                   const std::vector<at::Tensor>& targets, const at::Tensor& theta0,
-                                  const std::vector<int64_t>& shard_sizes = {}) {
+                                  const std::vector<int64_t>& shard_sizes = {},
+                                  const compression::Pipeline* pipeline = nullptr) {
   const int k = static_cast<int>(targets.size());
   transport::Scheduler scheduler(k);
   transport::InprocHub hub(k, scheduler);
-  compression::Pipeline codec;
+  const compression::Pipeline raw;
+  const compression::Pipeline& codec = pipeline ? *pipeline : raw;
   QuadraticRun out;
   out.params.resize(k);
   out.globals.resize(k);

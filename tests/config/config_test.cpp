@@ -461,3 +461,69 @@ TEST(ConfigSchemaTest, ScalarsAreStrict) {
 
 }  // namespace
 }  // namespace atl::config
+
+// ---- compression: list of stages ---------------------------------------------------------
+namespace atl::config {
+namespace {
+
+TEST(CompressionConfig, ParsesStagesAndRoundTrips) {
+  Config c = parse_config(
+      "compression:\n"
+      "  - {quantize: int4, block: 64, rounding: stochastic}\n"
+      "  - {zstd: 5}\n",
+      "c.yaml");
+  ASSERT_EQ(c.compression.size(), 2u);
+  EXPECT_EQ(c.compression[0].op, "quantize");
+  EXPECT_EQ(c.compression[0].format, "int4");
+  EXPECT_EQ(c.compression[0].block, 64);
+  EXPECT_EQ(c.compression[0].rounding, "stochastic");
+  EXPECT_EQ(c.compression[1].op, "zstd");
+  EXPECT_EQ(c.compression[1].level, 5);
+  Config back = parse_config(to_yaml(c), "back.yaml");
+  EXPECT_EQ(back.compression, c.compression);
+  EXPECT_EQ(to_yaml(back), to_yaml(c));
+
+  Config t = parse_config("compression: [{topk: 0.01}, {randk: 1000}, {dct: }]\n", "t.yaml");
+  ASSERT_EQ(t.compression.size(), 3u);
+  EXPECT_DOUBLE_EQ(t.compression[0].fraction, 0.01);
+  EXPECT_EQ(t.compression[1].count, 1000);
+  EXPECT_EQ(t.compression[2].chunk, 64);
+  EXPECT_EQ(parse_config(to_yaml(t), "t2").compression, t.compression);
+}
+
+std::string compression_error(const std::string& yaml, const std::vector<std::string>& sets = {}) {
+  try {
+    parse_config(yaml, "c.yaml", sets);
+  } catch (const UserError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(CompressionConfig, ErrorsNameLineStageAndSuggest) {
+  EXPECT_EQ(compression_error("compression:\n  - {quantize: int3}\n"),
+            "c.yaml:2: key 'compression[0].quantize': unknown format 'int3' (valid: fp16, bf16, "
+            "int8, int4, fp4, fp8) (did you mean 'int8'?)");  // ties: first listed
+  EXPECT_NE(compression_error("compression:\n  - {quantise: int4}\n").find("did you mean 'quantize'"),
+            std::string::npos);
+  EXPECT_NE(compression_error("compression:\n  - {quantize: int4, blok: 3}\n")
+                .find("did you mean 'compression[0].block'"),
+            std::string::npos);
+  EXPECT_NE(compression_error("compression:\n  - {zstd: 30}\n").find("compression[0].zstd"), std::string::npos);
+  EXPECT_NE(compression_error("compression:\n  - {topk: 1.5}\n").find("fraction in (0, 1)"), std::string::npos);
+  EXPECT_NE(compression_error("compression: {zstd: 3}\n").find("expected a list of stages"), std::string::npos);
+  EXPECT_NE(compression_error("compresion: []\n").find("did you mean 'compression'"), std::string::npos);
+}
+
+TEST(CompressionConfig, OverrideReplacesTheList) {
+  Config c = parse_config("compression: [{zstd: 3}]\n", "c.yaml", {"compression=[{quantize: fp8}]"});
+  ASSERT_EQ(c.compression.size(), 1u);
+  EXPECT_EQ(c.compression[0].format, "fp8");
+  EXPECT_NE(compression_error("", {"compression=[{quantize: int9}]"}).find("--set compression="),
+            std::string::npos);
+  Config none = parse_config("compression: [{zstd: 3}]\n", "c.yaml", {"compression=[]"});
+  EXPECT_TRUE(none.compression.empty());
+}
+
+}  // namespace
+}  // namespace atl::config

@@ -7,6 +7,7 @@
 #include <regex>
 #include <sstream>
 
+#include "compression/frame.h"
 #include "src/base/status.h"
 #include "src/config/config.h"
 #include "src/sim/simulator.h"
@@ -130,8 +131,9 @@ TEST(Simulate, FedAvgOnSyntheticClassification) {
   std::smatch m;
   ASSERT_TRUE(std::regex_search(start, m, std::regex(R"("params":(\d+))")));
   const uint64_t n = std::stoull(m[1]);
-  EXPECT_EQ(s.bytes_sent_total, 20u * 3u * n * 4u);
-  EXPECT_EQ(s.bytes_recv_total, 20u * 3u * n * 4u);
+  const uint64_t frame = n * 4u + compression::kMinFrameHeaderBytes;
+  EXPECT_EQ(s.bytes_sent_total, 20u * 3u * frame);
+  EXPECT_EQ(s.bytes_recv_total, 20u * 3u * frame);
 }
 
 }  // namespace

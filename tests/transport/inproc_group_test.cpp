@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include "compression/frame.h"
 #include "transport/ring.h"
 
 namespace atl::transport {
@@ -56,7 +57,8 @@ TEST(InprocGroup, AllreduceMeanIsExactMeanAndBitwiseEqualEverywhere) {
     }
     uint64_t total = 0;
     for (int i = 0; i < k; ++i) total += f.groups[i]->bytes().sent;
-    EXPECT_EQ(total, 2u * (k - 1) * 1003 * 4);
+    // 2(W-1) messages per member, each a frame: header + fp32 payload
+    EXPECT_EQ(total, 2u * (k - 1) * 1003 * 4 + 2u * k * (k - 1) * compression::kMinFrameHeaderBytes);
   }
 }
 
@@ -77,8 +79,9 @@ TEST(InprocGroup, BroadcastFromRoot) {
   for (int i = 0; i < 4; ++i) b.push_back(at::full({5}, static_cast<double>(i)));
   f.scheduler.run([&](int i) { f.groups[i]->broadcast(2, b[i], f.codec)->wait(); });
   for (auto& t : b) EXPECT_TRUE(at::equal(t, at::full({5}, 2.0)));
-  EXPECT_EQ(f.groups[2]->bytes().sent, 3u * 5 * 4);
-  EXPECT_EQ(f.groups[0]->bytes().received, 5u * 4);
+  const uint64_t frame = 5u * 4 + compression::kMinFrameHeaderBytes;
+  EXPECT_EQ(f.groups[2]->bytes().sent, 3u * frame);
+  EXPECT_EQ(f.groups[0]->bytes().received, frame);
 }
 
 TEST(InprocGroup, CollectivesMatchInOrderAcrossCalls) {
@@ -121,9 +124,61 @@ TEST(InprocGroup, PullWaitsForTheServer) {
   });
   for (auto& t : out) EXPECT_TRUE(at::allclose(t, at::full({4}, 6.0)));
   for (int i = 0; i < 3; ++i) {
-    EXPECT_EQ(f.groups[i]->bytes().sent, 16u);
-    EXPECT_EQ(f.groups[i]->bytes().received, 16u);
+    EXPECT_EQ(f.groups[i]->bytes().sent, 16u + compression::kMinFrameHeaderBytes);
+    EXPECT_EQ(f.groups[i]->bytes().received, 16u + compression::kMinFrameHeaderBytes);
   }
+}
+
+}  // namespace
+}  // namespace atl::transport
+
+namespace atl::transport {
+namespace {
+
+compression::Pipeline lossy(compression::StageId id) {
+  compression::StageConfig st;
+  st.id = id;
+  st.block = 64;
+  return compression::Pipeline::make({st}).value();
+}
+
+// Lossy codecs: each contribution is quantised once, summed in fp32 by the chunk owner,
+// and the owner's mean quantised once more; everyone ends bitwise equal; same bytes as a
+// ring; `transmitted` reports exactly what the others decoded.
+TEST(InprocGroup, LossyAllreduceAccumulatesInFp32AndAgreesBitwise) {
+  const int k = 4;
+  const int64_t n = 4099;
+  Fixture f(k);
+  const compression::Pipeline int8 = lossy(compression::StageId::kInt8);
+  at::manual_seed(9);
+  std::vector<at::Tensor> inputs, buffers, transmitted;
+  for (int i = 0; i < k; ++i) {
+    inputs.push_back(at::randn({n}));
+    buffers.push_back(inputs.back().clone());
+    transmitted.push_back(at::full({n}, 12345.0));
+  }
+  f.scheduler.run([&](int i) { f.groups[i]->allreduce_mean(buffers[i], int8, 1.0, transmitted[i])->wait(); });
+  at::Tensor exact = at::stack(inputs).mean(0);
+  const double rel = ((buffers[0] - exact).norm() / exact.norm()).item<double>();
+  EXPECT_LT(rel, 0.02);   // two int8 quantisations
+  EXPECT_GT(rel, 0.0);    // and it really was lossy
+  for (int i = 1; i < k; ++i) EXPECT_TRUE(at::equal(buffers[i], buffers[0]));
+  for (int i = 0; i < k; ++i) {
+    // what the others decoded is close to the input, not equal, and nowhere left unset
+    EXPECT_FALSE(at::equal(transmitted[i], inputs[i]));
+    EXPECT_LT(((transmitted[i] - inputs[i]).abs().max()).item<double>(), 0.1);
+  }
+  // the mean of what was transmitted, re-quantised, is the result: recompute chunk 0's
+  // owner view: member 0 keeps its own chunk exact, so its transmitted chunk 0 == input.
+  auto [b, e] = ring::chunk_bounds(n, k, 0);
+  EXPECT_TRUE(at::equal(transmitted[0].narrow(0, b, e - b), inputs[0].narrow(0, b, e - b)));
+  uint64_t total = 0, raw = 0;
+  for (int i = 0; i < k; ++i) {
+    total += f.groups[i]->bytes().sent;
+    raw += f.groups[i]->bytes().raw_sent;
+  }
+  EXPECT_EQ(raw, 2u * (k - 1) * n * 4);  // the ring's volume in fp32 terms
+  EXPECT_LT(total * 3, raw);             // int8 with scales: well under a third of fp32
 }
 
 }  // namespace

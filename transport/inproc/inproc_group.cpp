@@ -62,9 +62,10 @@ class InprocGroup final : public Group {
   MembershipView view() const override { return {hub_.epoch_, hub_.members_, id_}; }
 
   std::unique_ptr<Handle> allreduce_mean(at::Tensor buffer, const compression::Pipeline& codec,
-                                         double weight) override {
+                                         double weight, at::Tensor transmitted) override {
     TORCH_CHECK(weight > 0, "allreduce_mean weight must be > 0");
-    return contribute(InprocHub::Kind::kAllreduce, -1, std::move(buffer), codec, weight);
+    return contribute(InprocHub::Kind::kAllreduce, -1, std::move(buffer), codec, weight,
+                      std::move(transmitted));
   }
 
   std::unique_ptr<Handle> broadcast(int root, at::Tensor buffer,
@@ -73,10 +74,11 @@ class InprocGroup final : public Group {
   }
 
   std::unique_ptr<Handle> push(uint64_t tag, at::Tensor buffer, const compression::Pipeline& codec,
-                               double weight) override {
+                               double weight, at::Tensor transmitted) override {
     TORCH_CHECK(hub_.server_ != nullptr, "push: no server role in this simulation");
     at::Tensor received = at::empty_like(buffer);
-    hub_.transfer(id_, -1, buffer, received, codec);
+    hub_.transfer(id_, -1, buffer, received, codec, (tag << 16) ^ static_cast<uint64_t>(id_));
+    if (transmitted.defined()) transmitted.copy_(received);
     hub_.server_->on_push(id_, tag, received, weight);
     return std::make_unique<DoneHandle>(CollectiveResult{Status::ok(), {id_}, weight});
   }
@@ -98,7 +100,8 @@ class InprocGroup final : public Group {
 
  private:
   std::unique_ptr<Handle> contribute(InprocHub::Kind kind, int root, at::Tensor buffer,
-                                     const compression::Pipeline& codec, double weight) {
+                                     const compression::Pipeline& codec, double weight,
+                                     at::Tensor transmitted = {}) {
     TORCH_CHECK(buffer.is_contiguous() && buffer.scalar_type() == at::kFloat && buffer.device().is_cpu(),
                 "collectives take contiguous float32 CPU buffers");
     const uint64_t seq = seq_++;
@@ -114,9 +117,13 @@ class InprocGroup final : public Group {
       TORCH_CHECK(c.contributions.begin()->second.buffer.numel() == buffer.numel(),
                   "collective #", seq, ": members passed buffers of different sizes");
     }
-    c.contributions[id_] = {std::move(buffer), &codec, weight};
+    if (transmitted.defined()) {
+      TORCH_CHECK(transmitted.numel() == buffer.numel() && transmitted.is_contiguous(),
+                  "allreduce_mean: `transmitted` must match the buffer");
+    }
+    c.contributions[id_] = {std::move(buffer), &codec, weight, std::move(transmitted)};
     if (c.contributions.size() == hub_.members_.size()) {
-      if (kind == InprocHub::Kind::kAllreduce) hub_.run_allreduce(c);
+      if (kind == InprocHub::Kind::kAllreduce) hub_.run_allreduce(c, seq);
       else hub_.run_broadcast(c);
       c.done = true;
     }
@@ -141,10 +148,10 @@ std::unique_ptr<Group> InprocHub::make_group(int id) {
 }
 
 void InprocHub::transfer(int from, int to, const at::Tensor& src, at::Tensor dst,
-                         const compression::Pipeline& codec) {
+                         const compression::Pipeline& codec, uint64_t seed) {
   at::Tensor s = src.is_contiguous() ? src : src.contiguous();
   scratch_.clear();
-  codec.encode(s, scratch_);
+  codec.encode(s, scratch_, seed);
   if (from >= 0) {
     counters_[from].sent += scratch_.size();
     counters_[from].raw_sent += static_cast<uint64_t>(s.numel()) * sizeof(float);
@@ -154,7 +161,7 @@ void InprocHub::transfer(int from, int to, const at::Tensor& src, at::Tensor dst
   TORCH_CHECK(st.is_ok(), "in-process transfer failed to decode its own encoding: ", st.to_string());
 }
 
-void InprocHub::run_allreduce(Collective& c) {
+void InprocHub::run_allreduce(Collective& c, uint64_t seq) {
   std::vector<int> ids;
   std::vector<Contribution*> parts;
   double weight_sum = 0;
@@ -163,19 +170,31 @@ void InprocHub::run_allreduce(Collective& c) {
     parts.push_back(&part);
     weight_sum += part.weight;
   }
-  const int w = static_cast<int>(ids.size());
-  const int64_t n = parts[0]->buffer.numel();
   c.result = {Status::ok(), ids, weight_sum};
-  if (w == 1) return;  // the mean of one buffer is that buffer, bitwise
-
+  if (ids.size() == 1) {  // the mean of one buffer is that buffer, bitwise
+    if (parts[0]->transmitted.defined()) parts[0]->transmitted.copy_(parts[0]->buffer);
+    return;
+  }
   bool uniform = true;
   for (auto* p : parts) uniform = uniform && p->weight == parts[0]->weight;
   if (!uniform) {
     for (auto* p : parts) p->buffer.mul_(p->weight);
   }
-  const double divisor = uniform ? static_cast<double>(w) : weight_sum;
-  const auto& codec = *parts[0]->codec;
+  const double divisor = uniform ? static_cast<double>(ids.size()) : weight_sum;
+  if (parts[0]->codec->lossless()) {
+    for (auto* p : parts) {
+      if (p->transmitted.defined()) p->transmitted.copy_(p->buffer);
+    }
+    run_ring(parts, ids, divisor);
+  } else {
+    run_direct(parts, ids, divisor, seq);
+  }
+}
 
+void InprocHub::run_ring(std::vector<Contribution*>& parts, std::vector<int>& ids, double divisor) {
+  const int w = static_cast<int>(ids.size());
+  const int64_t n = parts[0]->buffer.numel();
+  const auto& codec = *parts[0]->codec;
   auto slice = [&](int member, int chunk) {
     auto [b, e] = ring::chunk_bounds(n, w, chunk);
     return parts[member]->buffer.narrow(0, b, e - b);
@@ -192,16 +211,8 @@ void InprocHub::run_allreduce(Collective& c) {
       slice(next, chunk).add_(incoming);
     }
   }
-  // Member r now owns the sum of chunk (r + 1); turn it into the mean. The owner keeps what
-  // the wire would carry (decode(encode(x))), so every member ends bitwise identical.
-  for (int r = 0; r < w; ++r) {
-    at::Tensor own = slice(r, (r + 1) % w);
-    own.div_(divisor);
-    if (!codec.lossless()) {
-      at::Tensor copy = own.clone();
-      transfer(-1, -1, copy, own, codec);
-    }
-  }
+  // Member r now owns the sum of chunk (r + 1); turn it into the mean.
+  for (int r = 0; r < w; ++r) slice(r, (r + 1) % w).div_(divisor);
   // All-gather: W-1 steps; member r forwards chunk (r + 1 - s) to r+1, which copies it.
   for (int s = 0; s < w - 1; ++s) {
     for (int r = 0; r < w; ++r) {
@@ -209,6 +220,49 @@ void InprocHub::run_allreduce(Collective& c) {
       const int next = (r + 1) % w;
       transfer(ids[r], ids[next], slice(r, chunk), slice(next, chunk), codec);
     }
+  }
+}
+
+// Lossy codecs: chunk c is owned by member c. Every member encodes its chunk c once and
+// sends it to the owner, who decodes all contributions and sums them in fp32 in member
+// order; the owner encodes the mean once and sends it to everyone, keeping the decoded
+// version itself so that all members end bitwise equal.
+void InprocHub::run_direct(std::vector<Contribution*>& parts, std::vector<int>& ids,
+                           double divisor, uint64_t seq) {
+  const int w = static_cast<int>(ids.size());
+  const int64_t n = parts[0]->buffer.numel();
+  const auto& codec = *parts[0]->codec;
+  auto seed = [&](int sender, int chunk, int phase) {
+    return (seq * 0x9e3779b97f4a7c15ULL) ^ (static_cast<uint64_t>(ids[sender]) << 32) ^
+           (static_cast<uint64_t>(chunk) << 8) ^ static_cast<uint64_t>(phase);
+  };
+  std::vector<at::Tensor> sums(static_cast<size_t>(w));
+  at::Tensor decoded;
+  for (int c = 0; c < w; ++c) {
+    auto [b, e] = ring::chunk_bounds(n, w, c);
+    at::Tensor sum = at::zeros({e - b}, parts[0]->buffer.options());
+    for (int r = 0; r < w; ++r) {
+      at::Tensor src = parts[r]->buffer.narrow(0, b, e - b);
+      if (r == c) {
+        sum.add_(src);  // the owner's own chunk never leaves it
+        if (parts[r]->transmitted.defined()) parts[r]->transmitted.narrow(0, b, e - b).copy_(src);
+        continue;
+      }
+      decoded = at::empty({e - b}, src.options());
+      transfer(ids[r], ids[c], src, decoded, codec, seed(r, c, 0));
+      sum.add_(decoded);
+      if (parts[r]->transmitted.defined()) parts[r]->transmitted.narrow(0, b, e - b).copy_(decoded);
+    }
+    sums[c] = sum.div_(divisor);
+  }
+  for (int c = 0; c < w; ++c) {
+    auto [b, e] = ring::chunk_bounds(n, w, c);
+    at::Tensor own = parts[c]->buffer.narrow(0, b, e - b);
+    for (int r = 0; r < w; ++r) {
+      if (r == c) continue;
+      transfer(ids[c], ids[r], sums[c], parts[r]->buffer.narrow(0, b, e - b), codec, seed(c, c, 1));
+    }
+    transfer(-1, -1, sums[c], own, codec, seed(c, c, 1));  // what the others decoded
   }
 }
 

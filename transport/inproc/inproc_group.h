@@ -42,6 +42,7 @@ class InprocHub {
     at::Tensor buffer;
     const compression::Pipeline* codec = nullptr;
     double weight = 1;
+    at::Tensor transmitted;  // optional: what the others decoded of this contribution
   };
   struct Collective {
     Kind kind = Kind::kAllreduce;
@@ -53,11 +54,14 @@ class InprocHub {
   };
 
   // Called by the last arriving member: runs the collective on every member's buffer.
-  void run_allreduce(Collective& c);
+  void run_allreduce(Collective& c, uint64_t seq);
+  void run_ring(std::vector<Contribution*>& parts, std::vector<int>& ids, double divisor);
+  void run_direct(std::vector<Contribution*>& parts, std::vector<int>& ids, double divisor,
+                  uint64_t seq);
   void run_broadcast(Collective& c);
   // Moves `src` to `dst` through `codec`, counting bytes on both ends.
   void transfer(int from, int to, const at::Tensor& src, at::Tensor dst,
-                const compression::Pipeline& codec);
+                const compression::Pipeline& codec, uint64_t seed = 0);
 
   Scheduler& scheduler_;
   OuterServer* server_ = nullptr;

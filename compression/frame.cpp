@@ -1,0 +1,304 @@
+#include "compression/frame.h"
+
+#define XXH_STATIC_LINKING_ONLY  // XXH64_state_t on the stack: no allocation per frame
+#include <xxhash.h>
+
+#include <bit>
+#include <cstring>
+#include <string>
+
+namespace atl::compression {
+
+static_assert(std::endian::native == std::endian::little,
+              "atoll's frames are little-endian; a big-endian host needs byte swaps here");
+static_assert(sizeof(StageId) == 1 && sizeof(DType) == 1 && sizeof(Rounding) == 1,
+              "wire ids are one byte");
+static_assert(sizeof(double) == 8 && sizeof(float) == 4, "IEEE-754 binary64/binary32");
+
+namespace {
+
+// ---- little-endian writing ---------------------------------------------------------------
+void put_u8(std::vector<uint8_t>& out, uint8_t v) { out.push_back(v); }
+void put_u32(std::vector<uint8_t>& out, uint32_t v) {
+  for (int i = 0; i < 4; ++i) out.push_back(static_cast<uint8_t>(v >> (8 * i)));
+}
+void put_u64(std::vector<uint8_t>& out, uint64_t v) {
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<uint8_t>(v >> (8 * i)));
+}
+void store_u64(uint8_t* p, uint64_t v) {
+  for (int i = 0; i < 8; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
+}
+uint64_t load_u64(const uint8_t* p) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
+  return v;
+}
+
+// ---- bounds-checked little-endian reading ------------------------------------------------
+// Every read names its field, so a truncated frame says where it ended.
+class Reader {
+ public:
+  Reader(const uint8_t* p, size_t size) : p_(p), size_(size) {}
+  size_t pos() const { return pos_; }
+  Status need(size_t n, const char* field) const {
+    if (size_ - pos_ >= n) return Status::ok();
+    return corrupt("truncated frame: field '" + std::string(field) + "' needs bytes [" +
+                   std::to_string(pos_) + ", " + std::to_string(pos_ + n) + ") but the frame has " +
+                   std::to_string(size_) + " bytes");
+  }
+  uint8_t u8() { return p_[pos_++]; }
+  uint32_t u32() {
+    uint32_t v = 0;
+    for (int i = 0; i < 4; ++i) v |= static_cast<uint32_t>(p_[pos_++]) << (8 * i);
+    return v;
+  }
+  uint64_t u64() {
+    const uint64_t v = load_u64(p_ + pos_);
+    pos_ += 8;
+    return v;
+  }
+
+ private:
+  const uint8_t* p_;
+  size_t size_;
+  size_t pos_ = 0;
+};
+
+#define ATOLL_NEED(reader, n, field) \
+  if (Status st_ = (reader).need((n), (field)); !st_.is_ok()) return st_
+
+void put_stage(std::vector<uint8_t>& out, const StageConfig& st) {
+  put_u8(out, static_cast<uint8_t>(st.id));
+  switch (st.id) {
+    case StageId::kDct: put_u32(out, static_cast<uint32_t>(st.chunk)); break;
+    case StageId::kTopK:
+    case StageId::kRandK:
+      put_u64(out, static_cast<uint64_t>(st.count));
+      put_u64(out, std::bit_cast<uint64_t>(st.fraction));
+      break;
+    case StageId::kFp16:
+    case StageId::kBf16: break;
+    case StageId::kInt8:
+    case StageId::kInt4:
+    case StageId::kFp4:
+    case StageId::kFp8:
+      put_u32(out, static_cast<uint32_t>(st.block));
+      put_u8(out, static_cast<uint8_t>(st.rounding));
+      break;
+    case StageId::kZstd: put_u8(out, static_cast<uint8_t>(st.level)); break;
+  }
+}
+
+// Reads stage `i`'s id and parameters. Range checks are validate_chain's job.
+Status read_stage(Reader& r, int i, StageConfig* st) {
+  ATOLL_NEED(r, 1, "stage id");
+  const uint8_t raw = r.u8();
+  if (!is_known_stage(raw)) {
+    return corrupt("stage " + std::to_string(i + 1) + ": unknown stage id " + std::to_string(raw));
+  }
+  *st = StageConfig{};
+  st->id = static_cast<StageId>(raw);
+  ATOLL_NEED(r, stage_wire_bytes(st->id) - 1, "stage parameters");
+  switch (st->id) {
+    case StageId::kDct: st->chunk = r.u32(); break;
+    case StageId::kTopK:
+    case StageId::kRandK: {
+      const uint64_t count = r.u64();
+      // Anything above the bound reads as out of range, without a signed overflow.
+      st->count = count > static_cast<uint64_t>(kMaxElements) ? -1 : static_cast<int64_t>(count);
+      st->fraction = std::bit_cast<double>(r.u64());
+      break;
+    }
+    case StageId::kFp16:
+    case StageId::kBf16: break;
+    case StageId::kInt8:
+    case StageId::kInt4:
+    case StageId::kFp4:
+    case StageId::kFp8:
+      st->block = r.u32();
+      st->rounding = static_cast<Rounding>(r.u8());
+      break;
+    case StageId::kZstd: st->level = r.u8(); break;
+  }
+  return Status::ok();
+}
+
+// Parses and validates every header field (not the checksum's value, not the payload).
+Status parse_header(const uint8_t* bytes, size_t size, FrameHeader* h, size_t* header_size) {
+  Reader r(bytes, size);
+  ATOLL_NEED(r, 4, "magic");
+  if (std::memcmp(bytes, kFrameMagic, 4) != 0) return corrupt("bad magic: not an atoll frame");
+  r.u32();
+  ATOLL_NEED(r, 1, "version");
+  if (const uint8_t v = r.u8(); v != kFrameVersion) {
+    return corrupt("unsupported frame version " + std::to_string(v) + " (this build reads " +
+                   std::to_string(kFrameVersion) + ")");
+  }
+  ATOLL_NEED(r, 1, "flags");
+  h->flags = r.u8();
+  if (h->flags != 0) return corrupt("unknown frame flags " + std::to_string(h->flags));
+  ATOLL_NEED(r, 1, "dtype");
+  if (const uint8_t d = r.u8(); d != static_cast<uint8_t>(DType::kFp32)) {
+    return corrupt("unknown dtype " + std::to_string(d));
+  }
+  h->dtype = DType::kFp32;
+
+  ATOLL_NEED(r, 1, "stage count");
+  const int count = r.u8();
+  if (count > kMaxStages) {
+    return corrupt("stage count " + std::to_string(count) + " above " + std::to_string(kMaxStages));
+  }
+  StageConfig raw[kMaxStages];
+  for (int i = 0; i < count; ++i) {
+    if (Status st = read_stage(r, i, &raw[i]); !st.is_ok()) return st;
+  }
+  if (Status st = validate_chain(raw, static_cast<size_t>(count)); !st.is_ok()) {
+    return corrupt("stage chain: " + st.message());
+  }
+  h->chain = Chain{};
+  for (int i = 0; i < count; ++i) {
+    h->chain.stages[i] = canonical_stage(raw[i]);
+    if (!same_stage(raw[i], h->chain.stages[i])) {
+      return corrupt("stage " + std::to_string(i + 1) + " '" + stage_name(raw[i].id) +
+                     "': parameters not in canonical form");
+    }
+  }
+  h->chain.size = count;
+
+  ATOLL_NEED(r, 8, "element count");
+  h->elements = r.u64();
+  if (h->elements > static_cast<uint64_t>(kMaxElements)) {
+    return corrupt("element count " + std::to_string(h->elements) + " above the bound " +
+                   std::to_string(kMaxElements));
+  }
+  ATOLL_NEED(r, 1, "ndim");
+  h->ndim = r.u8();
+  if (h->ndim < 1 || h->ndim > kMaxFrameDims) {
+    return corrupt("ndim " + std::to_string(h->ndim) + " outside [1, " +
+                   std::to_string(kMaxFrameDims) + "]");
+  }
+  ATOLL_NEED(r, 8 * static_cast<size_t>(h->ndim), "dims");
+  bool zero = false;
+  uint64_t product = 1;
+  for (int d = 0; d < h->ndim; ++d) {
+    h->dims[d] = r.u64();
+    if (h->dims[d] > static_cast<uint64_t>(kMaxElements)) {
+      return corrupt("dim " + std::to_string(d) + " = " + std::to_string(h->dims[d]) + " above the bound");
+    }
+    zero = zero || h->dims[d] == 0;
+    if (!zero) {
+      product *= h->dims[d];  // <= 2^31 * 2^31: no overflow before the check below
+      if (product > static_cast<uint64_t>(kMaxElements)) return corrupt("shape holds more than 2^31 elements");
+    }
+  }
+  if ((zero ? 0 : product) != h->elements) {
+    return corrupt("shape holds " + std::to_string(zero ? 0 : product) + " elements, header says " +
+                   std::to_string(h->elements));
+  }
+  ATOLL_NEED(r, 8, "seed");
+  h->seed = r.u64();
+  ATOLL_NEED(r, 8, "payload length");
+  h->payload_size = r.u64();
+  const PayloadBounds b = payload_bounds(h->chain, static_cast<int64_t>(h->elements));
+  if (h->payload_size < b.min_payload || h->payload_size > b.max_payload) {
+    return corrupt("payload length " + std::to_string(h->payload_size) + " impossible for " +
+                   describe_chain(h->chain) + " of " + std::to_string(h->elements) +
+                   " elements (expected " + std::to_string(b.min_payload) + ".." +
+                   std::to_string(b.max_payload) + ")");
+  }
+  ATOLL_NEED(r, 8, "checksum");
+  *header_size = r.pos() + 8;
+  return Status::ok();
+}
+
+uint64_t frame_checksum(const uint8_t* frame, size_t header_size, const uint8_t* payload,
+                        size_t payload_size) {
+  XXH64_state_t state;
+  XXH64_reset(&state, 0);
+  XXH64_update(&state, frame, header_size - 8);
+  if (payload_size) XXH64_update(&state, payload, payload_size);
+  return XXH64_digest(&state);
+}
+
+}  // namespace
+
+size_t stage_wire_bytes(StageId id) {
+  switch (id) {
+    case StageId::kDct: return 1 + 4;
+    case StageId::kTopK:
+    case StageId::kRandK: return 1 + 8 + 8;
+    case StageId::kFp16:
+    case StageId::kBf16: return 1;
+    case StageId::kInt8:
+    case StageId::kInt4:
+    case StageId::kFp4:
+    case StageId::kFp8: return 1 + 4 + 1;
+    case StageId::kZstd: return 1 + 1;
+  }
+  return 1;
+}
+
+size_t begin_frame(const FrameHeader& h, std::vector<uint8_t>& out) {
+  const size_t start = out.size();
+  out.insert(out.end(), kFrameMagic, kFrameMagic + 4);
+  put_u8(out, kFrameVersion);
+  put_u8(out, h.flags);
+  put_u8(out, static_cast<uint8_t>(h.dtype));
+  put_u8(out, static_cast<uint8_t>(h.chain.size));
+  for (int i = 0; i < h.chain.size; ++i) put_stage(out, h.chain.stages[i]);
+  put_u64(out, h.elements);
+  put_u8(out, static_cast<uint8_t>(h.ndim));
+  for (int d = 0; d < h.ndim; ++d) put_u64(out, h.dims[d]);
+  put_u64(out, h.seed);
+  put_u64(out, 0);  // payload length, set by finish_frame
+  put_u64(out, 0);  // checksum, set by finish_frame
+  return start;
+}
+
+void finish_frame(std::vector<uint8_t>& out, size_t start) {
+  // Walk our own header to its end (it was written by begin_frame, so it is well formed).
+  uint8_t* f = out.data() + start;
+  size_t pos = kFramePrefixBytes;
+  for (int i = 0; i < f[7]; ++i) pos += stage_wire_bytes(static_cast<StageId>(f[pos]));
+  pos += 8;                            // element count
+  pos += 1 + 8 * size_t{f[pos]};       // ndim, dims
+  pos += 8;                            // seed
+  const size_t header_size = pos + 16;
+  const size_t payload_size = out.size() - start - header_size;
+  store_u64(f + pos, payload_size);
+  store_u64(f + pos + 8, frame_checksum(f, header_size, f + header_size, payload_size));
+}
+
+Status parse_frame(const uint8_t* bytes, size_t size, FrameView* view) {
+  if (bytes == nullptr && size != 0) return corrupt("null frame");
+  FrameView v;
+  if (Status st = parse_header(bytes, size, &v.header, &v.header_size); !st.is_ok()) return st;
+  const uint64_t declared = v.header.payload_size;
+  const size_t available = size - v.header_size;
+  if (available < declared) {
+    return corrupt("truncated frame: header declares a " + std::to_string(declared) +
+                   "-byte payload, " + std::to_string(available) + " bytes follow");
+  }
+  if (available > declared) {
+    return corrupt("trailing bytes: header declares a " + std::to_string(declared) +
+                   "-byte payload, " + std::to_string(available) + " bytes follow");
+  }
+  v.payload = bytes + v.header_size;
+  v.frame_size = v.header_size + declared;
+  const uint64_t want = load_u64(bytes + v.header_size - 8);
+  const uint64_t got = frame_checksum(bytes, v.header_size, v.payload, declared);
+  if (want != got) return corrupt("checksum mismatch: the frame was damaged in transit");
+  *view = v;
+  return Status::ok();
+}
+
+bool reseal_frame(uint8_t* bytes, size_t size) {
+  FrameHeader h;
+  size_t header_size = 0;
+  if (!parse_header(bytes, size, &h, &header_size).is_ok()) return false;
+  const size_t payload = size - header_size;
+  store_u64(bytes + header_size - 8, frame_checksum(bytes, header_size, bytes + header_size, payload));
+  return true;
+}
+
+}  // namespace atl::compression

@@ -1,0 +1,82 @@
+// Config -> the components a run is built from. Shared by the simulator and real runs.
+#include "src/sim/components.h"
+
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <thread>
+
+#include "compression/stage.h"
+#include "src/base/status.h"
+
+namespace atl::sim {
+
+int configure_threads(int requested) {
+  int n = requested > 0 ? requested : static_cast<int>(std::thread::hardware_concurrency());
+  n = std::max(1, n);
+  at::set_num_threads(n);
+  return n;
+}
+
+algorithms::AlgorithmOptions algorithm_options(const config::Config& c,
+                                               const std::vector<int64_t>& shard_sizes) {
+  algorithms::AlgorithmOptions o;
+  const auto& a = c.algorithm;
+  o.name = a.name;
+  o.islands = c.islands.count;
+  o.seed = c.run.seed;
+  o.inner_steps = a.inner_steps;
+  o.outer.kind = a.outer_optimizer == "sgd"    ? algorithms::OuterKind::kSgd
+                 : a.outer_optimizer == "adam" ? algorithms::OuterKind::kAdam
+                                               : algorithms::OuterKind::kNesterov;
+  o.outer.lr = a.outer_lr;
+  o.outer.momentum = a.outer_momentum;
+  o.outer.beta1 = a.outer_beta1;
+  o.outer.beta2 = a.outer_beta2;
+  o.outer.eps = a.outer_eps;
+  o.weight_by_shard = a.weighting == "shard_size";
+  o.error_feedback = a.error_feedback;
+  o.client_fraction = a.client_fraction;
+  o.local_steps = a.local_steps;
+  o.local_epochs = a.local_epochs;
+  o.batch_size = c.train.batch_size * c.train.grad_accum;
+  o.shard_sizes = shard_sizes;
+  o.rounds = a.rounds;
+  if (a.name == "fedavg" && o.rounds == 0) {
+    if (a.local_steps == 0) {
+      throw UserError(c.source + ": key 'algorithm.rounds': fedavg with local_epochs needs "
+                      "algorithm.rounds (or set algorithm.local_steps)");
+    }
+    o.rounds = std::max<int64_t>(1, c.train.steps / a.local_steps);
+  }
+  return o;
+}
+
+compression::Pipeline make_pipeline(const config::Config& c) {
+  std::vector<compression::StageConfig> stages;
+  for (size_t i = 0; i < c.compression.size(); ++i) {
+    const config::CompressionStage& s = c.compression[i];
+    compression::StageConfig st;
+    const std::string name = s.op == "quantize" ? s.format : s.op;
+    if (!compression::stage_from_name(name, &st.id)) {
+      throw UserError("compression[" + std::to_string(i) + "]: unknown stage '" + name + "'");
+    }
+    st.block = s.block;
+    st.rounding = s.rounding == "stochastic" ? compression::Rounding::kStochastic
+                                             : compression::Rounding::kNearest;
+    st.fraction = s.fraction;
+    st.count = s.count;
+    st.chunk = s.chunk;
+    st.level = s.level;
+    stages.push_back(st);
+  }
+  auto pipeline = compression::Pipeline::make(std::move(stages));
+  if (!pipeline.is_ok()) {
+    auto it = c.origins.find("compression");
+    const std::string where = it != c.origins.end() ? it->second : c.source;
+    throw UserError(where + ": key 'compression': " + pipeline.status().message());
+  }
+  return std::move(pipeline).value();
+}
+
+}  // namespace atl::sim
