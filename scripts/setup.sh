@@ -15,6 +15,7 @@ PACKAGES=(
   libtorch-dev libgloo-dev libzmq3-dev cppzmq-dev libzstd-dev libxxhash-dev
   libcli11-dev libyaml-cpp-dev libgtest-dev libgmock-dev libbenchmark-dev
   libopenblas0-pthread
+  clang libclang-rt-14-dev
   bible-kjv bible-kjv-text dataset-fashion-mnist
 )
 
