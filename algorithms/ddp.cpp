@@ -9,6 +9,7 @@
 #include <torch/csrc/autograd/grad_mode.h>
 
 #include "algorithms/builtin.h"
+#include "algorithms/exchange.h"
 
 namespace atl::algorithms {
 namespace {
@@ -20,24 +21,14 @@ class Ddp final : public Algorithm {
 
   void after_backward(IslandContext& ctx, int64_t step) override {
     at::NoGradGuard no_grad;
-    const auto before = ctx.group->bytes();
-    const int members = static_cast<int>(ctx.group->view().members.size());
+    const RoundMeter meter(*ctx.group);
     at::Tensor g = ctx.grads.device().is_cpu() ? ctx.grads : ctx.grads.to(at::kCPU);
     auto result = ctx.group->allreduce_mean(g, *ctx.codec, 1.0)->wait();
     TORCH_CHECK(result.status.is_ok(), "ddp all-reduce failed: ", result.status.to_string());
     if (!g.is_same(ctx.grads)) ctx.grads.copy_(g);
     ++round_;
     if (ctx.on_round) {
-      const auto after = ctx.group->bytes();
-      RoundInfo info;
-      info.round = round_;
-      info.step = step;
-      info.contributors = static_cast<int>(result.contributors.size());
-      info.members = members;
-      info.bytes_sent = after.sent - before.sent;
-      info.bytes_received = after.received - before.received;
-      info.raw_bytes_sent = after.raw_sent - before.raw_sent;
-      ctx.on_round(info);
+      ctx.on_round(meter.finish(*ctx.group, round_, step, static_cast<int>(result.contributors.size())));
     }
   }
 

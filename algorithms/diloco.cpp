@@ -20,14 +20,15 @@
 
 #include "algorithms/builtin.h"
 #include "algorithms/outer_optimizer.h"
-#include "compression/error_feedback.h"
+#include "algorithms/exchange.h"
 
 namespace atl::algorithms {
 namespace {
 
 class DiLoCo final : public Algorithm {
  public:
-  explicit DiLoCo(const AlgorithmOptions& options) : options_(options), outer_(options.outer) {}
+  explicit DiLoCo(const AlgorithmOptions& options)
+      : options_(options), outer_(options.outer), feedback_(options.error_feedback) {}
 
   std::string name() const override { return "diloco"; }
 
@@ -45,40 +46,22 @@ class DiLoCo final : public Algorithm {
   void after_inner_step(IslandContext& ctx, int64_t step) override {
     if (step % options_.inner_steps != 0 && step != last_step_) return;
     at::NoGradGuard no_grad;
-    const auto before = ctx.group->bytes();
-    const int members = static_cast<int>(ctx.group->view().members.size());
-
+    const RoundMeter meter(*ctx.group);
     delta_.copy_(anchor_ - ctx.params);
     const double weight = options_.weight_by_shard ? static_cast<double>(ctx.shard_size) : 1.0;
-    const bool feedback = options_.error_feedback && !ctx.codec->lossless();
-    if (feedback) {
-      ef_.compensate(delta_);
-      if (!sent_.defined()) sent_ = at::empty_like(delta_), transmitted_ = at::empty_like(delta_);
-      sent_.copy_(delta_);
-    }
-    auto result = ctx.group->allreduce_mean(delta_, *ctx.codec, weight,
-                                            feedback ? transmitted_ : at::Tensor())->wait();
-    if (feedback) ef_.update(sent_, transmitted_);
+    at::Tensor transmitted = feedback_.compensate(delta_, *ctx.codec);
+    auto result = ctx.group->allreduce_mean(delta_, *ctx.codec, weight, transmitted)->wait();
     TORCH_CHECK(result.status.is_ok() || !result.contributors.empty(),
                 "diloco all-reduce failed: ", result.status.to_string());
+    feedback_.update();
 
     at::Tensor delta = delta_.device() == anchor_.device() ? delta_ : delta_.to(anchor_.device());
     outer_.step(anchor_, delta);
     ctx.params.copy_(anchor_);
     ++round_;
-
     if (ctx.on_round) {
-      const auto after = ctx.group->bytes();
-      RoundInfo info;
-      info.round = round_;
-      info.step = step;
-      info.contributors = static_cast<int>(result.contributors.size());
-      info.members = members;
-      info.bytes_sent = after.sent - before.sent;
-      info.bytes_received = after.received - before.received;
-      info.raw_bytes_sent = after.raw_sent - before.raw_sent;
-      info.outer_grad_norm = delta_.norm().item<double>();
-      ctx.on_round(info);
+      ctx.on_round(meter.finish(*ctx.group, round_, step, static_cast<int>(result.contributors.size()),
+                                delta_.norm().item<double>()));
     }
   }
 
@@ -89,8 +72,7 @@ class DiLoCo final : public Algorithm {
   OuterOptimizer outer_;
   at::Tensor anchor_;
   at::Tensor delta_;
-  compression::ErrorFeedback ef_;
-  at::Tensor sent_, transmitted_;  // error feedback: what was sent, what the others decoded
+  Feedback feedback_;
   int64_t round_ = 0;
   int64_t last_step_ = 0;
 };

@@ -10,7 +10,7 @@
 
 #include "algorithms/builtin.h"
 #include "algorithms/outer_optimizer.h"
-#include "compression/error_feedback.h"
+#include "algorithms/exchange.h"
 
 namespace atl::algorithms {
 namespace fedavg {
@@ -55,7 +55,8 @@ namespace {
 
 class FedAvgClient final : public Algorithm {
  public:
-  FedAvgClient(const AlgorithmOptions& options, int island) : options_(options), island_(island) {}
+  FedAvgClient(const AlgorithmOptions& options, int island)
+      : options_(options), island_(island), feedback_(options.error_feedback) {}
 
   std::string name() const override { return "fedavg"; }
   bool global_on_server() const override { return true; }
@@ -82,8 +83,7 @@ class FedAvgClient final : public Algorithm {
   void before_step(IslandContext& ctx, int64_t step) override {
     if (next_ >= plan_.size() || plan_[next_].first_step != step) return;
     at::NoGradGuard no_grad;
-    before_ = ctx.group->bytes();
-    members_ = static_cast<int>(ctx.group->view().members.size());
+    meter_ = RoundMeter(*ctx.group);
     at::Tensor incoming = at::empty_like(delta_);
     // The global model travels uncompressed; the codec applies to the clients' updates.
     auto result = ctx.group->pull(static_cast<uint64_t>(plan_[next_].round), incoming, raw_)->wait();
@@ -97,30 +97,13 @@ class FedAvgClient final : public Algorithm {
     at::NoGradGuard no_grad;
     const Participation p = plan_[next_++];
     delta_.copy_(global_ - ctx.params);
-    const bool feedback = options_.error_feedback && !ctx.codec->lossless();
-    if (feedback) {
-      ef_.compensate(delta_);
-      if (!sent_.defined()) sent_ = at::empty_like(delta_), transmitted_ = at::empty_like(delta_);
-      sent_.copy_(delta_);
-    }
+    at::Tensor transmitted = feedback_.compensate(delta_, *ctx.codec);
     auto result = ctx.group->push(static_cast<uint64_t>(p.round), delta_, *ctx.codec,
                                   static_cast<double>(std::max<int64_t>(ctx.shard_size, 1)),
-                                  feedback ? transmitted_ : at::Tensor())->wait();
-    if (feedback) ef_.update(sent_, transmitted_);
+                                  transmitted)->wait();
     TORCH_CHECK(result.status.is_ok(), "fedavg push failed: ", result.status.to_string());
-    if (ctx.on_round) {
-      const auto after = ctx.group->bytes();
-      RoundInfo info;
-      info.round = p.round + 1;
-      info.step = step;
-      info.contributors = 1;
-      info.members = members_;
-      info.bytes_sent = after.sent - before_.sent;
-      info.bytes_received = after.received - before_.received;
-      info.raw_bytes_sent = after.raw_sent - before_.raw_sent;
-      info.outer_grad_norm = delta_.norm().item<double>();
-      ctx.on_round(info);
-    }
+    feedback_.update();
+    if (ctx.on_round) ctx.on_round(meter_.finish(*ctx.group, p.round + 1, step, 1, delta_.norm().item<double>()));
   }
 
   at::Tensor global_params() const override { return global_; }
@@ -139,10 +122,8 @@ class FedAvgClient final : public Algorithm {
   at::Tensor global_;
   at::Tensor delta_;
   compression::Pipeline raw_;      // pulls of the global model: lossless fp32
-  compression::ErrorFeedback ef_;
-  at::Tensor sent_, transmitted_;
-  transport::ByteCounters before_;
-  int members_ = 0;
+  Feedback feedback_;
+  RoundMeter meter_;
 };
 
 // Aggregates the selected clients' deltas of the current round, in arrival order.

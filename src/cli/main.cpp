@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -23,25 +24,24 @@ namespace {
 constexpr int kExitRuntime = 1;
 constexpr int kExitUsage = 2;
 
-// Checks what can be checked without running: the config itself, files it names, and
-// registry names (algorithm, model).
+// `name` must be one of `valid` (a registry's names), else a user error naming `key`.
+void check_registered(const std::string& path, const std::string& key, const std::string& what,
+                      const std::string& name, const std::vector<std::string>& valid) {
+  if (std::find(valid.begin(), valid.end(), name) != valid.end()) return;
+  std::string list;
+  for (const auto& v : valid) list += (list.empty() ? "" : ", ") + v;
+  throw atl::UserError(path + ": key '" + key + "': unknown " + what + " '" + name +
+                       "' (valid: " + list + ")");
+}
+
+// Checks what can be checked without running: the config itself, files it names, registry
+// names (algorithm, model) and the compression pipeline.
 atl::config::Config load_and_check(const std::string& path, const std::vector<std::string>& sets) {
   atl::config::Config c = atl::config::load_config(path, sets);
   atl::config::check_environment(c);
-  const auto algos = atl::algorithms::algorithm_names();
-  if (std::find(algos.begin(), algos.end(), c.algorithm.name) == algos.end()) {
-    std::string valid;
-    for (const auto& a : algos) valid += (valid.empty() ? "" : ", ") + a;
-    throw atl::UserError(path + ": key 'algorithm.name': unknown algorithm '" + c.algorithm.name +
-                           "' (valid: " + valid + ")");
-  }
-  const auto models = atl::models::model_names();
-  if (std::find(models.begin(), models.end(), c.model.name) == models.end()) {
-    std::string valid;
-    for (const auto& m : models) valid += (valid.empty() ? "" : ", ") + m;
-    throw atl::UserError(path + ": key 'model.name': unknown model '" + c.model.name +
-                           "' (valid: " + valid + ")");
-  }
+  check_registered(path, "algorithm.name", "algorithm", c.algorithm.name,
+                   atl::algorithms::algorithm_names());
+  check_registered(path, "model.name", "model", c.model.name, atl::models::model_names());
   atl::sim::make_pipeline(c);  // stage order and parameters
   return c;
 }

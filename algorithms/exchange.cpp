@@ -1,0 +1,38 @@
+#include "algorithms/exchange.h"
+
+#include <ATen/ATen.h>
+
+namespace atl::algorithms {
+
+at::Tensor Feedback::compensate(at::Tensor& delta, const compression::Pipeline& codec) {
+  active_ = enabled_ && !codec.lossless();
+  if (!active_) return {};
+  ef_.compensate(delta);
+  if (!sent_.defined()) {
+    sent_ = at::empty_like(delta);
+    transmitted_ = at::empty_like(delta);
+  }
+  sent_.copy_(delta);
+  return transmitted_;
+}
+
+void Feedback::update() {
+  if (active_) ef_.update(sent_, transmitted_);
+}
+
+RoundInfo RoundMeter::finish(const transport::Group& group, int64_t round, int64_t step,
+                             int contributors, double outer_grad_norm) const {
+  const auto after = group.bytes();
+  RoundInfo info;
+  info.round = round;
+  info.step = step;
+  info.contributors = contributors;
+  info.members = members_;
+  info.bytes_sent = after.sent - before_.sent;
+  info.bytes_received = after.received - before_.received;
+  info.raw_bytes_sent = after.raw_sent - before_.raw_sent;
+  info.outer_grad_norm = outer_grad_norm;
+  return info;
+}
+
+}  // namespace atl::algorithms

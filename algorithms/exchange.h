@@ -1,0 +1,47 @@
+// Pieces every outer exchange shares: error feedback around a lossy codec, and one round's
+// byte accounting. Owned by one island; not thread-safe.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include "algorithms/algorithm.h"
+#include "compression/error_feedback.h"
+#include "compression/pipeline.h"
+#include "transport/group.h"
+
+namespace atl::algorithms {
+
+// Error feedback for one island's outer exchange. Active only for lossy codecs with
+// feedback enabled; otherwise every call is a no-op.
+//   at::Tensor t = fb.compensate(delta, codec);        // delta += residual
+//   group.allreduce_mean(delta, codec, w, t)->wait();   // t <- what the others decoded
+//   fb.update();                                        // residual = sent - t
+class Feedback {
+ public:
+  explicit Feedback(bool enabled) : enabled_(enabled) {}
+  // Returns the `transmitted` buffer to hand to the collective (undefined when inactive).
+  at::Tensor compensate(at::Tensor& delta, const compression::Pipeline& codec);
+  void update();
+
+ private:
+  bool enabled_;
+  bool active_ = false;
+  compression::ErrorFeedback ef_;
+  at::Tensor sent_, transmitted_;
+};
+
+// Measures one round on a group: construct before the exchange, finish() after.
+class RoundMeter {
+ public:
+  RoundMeter() = default;
+  explicit RoundMeter(const transport::Group& group)
+      : before_(group.bytes()), members_(static_cast<int>(group.view().members.size())) {}
+  RoundInfo finish(const transport::Group& group, int64_t round, int64_t step, int contributors,
+                   double outer_grad_norm = 0) const;
+
+ private:
+  transport::ByteCounters before_;
+  int members_ = 0;
+};
+
+}  // namespace atl::algorithms
