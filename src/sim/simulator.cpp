@@ -18,6 +18,7 @@
 #include "src/models/model.h"
 #include "src/sim/components.h"
 #include "src/sim/evaluator.h"
+#include "src/sim/island_parts.h"
 #include "src/sim/island_loop.h"
 #include "src/sim/json.h"
 #include "src/sim/progress.h"
@@ -32,10 +33,7 @@ namespace {
 
 // Everything one simulated island owns.
 struct Island {
-  std::unique_ptr<models::Model> model;
-  std::unique_ptr<data::Sampler> sampler;
-  std::unique_ptr<train::InnerOptimizer> optimizer;
-  std::unique_ptr<algorithms::Algorithm> algorithm;
+  IslandParts parts;
   std::unique_ptr<transport::Group> group;
   algorithms::IslandContext context;
   int64_t steps = 0;
@@ -57,28 +55,15 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
   torch::manual_seed(seed);
 
   // --- data, models, algorithm (everything that can fail on user input, before the run dir)
-  data::Splits splits = data::load_splits(config.data, config.model.seq_len, seed);
-  auto shards = data::partition(*splits.train, k, config.data, seed);
-  models::DataShape shape{splits.train->vocab_size(), splits.train->num_classes(),
-                          splits.train->input_dim()};
-  const bool classifier = shape.classes > 0;
-  std::vector<int64_t> shard_sizes;
-  for (const auto& s : shards) shard_sizes.push_back(static_cast<int64_t>(s.size()));
-  const auto algo_options = algorithm_options(config, shard_sizes);
+  RunData run_data = load_run_data(config);
+  const data::Splits& splits = run_data.splits;
+  const bool classifier = run_data.classifier;
+  const auto algo_options = algorithm_options(config, run_data.shard_sizes);
   const compression::Pipeline codec = make_pipeline(config);
   std::vector<Island> islands(static_cast<size_t>(k));
-  for (int i = 0; i < k; ++i) {
-    Island& is = islands[i];
-    is.model = models::make_model(config.model, shape, device, seed);
-    is.sampler = std::make_unique<data::Sampler>(splits.train, shards[i], seed * 1000003ULL + static_cast<uint64_t>(i));
-    is.optimizer = train::make_inner_optimizer(config.train);
-    is.algorithm = algorithms::make_algorithm(algo_options, i);
-  }
-  Evaluator evaluator(models::make_model(config.model, shape, device, seed),
-                      data::validation_batches(*splits.val, config.train.batch_size,
-                                               config.train.eval_batches, seed),
-                      classifier);
-  const int64_t n_params = islands[0].model->numel();
+  for (int i = 0; i < k; ++i) islands[i].parts = make_island_parts(config, run_data, algo_options, i);
+  auto evaluator = make_evaluator(config, run_data);
+  const int64_t n_params = islands[0].parts.model->numel();
 
   RunDir dir(config, options.force);
   Progress progress(options.quiet ? Progress::Mode::kQuiet : Progress::Mode::kAuto);
@@ -111,16 +96,12 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
   auto evaluate = [&](int64_t step, const at::Tensor& params) {
     if (step == last_eval_step) return;
     last_eval_step = step;
-    EvalResult r = evaluator.evaluate(params);
+    EvalResult r = evaluator->evaluate(params);
     final_val = r.loss;
     best_val = std::min(best_val, r.loss);
     final_acc = r.accuracy;
     state.val_loss = r.loss;
-    JsonObject rec;
-    rec.add("event", "eval").add("step", step).add("val_loss", r.loss);
-    if (classifier) rec.add("val_accuracy", r.accuracy);
-    rec.add("bytes_sent_total", total_bytes()).add("wall_time_s", seconds_since(t0));
-    dir.record(rec.str());
+    dir.record(eval_record(step, r, classifier, total_bytes(), seconds_since(t0)));
   };
 
   transport::Scheduler scheduler(k);
@@ -132,7 +113,7 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
           ? algorithms::fedavg::local_steps(algo_options, splits.train->size() / std::max(1, k))
           : 0;
   auto server = algorithms::make_server(
-      algo_options, islands[0].model->params(), [&](int64_t round, const at::Tensor& global) {
+      algo_options, islands[0].parts.model->params(), [&](int64_t round, const at::Tensor& global) {
         const int64_t step = round * nominal_round_steps;
         const int64_t prev = (round - 1) * nominal_round_steps;
         const int64_t every = config.train.eval_every;
@@ -143,34 +124,22 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
       });
   hub.set_server(server.get());
 
-  evaluate(0, islands[0].model->params());
+  evaluate(0, islands[0].parts.model->params());
 
   for (int i = 0; i < k; ++i) {
     Island& is = islands[i];
     is.group = hub.make_group(i);
     is.context.island = i;
-    is.context.params = is.model->params();
-    is.context.grads = is.model->grads();
+    is.context.params = is.parts.model->params();
+    is.context.grads = is.parts.model->grads();
     is.context.group = is.group.get();
     is.context.codec = &codec;
-    is.context.shard_size = static_cast<int64_t>(shards[i].size());
+    is.context.shard_size = run_data.shard_sizes[i];
     is.context.on_round = [&, i](const algorithms::RoundInfo& r) {
       Island& me = islands[i];
       me.rounds = r.round;
       state.rounds = std::max(state.rounds, r.round);
-      dir.record(JsonObject()
-                     .add("event", "round")
-                     .add("island", i)
-                     .add("round", r.round)
-                     .add("step", r.step)
-                     .add("contributors", r.contributors)
-                     .add("members", r.members)
-                     .add("bytes_sent", r.bytes_sent)
-                     .add("bytes_recv", r.bytes_received)
-                     .add("compression_ratio", r.bytes_sent > 0 ? static_cast<double>(r.raw_bytes_sent) / static_cast<double>(r.bytes_sent) : 1.0)
-                     .add("outer_grad_norm", r.outer_grad_norm)
-                     .add("wall_time_s", seconds_since(t0))
-                     .str());
+      dir.record(round_record(i, r, seconds_since(t0)));
     };
   }
 
@@ -180,21 +149,12 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
     at::init_num_threads();
     Island& is = islands[i];
     IslandLoop loop;
-    loop.algorithm = is.algorithm.get();
+    loop.algorithm = is.parts.algorithm.get();
     loop.context = &is.context;
-    loop.optimizer = is.optimizer.get();
+    loop.optimizer = is.parts.optimizer.get();
     loop.train = &train;
-    is.model->set_training(true);
-    loop.forward_backward = [&](int64_t) {
-      double loss = 0;
-      for (int a = 0; a < train.grad_accum; ++a) {
-        data::Batch batch = is.sampler->next(train.batch_size);
-        models::Output out = is.model->forward(batch);
-        (out.loss / static_cast<double>(train.grad_accum)).backward();
-        loss += out.loss.item<double>() / train.grad_accum;
-      }
-      return loss;
-    };
+    is.parts.model->set_training(true);
+    loop.forward_backward = [&](int64_t) { return forward_backward(is.parts, train); };
     double loss_acc = 0;
     int64_t loss_n = 0;
     bool planned = false;
@@ -209,22 +169,15 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
       loss_acc += loss;
       ++loss_n;
       if (step % log_every == 0 || step == total) {
-        dir.record(JsonObject()
-                       .add("event", "train")
-                       .add("island", i)
-                       .add("step", step)
-                       .add("loss", loss_acc / static_cast<double>(loss_n))
-                       .add("lr", lr)
-                       .add("wall_time_s", seconds_since(t0))
-                       .str());
+        dir.record(train_record(i, step, loss_acc / static_cast<double>(loss_n), lr, seconds_since(t0)));
         loss_acc = 0;
         loss_n = 0;
       }
       // Island 0 evaluates the global model for algorithms that keep it on the islands.
-      if (i == 0 && !is.algorithm->global_on_server() &&
+      if (i == 0 && !is.parts.algorithm->global_on_server() &&
           ((train.eval_every > 0 && step % train.eval_every == 0) || step == total)) {
-        evaluate(step, is.algorithm->global_params());
-        is.model->set_training(true);
+        evaluate(step, is.parts.algorithm->global_params());
+        is.parts.model->set_training(true);
       }
       state.bytes = total_bytes();
       progress.update(state);

@@ -1,0 +1,89 @@
+#include "src/sim/island_parts.h"
+
+#include <ATen/ATen.h>
+
+#include "src/sim/json.h"
+
+namespace atl::sim {
+
+RunData load_run_data(const config::Config& config) {
+  const uint64_t seed = config.run.seed;
+  RunData d;
+  d.splits = data::load_splits(config.data, config.model.seq_len, seed);
+  d.shards = data::partition(*d.splits.train, config.islands.count, config.data, seed);
+  for (const auto& s : d.shards) d.shard_sizes.push_back(static_cast<int64_t>(s.size()));
+  d.shape = {d.splits.train->vocab_size(), d.splits.train->num_classes(), d.splits.train->input_dim()};
+  d.classifier = d.shape.classes > 0;
+  return d;
+}
+
+IslandParts make_island_parts(const config::Config& config, const RunData& data,
+                              const algorithms::AlgorithmOptions& options, int island) {
+  const uint64_t seed = config.run.seed;
+  IslandParts p;
+  // Same seed on every island: all start from bitwise the same parameters.
+  p.model = models::make_model(config.model, data.shape, c10::Device(config.run.device), seed);
+  p.sampler = std::make_unique<data::Sampler>(data.splits.train, data.shards.at(island),
+                                              seed * 1000003ULL + static_cast<uint64_t>(island));
+  p.optimizer = train::make_inner_optimizer(config.train);
+  p.algorithm = algorithms::make_algorithm(options, island);
+  return p;
+}
+
+double forward_backward(IslandParts& parts, const config::TrainConfig& train) {
+  double loss = 0;
+  for (int a = 0; a < train.grad_accum; ++a) {
+    data::Batch batch = parts.sampler->next(train.batch_size);
+    models::Output out = parts.model->forward(batch);
+    (out.loss / static_cast<double>(train.grad_accum)).backward();
+    loss += out.loss.item<double>() / train.grad_accum;
+  }
+  return loss;
+}
+
+std::unique_ptr<Evaluator> make_evaluator(const config::Config& config, const RunData& data) {
+  const uint64_t seed = config.run.seed;
+  return std::make_unique<Evaluator>(
+      models::make_model(config.model, data.shape, c10::Device(config.run.device), seed),
+      data::validation_batches(*data.splits.val, config.train.batch_size, config.train.eval_batches, seed),
+      data.classifier);
+}
+
+std::string round_record(int island, const algorithms::RoundInfo& r, double wall_time_s) {
+  const double ratio = r.bytes_sent > 0 ? static_cast<double>(r.raw_bytes_sent) / static_cast<double>(r.bytes_sent) : 1.0;
+  return JsonObject()
+      .add("event", "round")
+      .add("island", island)
+      .add("round", r.round)
+      .add("step", r.step)
+      .add("contributors", r.contributors)
+      .add("members", r.members)
+      .add("bytes_sent", r.bytes_sent)
+      .add("bytes_recv", r.bytes_received)
+      .add("compression_ratio", ratio)
+      .add("outer_grad_norm", r.outer_grad_norm)
+      .add("wall_time_s", wall_time_s)
+      .str();
+}
+
+std::string train_record(int island, int64_t step, double loss, double lr, double wall_time_s) {
+  return JsonObject()
+      .add("event", "train")
+      .add("island", island)
+      .add("step", step)
+      .add("loss", loss)
+      .add("lr", lr)
+      .add("wall_time_s", wall_time_s)
+      .str();
+}
+
+std::string eval_record(int64_t step, const EvalResult& r, bool classifier, uint64_t bytes_sent_total,
+                        double wall_time_s) {
+  JsonObject rec;
+  rec.add("event", "eval").add("step", step).add("val_loss", r.loss);
+  if (classifier) rec.add("val_accuracy", r.accuracy);
+  rec.add("bytes_sent_total", bytes_sent_total).add("wall_time_s", wall_time_s);
+  return rec.str();
+}
+
+}  // namespace atl::sim
