@@ -1,6 +1,7 @@
 // The atoll command line. Only main() picks exit codes:
 //   0 success, 1 runtime failure, 2 usage or config error (one clear line, no stack trace).
 #include <CLI/CLI.hpp>
+#include <c10/util/Exception.h>
 
 #include <unistd.h>
 
@@ -16,6 +17,7 @@
 #include "src/base/status.h"
 #include "src/config/config.h"
 #include "src/models/model.h"
+#include "src/run/processes.h"
 #include "src/sim/components.h"
 #include "src/sim/simulator.h"
 
@@ -79,6 +81,25 @@ int main(int argc, char** argv) {
   validate->add_option("config", config_path, "experiment YAML")->required();
   validate->add_option("--set", sets, "override a key (repeatable)");
 
+  // Real runs: one coordinator and one process per island (or `launch` for all of them).
+  int island_id = -1;
+  auto* coordinator = app.add_subcommand("coordinator", "serve membership, rendezvous and the server role of CONFIG");
+  auto* island = app.add_subcommand("island", "run island --id K of CONFIG");
+  auto* launch = app.add_subcommand("launch", "start the coordinator and all islands of CONFIG on this machine");
+  for (auto* sc : {coordinator, island, launch}) {
+    sc->add_option("config", config_path, "experiment YAML")->required();
+    sc->add_option("--set", sets, "override a key (repeatable)");
+    sc->add_flag("-q,--quiet", quiet, "no progress output");
+  }
+  coordinator->add_flag("--force", force, "overwrite an existing run directory");
+  launch->add_flag("--force", force, "overwrite an existing run directory");
+  island->add_option("--id", island_id, "this island's id, 0 .. islands.count-1")->required();
+
+  std::string key_dir, key_name;
+  auto* keygen = app.add_subcommand("keygen", "write a CurveZMQ key pair DIR/NAME.key and DIR/NAME.pub");
+  keygen->add_option("dir", key_dir, "directory for the key files")->required();
+  keygen->add_option("--name", key_name, "coordinator or island-K")->required();
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -88,7 +109,16 @@ int main(int argc, char** argv) {
 
   try {
     if (verbose) atl::set_log_level(atl::LogLevel::kDebug);
+    if (*keygen) return atl::run::keygen(key_dir, key_name);
     atl::config::Config config = load_and_check(config_path, sets);
+    atl::run::ProcessOptions popts;
+    popts.force = force;
+    popts.quiet = quiet;
+    popts.config_path = config_path;
+    popts.overrides = sets;
+    if (*coordinator) return atl::run::run_coordinator(config, popts);
+    if (*island) return atl::run::run_island(config, island_id, popts);
+    if (*launch) return atl::run::launch(config, popts);
     if (*validate) {
       std::printf("%s: ok (%s, %d islands, %s)\n", config_path.c_str(), config.algorithm.name.c_str(),
                   config.islands.count, config.model.name.c_str());
@@ -104,6 +134,9 @@ int main(int argc, char** argv) {
   } catch (const atl::UserError& e) {
     std::fprintf(stderr, "atoll: error: %s\n", e.what());
     return kExitUsage;
+  } catch (const c10::Error& e) {  // libtorch's checks: the message without its backtrace
+    std::fprintf(stderr, "atoll: runtime failure: %s\n", e.what_without_backtrace());
+    return kExitRuntime;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "atoll: runtime failure: %s\n", e.what());
     return kExitRuntime;

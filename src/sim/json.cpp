@@ -28,6 +28,28 @@ std::string json_quote(std::string_view s) {
   return out + "\"";
 }
 
+std::optional<double> json_find_number(std::string_view json, std::string_view key) {
+  const std::string pat = json_quote(key) + ":";
+  const size_t at = json.find(pat);
+  if (at == std::string_view::npos) return std::nullopt;
+  const char* begin = json.data() + at + pat.size();
+  const char* end = json.data() + json.size();
+  double v = 0;
+  auto res = std::from_chars(begin, end, v);
+  if (res.ec != std::errc()) return std::nullopt;
+  return v;
+}
+
+std::optional<std::string> json_find_string(std::string_view json, std::string_view key) {
+  const std::string pat = json_quote(key) + ":\"";
+  const size_t at = json.find(pat);
+  if (at == std::string_view::npos) return std::nullopt;
+  const size_t begin = at + pat.size();
+  const size_t end = json.find('"', begin);
+  if (end == std::string_view::npos) return std::nullopt;
+  return std::string(json.substr(begin, end - begin));
+}
+
 std::string json_number(double v) {
   if (!std::isfinite(v)) return "null";
   char buf[64];

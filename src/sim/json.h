@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <optional>
 #include <string_view>
 
 namespace atl::sim {
@@ -28,6 +29,11 @@ class JsonObject {
 };
 
 std::string json_quote(std::string_view s);
+// The number stored under "key" in a flat JSON object written by JsonObject (first match);
+// nullopt when absent or not a number. For reading back atoll's own records.
+std::optional<double> json_find_number(std::string_view json, std::string_view key);
+// Same for a string value (no escapes decoded).
+std::optional<std::string> json_find_string(std::string_view json, std::string_view key);
 std::string json_number(double v);
 
 }  // namespace atl::sim

@@ -21,6 +21,7 @@
 #include "src/sim/island_parts.h"
 #include "src/sim/island_loop.h"
 #include "src/sim/json.h"
+#include "src/sim/params_file.h"
 #include "src/sim/progress.h"
 #include "src/sim/run_dir.h"
 #include "src/train/inner_optimizer.h"
@@ -112,6 +113,7 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
       algo_options.name == "fedavg"
           ? algorithms::fedavg::local_steps(algo_options, splits.train->size() / std::max(1, k))
           : 0;
+  at::Tensor server_global;  // fedavg: the server's latest global model
   auto server = algorithms::make_server(
       algo_options, islands[0].parts.model->params(), [&](int64_t round, const at::Tensor& global) {
         const int64_t step = round * nominal_round_steps;
@@ -121,6 +123,7 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
           evaluate(step, global);
         }
         state.rounds = std::max(state.rounds, round);
+        server_global = global;
       });
   hub.set_server(server.get());
 
@@ -219,6 +222,9 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
       .add("wall_time_s", summary.wall_time_s)
       .add("wall_threads", threads);
   dir.write_summary(s.str());
+  // The final global model (fedavg: the server's; otherwise island 0's global copy).
+  write_params(dir.path() + "/final_params.bin",
+               server_global.defined() ? server_global : islands[0].parts.algorithm->global_params());
   dir.record(JsonObject().add("event", "end").add("final_val_loss", summary.final_val_loss).str());
   return summary;
 }

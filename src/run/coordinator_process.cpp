@@ -1,0 +1,172 @@
+// `atoll coordinator CONFIG`: membership, rendezvous, the server role and the run
+// directory of a real run. Ends when every configured island has joined and all of them
+// have left again (finished, or were declared dead), or on SIGINT/SIGTERM.
+#include <ATen/ATen.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <mutex>
+
+#include "algorithms/algorithm.h"
+#include "algorithms/fedavg.h"
+#include "src/base/log.h"
+#include "src/base/status.h"
+#include "src/run/processes.h"
+#include "src/sim/components.h"
+#include "src/sim/island_parts.h"
+#include "src/sim/json.h"
+#include "src/sim/params_file.h"
+#include "src/sim/run_dir.h"
+#include "transport/zmq/coordinator.h"
+#include "transport/zmq/curve.h"
+
+namespace atl::run {
+
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+std::atomic<bool> g_stop{false};
+void on_signal(int) { g_stop = true; }
+
+// What summary.json needs, gathered from the islands' records as they arrive.
+struct Totals {
+  std::mutex mu;
+  double final_val_loss = NAN, best_val_loss = INFINITY, final_val_accuracy = -1;
+  uint64_t bytes_sent = 0, bytes_recv = 0, raw_sent = 0;
+  int64_t steps = 0, rounds = 0;
+  int finished = 0;
+
+  void add(const std::string& json) {
+    std::lock_guard<std::mutex> lock(mu);
+    const auto event = sim::json_find_string(json, "event");
+    if (!event) return;
+    if (*event == "eval") {
+      if (auto v = sim::json_find_number(json, "val_loss")) {
+        final_val_loss = *v;
+        best_val_loss = std::min(best_val_loss, *v);
+      }
+      if (auto a = sim::json_find_number(json, "val_accuracy")) final_val_accuracy = *a;
+    } else if (*event == "round") {
+      if (auto r = sim::json_find_number(json, "round")) rounds = std::max(rounds, static_cast<int64_t>(*r));
+    } else if (*event == "island_end") {
+      ++finished;
+      bytes_sent += static_cast<uint64_t>(sim::json_find_number(json, "bytes_sent").value_or(0));
+      bytes_recv += static_cast<uint64_t>(sim::json_find_number(json, "bytes_recv").value_or(0));
+      raw_sent += static_cast<uint64_t>(sim::json_find_number(json, "raw_sent").value_or(0));
+      steps = std::max(steps, static_cast<int64_t>(sim::json_find_number(json, "steps").value_or(0)));
+    }
+  }
+};
+
+}  // namespace
+
+int run_coordinator(const config::Config& config, const ProcessOptions& options) {
+  const auto t0 = Clock::now();
+  const int k = config.islands.count;
+  sim::configure_threads(config.run.threads);
+  sim::RunData data = sim::load_run_data(config);
+  const auto algo_options = sim::algorithm_options(config, data.shard_sizes);
+  const compression::Pipeline codec = sim::make_pipeline(config);
+  sim::RunDir dir(config, options.force);
+  Totals totals;
+  auto sink = [&](const std::string& json) {
+    dir.record(json);
+    totals.add(json);
+  };
+
+  // The server role (fedavg): it holds the global model, so it is evaluated here.
+  std::unique_ptr<sim::Evaluator> evaluator;
+  at::Tensor server_global;
+  std::unique_ptr<transport::OuterServer> server;
+  if (algorithms::make_server(algo_options, at::zeros({1}), nullptr) != nullptr) {
+    auto init = sim::make_island_parts(config, data, algo_options, 0);
+    evaluator = sim::make_evaluator(config, data);
+    const int64_t nominal = algorithms::fedavg::local_steps(algo_options, data.splits.train->size() / std::max(1, k));
+    server = algorithms::make_server(algo_options, init.model->params(), [&](int64_t round, const at::Tensor& global) {
+      server_global = global;
+      const int64_t step = round * nominal, prev = (round - 1) * nominal, every = config.train.eval_every;
+      if (round == algo_options.rounds || (every > 0 && step / every != prev / every)) {
+        sim::EvalResult r = evaluator->evaluate(global);
+        sink(sim::eval_record(step, r, data.classifier, 0, std::chrono::duration<double>(Clock::now() - t0).count()));
+      }
+    });
+  }
+
+  const auto& t = config.transport;
+  transport::CoordinatorOptions co;
+  co.endpoint = t.coordinator;
+  co.expected_islands = k;
+  co.heartbeat_ms = t.heartbeat_ms;
+  co.heartbeat_timeout_ms = t.heartbeat_timeout_ms;
+  co.server = server.get();
+  co.pipeline = codec;
+  co.record_sink = sink;
+  if (t.curve) {
+    auto keys = transport::curve::load_keypair(t.keys_dir, "coordinator");
+    if (!keys.is_ok()) throw UserError("transport.keys_dir: " + keys.status().message());
+    co.curve = true;
+    co.curve_secret_key = keys.value().secret_key;
+    co.keys_dir = t.keys_dir;
+  } else {
+    ATOLL_WARN("transport.curve is off: control and data traffic is unauthenticated and unencrypted");
+  }
+  auto coordinator = transport::Coordinator::start(co);
+  if (!coordinator.is_ok()) {
+    throw UserError("transport.coordinator: cannot start the coordinator at " + t.coordinator + ": " +
+                    coordinator.status().message());
+  }
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
+  if (!options.quiet) {
+    ATOLL_INFO("coordinator " << coordinator.value()->endpoint() << ": waiting for " << k
+                              << " islands; run directory " << dir.path());
+  }
+
+  bool all_joined = false;
+  auto view = coordinator.value()->membership();
+  while (!g_stop) {
+    view = coordinator.value()->wait_for_change(view.epoch, Clock::now() + std::chrono::milliseconds(200));
+    if (static_cast<int>(view.members.size()) >= k) all_joined = true;
+    if (all_joined && view.members.empty()) break;
+  }
+  coordinator.value()->stop();
+
+  const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
+  std::lock_guard<std::mutex> lock(totals.mu);
+  sim::JsonObject s;
+  s.add("algorithm", config.algorithm.name)
+      .add("islands", k)
+      .add("model", config.model.name)
+      .add("mode", "processes")
+      .add("compression", codec.describe())
+      .add("steps", totals.steps)
+      .add("rounds", totals.rounds)
+      .add("islands_finished", totals.finished)
+      .add("final_val_loss", totals.final_val_loss)
+      .add("best_val_loss", totals.best_val_loss);
+  if (data.classifier) s.add("final_val_accuracy", totals.final_val_accuracy);
+  s.add("bytes_sent_total", totals.bytes_sent)
+      .add("bytes_recv_total", totals.bytes_recv)
+      .add("compression_ratio", totals.bytes_sent > 0 ? static_cast<double>(totals.raw_sent) / static_cast<double>(totals.bytes_sent) : 1.0)
+      .add("wall_time_s", wall);
+  dir.write_summary(s.str());
+  if (server_global.defined()) sim::write_params(dir.path() + "/final_params.bin", server_global);
+  if (g_stop) {
+    ATOLL_WARN("coordinator stopped by a signal before the run finished");
+    return 1;
+  }
+  // A run that lost islands but finished with the survivors succeeded (summary says how many).
+  return totals.finished > 0 ? 0 : 1;
+}
+
+int keygen(const std::string& dir, const std::string& name) {
+  auto keys = transport::curve::generate_keypair(dir, name);
+  if (!keys.is_ok()) throw UserError("keygen: " + keys.status().message());
+  std::printf("%s/%s.pub: %s\n", dir.c_str(), name.c_str(), keys.value().public_key.c_str());
+  return 0;
+}
+
+}  // namespace atl::run

@@ -1,0 +1,34 @@
+// Real multi-process runs: `atoll coordinator`, `atoll island`, `atoll launch`.
+//
+// The coordinator process owns runs/<name>/ (config.yaml, metrics.jsonl from every island's
+// records, summary.json) and hosts the server role; each island process builds the same
+// data, model and algorithm as the simulator's island K (src/sim/island_parts.h), joins
+// through transport/zmq/control_client.h and exchanges over ZeroMQ (transport/zmq/
+// zmq_group.h). `launch` starts all of them on this machine as child processes.
+//
+// Each function returns the process exit code (0 ok, 1 runtime failure); user errors
+// throw atl::UserError (exit code 2 in main).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "src/config/config.h"
+
+namespace atl::run {
+
+struct ProcessOptions {
+  bool force = false;   // coordinator: overwrite an existing run directory
+  bool quiet = false;   // no progress output
+  std::string config_path;            // launch: the config file the children read
+  std::vector<std::string> overrides; // launch: --set overrides passed on to the children
+};
+
+int run_coordinator(const config::Config& config, const ProcessOptions& options);
+int run_island(const config::Config& config, int island, const ProcessOptions& options);
+int launch(const config::Config& config, const ProcessOptions& options);
+
+// Writes a CurveZMQ key pair <dir>/<name>.key (secret, 0600) and <dir>/<name>.pub.
+int keygen(const std::string& dir, const std::string& name);
+
+}  // namespace atl::run

@@ -1,0 +1,241 @@
+// The data plane's parts in isolation: the wire header (layout, every truncation and bit
+// flip rejected), a link's credits and retransmission against a raw socket, and the
+// all-reduce state machine's hand-over of a finished result to a peer that restarted it.
+#include <gtest/gtest.h>
+#include <zmq.hpp>
+
+#include <cstring>
+#include <deque>
+
+#include "transport/inproc/inproc_group.h"
+#include "transport/zmq/allreduce_op.h"
+#include "transport/zmq/data_wire.h"
+#include "transport/zmq/peer_links.h"
+
+namespace atl::transport::dataplane {
+namespace {
+
+TEST(DataWire, HeaderRoundTripsAndRejectsDamage) {
+  Header h;
+  h.type = MsgType::kRing;
+  h.flags = 0;
+  h.sender = 3;
+  h.step = 5;
+  h.epoch = 7;
+  h.seq = 11;
+  h.link_seq = 13;
+  h.done_below = 10;
+  h.chunk = 2;
+  h.piece = 1;
+  h.pieces = 4;
+  h.offset = 100;
+  h.total = 400;
+  const uint8_t payload[6] = {1, 2, 3, 4, 5, 6};
+  h.payload_len = sizeof payload;
+  uint8_t b[kHeaderBytes];
+  encode_header(h, payload, b);
+  EXPECT_EQ(std::memcmp(b, "ATLD", 4), 0);
+  EXPECT_EQ(b[4], 1);
+  EXPECT_EQ(b[5], 3);
+  Header p;
+  ASSERT_TRUE(parse_header(b, kHeaderBytes, payload, sizeof payload, &p).is_ok());
+  EXPECT_EQ(p.sender, 3);
+  EXPECT_EQ(p.step, 5u);
+  EXPECT_EQ(p.epoch, 7u);
+  EXPECT_EQ(p.seq, 11u);
+  EXPECT_EQ(p.link_seq, 13u);
+  EXPECT_EQ(p.done_below, 10u);
+  EXPECT_EQ(p.chunk, 2u);
+  EXPECT_EQ(p.piece, 1u);
+  EXPECT_EQ(p.pieces, 4u);
+  EXPECT_EQ(p.offset, 100u);
+  EXPECT_EQ(p.total, 400u);
+  for (size_t n = 0; n < kHeaderBytes; ++n) EXPECT_FALSE(parse_header(b, n, payload, sizeof payload, &p).is_ok());
+  EXPECT_FALSE(parse_header(b, kHeaderBytes, payload, 5, &p).is_ok());  // truncated payload
+  for (size_t bit = 0; bit < (kHeaderBytes + sizeof payload) * 8; ++bit) {
+    uint8_t hb[kHeaderBytes], pb[sizeof payload];
+    std::memcpy(hb, b, sizeof hb);
+    std::memcpy(pb, payload, sizeof pb);
+    uint8_t* at = bit < kHeaderBytes * 8 ? &hb[bit / 8] : &pb[bit / 8 - kHeaderBytes];
+    *at ^= static_cast<uint8_t>(1u << (bit % 8));
+    EXPECT_FALSE(parse_header(hb, kHeaderBytes, pb, sizeof pb, &p).is_ok()) << "bit " << bit;
+  }
+  HelloBody hello{1, 1000, 0.5, 42, 256};
+  HelloBody back;
+  std::vector<uint8_t> hb = encode_hello(hello);
+  ASSERT_TRUE(parse_hello(hb.data(), hb.size(), &back).is_ok());
+  EXPECT_EQ(back.numel, 1000u);
+  EXPECT_EQ(back.weight, 0.5);
+  hello.weight = -1;
+  hb = encode_hello(hello);
+  EXPECT_FALSE(parse_hello(hb.data(), hb.size(), &back).is_ok());
+  ResultInfoBody info{StatusCode::kPeerLost, 2.0, 9, {0, 2}};
+  std::vector<uint8_t> ib = encode_result_info(info);
+  ResultInfoBody info_back;
+  ASSERT_TRUE(parse_result_info(ib.data(), ib.size(), &info_back).is_ok());
+  EXPECT_EQ(info_back.contributors, (std::vector<int>{0, 2}));
+  EXPECT_EQ(info_back.status, StatusCode::kPeerLost);
+  EXPECT_FALSE(parse_result_info(ib.data(), ib.size() - 1, &info_back).is_ok());
+}
+
+Outbound ring_message(int i) {
+  Header h;
+  h.type = MsgType::kRing;
+  h.sender = 0;
+  h.pieces = 1;
+  auto bytes = std::make_shared<const Bytes>(Bytes(100, static_cast<uint8_t>(i)));
+  return Outbound{h, bytes, 0, bytes->size(), 400};
+}
+
+// Receives every message waiting on `router` within `ms`; returns their link_seqs.
+std::vector<uint64_t> drain(zmq::socket_t& router, PeerLinks& links, int ms, zmq::message_t* rid) {
+  std::vector<uint64_t> seqs;
+  const auto end = Clock::now() + std::chrono::milliseconds(ms);
+  while (Clock::now() < end) {
+    links.poll(std::chrono::milliseconds(5), -1, [](Inbound&) {});
+    links.check_timers(Clock::now());
+    zmq::message_t id, head, body;
+    while (router.recv(id, zmq::recv_flags::dontwait)) {
+      (void)router.recv(head);
+      (void)router.recv(body);
+      Header h;
+      EXPECT_TRUE(parse_header(head.data<uint8_t>(), head.size(), body.data<uint8_t>(), body.size(), &h).is_ok());
+      seqs.push_back(h.link_seq);
+      rid->copy(id);
+    }
+  }
+  return seqs;
+}
+
+void ack(zmq::socket_t& router, const zmq::message_t& rid, uint64_t link_seq) {
+  Header h;
+  h.type = MsgType::kAck;
+  h.sender = 1;
+  h.link_seq = link_seq;
+  uint8_t b[kHeaderBytes];
+  encode_header(h, nullptr, b);
+  zmq::message_t id;
+  id.copy(const_cast<zmq::message_t&>(rid));
+  router.send(id, zmq::send_flags::sndmore);
+  router.send(zmq::buffer(b, sizeof b));
+}
+
+TEST(PeerLinks, AtMostMaxInFlightUnacknowledgedAndGoBackNRetransmission) {
+  zmq::context_t ctx;
+  zmq::socket_t router(ctx, zmq::socket_type::router);
+  router.set(zmq::sockopt::linger, 0);
+  router.bind("tcp://127.0.0.1:*");
+  DropLog drops;
+  LinkOptions o;
+  o.max_in_flight = 3;
+  o.latency_s = 0;
+  o.timeout_slack = 0;  // retransmission after 1 s
+  o.bandwidth = [] { return 1e9; };
+  PeerLinks links(ctx, 0, "tcp://127.0.0.1:*", o, drops);
+  links.set_peers({{1, router.get(zmq::sockopt::last_endpoint), ""}});
+  for (int i = 0; i < 10; ++i) links.send(1, ring_message(i));
+  zmq::message_t rid;
+  EXPECT_EQ(drain(router, links, 300, &rid), (std::vector<uint64_t>{1, 2, 3}));  // credits: 3
+  ack(router, rid, 2);
+  EXPECT_EQ(drain(router, links, 300, &rid), (std::vector<uint64_t>{4, 5}));
+  EXPECT_FALSE(links.idle());
+  // No more acks: after the timeout the whole window (3, 4, 5) is sent again.
+  EXPECT_EQ(drain(router, links, 1500, &rid), (std::vector<uint64_t>{3, 4, 5}));
+  for (int k = 0; k < 10 && !links.idle(); ++k) {  // 6..10 go out as credits return
+    ack(router, rid, 10);
+    drain(router, links, 100, &rid);
+  }
+  EXPECT_TRUE(links.idle());
+  EXPECT_EQ(links.counters().raw_sent, 10u * 400);
+}
+
+// A fake I/O thread: collects what an op sends.
+class FakeContext final : public OpContext {
+ public:
+  explicit FakeContext(int self) : self_(self) {}
+  int self() const override { return self_; }
+  const Tuning& tuning() const override { return tuning_; }
+  void send(int peer, Outbound msg) override { out.push_back({peer, std::move(msg)}); }
+  void suspect(int) override {}
+  void refresh_membership() override {}
+  double bandwidth() const override { return 1e9; }
+  void observe_throughput(double, double) override {}
+  DropLog& drops() override { return drops_; }
+  std::deque<std::pair<int, Outbound>> out;
+
+ private:
+  int self_;
+  Tuning tuning_;
+  DropLog drops_;
+};
+
+Inbound to_inbound(const Outbound& o) {
+  Inbound m{o.header, o.length ? zmq::message_t(o.buffer->data() + o.offset, o.length) : zmq::message_t()};
+  m.header.payload_len = static_cast<uint32_t>(o.length);
+  return m;
+}
+
+// W = 2 ring: island 0 finishes, island 1 misses 0's last piece and restarts in epoch 1;
+// island 0 answers the new HELLO with its result, which island 1 takes over bitwise.
+TEST(AllreduceOp, RestartedPeerTakesOverTheFinishedResult) {
+  const compression::Pipeline fp32;
+  at::manual_seed(3);
+  std::vector<at::Tensor> in = {at::randn({1001}), at::randn({1001})};
+  std::vector<at::Tensor> buf = {in[0].clone(), in[1].clone()};
+  std::vector<std::shared_ptr<Completion>> done = {std::make_shared<Completion>(), std::make_shared<Completion>()};
+  AllreduceOp a(0, buf[0], fp32, 1.0, {}, 1 << 20, done[0]);
+  AllreduceOp b(0, buf[1], fp32, 1.0, {}, 1 << 20, done[1]);
+  FakeContext ca(0), cb(1);
+  a.start(ca, 0, {0, 1});
+  b.start(cb, 0, {0, 1});
+  std::vector<Outbound> withheld;  // 0's all-gather piece to 1 (the last ring step)
+  for (bool moved = true; moved;) {
+    moved = false;
+    while (!ca.out.empty()) {
+      Outbound o = std::move(ca.out.front().second);
+      ca.out.pop_front();
+      if (o.header.type == MsgType::kRing && o.header.step == 1) {
+        withheld.push_back(std::move(o));
+        continue;
+      }
+      Inbound m = to_inbound(o);
+      b.on_message(cb, m);
+      moved = true;
+    }
+    while (!cb.out.empty()) {
+      Inbound m = to_inbound(cb.out.front().second);
+      cb.out.pop_front();
+      a.on_message(ca, m);
+      moved = true;
+    }
+  }
+  ASSERT_TRUE(a.done());
+  ASSERT_FALSE(b.done());
+  ASSERT_EQ(withheld.size(), 1u);
+  std::unique_ptr<Retained> kept = a.take_retained();
+  ASSERT_TRUE(kept);
+  EXPECT_TRUE(at::equal(kept->values, buf[0]));
+
+  b.on_membership(cb, 1, {0, 1});  // island 1 restarts: HELLO in epoch 1
+  ASSERT_EQ(cb.out.size(), 1u);
+  EXPECT_EQ(cb.out.front().second.header.type, MsgType::kHello);
+  EXPECT_EQ(cb.out.front().second.header.epoch, 1u);
+  serve_result(ca, 0, 1, *kept, 1);  // what ZmqGroup does with a HELLO for a finished seq
+  Inbound stale = to_inbound(withheld[0]);
+  b.on_message(cb, stale);  // the old epoch's piece: dropped
+  EXPECT_FALSE(b.done());
+  while (!ca.out.empty()) {
+    Inbound m = to_inbound(ca.out.front().second);
+    ca.out.pop_front();
+    b.on_message(cb, m);
+  }
+  ASSERT_TRUE(b.done());
+  CollectiveResult r = done[1]->wait(std::nullopt);
+  EXPECT_TRUE(r.status.is_ok()) << r.status.to_string();
+  EXPECT_EQ(r.contributors, (std::vector<int>{0, 1}));
+  EXPECT_TRUE(at::equal(buf[1], buf[0]));
+  EXPECT_TRUE(at::allclose(buf[1], (in[0] + in[1]) / 2));
+}
+
+}  // namespace
+}  // namespace atl::transport::dataplane

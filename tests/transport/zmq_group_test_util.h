@@ -1,0 +1,168 @@
+// Helpers for the ZeroMQ data-plane tests (zmq_group_test): free loopback ports, a control
+// plane whose membership a test can change, W islands as threads, the in-process reference.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "transport/control_plane.h"
+#include "transport/inproc/inproc_group.h"
+#include "transport/static_control_plane.h"
+#include "transport/zmq/zmq_group.h"
+
+namespace atl::transport::testing {
+
+// `n` distinct loopback ports that were free a moment ago (all held open while choosing).
+inline std::vector<int> free_ports(int n) {
+  std::vector<int> fds, ports;
+  for (int i = 0; i < n; ++i) {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = 0;
+    socklen_t len = sizeof a;
+    if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+      throw std::runtime_error("free_ports: cannot bind");
+    }
+    fds.push_back(fd);
+    ports.push_back(ntohs(a.sin_port));
+  }
+  for (int fd : fds) ::close(fd);
+  return ports;
+}
+
+inline std::vector<Peer> loopback_peers(int w) {
+  std::vector<Peer> peers;
+  std::vector<int> ports = free_ports(w);
+  for (int i = 0; i < w; ++i) peers.push_back({i, "tcp://127.0.0.1:" + std::to_string(ports[i]), ""});
+  return peers;
+}
+
+// A ControlPlane whose membership the test sets (per island, so views can differ).
+class TestPlane final : public ControlPlane {
+ public:
+  TestPlane(int self, Membership m) : self_(self), m_(std::move(m)) {}
+  void set(Membership m) {
+    std::lock_guard<std::mutex> lock(mu_);
+    m_ = std::move(m);
+    cv_.notify_all();
+  }
+  int suspects() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return suspects_;
+  }
+  int self() const override { return self_; }
+  Membership membership() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return m_;
+  }
+  Membership wait_for_change(uint64_t epoch, Deadline deadline) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    auto changed = [&] { return m_.epoch != epoch; };
+    if (deadline) cv_.wait_until(lock, *deadline, changed);
+    else cv_.wait(lock, changed);
+    return m_;
+  }
+  void suspect(int) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++suspects_;
+  }
+  Status push(uint64_t, std::vector<uint8_t>, double) override { return Status(StatusCode::kUnavailable, "no server"); }
+  StatusOr<std::vector<uint8_t>> pull(uint64_t, Deadline) override { return Status(StatusCode::kUnavailable, "no server"); }
+  Status store_set(const std::string&, std::vector<uint8_t>) override { return Status(StatusCode::kUnavailable, "no store"); }
+  StatusOr<std::vector<uint8_t>> store_get(const std::string&, Deadline) override {
+    return Status(StatusCode::kUnavailable, "no store");
+  }
+  void record(const std::string&) override {}
+
+ private:
+  int self_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  Membership m_;
+  int suspects_ = 0;
+};
+
+// W islands on loopback, each a ZmqGroup over its own control plane.
+struct ZmqCluster {
+  // static_planes: StaticControlPlane (fixed membership); else TestPlane (changeable).
+  explicit ZmqCluster(int w, ZmqGroupOptions options = {}, bool static_planes = true,
+                      OuterServer* server = nullptr) {
+    peers = loopback_peers(w);
+    if (static_planes) {
+      StaticClusterOptions so;
+      so.peers = peers;
+      so.server = server;
+      cluster = std::make_unique<StaticCluster>(so);
+      for (int i = 0; i < w; ++i) planes.push_back(cluster->plane(i));
+    } else {
+      for (int i = 0; i < w; ++i) {
+        auto p = std::make_unique<TestPlane>(i, Membership{0, peers});
+        test_planes.push_back(p.get());
+        planes.push_back(std::move(p));
+      }
+    }
+    for (int i = 0; i < w; ++i) groups.push_back(std::make_unique<ZmqGroup>(*planes[i], options));
+  }
+  int size() const { return static_cast<int>(groups.size()); }
+  // Runs body(i) on one thread per island and joins them; rethrows the first exception.
+  void run(const std::function<void(int)>& body) {
+    std::vector<std::thread> threads;
+    std::vector<std::exception_ptr> errors(groups.size());
+    for (int i = 0; i < size(); ++i) {
+      threads.emplace_back([&, i] {
+        try {
+          body(i);
+        } catch (...) {
+          errors[i] = std::current_exception();
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (auto& e : errors) {
+      if (e) std::rethrow_exception(e);
+    }
+  }
+  std::vector<Peer> peers;
+  std::unique_ptr<StaticCluster> cluster;
+  std::vector<std::unique_ptr<ControlPlane>> planes;
+  std::vector<TestPlane*> test_planes;
+  std::vector<std::unique_ptr<ZmqGroup>> groups;  // destroyed first (declared last)
+};
+
+// The in-process reference: each island i calls allreduce_mean(buffers[i], codec,
+// weights[i], transmitted[i]) as the group's collective number `seq` (after `seq` one-element
+// ones: lossy seeds depend on it); fills the tensors in place.
+inline void inproc_allreduce(std::vector<at::Tensor>& buffers, const compression::Pipeline& codec,
+                             const std::vector<double>& weights, std::vector<at::Tensor>* transmitted = nullptr,
+                             uint64_t seq = 0) {
+  const int w = static_cast<int>(buffers.size());
+  Scheduler scheduler(w);
+  InprocHub hub(w, scheduler);
+  std::vector<std::unique_ptr<Group>> groups;
+  for (int i = 0; i < w; ++i) groups.push_back(hub.make_group(i));
+  scheduler.run([&](int i) {
+    for (uint64_t k = 0; k < seq; ++k) groups[i]->allreduce_mean(at::zeros({1}), codec, 1.0)->wait();
+    at::Tensor t = transmitted ? (*transmitted)[i] : at::Tensor();
+    groups[i]->allreduce_mean(buffers[i], codec, weights[i], t)->wait();
+  });
+}
+
+inline Deadline in_seconds(double s) {
+  return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+}
+
+}  // namespace atl::transport::testing

@@ -1,0 +1,100 @@
+// One allreduce_mean over the data plane: rendezvous, data phase, restarts and the hand-over
+// of a finished result to peers that restarted.
+//
+// Attempt. An attempt runs among the members of one membership epoch. It opens with HELLO
+// (weight, element count, codec fingerprint, ring piece length) to every member; a member
+// that will never issue this sequence number (it joined later: seq < its first_seq) answers
+// ABSENT and sits the attempt out. Once every member has answered, the participants (those
+// that said HELLO) are known to all alike; they must agree on size, codec and piece length
+// (else the collective completes with kInternal). Then the data phase (exchange.h) runs on
+// the caller's buffer: restored from the op's copy of the input, pre-multiplied by the
+// weight when the weights differ, then the ring (lossless) or direct (lossy) schedule.
+// Messages of a newer epoch are kept until this op reaches that epoch; older ones are
+// dropped as stale. Data that arrives before the local HELLO set is complete is kept too.
+//
+// Restart. When the membership moves to a new epoch, an unfinished op starts a new attempt
+// in it from the original input (all members derive the same member set from the epoch, so
+// they agree). An island that finds itself outside the membership completes with
+// kMembershipChanged and its own input. A data phase that exceeds its timeout
+// (slack * (latency + bytes / bandwidth) + 1 s, doubled after each expiry) reports the peers
+// it still waits for to ControlPlane::suspect; the coordinator decides, and its new epoch
+// restarts the op among the survivors. Lost messages on a live link are the link's business
+// (peer_links.h retransmits).
+//
+// Hand-over. A member that finished keeps a copy of the result (Retained; ZmqGroup serves
+// it). When a peer restarts a finished collective (its HELLO arrives after completion), the
+// finished member answers RESULT_INFO + RESULT pieces instead of HELLO; the restarting peer,
+// still in its rendezvous, adopts that result and its contributors. So every member that
+// completes a given collective holds bitwise the same values and contributors.
+//
+// Result: contributors = the participants of the attempt that produced the values;
+// status ok, or kPeerLost when a member of the first attempt is not among them.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <map>
+#include <optional>
+#include <vector>
+
+#include "compression/pipeline.h"
+#include "transport/zmq/exchange.h"
+#include "transport/zmq/op.h"
+#include "transport/zmq/transfer.h"
+
+namespace atl::transport::dataplane {
+
+class AllreduceOp final : public Op {
+ public:
+  // Runs on the island thread: copies `buffer` (the input kept for restarts) and the codec.
+  AllreduceOp(uint64_t seq, at::Tensor buffer, const compression::Pipeline& codec, double weight,
+              at::Tensor transmitted, int64_t chunk_bytes, std::shared_ptr<Completion> completion);
+
+  void start(OpContext& ctx, uint64_t epoch, const std::vector<int>& members) override;
+  void on_membership(OpContext& ctx, uint64_t epoch, const std::vector<int>& members) override;
+  void on_message(OpContext& ctx, Inbound& m) override;
+  void on_timer(OpContext& ctx, Clock::time_point now) override;
+  Clock::time_point next_timer() const override { return deadline_; }
+  std::unique_ptr<Retained> take_retained() override { return std::move(retained_); }
+
+ private:
+  void attempt(OpContext& ctx, uint64_t epoch, const std::vector<int>& members);
+  void maybe_begin_data(OpContext& ctx);
+  void begin_data(OpContext& ctx, const std::vector<int>& participants);
+  void on_adoption(OpContext& ctx, Inbound& m);
+  void complete(OpContext& ctx, Status status, std::vector<int> contributors, double weight_sum);
+
+  // The caller's request.
+  at::Tensor buffer_, transmitted_;
+  at::Tensor input_;               // copy of the caller's buffer, for restarts
+  compression::Pipeline codec_;
+  double weight_;
+  int64_t chunk_bytes_;
+  HelloBody hello_;                // what this member announces
+  std::vector<int> first_members_; // members of the first attempt
+  bool dirty_ = false;             // buffer_ no longer equals input_
+
+  // The current attempt.
+  uint64_t epoch_ = 0;
+  std::vector<int> members_;
+  std::map<int, std::optional<HelloBody>> answers_;  // HELLO, or nullopt for ABSENT
+  std::vector<Inbound> early_;      // data of this epoch before the data phase began
+  std::vector<Inbound> future_;     // messages of newer epochs
+  std::unique_ptr<Exchange> exchange_;
+  std::vector<int> participants_;
+  double weight_sum_ = 0;
+  Clock::time_point data_start_{}, deadline_ = Clock::time_point::max();
+  Clock::duration timeout_{};
+
+  // Adopting a finished peer's result.
+  int adopt_from_ = -1;
+  ResultInfoBody adopt_info_;
+  PiecesIn adopt_pieces_;
+
+  std::unique_ptr<Retained> retained_;
+};
+
+// Sends a finished all-reduce's outcome to `peer` (RESULT_INFO, then fp32 RESULT pieces).
+void serve_result(OpContext& ctx, uint64_t seq, uint64_t epoch, const Retained& r, int peer);
+
+}  // namespace atl::transport::dataplane

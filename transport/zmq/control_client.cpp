@@ -1,0 +1,215 @@
+#include "transport/zmq/control_client.h"
+
+#include <zmq.hpp>
+
+#include <algorithm>
+
+#include "src/base/log.h"
+#include "transport/zmq/zmq_message.h"
+
+namespace atl::transport {
+
+using proto::ErrorCode;
+using proto::Message;
+using proto::MsgType;
+
+namespace {
+
+Status check_options(const ControlClientOptions& o) {
+  if (o.island < 0 || o.island > proto::kMaxIslandId) {
+    return invalid_argument("control client: island id " + std::to_string(o.island) + " out of range");
+  }
+  if (o.heartbeat_ms <= 0 || o.heartbeat_timeout_ms <= 0 || o.join_retry_ms <= 0 || o.request_timeout_ms <= 0) {
+    return invalid_argument("control client: heartbeat, join retry and request timeouts must be > 0");
+  }
+  if (o.data_endpoint.size() > proto::kMaxEndpointBytes) {
+    return invalid_argument("control client: data endpoint longer than 256 bytes");
+  }
+  if (o.curve) {
+    if (Status st = curve::available(); !st.is_ok()) return st;
+    if (!curve::valid_key_text(o.curve_server_key) || !curve::valid_key_text(o.curve_keys.public_key) ||
+        !curve::valid_key_text(o.curve_keys.secret_key)) {
+      return invalid_argument("control client: curve is on but a key is missing or not 40-character Z85");
+    }
+  }
+  return Status::ok();
+}
+
+Clock::time_point after_ms(int64_t ms) { return Clock::now() + std::chrono::milliseconds(ms); }
+
+uint32_t wait_ms_until(Deadline deadline) {
+  if (!deadline) return proto::kWaitForever;
+  const int64_t ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(*deadline - Clock::now()).count();
+  return static_cast<uint32_t>(std::clamp<int64_t>(ms, 0, proto::kWaitForever - 1));
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<ZmqControlClient>> ZmqControlClient::connect(ControlClientOptions options,
+                                                                      Deadline join_deadline) {
+  if (Status st = check_options(options); !st.is_ok()) return st;
+  const std::string endpoint = options.coordinator;
+  std::unique_ptr<ZmqControlClient> c;
+  try {
+    c.reset(new ZmqControlClient(std::move(options)));
+  } catch (const zmq::error_t& e) {
+    return invalid_argument("control client: cannot connect to '" + endpoint + "': " + e.what());
+  }
+  c->thread_ = std::thread([raw = c.get()] { raw->run(); });
+  std::unique_lock<std::mutex> lock(c->mu_);
+  auto settled = [&] { return c->joined_ || !c->join_error_.is_ok(); };
+  if (join_deadline) {
+    c->cv_.wait_until(lock, *join_deadline, settled);
+  } else {
+    c->cv_.wait(lock, settled);
+  }
+  if (c->joined_) return c;
+  Status st = c->join_error_;
+  if (st.is_ok()) {
+    st = Status(StatusCode::kTimeout,
+                "island " + std::to_string(c->options_.island) + ": no JOIN_ACK from the coordinator at " +
+                    endpoint + " before the join deadline: " +
+                    c->link_problem());
+  }
+  lock.unlock();
+  return st;  // `c` is destroyed here: not joined, so no LEAVE
+}
+
+std::string ZmqControlClient::link_problem() const {
+  if (!auth_problem_.empty()) return auth_problem_;
+  if (!link_problem_.empty()) return link_problem_;
+  return "is it running and reachable?";
+}
+
+proto::Header ZmqControlClient::header(MsgType type, uint64_t rid) const {
+  return proto::Header{type, options_.island, membership_.epoch, rid, session_};
+}
+
+Membership ZmqControlClient::membership() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return membership_;
+}
+
+Status ZmqControlClient::status() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return lost_;
+}
+
+uint64_t ZmqControlClient::joins() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return joins_;
+}
+
+Membership ZmqControlClient::wait_for_change(uint64_t epoch, Deadline deadline) {
+  std::unique_lock<std::mutex> lock(mu_);
+  auto changed = [&] { return membership_.epoch != epoch || closing_; };
+  if (deadline) {
+    cv_.wait_until(lock, *deadline, changed);
+  } else {
+    cv_.wait(lock, changed);
+  }
+  return membership_;
+}
+
+void ZmqControlClient::send_one_way(Message m) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (closing_ || !lost_.is_ok()) return;
+  m.header = header(m.header.type, 0);
+  std::vector<uint8_t> bytes;
+  if (Status st = proto::encode(m, &bytes); !st.is_ok()) {
+    ATOLL_WARN("island " << options_.island << ": not sent: " << st.message());
+    return;
+  }
+  one_way_.push_back(std::make_shared<const std::vector<uint8_t>>(std::move(bytes)));
+  wake();
+}
+
+void ZmqControlClient::suspect(int peer) {
+  Message m;
+  m.header.type = MsgType::kSuspect;
+  m.peer = peer;
+  send_one_way(std::move(m));
+}
+
+void ZmqControlClient::record(const std::string& json) {
+  Message m;
+  m.header.type = MsgType::kRecord;
+  m.bytes = std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(json.data()), json.size());
+  send_one_way(std::move(m));
+}
+
+StatusOr<std::vector<uint8_t>> ZmqControlClient::request(Message m, MsgType reply_type, Deadline deadline,
+                                                         const std::string& what) {
+  const auto start = Clock::now();
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!lost_.is_ok()) return lost_;
+  if (closing_) return Status(StatusCode::kUnavailable, what + ": the control client is closing");
+  const uint64_t rid = next_rid_++;
+  m.header = header(m.header.type, rid);
+  lock.unlock();
+  auto bytes = std::make_shared<std::vector<uint8_t>>();
+  if (Status st = proto::encode(m, bytes.get()); !st.is_ok()) return st;
+  lock.lock();
+  Request& r = requests_[rid];
+  r.bytes = std::move(bytes);
+  r.reply_type = reply_type;
+  wake();
+  auto settled = [&] { return r.done || !lost_.is_ok() || closing_; };
+  if (deadline) {
+    cv_.wait_until(lock, *deadline, settled);
+  } else {
+    cv_.wait(lock, settled);
+  }
+  Request done = std::move(r);
+  requests_.erase(rid);
+  if (done.done) {
+    if (!done.status.is_ok()) return done.status;
+    return std::move(done.reply);
+  }
+  if (!lost_.is_ok()) return lost_;
+  if (closing_) return Status(StatusCode::kUnavailable, what + ": the control client is closing");
+  const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
+  return Status(StatusCode::kTimeout, what + ": no answer from the coordinator within " + std::to_string(waited) +
+                                          " ms" + (joined_ ? "" : " (not joined: " + link_problem() + ")"));
+}
+
+Status ZmqControlClient::push(uint64_t tag, std::vector<uint8_t> frame, double weight) {
+  return push(tag, std::move(frame), weight, after_ms(options_.request_timeout_ms));
+}
+
+Status ZmqControlClient::push(uint64_t tag, std::vector<uint8_t> frame, double weight, Deadline deadline) {
+  Message m;
+  m.header.type = MsgType::kPush;
+  m.tag = tag;
+  m.weight = weight;
+  m.bytes = frame;
+  return request(std::move(m), MsgType::kAck, deadline, "push tag " + std::to_string(tag)).status();
+}
+
+StatusOr<std::vector<uint8_t>> ZmqControlClient::pull(uint64_t tag, Deadline deadline) {
+  Message m;
+  m.header.type = MsgType::kPull;
+  m.tag = tag;
+  m.wait_ms = wait_ms_until(deadline);
+  return request(std::move(m), MsgType::kPullReply, deadline, "pull tag " + std::to_string(tag));
+}
+
+Status ZmqControlClient::store_set(const std::string& key, std::vector<uint8_t> value) {
+  Message m;
+  m.header.type = MsgType::kStoreSet;
+  m.key = key;
+  m.bytes = value;
+  return request(std::move(m), MsgType::kAck, after_ms(options_.request_timeout_ms), "store_set '" + key + "'")
+      .status();
+}
+
+StatusOr<std::vector<uint8_t>> ZmqControlClient::store_get(const std::string& key, Deadline deadline) {
+  Message m;
+  m.header.type = MsgType::kStoreGet;
+  m.key = key;
+  m.wait_ms = wait_ms_until(deadline);
+  return request(std::move(m), MsgType::kStoreReply, deadline, "store_get '" + key + "'");
+}
+
+}  // namespace atl::transport

@@ -1,0 +1,135 @@
+// The coordinator of a real run: membership (join, heartbeat, leave, failure detection),
+// the rendezvous key-value store, the host of the server role (OuterServer) and the sink of
+// the islands' metrics records. Islands talk to it through ZmqControlClient; the protocol is
+// transport/zmq/protocol.h and docs/protocol.md.
+//
+// One ROUTER socket bound at options.endpoint. Membership changes (join, rejoin of an id by
+// a new process, LEAVE, failure) bump the epoch by one and are pushed to every live island
+// as MEMBERSHIP. An island is declared dead after heartbeat_timeout_ms of silence, or
+// suspect_heartbeats heartbeat periods after another island reported it (SUSPECT) if it
+// stays silent meanwhile. Every malformed or hostile message is logged (rate-limited: at
+// most a few lines per second, then a count) and dropped; nothing a peer sends can stop the
+// coordinator.
+//
+// Threads: start() binds the sockets on the caller's thread, then runs the loop on a thread
+// the Coordinator owns; stop() (or the destructor) ends and joins it. The public methods are
+// thread-safe. options.server and options.record_sink are called on the loop thread only,
+// one call at a time, so they need no locking of their own against the coordinator.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "compression/pipeline.h"
+#include "src/base/status.h"
+#include "transport/control_plane.h"
+#include "transport/outer_server.h"
+
+namespace atl::transport {
+
+struct CoordinatorOptions {
+  // ROUTER bind address. Port "*" ("tcp://127.0.0.1:*") picks a free port; endpoint()
+  // returns the bound address.
+  std::string endpoint = "tcp://127.0.0.1:29500";
+  // > 0: island ids must lie in [0, expected_islands) (others are refused) and the
+  // coordinator logs when all of them are present. 0: any id, no such log.
+  int expected_islands = 0;
+  // The islands' heartbeat period; only used to time suspicions (below).
+  int64_t heartbeat_ms = 500;
+  // Silence after which an island is declared dead.
+  int64_t heartbeat_timeout_ms = 5000;
+  // A SUSPECTed island that stays silent for this many heartbeat periods is declared dead
+  // before heartbeat_timeout_ms.
+  int suspect_heartbeats = 3;
+
+  // CurveZMQ: encrypt and authenticate. The ROUTER is a CURVE server with this secret key,
+  // and only clients whose public key is allowed (allowed_keys, plus keys_dir/allowed/*.pub
+  // re-read on each handshake when keys_dir is set) may connect.
+  bool curve = false;
+  std::string curve_secret_key;           // Z85 (curve::load_keypair(keys_dir, "coordinator"))
+  std::vector<std::string> allowed_keys;  // Z85 public keys of islands
+  std::string keys_dir;                   // "" = allowed_keys only
+
+  // The server role for star / parameter-server algorithms; not owned, must outlive the
+  // coordinator. nullptr: PUSH and PULL are answered with ERROR no_server.
+  OuterServer* server = nullptr;
+  // Decodes PUSH frames and encodes PULL_REPLY frames; the islands must use the same one.
+  compression::Pipeline pipeline;
+  // One call per RECORD (a JSON object, no line break): the process appends it to
+  // metrics.jsonl. nullptr: records are dropped.
+  std::function<void(const std::string& json)> record_sink;
+  // Also send one record per membership change to record_sink:
+  // {"event":"membership","epoch":E,"members":[...],"reason":"...","wall_time":T}.
+  bool record_membership = true;
+
+  // Limits against hostile or broken peers.
+  int64_t max_message_bytes = int64_t{1} << 30;  // larger messages drop the connection
+  int64_t max_push_elements = int64_t{1} << 28;  // largest tensor a PUSH frame may declare
+  int64_t max_store_bytes = int64_t{256} << 20;  // total bytes of store keys and values
+  int max_pending = 4096;                        // PULL + STORE_GET requests waiting
+};
+
+struct CoordinatorStats {
+  uint64_t epoch = 0;
+  size_t islands = 0;             // live
+  uint64_t messages = 0;          // valid messages handled
+  uint64_t dropped = 0;           // malformed, hostile or unexpected messages dropped
+  uint64_t handshakes_refused = 0;  // CURVE keys refused by the allow-list, and failed
+                                    // handshakes (no CURVE, wrong coordinator key, not ZMTP)
+  size_t store_keys = 0;
+  size_t pending = 0;             // PULL + STORE_GET waiting for an answer
+};
+
+class CoordinatorState;
+class ZapHandler;
+
+class Coordinator {
+ public:
+  // Validates the options, binds and starts the loop. kInvalidArgument for bad options (bad
+  // curve key, negative timeouts), kUnavailable when the endpoint cannot be bound or CURVE
+  // is missing from libzmq.
+  static StatusOr<std::unique_ptr<Coordinator>> start(CoordinatorOptions options);
+  ~Coordinator();  // stop()
+  Coordinator(const Coordinator&) = delete;
+  Coordinator& operator=(const Coordinator&) = delete;
+
+  // Ends the loop and joins its thread. Idempotent. Pending requests are not answered.
+  void stop();
+
+  // The bound endpoint, e.g. "tcp://127.0.0.1:41234" (what islands connect to).
+  const std::string& endpoint() const { return endpoint_; }
+  // Z85 public key of the coordinator ("" without curve): what islands authenticate.
+  const std::string& public_key() const { return public_key_; }
+
+  Membership membership() const;
+  // Blocks until the epoch differs from `epoch` or the deadline passes; the latest view.
+  Membership wait_for_change(uint64_t epoch, Deadline deadline) const;
+  CoordinatorStats stats() const;
+
+ private:
+  explicit Coordinator(CoordinatorOptions options);
+  Status bind();
+  void loop();
+
+  struct Sockets;  // the ZeroMQ context and sockets; used by the loop thread only
+  const CoordinatorOptions options_;
+  std::unique_ptr<Sockets> sockets_;
+  std::unique_ptr<CoordinatorState> state_;  // loop thread only
+  std::string endpoint_;
+  std::string public_key_;
+
+  mutable std::mutex mu_;  // guards the snapshot below
+  mutable std::condition_variable changed_;
+  Membership membership_;
+  CoordinatorStats stats_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace atl::transport

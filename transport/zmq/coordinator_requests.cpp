@@ -1,0 +1,161 @@
+// CoordinatorState's request handlers: the hosted server role (PUSH / PULL) and the
+// rendezvous store (STORE_SET / STORE_GET). Split from coordinator_state.cpp, which keeps
+// membership and failure detection.
+#include <ATen/ATen.h>
+
+#include "compression/frame.h"
+#include "src/base/log.h"
+#include "transport/zmq/coordinator_state.h"
+
+namespace atl::transport {
+
+using proto::ErrorCode;
+using proto::Message;
+using proto::MsgType;
+
+namespace {
+constexpr size_t kAppliedPushMemory = 1024;  // PUSH request ids remembered per island
+}
+
+void CoordinatorState::on_push(int id, Island& isl, const Message& m, std::vector<Outgoing>* out) {
+  const uint64_t rid = m.header.request_id;
+  auto fail = [&](ErrorCode code, const std::string& why) {
+    out->push_back({isl.routing_id, error(id, isl.session, rid, code, why)});
+  };
+  if (options_.server == nullptr) return fail(ErrorCode::kNoServer, "this run's coordinator hosts no server role");
+  if (isl.applied.count(rid)) {  // resent after a reconnect; applied once already
+    out->push_back({isl.routing_id, reply(MsgType::kAck, id, isl.session, rid)});
+    return;
+  }
+  compression::FrameView view;
+  if (Status st = compression::parse_frame(m.bytes.data(), m.bytes.size(), &view); !st.is_ok()) {
+    warn("PUSH from island " + std::to_string(id) + ": " + st.message(), Clock::now());
+    return fail(ErrorCode::kCorrupt, st.message());
+  }
+  if (view.header.elements > static_cast<uint64_t>(options_.max_push_elements)) {
+    return fail(ErrorCode::kLimit, "PUSH of " + std::to_string(view.header.elements) +
+                                       " elements exceeds the coordinator's max_push_elements");
+  }
+  at::Tensor payload = at::empty({static_cast<int64_t>(view.header.elements)}, at::kFloat);
+  if (Status st = options_.pipeline.decode(m.bytes.data(), m.bytes.size(), payload); !st.is_ok()) {
+    warn("PUSH from island " + std::to_string(id) + ": " + st.message(), Clock::now());
+    return fail(ErrorCode::kCorrupt, st.message());
+  }
+  try {
+    options_.server->on_push(id, m.tag, payload, m.weight);
+  } catch (const std::exception& e) {
+    ATOLL_ERROR("coordinator: the server role threw on a PUSH from island " << id << " tag " << m.tag
+                                                                             << ": " << e.what());
+    return fail(ErrorCode::kInternal, std::string("server role: ") + e.what());
+  }
+  isl.applied.insert(rid);
+  isl.applied_order.push_back(rid);
+  if (isl.applied_order.size() > kAppliedPushMemory) {
+    isl.applied.erase(isl.applied_order.front());
+    isl.applied_order.pop_front();
+  }
+  out->push_back({isl.routing_id, reply(MsgType::kAck, id, isl.session, rid)});
+  answer_pulls(out);
+}
+
+std::optional<std::vector<uint8_t>> CoordinatorState::try_pull(int id, const Island& isl, uint64_t tag,
+                                                               uint64_t rid) {
+  try {
+    std::optional<at::Tensor> answer = options_.server->on_pull(id, tag);
+    if (!answer) return std::nullopt;
+    std::vector<uint8_t> frame;
+    options_.pipeline.encode(answer->to(at::kFloat).contiguous().view({-1}), frame);
+    Message body;
+    body.tag = tag;
+    body.bytes = frame;
+    return reply(MsgType::kPullReply, id, isl.session, rid, &body);
+  } catch (const std::exception& e) {
+    ATOLL_ERROR("coordinator: the server role failed on a PULL from island " << id << " tag " << tag
+                                                                              << ": " << e.what());
+    return error(id, isl.session, rid, ErrorCode::kInternal, std::string("server role: ") + e.what());
+  }
+}
+
+void CoordinatorState::answer_pulls(std::vector<Outgoing>* out) {
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    auto isl = islands_.find(it->island);
+    if (it->type != MsgType::kPull || isl == islands_.end()) {
+      ++it;
+      continue;
+    }
+    std::optional<std::vector<uint8_t>> answer = try_pull(it->island, isl->second, it->tag, it->request_id);
+    if (!answer) {
+      ++it;
+      continue;
+    }
+    out->push_back({isl->second.routing_id, std::move(*answer)});
+    it = pending_.erase(it);
+  }
+}
+
+void CoordinatorState::on_pull(int id, Island& isl, const Message& m, Clock::time_point now,
+                               std::vector<Outgoing>* out) {
+  const uint64_t rid = m.header.request_id;
+  if (options_.server == nullptr) {
+    out->push_back({isl.routing_id, error(id, isl.session, rid, ErrorCode::kNoServer,
+                                          "this run's coordinator hosts no server role")});
+    return;
+  }
+  if (std::optional<std::vector<uint8_t>> answer = try_pull(id, isl, m.tag, rid)) {
+    out->push_back({isl.routing_id, std::move(*answer)});
+  } else if (m.wait_ms == 0) {
+    out->push_back({isl.routing_id, error(id, isl.session, rid, ErrorCode::kTimeout,
+                                          "no server answer for tag " + std::to_string(m.tag))});
+  } else if (!add_pending(Pending{id, isl.session, rid, MsgType::kPull, m.tag, "", std::nullopt}, m.wait_ms, now)) {
+    out->push_back({isl.routing_id, error(id, isl.session, rid, ErrorCode::kLimit,
+                                          "too many waiting requests at the coordinator")});
+  }
+}
+
+void CoordinatorState::on_store_set(int id, Island& isl, const Message& m, std::vector<Outgoing>* out) {
+  const uint64_t rid = m.header.request_id;
+  auto old = store_.find(m.key);
+  const size_t freed = old == store_.end() ? 0 : old->first.size() + old->second.size();
+  const size_t needed = m.key.size() + m.bytes.size();
+  if (store_bytes_ - freed + needed > static_cast<size_t>(options_.max_store_bytes)) {
+    out->push_back({isl.routing_id, error(id, isl.session, rid, ErrorCode::kLimit,
+                                          "the rendezvous store is full (max_store_bytes)")});
+    return;
+  }
+  store_bytes_ = store_bytes_ - freed + needed;
+  std::vector<uint8_t>& value = store_[m.key];
+  value.assign(m.bytes.begin(), m.bytes.end());
+  out->push_back({isl.routing_id, reply(MsgType::kAck, id, isl.session, rid)});
+
+  Message body;
+  body.bytes = value;
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    auto waiter = islands_.find(it->island);
+    if (it->type != MsgType::kStoreGet || it->key != m.key || waiter == islands_.end()) {
+      ++it;
+      continue;
+    }
+    out->push_back({waiter->second.routing_id,
+                    reply(MsgType::kStoreReply, it->island, it->session, it->request_id, &body)});
+    it = pending_.erase(it);
+  }
+}
+
+void CoordinatorState::on_store_get(int id, Island& isl, const Message& m, Clock::time_point now,
+                                    std::vector<Outgoing>* out) {
+  const uint64_t rid = m.header.request_id;
+  if (auto it = store_.find(m.key); it != store_.end()) {
+    Message body;
+    body.bytes = it->second;
+    out->push_back({isl.routing_id, reply(MsgType::kStoreReply, id, isl.session, rid, &body)});
+  } else if (m.wait_ms == 0) {
+    out->push_back({isl.routing_id, error(id, isl.session, rid, ErrorCode::kTimeout,
+                                          "store key '" + m.key + "' not set")});
+  } else if (!add_pending(Pending{id, isl.session, rid, MsgType::kStoreGet, 0, m.key, std::nullopt}, m.wait_ms,
+                          now)) {
+    out->push_back({isl.routing_id, error(id, isl.session, rid, ErrorCode::kLimit,
+                                          "too many waiting requests at the coordinator")});
+  }
+}
+
+}  // namespace atl::transport

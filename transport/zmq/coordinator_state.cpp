@@ -1,0 +1,295 @@
+#include "transport/zmq/coordinator_state.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <sstream>
+
+#include "compression/frame.h"
+#include "src/base/log.h"
+
+namespace atl::transport {
+
+using proto::ErrorCode;
+using proto::Message;
+using proto::MsgType;
+
+namespace {
+int64_t ms_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(b - a).count();
+}
+
+std::string json_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (static_cast<unsigned char>(c) >= 0x20) out += c;
+  }
+  return out;
+}
+}  // namespace
+
+bool LogLimiter::allow(Clock::time_point now, uint64_t* suppressed) {
+  if (now - window_start_ > kWindow) {
+    window_start_ = now;
+    used_ = 0;
+  }
+  if (used_ >= kBurst) {
+    ++suppressed_;
+    return false;
+  }
+  ++used_;
+  *suppressed = suppressed_;
+  suppressed_ = 0;
+  return true;
+}
+
+CoordinatorState::CoordinatorState(const CoordinatorOptions& options) : options_(options) {}
+
+void CoordinatorState::warn(const std::string& line, Clock::time_point now) {
+  uint64_t suppressed = 0;
+  if (!limiter_.allow(now, &suppressed)) return;
+  if (suppressed) ATOLL_WARN("coordinator: " << suppressed << " more dropped messages not logged");
+  ATOLL_WARN("coordinator: " << line);
+}
+
+void CoordinatorState::drop(const std::string& why, Clock::time_point now) {
+  ++dropped_;
+  warn("dropped a message: " + why, now);
+}
+
+Membership CoordinatorState::membership() const {
+  Membership m;
+  m.epoch = epoch_;
+  for (const auto& [id, isl] : islands_) m.members.push_back(Peer{id, isl.endpoint, isl.public_key});
+  return m;
+}
+
+std::vector<uint8_t> CoordinatorState::reply(MsgType type, int id, uint64_t session, uint64_t rid,
+                                             const Message* body) const {
+  Message m = body ? *body : Message{};
+  m.header = proto::Header{type, id, epoch_, rid, session};
+  return proto::encode_or_throw(m);
+}
+
+std::vector<uint8_t> CoordinatorState::error(int id, uint64_t session, uint64_t rid, ErrorCode code,
+                                             const std::string& text) const {
+  Message m;
+  m.error = code;
+  m.text = text.substr(0, proto::kMaxErrorTextBytes);
+  return reply(MsgType::kError, id, session, rid, &m);
+}
+
+void CoordinatorState::on_message(const std::string& routing_id, const std::string& user_id,
+                                  const Message& m, Clock::time_point now, std::vector<Outgoing>* out) {
+  const proto::Header& h = m.header;
+  switch (h.type) {
+    case MsgType::kJoin: ++messages_; return on_join(routing_id, user_id, m, now, out);
+    case MsgType::kJoinAck:
+    case MsgType::kMembership:
+    case MsgType::kPullReply:
+    case MsgType::kStoreReply:
+    case MsgType::kError:
+    case MsgType::kAck: return drop(std::string(msg_type_name(h.type)) + " is not sent to a coordinator", now);
+    default: break;
+  }
+  auto it = islands_.find(h.island);
+  if (it == islands_.end() || it->second.session != h.session) {
+    if (h.type == MsgType::kLeave) return;  // already gone
+    const bool unknown = it == islands_.end();
+    ++messages_;
+    out->push_back({routing_id, error(h.island, h.session, h.request_id,
+                                      unknown ? ErrorCode::kUnknownIsland : ErrorCode::kSuperseded,
+                                      unknown ? "no live island " + std::to_string(h.island) + "; join again"
+                                              : "another process joined as island " + std::to_string(h.island))});
+    return;
+  }
+  Island& isl = it->second;
+  if (options_.curve && user_id != isl.public_key) {
+    return drop(proto::describe(h) + ": sent over a connection with another CURVE key", now);
+  }
+  ++messages_;
+  isl.routing_id = routing_id;  // follows reconnections
+  isl.last_seen = now;
+  isl.suspect_deadline.reset();
+  const int id = h.island;
+  switch (h.type) {
+    case MsgType::kHeartbeat:
+      if (h.epoch != epoch_) {  // its view is stale (a MEMBERSHIP was lost): resend
+        Message body;
+        body.membership = membership();
+        out->push_back({routing_id, reply(MsgType::kMembership, id, isl.session, 0, &body)});
+      }
+      return;
+    case MsgType::kLeave:
+      remove_island(id);
+      return membership_changed("island " + std::to_string(id) + " left", -1, out);
+    case MsgType::kSuspect: return on_suspect(id, m, now);
+    case MsgType::kPush: return on_push(id, isl, m, out);
+    case MsgType::kPull: return on_pull(id, isl, m, now, out);
+    case MsgType::kStoreSet: return on_store_set(id, isl, m, out);
+    case MsgType::kStoreGet: return on_store_get(id, isl, m, now, out);
+    case MsgType::kRecord:
+      if (options_.record_sink) {
+        options_.record_sink(std::string(reinterpret_cast<const char*>(m.bytes.data()), m.bytes.size()));
+      }
+      return;
+    default: return;
+  }
+}
+
+void CoordinatorState::on_join(const std::string& routing_id, const std::string& user_id,
+                               const Message& m, Clock::time_point now, std::vector<Outgoing>* out) {
+  const proto::Header& h = m.header;
+  const int id = h.island;
+  auto refuse = [&](const std::string& why) {
+    warn("refused JOIN of island " + std::to_string(id) + ": " + why, now);
+    out->push_back({routing_id, error(id, h.session, h.request_id, ErrorCode::kRejected, why)});
+  };
+  if (options_.expected_islands > 0 && id >= options_.expected_islands) {
+    return refuse("island id " + std::to_string(id) + " outside [0, " +
+                  std::to_string(options_.expected_islands) + ") (islands.count)");
+  }
+  if (options_.curve && m.public_key != user_id) {
+    return refuse("the public key in JOIN is not the key of the CURVE connection");
+  }
+  auto it = islands_.find(id);
+  const bool known = it != islands_.end();
+  if (known && options_.curve && it->second.public_key != m.public_key) {
+    // Another allowed island cannot take over this id; a restart of the island uses its key.
+    return refuse("island " + std::to_string(id) + " is live with another CURVE key");
+  }
+  if (known && it->second.session == h.session && it->second.endpoint == m.endpoint &&
+      it->second.public_key == m.public_key) {
+    // A resent JOIN of a live session: acknowledge again, nothing changed.
+    it->second.routing_id = routing_id;
+    it->second.last_seen = now;
+    Message body;
+    body.membership = membership();
+    out->push_back({routing_id, reply(MsgType::kJoinAck, id, h.session, h.request_id, &body)});
+    return;
+  }
+  if (!known && islands_.size() >= proto::kMaxMembers) return refuse("the membership is full");
+  if (known) remove_island(id);  // a new process with this id: its old session is over
+  Island& isl = islands_[id];
+  isl.session = h.session;
+  isl.routing_id = routing_id;
+  isl.endpoint = m.endpoint;
+  isl.public_key = m.public_key;
+  isl.last_seen = now;
+  if (auto old = retired_.find({id, h.session}); old != retired_.end()) {
+    isl.applied_order = std::move(old->second);
+    isl.applied.insert(isl.applied_order.begin(), isl.applied_order.end());
+    retired_.erase(old);
+    std::erase(retired_order_, std::pair<int, uint64_t>{id, h.session});
+  }
+  // Epochs never go back, even across a coordinator restart: the islands remember theirs.
+  // (A claim beyond 2^62 is ignored: no overflow back to 0.)
+  if (h.epoch < (uint64_t{1} << 62)) epoch_ = std::max(epoch_, h.epoch);
+  membership_changed("island " + std::to_string(id) + (known ? " rejoined" : " joined"), id, out);
+  Message body;
+  body.membership = membership();
+  out->push_back({routing_id, reply(MsgType::kJoinAck, id, h.session, h.request_id, &body)});
+  if (options_.expected_islands > 0 && !all_present_logged_ &&
+      static_cast<int>(islands_.size()) == options_.expected_islands) {
+    all_present_logged_ = true;
+    ATOLL_INFO("coordinator: all " << options_.expected_islands << " islands joined (epoch " << epoch_ << ")");
+  }
+}
+
+void CoordinatorState::on_suspect(int id, const Message& m, Clock::time_point now) {
+  auto it = islands_.find(m.peer);
+  if (it == islands_.end() || m.peer == id) return;  // already gone (or nonsense)
+  if (!it->second.suspect_deadline) {
+    it->second.suspect_deadline =
+        now + std::chrono::milliseconds(options_.heartbeat_ms * options_.suspect_heartbeats);
+    ATOLL_INFO("coordinator: island " << id << " suspects island " << m.peer << "; waiting for its heartbeat");
+  }
+}
+
+void CoordinatorState::on_tick(Clock::time_point now, std::vector<Outgoing>* out) {
+  std::string reason;
+  for (auto it = islands_.begin(); it != islands_.end();) {
+    const Island& isl = it->second;
+    const int64_t silent = ms_between(isl.last_seen, now);
+    std::string why;
+    if (silent > options_.heartbeat_timeout_ms) {
+      why = "no heartbeat for " + std::to_string(silent) + " ms";
+    } else if (isl.suspect_deadline && now >= *isl.suspect_deadline) {
+      why = "suspected by a peer and silent for " + std::to_string(silent) + " ms";
+    }
+    const int id = it->first;
+    ++it;
+    if (why.empty()) continue;
+    ATOLL_WARN("coordinator: island " << id << " declared dead: " << why);
+    remove_island(id);
+    reason += (reason.empty() ? "" : "; ") + ("island " + std::to_string(id) + " failed (" + why + ")");
+  }
+  if (!reason.empty()) membership_changed(reason, -1, out);
+
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    if (!it->deadline || now < *it->deadline) {
+      ++it;
+      continue;
+    }
+    auto isl = islands_.find(it->island);
+    if (isl != islands_.end() && isl->second.session == it->session) {
+      const std::string what = it->type == MsgType::kPull ? "no server answer for tag " + std::to_string(it->tag)
+                                                          : "store key '" + it->key + "' not set";
+      out->push_back({isl->second.routing_id,
+                      error(it->island, it->session, it->request_id, ErrorCode::kTimeout, what)});
+    }
+    it = pending_.erase(it);
+  }
+}
+
+void CoordinatorState::remove_island(int id) {
+  auto it = islands_.find(id);
+  if (it == islands_.end()) return;
+  if (!it->second.applied_order.empty()) {
+    const std::pair<int, uint64_t> key{id, it->second.session};
+    if (retired_.emplace(key, std::move(it->second.applied_order)).second) retired_order_.push_back(key);
+    if (retired_order_.size() > 256) {
+      retired_.erase(retired_order_.front());
+      retired_order_.pop_front();
+    }
+  }
+  islands_.erase(it);
+  std::erase_if(pending_, [id](const Pending& p) { return p.island == id; });
+  all_present_logged_ = false;
+}
+
+void CoordinatorState::membership_changed(const std::string& reason, int skip, std::vector<Outgoing>* out) {
+  ++epoch_;
+  Message body;
+  body.membership = membership();
+  for (const auto& [id, isl] : islands_) {
+    if (id != skip) out->push_back({isl.routing_id, reply(MsgType::kMembership, id, isl.session, 0, &body)});
+  }
+  std::ostringstream ids;
+  for (size_t i = 0; i < body.membership.members.size(); ++i) {
+    ids << (i ? "," : "") << body.membership.members[i].id;
+  }
+  ATOLL_INFO("coordinator: epoch " << epoch_ << ", members [" << ids.str() << "]: " << reason);
+  if (options_.record_membership && options_.record_sink) {
+    const double wall = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    std::ostringstream json;
+    json.precision(15);
+    json << "{\"event\":\"membership\",\"epoch\":" << epoch_ << ",\"members\":[" << ids.str()
+         << "],\"size\":" << body.membership.members.size() << ",\"reason\":\"" << json_escape(reason)
+         << "\",\"wall_time\":" << wall << "}";
+    options_.record_sink(json.str());
+  }
+}
+
+bool CoordinatorState::add_pending(Pending p, uint32_t wait_ms, Clock::time_point now) {
+  for (const Pending& q : pending_) {  // a resent request (after a reconnect) waits once
+    if (q.island == p.island && q.session == p.session && q.request_id == p.request_id) return true;
+  }
+  if (static_cast<int>(pending_.size()) >= options_.max_pending) return false;
+  if (wait_ms != proto::kWaitForever) p.deadline = now + std::chrono::milliseconds(wait_ms);
+  pending_.push_back(std::move(p));
+  return true;
+}
+
+}  // namespace atl::transport

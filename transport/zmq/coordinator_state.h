@@ -1,0 +1,132 @@
+// What the coordinator knows and decides, without sockets: the membership table and its
+// epoch, failure detection, the rendezvous store, waiting PULL / STORE_GET requests and the
+// hosted server role. The Coordinator feeds it parsed messages and clock ticks and sends
+// what it returns; keeping the sockets out makes every rule here a plain function of
+// (message, time).
+//
+// Not thread-safe: owned by the coordinator's loop thread. Never throws on peer input
+// (exceptions from the server role are caught and answered with ERROR internal).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "transport/zmq/coordinator.h"
+#include "transport/zmq/protocol.h"
+
+namespace atl::transport {
+
+// One message to send: to the peer whose ZeroMQ routing id is `routing_id`.
+struct Outgoing {
+  std::string routing_id;
+  std::vector<uint8_t> bytes;
+};
+
+// Lets through at most `burst` log lines per window, then counts the rest and reports the
+// count with the next line let through. Keeps a flood of garbage from flooding the log.
+class LogLimiter {
+ public:
+  // True when a line may be written now; *suppressed receives how many were held back since
+  // the last line written.
+  bool allow(Clock::time_point now, uint64_t* suppressed);
+
+ private:
+  static constexpr int kBurst = 20;
+  static constexpr auto kWindow = std::chrono::seconds(10);
+  Clock::time_point window_start_{};
+  int used_ = 0;
+  uint64_t suppressed_ = 0;
+};
+
+class CoordinatorState {
+ public:
+  // `options` must outlive the state.
+  explicit CoordinatorState(const CoordinatorOptions& options);
+
+  // One valid message from the connection `routing_id`; `user_id` is the connection's CURVE
+  // public key (Z85), "" without curve. Replies and membership pushes are appended to `out`.
+  void on_message(const std::string& routing_id, const std::string& user_id,
+                  const proto::Message& message, Clock::time_point now, std::vector<Outgoing>* out);
+  // Declares silent islands dead and times out waiting requests.
+  void on_tick(Clock::time_point now, std::vector<Outgoing>* out);
+  // A message that failed to parse or broke a rule: counted and logged (rate-limited).
+  void drop(const std::string& why, Clock::time_point now);
+  // A warning through the same rate limit.
+  void warn(const std::string& line, Clock::time_point now);
+
+  uint64_t epoch() const { return epoch_; }
+  Membership membership() const;
+  uint64_t messages() const { return messages_; }
+  uint64_t dropped() const { return dropped_; }
+  size_t store_keys() const { return store_.size(); }
+  size_t pending() const { return pending_.size(); }
+
+ private:
+  struct Island {
+    uint64_t session = 0;
+    std::string routing_id;
+    std::string endpoint;
+    std::string public_key;
+    Clock::time_point last_seen{};
+    std::optional<Clock::time_point> suspect_deadline;  // dead if silent until then
+    std::deque<uint64_t> applied_order;  // request ids of PUSHes applied (bounded), oldest first
+    std::set<uint64_t> applied;          // the same ids, for lookup: a resent PUSH is not re-applied
+  };
+  struct Pending {
+    int island = -1;
+    uint64_t session = 0;
+    uint64_t request_id = 0;
+    proto::MsgType type = proto::MsgType::kPull;  // kPull or kStoreGet
+    uint64_t tag = 0;                             // PULL
+    std::string key;                              // STORE_GET
+    std::optional<Clock::time_point> deadline;
+  };
+
+  void on_join(const std::string& routing_id, const std::string& user_id, const proto::Message& m,
+               Clock::time_point now, std::vector<Outgoing>* out);
+  void on_push(int id, Island& isl, const proto::Message& m, std::vector<Outgoing>* out);
+  void on_pull(int id, Island& isl, const proto::Message& m, Clock::time_point now, std::vector<Outgoing>* out);
+  void on_store_set(int id, Island& isl, const proto::Message& m, std::vector<Outgoing>* out);
+  void on_store_get(int id, Island& isl, const proto::Message& m, Clock::time_point now, std::vector<Outgoing>* out);
+  void on_suspect(int id, const proto::Message& m, Clock::time_point now);
+
+  // Bumps the epoch, sends MEMBERSHIP to every live island but `skip`, records the change.
+  void membership_changed(const std::string& reason, int skip, std::vector<Outgoing>* out);
+  void remove_island(int id);
+  // Answers every waiting PULL the server can answer now.
+  void answer_pulls(std::vector<Outgoing>* out);
+  // The server's answer to (island, tag) as a PULL_REPLY, or nullopt; ERROR when it throws.
+  std::optional<std::vector<uint8_t>> try_pull(int id, const Island& isl, uint64_t tag, uint64_t rid);
+  bool add_pending(Pending p, uint32_t wait_ms, Clock::time_point now);
+
+  // Message builders; the header is addressed to (island, session) with the current epoch.
+  std::vector<uint8_t> reply(proto::MsgType type, int id, uint64_t session, uint64_t rid,
+                             const proto::Message* body = nullptr) const;
+  std::vector<uint8_t> error(int id, uint64_t session, uint64_t rid, proto::ErrorCode code,
+                             const std::string& text) const;
+
+  const CoordinatorOptions& options_;
+  uint64_t epoch_ = 0;
+  std::map<int, Island> islands_;
+  bool all_present_logged_ = false;
+  std::map<std::string, std::vector<uint8_t>> store_;
+  size_t store_bytes_ = 0;
+  std::vector<Pending> pending_;
+  // Applied PUSH ids of removed islands by (id, session): a session that re-JOINs after being
+  // declared dead and resends a PUSH that was applied must not apply it twice. Bounded.
+  std::map<std::pair<int, uint64_t>, std::deque<uint64_t>> retired_;
+  std::deque<std::pair<int, uint64_t>> retired_order_;
+  uint64_t messages_ = 0;
+  uint64_t dropped_ = 0;
+  LogLimiter limiter_;
+};
+
+}  // namespace atl::transport

@@ -1,0 +1,206 @@
+#include "transport/zmq/data_wire.h"
+
+#include <xxhash.h>
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+
+#include "src/base/log.h"
+
+namespace atl::transport::dataplane {
+
+static_assert(std::endian::native == std::endian::little,
+              "the data plane writes little-endian fields with memcpy");
+static_assert(kHeaderBytes == 88 && kChecksumOffset == 80, "data header v1 layout changed");
+static_assert(sizeof(double) == 8 && sizeof(int32_t) == 4);
+
+namespace {
+
+template <typename T>
+void put(uint8_t* out, size_t at, T v) {
+  std::memcpy(out + at, &v, sizeof(T));
+}
+template <typename T>
+T get(const uint8_t* in, size_t at) {
+  T v;
+  std::memcpy(&v, in + at, sizeof(T));
+  return v;
+}
+
+Status bad(const std::string& what) { return corrupt("data message: " + what); }
+
+}  // namespace
+
+const char* msg_type_name(MsgType type) {
+  switch (type) {
+    case MsgType::kHello: return "HELLO";
+    case MsgType::kAbsent: return "ABSENT";
+    case MsgType::kRing: return "RING";
+    case MsgType::kDirect: return "DIRECT";
+    case MsgType::kBroadcast: return "BROADCAST";
+    case MsgType::kResultInfo: return "RESULT_INFO";
+    case MsgType::kResult: return "RESULT";
+    case MsgType::kAck: return "ACK";
+  }
+  return "?";
+}
+
+uint64_t message_checksum(const uint8_t* header80, const uint8_t* payload, size_t payload_len) {
+  const uint64_t seed = XXH3_64bits(header80, kChecksumOffset);
+  return XXH3_64bits_withSeed(payload_len ? payload : header80, payload_len, seed);
+}
+
+void encode_header(const Header& h, const uint8_t* payload, uint8_t out[kHeaderBytes]) {
+  std::memcpy(out, kMagic, 4);
+  out[4] = kVersion;
+  out[5] = static_cast<uint8_t>(h.type);
+  out[6] = h.flags;
+  out[7] = 0;
+  put<int32_t>(out, 8, h.sender);
+  put<uint32_t>(out, 12, h.step);
+  put<uint64_t>(out, 16, h.epoch);
+  put<uint64_t>(out, 24, h.seq);
+  put<uint64_t>(out, 32, h.link_seq);
+  put<uint64_t>(out, 40, h.done_below);
+  put<uint32_t>(out, 48, h.chunk);
+  put<uint32_t>(out, 52, h.piece);
+  put<uint32_t>(out, 56, h.pieces);
+  put<uint32_t>(out, 60, h.payload_len);
+  put<uint64_t>(out, 64, h.offset);
+  put<uint64_t>(out, 72, h.total);
+  put<uint64_t>(out, kChecksumOffset, message_checksum(out, payload, h.payload_len));
+}
+
+Status parse_header(const uint8_t* b, size_t size, const uint8_t* payload, size_t payload_size,
+                    Header* h) {
+  if (size != kHeaderBytes) return bad("header frame of " + std::to_string(size) + " bytes, want 88");
+  if (std::memcmp(b, kMagic, 4) != 0) return bad("wrong magic");
+  if (b[4] != kVersion) return bad("unsupported version " + std::to_string(b[4]));
+  if (b[5] == 0 || b[5] > kMaxMsgType) return bad("unknown type " + std::to_string(b[5]));
+  if ((b[6] & ~kFlagSplit) != 0) return bad("reserved flag bits set");
+  if (b[7] != 0) return bad("reserved byte set");
+  h->type = static_cast<MsgType>(b[5]);
+  h->flags = b[6];
+  h->sender = get<int32_t>(b, 8);
+  h->step = get<uint32_t>(b, 12);
+  h->epoch = get<uint64_t>(b, 16);
+  h->seq = get<uint64_t>(b, 24);
+  h->link_seq = get<uint64_t>(b, 32);
+  h->done_below = get<uint64_t>(b, 40);
+  h->chunk = get<uint32_t>(b, 48);
+  h->piece = get<uint32_t>(b, 52);
+  h->pieces = get<uint32_t>(b, 56);
+  h->payload_len = get<uint32_t>(b, 60);
+  h->offset = get<uint64_t>(b, 64);
+  h->total = get<uint64_t>(b, 72);
+  if (h->sender < 0 || h->sender > kMaxIslandId) return bad("sender id out of range");
+  if (h->payload_len > kMaxPayloadBytes || h->payload_len != payload_size) {
+    return bad("payload length " + std::to_string(h->payload_len) + " but a payload frame of " +
+               std::to_string(payload_size) + " bytes");
+  }
+  if (h->pieces != 0 && h->piece >= h->pieces) return bad("piece index not below the piece count");
+  if ((h->flags & kFlagSplit) && (h->offset > h->total || h->total - h->offset < h->payload_len)) {
+    return bad("split piece outside its frame");
+  }
+  switch (h->type) {
+    case MsgType::kHello:
+      if (h->payload_len != kHelloBytes) return bad("HELLO body size");
+      break;
+    case MsgType::kAbsent:
+    case MsgType::kAck:
+      if (h->payload_len != 0) return bad(std::string(msg_type_name(h->type)) + " with a payload");
+      break;
+    case MsgType::kRing:
+    case MsgType::kDirect:
+    case MsgType::kBroadcast:
+    case MsgType::kResult:
+      if (h->pieces == 0) return bad("data piece with a piece count of 0");
+      break;
+    case MsgType::kResultInfo:
+      break;
+  }
+  if (get<uint64_t>(b, kChecksumOffset) != message_checksum(b, payload, payload_size)) {
+    return bad("checksum mismatch");
+  }
+  return Status::ok();
+}
+
+std::vector<uint8_t> encode_hello(const HelloBody& hb) {
+  std::vector<uint8_t> out(kHelloBytes, 0);
+  out[0] = hb.kind;
+  put<uint64_t>(out.data(), 8, hb.numel);
+  put<double>(out.data(), 16, hb.weight);
+  put<uint64_t>(out.data(), 24, hb.codec);
+  put<uint64_t>(out.data(), 32, hb.piece_elems);
+  return out;
+}
+
+Status parse_hello(const uint8_t* p, size_t n, HelloBody* hb) {
+  if (n != kHelloBytes) return bad("HELLO body size");
+  hb->kind = p[0];
+  for (int i = 1; i < 8; ++i) {
+    if (p[i] != 0) return bad("HELLO padding set");
+  }
+  hb->numel = get<uint64_t>(p, 8);
+  hb->weight = get<double>(p, 16);
+  hb->codec = get<uint64_t>(p, 24);
+  hb->piece_elems = get<uint64_t>(p, 32);
+  if (hb->kind != 1) return bad("HELLO of unknown kind");
+  if (!std::isfinite(hb->weight) || hb->weight <= 0) return bad("HELLO weight not finite and > 0");
+  if (hb->piece_elems == 0) return bad("HELLO piece length 0");
+  return Status::ok();
+}
+
+std::vector<uint8_t> encode_result_info(const ResultInfoBody& rb) {
+  std::vector<uint8_t> out(24 + 4 * rb.contributors.size(), 0);
+  out[0] = static_cast<uint8_t>(rb.status);
+  put<uint32_t>(out.data(), 4, static_cast<uint32_t>(rb.contributors.size()));
+  put<double>(out.data(), 8, rb.weight_sum);
+  put<uint64_t>(out.data(), 16, rb.numel);
+  for (size_t i = 0; i < rb.contributors.size(); ++i) {
+    put<int32_t>(out.data(), 24 + 4 * i, rb.contributors[i]);
+  }
+  return out;
+}
+
+Status parse_result_info(const uint8_t* p, size_t n, ResultInfoBody* rb) {
+  if (n < 24) return bad("RESULT_INFO body truncated");
+  if (p[0] > static_cast<uint8_t>(StatusCode::kInternal) || p[1] || p[2] || p[3]) {
+    return bad("RESULT_INFO status");
+  }
+  const uint32_t count = get<uint32_t>(p, 4);
+  if (count == 0 || count > kMaxMembers || n != 24 + 4 * size_t{count}) {
+    return bad("RESULT_INFO contributor count");
+  }
+  rb->status = static_cast<StatusCode>(p[0]);
+  rb->weight_sum = get<double>(p, 8);
+  rb->numel = get<uint64_t>(p, 16);
+  rb->contributors.clear();
+  for (uint32_t i = 0; i < count; ++i) {
+    const int32_t id = get<int32_t>(p, 24 + 4 * size_t{i});
+    if (id < 0 || id > kMaxIslandId || (i > 0 && id <= rb->contributors.back())) {
+      return bad("RESULT_INFO contributors not ascending ids");
+    }
+    rb->contributors.push_back(id);
+  }
+  if (!std::isfinite(rb->weight_sum) || rb->weight_sum <= 0) return bad("RESULT_INFO weight sum");
+  return Status::ok();
+}
+
+void DropLog::drop(const std::string& reason, const std::string& detail) {
+  total_.fetch_add(1);
+  uint64_t n;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    n = ++counts_[reason];
+  }
+  if (n == 1) {
+    ATOLL_WARN("zmq data plane: dropped a message (" << reason << "): " << detail
+                                                     << " [further drops of this kind are counted]");
+  } else {
+    ATOLL_DEBUG("zmq data plane: dropped a message (" << reason << ", #" << n << "): " << detail);
+  }
+}
+
+}  // namespace atl::transport::dataplane

@@ -1,0 +1,123 @@
+// The ZeroMQ data plane's wire format: the header every peer-to-peer message starts with, its
+// frozen type ids, the two small bodies (HELLO, RESULT_INFO) and the drop log. The message
+// flow is described in transport/zmq/zmq_group.h; the layout in docs/data_plane.md.
+//
+// A data message is one ZeroMQ multipart message: a fixed 88-byte little-endian header frame,
+// then (when payload_len > 0) one payload frame:
+//
+//   magic "ATLD" | version u8 = 1 | type u8 | flags u8 | reserved u8 = 0 | sender i32
+//   | step u32 | epoch u64 | seq u64 | link_seq u64 | done_below u64 | chunk u32 | piece u32
+//   | pieces u32 | payload_len u32 | offset u64 | total u64
+//   | checksum u64 = XXH3_64bits_withSeed(payload, payload_len, XXH3_64bits(header[0, 80)))
+//
+// The payload of a data piece is a compression frame (compression/frame.h) or, with kSplit,
+// the byte range [offset, offset + payload_len) of one frame of `total` bytes. Every piece is
+// checksummed here, so a damaged piece is caught before it is acknowledged.
+//
+// Ids of MsgType are frozen: never renumbered, only appended; a new field or a changed layout
+// means a new version. Pure functions; thread-safe; parse never reads outside its input.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "src/base/status.h"
+
+namespace atl::transport::dataplane {
+
+constexpr uint8_t kMagic[4] = {'A', 'T', 'L', 'D'};
+constexpr uint8_t kVersion = 1;
+constexpr size_t kHeaderBytes = 88;
+constexpr size_t kChecksumOffset = 80;
+constexpr int32_t kMaxIslandId = (1 << 20) - 1;
+constexpr uint32_t kMaxPayloadBytes = 0x7fffffffu;
+constexpr uint32_t kMaxMembers = 4096;
+
+// Frozen wire ids.
+enum class MsgType : uint8_t {
+  kHello = 1,       // all-reduce rendezvous for (seq, epoch): body HelloBody
+  kAbsent = 2,      // reply to HELLO: "I never issue this seq" (joined later); no body
+  kRing = 3,        // ring piece: step t, chunk, piece k of pieces; payload = one frame
+  kDirect = 4,      // lossy all-reduce piece: step = phase (0 contribution, 1 mean), chunk
+  kBroadcast = 5,   // broadcast piece from the root
+  kResultInfo = 6,  // a finished all-reduce's outcome, to a peer that restarted it
+  kResult = 7,      // piece of that finished result (fp32 frames)
+  kAck = 8,         // link acknowledgement: link_seq = last message received in order
+};
+constexpr uint8_t kMaxMsgType = 8;
+const char* msg_type_name(MsgType type);
+
+// Header flag bits (all others reserved, must be 0).
+constexpr uint8_t kFlagSplit = 1;  // payload is a byte range of one frame (offset/total)
+
+struct Header {
+  MsgType type = MsgType::kAck;
+  uint8_t flags = 0;
+  int32_t sender = -1;      // island id
+  uint32_t step = 0;        // ring step / direct phase
+  uint64_t epoch = 0;       // membership epoch of the sender's attempt
+  uint64_t seq = 0;         // collective sequence number
+  uint64_t link_seq = 0;    // per-link message number (1, 2, ...); ACK: cumulative
+  uint64_t done_below = 0;  // the sender has completed every collective with seq below it
+  uint32_t chunk = 0;       // chunk index (ring / direct)
+  uint32_t piece = 0;       // piece index within the transfer
+  uint32_t pieces = 0;      // piece count of the transfer
+  uint32_t payload_len = 0;
+  uint64_t offset = 0;      // split: byte offset in the frame; else element offset
+  uint64_t total = 0;       // split: frame bytes; else elements of the transfer
+};
+
+// Writes the 88 header bytes (checksum over them and `payload`) into `out`.
+void encode_header(const Header& h, const uint8_t* payload, uint8_t out[kHeaderBytes]);
+// Validates and parses a header frame and its payload (nullptr/0 when there is none).
+// kCorrupt naming the field for: wrong size, magic, version, type, flags, reserved byte,
+// sender out of range, payload length disagreeing with the payload frame, a piece index not
+// below the piece count, a split range outside `total`, a body of the wrong size for its
+// type, or a bad checksum.
+Status parse_header(const uint8_t* bytes, size_t size, const uint8_t* payload,
+                    size_t payload_size, Header* h);
+
+// Checksum of a message: XXH3-64 of the payload seeded with XXH3-64 of header[0, 80).
+uint64_t message_checksum(const uint8_t* header80, const uint8_t* payload, size_t payload_len);
+
+// HELLO body: what every member must agree on before data moves (40 bytes).
+struct HelloBody {
+  uint8_t kind = 1;          // 1 = allreduce_mean
+  uint64_t numel = 0;        // buffer elements
+  double weight = 1;         // this member's weight, finite and > 0
+  uint64_t codec = 0;        // fingerprint of the pipeline (hash of an empty frame)
+  uint64_t piece_elems = 0;  // ring piece length (from chunk_bytes and the codec)
+};
+constexpr size_t kHelloBytes = 40;
+std::vector<uint8_t> encode_hello(const HelloBody& b);
+Status parse_hello(const uint8_t* p, size_t n, HelloBody* b);
+
+// RESULT_INFO body: status u8 | pad[3] | count u32 | weight_sum f64 | numel u64 | ids i32...
+struct ResultInfoBody {
+  StatusCode status = StatusCode::kOk;
+  double weight_sum = 0;
+  uint64_t numel = 0;
+  std::vector<int> contributors;
+};
+std::vector<uint8_t> encode_result_info(const ResultInfoBody& b);
+Status parse_result_info(const uint8_t* p, size_t n, ResultInfoBody* b);
+
+// Counts rejected messages by reason and logs the first of each reason once (ATOLL_WARN);
+// later ones are counted only (ATOLL_DEBUG). Thread-safe.
+class DropLog {
+ public:
+  void drop(const std::string& reason, const std::string& detail);
+  uint64_t total() const { return total_.load(); }
+
+ private:
+  std::mutex mu_;
+  std::map<std::string, uint64_t> counts_;
+  std::atomic<uint64_t> total_{0};
+};
+
+}  // namespace atl::transport::dataplane

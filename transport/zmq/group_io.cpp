@@ -1,0 +1,255 @@
+#include "transport/zmq/group_io.h"
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "src/base/log.h"
+#include "transport/zmq/allreduce_op.h"
+
+namespace atl::transport::dataplane {
+
+namespace {
+
+std::string bind_endpoint(const ControlPlane& control, const ZmqGroupOptions& o) {
+  if (!o.bind.empty()) return o.bind;
+  for (const Peer& p : control.membership().members) {
+    if (p.id == control.self() && !p.endpoint.empty()) return p.endpoint;
+  }
+  throw std::invalid_argument("zmq data plane: island " + std::to_string(control.self()) +
+                              " has no data endpoint in the membership and no ZmqGroupOptions::bind");
+}
+
+bool is_allreduce_message(MsgType t) {
+  return t == MsgType::kHello || t == MsgType::kAbsent || t == MsgType::kRing || t == MsgType::kDirect;
+}
+
+}  // namespace
+
+GroupIo::GroupIo(ControlPlane& control, const ZmqGroupOptions& options)
+    : control_(control), options_(options), self_(control.self()), ctx_(1),
+      issued_below_(options.first_seq), done_below_(options.first_seq),
+      bandwidth_(std::max(1e3, options.bandwidth_mbps * 1e6 / 8)) {
+  TORCH_CHECK(options_.chunk_bytes >= 1024, "ZmqGroupOptions::chunk_bytes must be >= 1024");
+  TORCH_CHECK(options_.max_in_flight >= 1, "ZmqGroupOptions::max_in_flight must be >= 1");
+  tuning_.chunk_bytes = options_.chunk_bytes;
+  tuning_.latency_s = options_.latency_ms / 1e3;
+  tuning_.timeout_slack = options_.timeout_slack;
+  tuning_.retain_results = options_.retain_results;
+  LinkOptions lo;
+  lo.max_in_flight = options_.max_in_flight;
+  lo.send_hwm = std::max(1000, 4 * options_.max_in_flight + 64);
+  lo.linger_ms = 0;  // the destructor drains the links itself (linger_ms)
+  lo.max_message_bytes = 2 * options_.chunk_bytes + 65536;
+  lo.latency_s = tuning_.latency_s;
+  lo.timeout_slack = options_.timeout_slack;
+  lo.bandwidth = [this] { return bandwidth_; };
+  membership_ = control_.membership();
+  links_ = std::make_unique<PeerLinks>(ctx_, self_, bind_endpoint(control_, options_), lo, drops_);
+  endpoint_ = links_->endpoint();
+  links_->set_peers(membership_.members);
+  links_->set_done_below(done_below_);
+  wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (wake_fd_ < 0) throw std::runtime_error("zmq data plane: eventfd failed");
+  thread_ = std::thread([this] { run(); });
+}
+
+GroupIo::~GroupIo() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  (void)eventfd_write(wake_fd_, 1);
+  thread_.join();
+  links_.reset();
+  ::close(wake_fd_);
+}
+
+void GroupIo::submit(std::unique_ptr<Op> op) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    submitted_.push_back(std::move(op));
+  }
+  (void)eventfd_write(wake_fd_, 1);
+}
+
+MembershipView GroupIo::view() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  MembershipView v;
+  v.epoch = membership_.epoch;
+  v.self = self_;
+  for (const Peer& p : membership_.members) v.members.push_back(p.id);
+  return v;
+}
+
+std::vector<int> GroupIo::member_ids() const {
+  std::vector<int> ids;
+  for (const Peer& p : membership_.members) ids.push_back(p.id);
+  return ids;
+}
+
+void GroupIo::suspect(int peer) {
+  ATOLL_WARN("zmq data plane: island " << self_ << " suspects island " << peer);
+  control_.suspect(peer);
+}
+
+void GroupIo::observe_throughput(double bytes, double seconds) {
+  if (bytes < double(1 << 20) || seconds <= 0) return;  // latency-bound samples say little
+  const double sample = bytes / seconds;
+  bandwidth_ = observed_ ? (1 - options_.bandwidth_ewma) * bandwidth_ + options_.bandwidth_ewma * sample : sample;
+  observed_ = true;
+}
+
+void GroupIo::run() {
+  Clock::time_point stop_at = Clock::time_point::max();
+  for (;;) {
+    bool stopping;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping = stop_;
+    }
+    start_new_ops();
+    Clock::time_point now = Clock::now();
+    if (stopping) {
+      if (stop_at == Clock::time_point::max()) stop_at = now + std::chrono::milliseconds(options_.linger_ms);
+      if (links_->idle() || now >= stop_at) break;
+    }
+    Clock::time_point wake = std::min(next_refresh_, links_->next_timer());
+    for (auto& [seq, op] : ops_) wake = std::min(wake, op->next_timer());
+    auto timeout = std::chrono::duration_cast<std::chrono::milliseconds>(wake - now);
+    timeout = std::clamp(timeout, std::chrono::milliseconds(0), std::chrono::milliseconds(options_.poll_ms));
+    if (refresh_due_) timeout = std::chrono::milliseconds(0);
+    links_->poll(timeout, wake_fd_, [this](Inbound& m) { dispatch(m); });
+    now = Clock::now();
+    if (refresh_due_ || now >= next_refresh_) refresh();
+    for (int peer : links_->check_timers(now)) suspect(peer);
+    for (auto& [seq, op] : ops_) op->on_timer(*this, now);
+    reap();
+  }
+  for (auto& [seq, op] : ops_) op->abandon(Status(StatusCode::kUnavailable, "the ZmqGroup was destroyed"));
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& op : submitted_) op->abandon(Status(StatusCode::kUnavailable, "the ZmqGroup was destroyed"));
+}
+
+void GroupIo::start_new_ops() {
+  std::vector<std::unique_ptr<Op>> fresh;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    fresh.swap(submitted_);
+  }
+  if (fresh.empty()) return;
+  const std::vector<int> ids = member_ids();
+  for (auto& op : fresh) {
+    const uint64_t seq = op->seq();
+    issued_below_ = seq + 1;
+    Op& o = *op;
+    ops_[seq] = std::move(op);
+    o.start(*this, membership_.epoch, ids);
+    auto kept = stash_.find(seq);
+    if (kept != stash_.end()) {
+      for (Inbound& m : kept->second) {
+        stash_bytes_ -= static_cast<int64_t>(m.size());
+        o.on_message(*this, m);
+      }
+      stash_.erase(kept);
+    }
+  }
+  reap();
+}
+
+void GroupIo::dispatch(Inbound& m) {
+  const Header& h = m.header;
+  uint64_t& peer_done = peer_done_below_[h.sender];
+  peer_done = std::max(peer_done, h.done_below);
+  if (auto it = ops_.find(h.seq); it != ops_.end()) {
+    it->second->on_message(*this, m);
+    return;
+  }
+  if (auto it = retained_.find(h.seq); it != retained_.end()) {
+    if (h.type == MsgType::kHello && served_.insert({h.seq, h.sender, h.epoch}).second) {
+      ATOLL_INFO("zmq data plane: island " << self_ << " hands collective #" << h.seq
+                                           << "'s result to island " << h.sender << " (it restarted it)");
+      serve_result(*this, h.seq, h.epoch, *it->second, h.sender);
+    }
+    return;  // anything else for a finished collective is stale
+  }
+  if (h.seq < options_.first_seq) {
+    if (h.type == MsgType::kHello) answer_absent(h);
+    return;
+  }
+  if (h.seq >= issued_below_) {  // a collective this island has not issued yet
+    if (stash_bytes_ + static_cast<int64_t>(m.size()) > options_.max_stash_bytes) {
+      drops_.drop("stash full", "collective #" + std::to_string(h.seq) + " from island " + std::to_string(h.sender));
+      return;
+    }
+    stash_bytes_ += static_cast<int64_t>(m.size());
+    stash_[h.seq].push_back(std::move(m));
+    return;
+  }
+  if (h.type == MsgType::kHello) {
+    drops_.drop("HELLO for a finished collective no longer kept",
+                "collective #" + std::to_string(h.seq) + " from island " + std::to_string(h.sender));
+  }
+}
+
+void GroupIo::answer_absent(const Header& hello) {
+  Header h;
+  h.type = MsgType::kAbsent;
+  h.sender = self_;
+  h.epoch = hello.epoch;
+  h.seq = hello.seq;
+  send(hello.sender, Outbound{h, nullptr, 0, 0, 0});
+}
+
+void GroupIo::refresh() {
+  refresh_due_ = false;
+  next_refresh_ = Clock::now() + std::chrono::milliseconds(options_.poll_ms);
+  Membership m = control_.membership();
+  if (m.epoch == membership_.epoch) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    membership_ = m;
+  }
+  const std::vector<int> ids = member_ids();
+  ATOLL_INFO("zmq data plane: island " << self_ << " sees epoch " << m.epoch << " (" << ids.size() << " members)");
+  links_->set_peers(m.members);
+  // Every unfinished all-reduce restarts in the new epoch: its queued messages are stale.
+  links_->purge([&](const Header& h) { return is_allreduce_message(h.type) && h.epoch < m.epoch; });
+  for (auto& [seq, op] : ops_) op->on_membership(*this, m.epoch, ids);
+}
+
+void GroupIo::reap() {
+  for (auto it = ops_.begin(); it != ops_.end();) {
+    if (!it->second->done()) {
+      ++it;
+      continue;
+    }
+    if (auto kept = it->second->take_retained()) retained_[it->first] = std::move(kept);
+    done_above_.insert(it->first);
+    it = ops_.erase(it);
+  }
+  while (!done_above_.empty() && *done_above_.begin() == done_below_) {
+    done_above_.erase(done_above_.begin());
+    ++done_below_;
+  }
+  links_->set_done_below(done_below_);
+  // A kept result is dropped once every other member has finished that collective.
+  for (auto it = retained_.begin(); it != retained_.end();) {
+    bool all = true;
+    for (const Peer& p : membership_.members) {
+      if (p.id != self_ && peer_done_below_[p.id] <= it->first) all = false;
+    }
+    const bool too_many = static_cast<int>(retained_.size()) > options_.max_retained;
+    if (all || too_many) {
+      const uint64_t seq = it->first;
+      std::erase_if(served_, [seq](const auto& s) { return std::get<0>(s) == seq; });
+      it = retained_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+}  // namespace atl::transport::dataplane

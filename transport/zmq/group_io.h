@@ -1,0 +1,104 @@
+// GroupIo: the I/O thread of one ZmqGroup and everything it owns: the ZeroMQ context and
+// sockets (PeerLinks), the running collectives (Op), messages kept for collectives not yet
+// issued here, finished all-reduce results kept for restarted peers, the cached
+// membership and the bandwidth estimate. See zmq_group.h for the overall contract.
+//
+// Loop: take newly issued ops (in sequence order) and start them in the current
+// membership; poll the sockets (at most poll_ms, less when a timer is due); hand each
+// accepted message to its op by sequence number, keep it if that op is not issued yet, or
+// answer it from a kept result; re-read the membership every poll_ms (at once after a
+// message from a newer epoch) and tell every op when the epoch moves; run the link and op
+// timers; forward suspicions to the ControlPlane.
+//
+// Thread-safety: submit(), view(), endpoint(), counters() and dropped() may be called from
+// any thread; everything else runs on the I/O thread.
+#pragma once
+
+#include <zmq.hpp>
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "transport/control_plane.h"
+#include "transport/zmq/op.h"
+#include "transport/zmq/peer_links.h"
+#include "transport/zmq/zmq_group.h"
+
+namespace atl::transport::dataplane {
+
+class GroupIo final : public OpContext {
+ public:
+  // Binds the ROUTER and starts the thread. Throws std::invalid_argument when there is no
+  // endpoint to bind, zmq::error_t when binding fails.
+  GroupIo(ControlPlane& control, const ZmqGroupOptions& options);
+  // Delivers what is queued (up to linger_ms), stops and joins the thread; ops still
+  // running complete with kUnavailable.
+  ~GroupIo() override;
+
+  // Hands an op to the I/O thread; ops must be submitted in sequence order.
+  void submit(std::unique_ptr<Op> op);
+  MembershipView view() const;
+  std::string endpoint() const { return endpoint_; }
+  ByteCounters counters() const { return links_->counters(); }
+  uint64_t dropped() const { return drops_.total(); }
+
+  // OpContext (I/O thread).
+  int self() const override { return self_; }
+  const Tuning& tuning() const override { return tuning_; }
+  void send(int peer, Outbound msg) override { links_->send(peer, std::move(msg)); }
+  void suspect(int peer) override;
+  void refresh_membership() override { refresh_due_ = true; }
+  double bandwidth() const override { return bandwidth_; }
+  void observe_throughput(double bytes, double seconds) override;
+  DropLog& drops() override { return drops_; }
+
+ private:
+  void run();
+  void start_new_ops();
+  void dispatch(Inbound& m);
+  void refresh();
+  void reap();
+  void answer_absent(const Header& hello);
+  std::vector<int> member_ids() const;
+
+  ControlPlane& control_;
+  const ZmqGroupOptions options_;
+  const int self_;
+  Tuning tuning_;
+  DropLog drops_;
+  zmq::context_t ctx_;
+  std::unique_ptr<PeerLinks> links_;
+  std::string endpoint_;
+  int wake_fd_ = -1;
+
+  // Shared with other threads.
+  mutable std::mutex mu_;
+  std::vector<std::unique_ptr<Op>> submitted_;  // guarded by mu_
+  bool stop_ = false;                           // guarded by mu_
+  Membership membership_;                       // guarded by mu_ (written by the I/O thread)
+
+  // I/O thread only.
+  std::map<uint64_t, std::unique_ptr<Op>> ops_;
+  uint64_t issued_below_;                       // every seq below was submitted
+  uint64_t done_below_;                         // every seq below has completed
+  std::set<uint64_t> done_above_;               // completed seqs >= done_below_
+  std::map<uint64_t, std::unique_ptr<Retained>> retained_;
+  std::set<std::tuple<uint64_t, int, uint64_t>> served_;  // (seq, peer, epoch)
+  std::map<int, uint64_t> peer_done_below_;
+  std::map<uint64_t, std::vector<Inbound>> stash_;  // messages for seqs not issued yet
+  int64_t stash_bytes_ = 0;
+  double bandwidth_;                            // bytes/s
+  bool observed_ = false;
+  bool refresh_due_ = false;
+  Clock::time_point next_refresh_{};
+
+  std::thread thread_;
+};
+
+}  // namespace atl::transport::dataplane

@@ -1,0 +1,32 @@
+#include "transport/zmq/op.h"
+
+namespace atl::transport::dataplane {
+
+void Completion::finish(CollectiveResult result) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (done_) return;
+    done_ = true;
+    result_ = std::move(result);
+  }
+  cv_.notify_all();
+}
+
+bool Completion::done() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return done_;
+}
+
+CollectiveResult Completion::wait(Deadline deadline) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (deadline) {
+    if (!cv_.wait_until(lock, *deadline, [this] { return done_; })) {
+      return {Status(StatusCode::kTimeout, "the collective did not complete before the deadline"), {}, 0};
+    }
+  } else {
+    cv_.wait(lock, [this] { return done_; });
+  }
+  return result_;
+}
+
+}  // namespace atl::transport::dataplane

@@ -1,0 +1,108 @@
+// The pieces every data-plane collective is built from: the completion a Handle waits on,
+// what an operation may ask of the I/O thread that runs it (OpContext), and the operation
+// interface itself (Op). The concrete operations are AllreduceOp (allreduce_op.h) and
+// BroadcastOp (broadcast_op.h); ZmqGroup (zmq_group.h) runs them.
+//
+// Thread model: an Op is built on the island thread (it copies what it needs from the
+// caller) and from then on is touched only by the group's I/O thread. Completion is the one
+// object both threads share; it is thread-safe.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "transport/group.h"
+#include "transport/zmq/data_wire.h"
+#include "transport/zmq/peer_links.h"
+
+namespace atl::transport::dataplane {
+
+// The result of one collective, set once by the I/O thread, waited for by the island.
+class Completion {
+ public:
+  // Publishes the result and wakes waiters. Later calls are ignored.
+  void finish(CollectiveResult result);
+  bool done() const;
+  // The result once finished; kTimeout (the collective keeps running) if `deadline` passes.
+  CollectiveResult wait(Deadline deadline);
+
+ private:
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  CollectiveResult result_;
+};
+
+// Settings an operation reads (copied from ZmqGroupOptions).
+struct Tuning {
+  int64_t chunk_bytes = 1 << 20;  // bytes per wire message payload
+  double latency_s = 0.05;        // expected one-way latency
+  double timeout_slack = 4.0;     // timeout = slack * (latency + bytes / bandwidth) + 1 s
+  bool retain_results = true;     // keep a finished all-reduce's result for restarted peers
+};
+
+// Services of the I/O thread, for the operation it is running. Never called concurrently.
+class OpContext {
+ public:
+  virtual ~OpContext() = default;
+  virtual int self() const = 0;
+  virtual const Tuning& tuning() const = 0;
+  virtual void send(int peer, Outbound msg) = 0;
+  // The data plane saw `peer` stop delivering; forwarded to ControlPlane::suspect.
+  virtual void suspect(int peer) = 0;
+  // A message from a newer membership epoch arrived: read the membership again soon.
+  virtual void refresh_membership() = 0;
+  virtual double bandwidth() const = 0;  // bytes/s: the EWMA of observed throughput
+  virtual void observe_throughput(double bytes, double seconds) = 0;
+  virtual DropLog& drops() = 0;
+};
+
+// A finished all-reduce's outcome, kept to answer peers that restart it (AllreduceOp).
+struct Retained {
+  uint64_t epoch = 0;
+  CollectiveResult result;
+  at::Tensor values;  // [n] float32: a copy of the result
+};
+
+// One collective, matched across members by its sequence number.
+class Op {
+ public:
+  Op(uint64_t seq, std::shared_ptr<Completion> completion)
+      : seq_(seq), completion_(std::move(completion)) {}
+  virtual ~Op() = default;
+
+  uint64_t seq() const { return seq_; }
+  bool done() const { return done_; }
+
+  // Runs the first attempt among `members` (ascending ids) of membership `epoch`.
+  virtual void start(OpContext& ctx, uint64_t epoch, const std::vector<int>& members) = 0;
+  // The membership moved on; an operation that depends on it restarts or completes.
+  virtual void on_membership(OpContext& ctx, uint64_t epoch, const std::vector<int>& members) = 0;
+  // A message for this sequence number (any epoch). Invalid ones are dropped via ctx.drops().
+  virtual void on_message(OpContext& ctx, Inbound& m) = 0;
+  virtual void on_timer(OpContext& ctx, Clock::time_point now) {}
+  virtual Clock::time_point next_timer() const { return Clock::time_point::max(); }
+  // After completion: what to keep for restarted peers (empty for most operations).
+  virtual std::unique_ptr<Retained> take_retained() { return nullptr; }
+  // The group is going away: completes with `status` if still running.
+  void abandon(const Status& status) {
+    if (!done_) finish({status, {}, 0});
+  }
+
+ protected:
+  void finish(CollectiveResult result) {
+    done_ = true;
+    completion_->finish(std::move(result));
+  }
+
+  const uint64_t seq_;
+
+ private:
+  std::shared_ptr<Completion> completion_;
+  bool done_ = false;
+};
+
+}  // namespace atl::transport::dataplane

@@ -1,0 +1,151 @@
+// The data plane's sockets: one ROUTER bound at this island's data endpoint (inbound data,
+// outbound acknowledgements) and one DEALER per peer it sends to (outbound data, inbound
+// acknowledgements), connected lazily to the peer's endpoint from the membership.
+//
+// Each DEALER is a reliable, flow-controlled link:
+//   - messages get consecutive link sequence numbers (from 1) when first transmitted;
+//   - at most `max_in_flight` are unacknowledged at a time (credits); the rest wait here;
+//   - the receiver acknowledges every message it accepts (cumulative link_seq), re-acks
+//     duplicates and drops messages after a gap, so after a reconnect that lost messages the
+//     sender's retransmission (go-back-N, on a timeout derived from the bytes in flight and
+//     the bandwidth) restores the stream without duplicates;
+//   - payloads are sent zero-copy from a shared buffer that lives until it is acknowledged.
+// A DEALER's routing id is "d<self>:<random nonce>", unique per link, so a restarted island
+// never collides with its previous incarnation; a message whose sender id disagrees with
+// its link's name is dropped. A new routing id is accepted from whatever link_seq it starts
+// at.
+//
+// Byte counters count every frame our sockets send or receive (headers, acks, retransmits
+// and rejected garbage included; not ZeroMQ's own framing).
+//
+// Thread model: owned and used by one thread (the ZmqGroup's I/O thread); only counters()
+// and the drop log may be read from other threads. Errors: malformed input is dropped
+// through the DropLog; socket errors other than "would block" throw zmq::error_t.
+#pragma once
+
+#include <zmq.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "transport/control_plane.h"
+#include "transport/group.h"
+#include "transport/zmq/data_wire.h"
+
+namespace atl::transport::dataplane {
+
+using Bytes = std::vector<uint8_t>;
+
+// One message to send. The link fills header.link_seq, header.done_below and the checksum.
+struct Outbound {
+  Header header;
+  std::shared_ptr<const Bytes> buffer;  // null when there is no payload
+  size_t offset = 0;                    // payload = buffer[offset, offset + length)
+  size_t length = 0;
+  uint64_t raw_bytes = 0;               // fp32 bytes it stands for (ByteCounters::raw_sent)
+};
+
+// One accepted message (header and checksum valid, in link order).
+struct Inbound {
+  Header header;
+  zmq::message_t payload;
+  const uint8_t* data() const { return static_cast<const uint8_t*>(payload.data()); }
+  size_t size() const { return header.payload_len; }
+};
+
+struct LinkOptions {
+  int max_in_flight = 8;          // unacknowledged messages per peer
+  int send_hwm = 1000;            // ZeroMQ send high-water mark (> max_in_flight)
+  int linger_ms = 0;              // ZMQ_LINGER of closed sockets
+  int64_t max_message_bytes = -1; // ZMQ_MAXMSGSIZE of the ROUTER (-1 = no limit)
+  double latency_s = 0.05;        // retransmission timeout: slack * (latency + bytes / bw) + 1 s
+  double timeout_slack = 4.0;
+  int suspect_after = 2;          // retransmission rounds without an ack before suspecting
+  std::function<double()> bandwidth;  // bytes/s estimate (EWMA of the group)
+};
+
+class PeerLinks {
+ public:
+  PeerLinks(zmq::context_t& ctx, int self, const std::string& bind_endpoint, LinkOptions opts,
+            DropLog& drops);
+  ~PeerLinks();
+
+  // The bound endpoint as ZeroMQ resolved it (a "*" port becomes the real one).
+  std::string endpoint() const { return endpoint_; }
+
+  // Peers' endpoints for the current membership. Links to islands no longer listed, or
+  // listed at another endpoint, are closed and their queued messages discarded.
+  void set_peers(const std::vector<Peer>& members);
+  // Queues `msg` for `peer`; sent when the link has credit. A peer without a known endpoint
+  // is dropped (with a log line).
+  void send(int peer, Outbound msg);
+  // Discards queued, not yet transmitted messages for which `stale` returns true.
+  void purge(const std::function<bool(const Header&)>& stale);
+
+  // Waits up to `timeout` for any socket or `wake_fd` (an eventfd; -1 = none), then handles
+  // what arrived: acks update credits; data messages are acknowledged and handed to
+  // `deliver` in link order.
+  void poll(std::chrono::milliseconds timeout, int wake_fd,
+            const std::function<void(Inbound&)>& deliver);
+  // Retransmits links whose oldest unacknowledged message is overdue; returns peers that
+  // stayed silent for `suspect_after` rounds (once per silence).
+  std::vector<int> check_timers(Clock::time_point now);
+  Clock::time_point next_timer() const;
+  // True when no message waits for credit or for an acknowledgement.
+  bool idle() const;
+
+  void set_done_below(uint64_t v) { done_below_ = v; }
+  ByteCounters counters() const;
+
+ private:
+  struct Sent {
+    uint8_t header[kHeaderBytes];
+    std::shared_ptr<const Bytes> buffer;
+    size_t offset = 0, length = 0;
+    uint64_t link_seq = 0;
+  };
+  struct OutLink {
+    int peer = -1;
+    std::string endpoint;
+    std::unique_ptr<zmq::socket_t> dealer;
+    uint64_t next_link_seq = 1;
+    std::deque<Outbound> waiting;   // no credit yet
+    std::deque<Sent> unacked;       // transmitted, not acknowledged
+    Clock::time_point deadline{};   // retransmission deadline of unacked.front()
+    Clock::duration backoff{};      // extra time after each retransmission round
+    int rounds = 0;                 // retransmission rounds since the last ack
+  };
+  struct InLink {
+    int sender = -1;
+    uint64_t expected = 0;          // next link_seq; 0 = take the first one seen
+  };
+
+  OutLink& link(int peer);
+  void close(OutLink& l);
+  void pump(OutLink& l);
+  bool transmit(OutLink& l, const Sent& s);
+  Clock::duration timeout_for(const OutLink& l) const;
+  void receive_router(const std::function<void(Inbound&)>& deliver);
+  void receive_dealer(OutLink& l);
+  void send_ack(const zmq::message_t& routing_id, uint64_t link_seq);
+
+  zmq::context_t& ctx_;
+  int self_;
+  LinkOptions opts_;
+  DropLog& drops_;
+  zmq::socket_t router_;
+  std::string endpoint_;
+  std::map<int, std::string> endpoints_;       // peer id -> data endpoint
+  std::map<int, OutLink> links_;
+  std::map<std::string, InLink> inlinks_;      // by routing id
+  uint64_t done_below_ = 0;
+  std::atomic<uint64_t> sent_{0}, received_{0}, raw_sent_{0};
+};
+
+}  // namespace atl::transport::dataplane

@@ -1,0 +1,47 @@
+// The coordinator's ZAP handler (ZeroMQ Authentication Protocol, RFC 27): libzmq asks it,
+// over inproc://zeromq.zap.01 in the coordinator's context, whether a CURVE client may
+// connect. It accepts exactly the public keys of the allow-list and refuses (and logs, once
+// per key) every other one. An accepted connection's messages carry the key, Z85, as their
+// "User-Id" property, which the coordinator checks against the island's JOIN.
+//
+// Owned and used by the coordinator's loop thread only (not thread-safe).
+#pragma once
+
+#include <zmq.hpp>
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include "src/base/status.h"
+
+namespace atl::transport {
+
+class ZapHandler {
+ public:
+  // Binds inproc://zeromq.zap.01 in `context` (one handler per context). `allowed_keys`:
+  // Z85 public keys; `allowed_dir`, when not empty, is a keys directory whose allowed/*.pub
+  // are re-read on every handshake (keys can be added while the run goes). Throws
+  // zmq::error_t when the endpoint is taken (a bug: two handlers in one context).
+  ZapHandler(zmq::context_t& context, std::vector<std::string> allowed_keys, std::string allowed_dir);
+
+  zmq::socket_t& socket() { return socket_; }
+  // Answers one pending request (call when socket() is readable). Malformed requests are
+  // answered with a refusal when possible and logged.
+  void handle_one();
+
+  uint64_t accepted() const { return accepted_; }
+  uint64_t refused() const { return refused_; }
+
+ private:
+  bool allowed(const std::string& z85);
+
+  zmq::socket_t socket_;
+  std::set<std::string> allowed_keys_;
+  std::string allowed_dir_;
+  std::set<std::string> logged_;  // refused keys already logged (bounded)
+  uint64_t accepted_ = 0;
+  uint64_t refused_ = 0;
+};
+
+}  // namespace atl::transport

@@ -1,0 +1,97 @@
+// ZmqGroup: the Group of a real run over ZeroMQ's peer-to-peer data plane.
+//
+// Sockets (peer_links.h). Each island binds one ROUTER at its data endpoint (from the
+// membership, or ZmqGroupOptions::bind) and connects one DEALER to each peer it sends to;
+// data flows DEALER -> ROUTER and acknowledgements flow back on the same connection. Every
+// message carries the versioned header of data_wire.h; links are reliable and credit-based
+// (at most max_in_flight unacknowledged messages per peer, retransmission after a timeout
+// derived from the bytes in flight and the bandwidth). Malformed, foreign, stale or
+// duplicate messages are logged once per kind and dropped; nothing a peer sends can crash
+// the island.
+//
+// Collectives (allreduce_op.h, broadcast_op.h). Matched across members by a per-group
+// sequence number, in issue order, exactly like InprocGroup; several may be in flight. The
+// results are bitwise those of InprocHub for the same inputs: lossless codecs run the ring
+// of transport/ring.h, lossy codecs the direct scheme (exchange.h). A collective that loses
+// a member restarts among the survivors from its original inputs when the ControlPlane
+// announces the new epoch, and completes with the survivors as contributors and kPeerLost.
+// push/pull go to the server role through ControlPlane::push/pull.
+//
+// Thread model. The ZmqGroup belongs to one island thread (like every Group). It owns one
+// background I/O thread that owns every socket and runs every collective's state machine:
+// encoding, decoding and the fp32 arithmetic happen there. Collective calls copy their input
+// and return at once; Handle::wait blocks on a condition variable. push/pull run on the
+// calling thread (they block until the control plane answers). The destructor stops the I/O
+// thread after delivering what is queued (up to linger_ms) and joins it; collectives still
+// running then complete with kUnavailable.
+//
+// Errors: invalid arguments throw (c10::Error), as in InprocGroup; WAN outcomes are
+// CollectiveResult statuses; socket setup errors (endpoint in use) throw zmq::error_t.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "transport/control_plane.h"
+#include "transport/group.h"
+
+namespace atl::transport {
+
+namespace dataplane {
+class GroupIo;
+}
+
+struct ZmqGroupOptions {
+  std::string bind;               // endpoint to bind ("" = this island's membership endpoint)
+  int64_t chunk_bytes = 1 << 20;  // most payload bytes in one wire message (same on all members)
+  int max_in_flight = 8;          // unacknowledged wire messages per peer (credits)
+  double bandwidth_mbps = 1000;   // assumed link bandwidth until throughput has been observed
+  double timeout_slack = 4.0;     // timeout = slack * (latency + bytes / bandwidth) + 1 s
+  double latency_ms = 50;         // one-way latency guess used in timeouts
+  double bandwidth_ewma = 0.3;    // weight of a new throughput sample in the bandwidth EWMA
+  int linger_ms = 2000;           // on destruction: wait this long for queued messages to be delivered
+  int poll_ms = 20;               // membership re-read period (and the I/O loop's longest sleep)
+  uint64_t first_seq = 0;         // sequence number of this group's first collective (an island
+                                  // that joins late: earlier ones are answered ABSENT)
+  bool retain_results = true;     // keep a copy of each finished all-reduce for peers that restart it
+  int max_retained = 4;           // most finished results kept at once (oldest dropped first)
+  int64_t max_stash_bytes = int64_t{2} << 30;  // payload kept for collectives not issued here yet
+};
+
+class ZmqGroup final : public Group {
+ public:
+  // Binds the data socket and starts the I/O thread. `control` must outlive the group.
+  ZmqGroup(ControlPlane& control, ZmqGroupOptions options = {});
+  ~ZmqGroup() override;
+  ZmqGroup(const ZmqGroup&) = delete;
+  ZmqGroup& operator=(const ZmqGroup&) = delete;
+
+  MembershipView view() const override;
+  std::unique_ptr<Handle> allreduce_mean(at::Tensor buffer, const compression::Pipeline& codec,
+                                         double weight = 1.0, at::Tensor transmitted = {}) override;
+  std::unique_ptr<Handle> broadcast(int root, at::Tensor buffer,
+                                    const compression::Pipeline& codec) override;
+  // Encodes `buffer` (seed (tag << 16) ^ id, as InprocGroup) and hands the frame to
+  // ControlPlane::push; blocks until it answers. Counts the frame's bytes.
+  std::unique_ptr<Handle> push(uint64_t tag, at::Tensor buffer, const compression::Pipeline& codec,
+                               double weight, at::Tensor transmitted = {}) override;
+  // ControlPlane::pull (blocks until the server answers), decoded into `out`.
+  std::unique_ptr<Handle> pull(uint64_t tag, at::Tensor out,
+                               const compression::Pipeline& codec) override;
+  ByteCounters bytes() const override;
+
+  // The data endpoint as bound (a "*" port resolved). Thread-safe.
+  std::string endpoint() const;
+  // Messages dropped as invalid, stale or unexpected so far. Thread-safe.
+  uint64_t dropped() const;
+
+ private:
+  ControlPlane& control_;
+  ZmqGroupOptions options_;
+  std::unique_ptr<dataplane::GroupIo> io_;
+  uint64_t next_seq_;
+  std::atomic<uint64_t> control_sent_{0}, control_received_{0}, control_raw_{0};
+};
+
+}  // namespace atl::transport
