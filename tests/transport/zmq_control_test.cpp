@@ -2,6 +2,10 @@
 // membership, failure detection, suspicion, rejoin, coordinator restart, store, server role,
 // records, and hostile input from a raw socket.
 #include <gtest/gtest.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <zmq.hpp>
 
 #include <future>
@@ -245,16 +249,25 @@ TEST(ZmqControl, JoinRefusalsAndTimeoutsAreClearStatuses) {
   EXPECT_EQ(far.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(far.status().message().find("outside [0, 2)"), std::string::npos) << far.status().message();
 
-  // Nothing listens on a port that was just released.
-  CoordinatorOptions gone_opts = fast_coordinator();
-  auto gone = start_coordinator(gone_opts);
-  const std::string dead_endpoint = gone->endpoint();
-  gone.reset();
+  // A port bound but not listening: connections are refused, and no other test process can
+  // take the port meanwhile (a released one could become another test's coordinator).
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  socklen_t len = sizeof addr;
+  ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const std::string dead_endpoint = "tcp://127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
   const auto t0 = Clock::now();
   StatusOr<std::unique_ptr<ZmqControlClient>> none = ZmqControlClient::connect(fast_client(dead_endpoint, 0), in_ms(400));
   EXPECT_EQ(none.status().code(), StatusCode::kTimeout);
   EXPECT_NE(none.status().message().find("JOIN_ACK"), std::string::npos) << none.status().message();
+  EXPECT_NE(none.status().message().find("nothing accepts connections"), std::string::npos)
+      << none.status().message();
   EXPECT_LT(ms_since(t0), 2000);
+  ::close(fd);
 }
 
 // Garbage of every kind from a raw DEALER: dropped, logged, and the islands keep working.

@@ -183,8 +183,8 @@ TEST(AllreduceOp, RestartedPeerTakesOverTheFinishedResult) {
   std::vector<at::Tensor> in = {at::randn({1001}), at::randn({1001})};
   std::vector<at::Tensor> buf = {in[0].clone(), in[1].clone()};
   std::vector<std::shared_ptr<Completion>> done = {std::make_shared<Completion>(), std::make_shared<Completion>()};
-  AllreduceOp a(0, buf[0], fp32, 1.0, {}, 1 << 20, done[0]);
-  AllreduceOp b(0, buf[1], fp32, 1.0, {}, 1 << 20, done[1]);
+  AllreduceOp a(0, buf[0], in[0].clone(), fp32, 1.0, {}, 1 << 20, done[0]);
+  AllreduceOp b(0, buf[1], in[1].clone(), fp32, 1.0, {}, 1 << 20, done[1]);
   FakeContext ca(0), cb(1);
   a.start(ca, 0, {0, 1});
   b.start(cb, 0, {0, 1});

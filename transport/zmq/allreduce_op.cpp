@@ -30,12 +30,12 @@ uint64_t codec_fingerprint(const compression::Pipeline& codec) {
 
 }  // namespace
 
-AllreduceOp::AllreduceOp(uint64_t seq, at::Tensor buffer, const compression::Pipeline& codec,
+AllreduceOp::AllreduceOp(uint64_t seq, at::Tensor buffer, at::Tensor input, const compression::Pipeline& codec,
                          double weight, at::Tensor transmitted, int64_t chunk_bytes,
                          std::shared_ptr<Completion> completion)
     : Op(seq, std::move(completion)), buffer_(std::move(buffer)), transmitted_(std::move(transmitted)),
-      codec_(codec), weight_(weight), chunk_bytes_(chunk_bytes) {
-  input_ = buffer_.clone();
+      input_(std::move(input)), codec_(codec), weight_(weight), chunk_bytes_(chunk_bytes) {
+  TORCH_CHECK(input_.numel() == buffer_.numel(), "AllreduceOp: the input copy must match the buffer");
   hello_.numel = static_cast<uint64_t>(buffer_.numel());
   hello_.weight = weight;
   hello_.codec = codec_fingerprint(codec_);
@@ -277,8 +277,12 @@ void AllreduceOp::complete(OpContext& ctx, Status status, std::vector<int> contr
   deadline_ = Clock::time_point::max();
   const bool keep = status.code() == StatusCode::kOk || status.code() == StatusCode::kPeerLost;
   if (keep && ctx.tuning().retain_results && !contributors.empty()) {
-    // Copied before the caller is woken: from then on the buffer is the caller's again.
-    retained_ = std::make_unique<Retained>(Retained{epoch_, {status, contributors, weight_sum}, buffer_.clone()});
+    // Copied before the caller is woken: from then on the buffer is the caller's again. The
+    // input copy's memory is no longer needed and takes the result.
+    input_.copy_(buffer_);
+    retained_ = std::make_unique<Retained>(Retained{epoch_, {status, contributors, weight_sum}, std::move(input_)});
+  } else {
+    ctx.recycle(std::move(input_));
   }
   input_ = at::Tensor();
   early_.clear();

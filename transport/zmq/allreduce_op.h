@@ -46,9 +46,11 @@ namespace atl::transport::dataplane {
 
 class AllreduceOp final : public Op {
  public:
-  // Runs on the island thread: copies `buffer` (the input kept for restarts) and the codec.
-  AllreduceOp(uint64_t seq, at::Tensor buffer, const compression::Pipeline& codec, double weight,
-              at::Tensor transmitted, int64_t chunk_bytes, std::shared_ptr<Completion> completion);
+  // Runs on the island thread. `input` is a copy of `buffer` (kept for restarts, then reused
+  // for the retained result); the codec is copied.
+  AllreduceOp(uint64_t seq, at::Tensor buffer, at::Tensor input, const compression::Pipeline& codec,
+              double weight, at::Tensor transmitted, int64_t chunk_bytes,
+              std::shared_ptr<Completion> completion);
 
   void start(OpContext& ctx, uint64_t epoch, const std::vector<int>& members) override;
   void on_membership(OpContext& ctx, uint64_t epoch, const std::vector<int>& members) override;

@@ -36,7 +36,7 @@ void BroadcastOp::start(OpContext& ctx, uint64_t epoch, const std::vector<int>& 
     if (codec_.lossless()) {
       send_pieces(ctx, others, h, buffer_, codec_, piece_elements(codec_, chunk_bytes_), 0);
     } else {
-      auto frame = std::make_shared<Bytes>();
+      auto frame = ctx.frame_buffer();
       codec_.encode(buffer_, *frame, 0);
       send_split(ctx, others, h, std::move(frame), chunk_bytes_, static_cast<uint64_t>(n) * 4);
     }

@@ -154,6 +154,17 @@ void Coordinator::loop() {
   std::vector<zmq::pollitem_t> items = {{s.router.handle(), 0, ZMQ_POLLIN, 0},
                                         {s.monitor.handle(), 0, ZMQ_POLLIN, 0}};
   if (s.zap) items.push_back({s.zap->socket().handle(), 0, ZMQ_POLLIN, 0});
+  // Publishes a new membership before the messages that announce it leave, so that whoever
+  // hears of an epoch from an island finds it in membership() too.
+  auto publish_and_send = [&] {
+    if (state.epoch() != published_epoch_) {
+      std::lock_guard<std::mutex> lock(mu_);
+      membership_ = state.membership();
+      published_epoch_ = membership_.epoch;
+      changed_.notify_all();
+    }
+    send_routed(s.router, out);
+  };
 
   while (!s.stopping) {
     try {
@@ -189,10 +200,10 @@ void Coordinator::loop() {
         std::string user_id;
         if (options_.curve) user_id = message_user_id(in->payload);
         state.on_message(in->routing_id, user_id, m, now, &out);
-        send_routed(s.router, out);
+        publish_and_send();
       }
       state.on_tick(Clock::now(), &out);
-      send_routed(s.router, out);
+      publish_and_send();
     } catch (const zmq::error_t& e) {
       if (e.num() == ETERM) break;
       ATOLL_ERROR("coordinator: ZeroMQ error in the loop: " << e.what());
@@ -201,10 +212,6 @@ void Coordinator::loop() {
       ATOLL_ERROR("coordinator: unexpected exception in the loop: " << e.what());
     }
     std::lock_guard<std::mutex> lock(mu_);
-    if (state.epoch() != membership_.epoch) {
-      membership_ = state.membership();
-      changed_.notify_all();
-    }
     stats_.epoch = state.epoch();
     stats_.islands = membership_.members.size();
     stats_.messages = state.messages();

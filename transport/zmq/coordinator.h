@@ -121,6 +121,7 @@ class Coordinator {
   const CoordinatorOptions options_;
   std::unique_ptr<Sockets> sockets_;
   std::unique_ptr<CoordinatorState> state_;  // loop thread only
+  uint64_t published_epoch_ = 0;             // loop thread only
   std::string endpoint_;
   std::string public_key_;
 

@@ -42,7 +42,7 @@ class DirectExchange final : public Exchange {
         if (s_.transmitted.defined()) chunk(s_.transmitted, c).copy_(src);
         continue;
       }
-      auto frame = std::make_shared<Bytes>();
+      auto frame = ctx.frame_buffer();
       s_.codec->encode(src, *frame, direct_seed(s_.seq, s_.members[r], c, 0));
       if (s_.transmitted.defined()) {
         at::Tensor t = chunk(s_.transmitted, c);
@@ -131,7 +131,7 @@ class DirectExchange final : public Exchange {
     for (int q = 0; q < w_; ++q) sum.add_(q == r ? own : decoded_[q]);
     sum.div_(s_.divisor);
     decoded_.assign(w_, at::Tensor());
-    auto frame = std::make_shared<Bytes>();
+    auto frame = ctx.frame_buffer();
     s_.codec->encode(sum, *frame, direct_seed(s_.seq, s_.members[r], r, 1));
     Status st = s_.codec->decode(frame->data(), frame->size(), own);  // what the others decode
     TORCH_CHECK(st.is_ok(), "direct all-reduce: own encoding failed to decode: ", st.to_string());

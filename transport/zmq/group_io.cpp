@@ -29,7 +29,8 @@ bool is_allreduce_message(MsgType t) {
 }  // namespace
 
 GroupIo::GroupIo(ControlPlane& control, const ZmqGroupOptions& options)
-    : control_(control), options_(options), self_(control.self()), ctx_(1),
+    : control_(control), options_(options), self_(control.self()),
+      pool_(std::make_shared<BufferPool>(4 * static_cast<size_t>(options.max_in_flight) + 64, 2)), ctx_(1),
       issued_below_(options.first_seq), done_below_(options.first_seq),
       bandwidth_(std::max(1e3, options.bandwidth_mbps * 1e6 / 8)) {
   TORCH_CHECK(options_.chunk_bytes >= 1024, "ZmqGroupOptions::chunk_bytes must be >= 1024");
@@ -245,6 +246,7 @@ void GroupIo::reap() {
     if (all || too_many) {
       const uint64_t seq = it->first;
       std::erase_if(served_, [seq](const auto& s) { return std::get<0>(s) == seq; });
+      pool_->give(std::move(it->second->values));
       it = retained_.erase(it);
     } else {
       ++it;

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "transport/control_plane.h"
+#include "transport/zmq/buffer_pool.h"
 #include "transport/zmq/op.h"
 #include "transport/zmq/peer_links.h"
 #include "transport/zmq/zmq_group.h"
@@ -57,6 +58,10 @@ class GroupIo final : public OpContext {
   double bandwidth() const override { return bandwidth_; }
   void observe_throughput(double bytes, double seconds) override;
   DropLog& drops() override { return drops_; }
+  std::shared_ptr<Bytes> frame_buffer() override { return pool_->bytes(); }
+  void recycle(at::Tensor t) override { pool_->give(std::move(t)); }
+  // Thread-safe: the island thread takes all-reduce input copies from here.
+  BufferPool& pool() { return *pool_; }
 
  private:
   void run();
@@ -72,6 +77,7 @@ class GroupIo final : public OpContext {
   const int self_;
   Tuning tuning_;
   DropLog drops_;
+  std::shared_ptr<BufferPool> pool_;
   zmq::context_t ctx_;
   std::unique_ptr<PeerLinks> links_;
   std::string endpoint_;

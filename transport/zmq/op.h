@@ -58,6 +58,10 @@ class OpContext {
   virtual double bandwidth() const = 0;  // bytes/s: the EWMA of observed throughput
   virtual void observe_throughput(double bytes, double seconds) = 0;
   virtual DropLog& drops() = 0;
+  // An empty buffer for an encoded frame (recycled after its last send; see buffer_pool.h).
+  virtual std::shared_ptr<Bytes> frame_buffer() { return std::make_shared<Bytes>(); }
+  // A tensor the operation no longer needs, for reuse.
+  virtual void recycle(at::Tensor t) {}
 };
 
 // A finished all-reduce's outcome, kept to answer peers that restart it (AllreduceOp).

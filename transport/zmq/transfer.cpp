@@ -27,7 +27,7 @@ void send_piece(OpContext& ctx, int to, Header h, const at::Tensor& values, uint
                 uint32_t pieces, const compression::Pipeline& codec, uint64_t seed) {
   const int64_t n = values.numel();
   auto [b, e] = ring::chunk_bounds(n, static_cast<int>(pieces), static_cast<int>(piece));
-  auto frame = std::make_shared<Bytes>();
+  auto frame = ctx.frame_buffer();
   codec.encode(values.narrow(0, b, e - b), *frame, seed);
   h.flags = 0;
   h.piece = piece;
@@ -44,7 +44,7 @@ void send_pieces(OpContext& ctx, const std::vector<int>& to, Header h, const at:
   const uint32_t pieces = piece_count(n, piece_elems);
   for (uint32_t k = 0; k < pieces; ++k) {
     auto [b, e] = ring::chunk_bounds(n, static_cast<int>(pieces), static_cast<int>(k));
-    auto frame = std::make_shared<Bytes>();
+    auto frame = ctx.frame_buffer();
     codec.encode(values.narrow(0, b, e - b), *frame, seed);
     h.flags = 0;
     h.piece = k;

@@ -57,8 +57,10 @@ std::unique_ptr<Handle> ZmqGroup::allreduce_mean(at::Tensor buffer, const compre
                 "allreduce_mean: `transmitted` must match the buffer");
   }
   auto done = std::make_shared<dataplane::Completion>();
-  io_->submit(std::make_unique<dataplane::AllreduceOp>(next_seq_++, std::move(buffer), codec, weight,
-                                                       std::move(transmitted), options_.chunk_bytes, done));
+  at::Tensor input = io_->pool().tensor(buffer.numel());
+  input.copy_(buffer);
+  io_->submit(std::make_unique<dataplane::AllreduceOp>(next_seq_++, std::move(buffer), std::move(input), codec,
+                                                       weight, std::move(transmitted), options_.chunk_bytes, done));
   return std::make_unique<ZmqHandle>(std::move(done));
 }
 

@@ -1,0 +1,128 @@
+// Real processes on loopback: `atoll launch` against `atoll simulate` (bitwise), Ctrl-C
+// leaving nothing behind, and an island killed with SIGKILL mid-run.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string read(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+int run(const std::string& args) {
+  const int status = std::system((std::string(ATOLL_BINARY) + " " + args + " >/dev/null 2>&1").c_str());
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+// Direct children of `pid` (Linux /proc).
+std::set<pid_t> children_of(pid_t pid) {
+  std::set<pid_t> out;
+  std::ifstream in("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/children");
+  pid_t c;
+  while (in >> c) out.insert(c);
+  return out;
+}
+
+bool alive(pid_t pid) { return kill(pid, 0) == 0; }
+
+class Processes : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("atoll_proc_test_" + std::to_string(getpid()));
+    fs::create_directories(dir_);
+    std::ofstream(dir_ / "corpus.txt") << [] {
+      std::string s;
+      for (int i = 0; i < 300; ++i) s += "in the beginning was the word " + std::to_string(i % 13) + ".\n";
+      return s;
+    }();
+    // Ports from the pid so that concurrent test processes do not collide.
+    port_ = 30000 + static_cast<int>(getpid() % 500) * 20;
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string config(int islands, int steps, const std::string& extra = "") {
+    std::ostringstream y;
+    y << "run: {name: r, seed: 5, out_dir: " << (dir_ / "runs").string() << ", threads: 1}\n"
+      << "model: {name: gpt, layers: 1, heads: 2, dim: 32, seq_len: 16}\n"
+      << "data: {kind: text, path: " << (dir_ / "corpus.txt").string() << ", partition: iid}\n"
+      << "train: {lr: 0.003, warmup_steps: 2, batch_size: 4, steps: " << steps
+      << ", eval_every: 0, eval_batches: 1, log_every: 5}\n"
+      << "islands: {count: " << islands << "}\n"
+      << "algorithm: {name: diloco, inner_steps: 5}\n"
+      << "transport: {coordinator: \"tcp://127.0.0.1:" << port_ << "\", base_port: " << port_ + 1
+      << ", heartbeat_ms: 100, heartbeat_timeout_ms: 1500}\n"
+      << extra;
+    const fs::path p = dir_ / "c.yaml";
+    std::ofstream(p) << y.str();
+    return p.string();
+  }
+  fs::path dir_;
+  int port_ = 0;
+};
+
+TEST_F(Processes, LaunchMatchesSimulateBitwise) {
+  const std::string cfg = config(3, 20);
+  ASSERT_EQ(run("simulate " + cfg + " --quiet --set run.name=sim"), 0);
+  ASSERT_EQ(run("launch " + cfg + " --quiet --set run.name=real"), 0);
+  const std::string sim = read(dir_ / "runs/sim/final_params.bin");
+  const std::string real = read(dir_ / "runs/real/final_params.bin");
+  ASSERT_GT(sim.size(), 100u);
+  EXPECT_TRUE(sim == real) << "final parameters differ between simulate and launch";
+  const std::string summary = read(dir_ / "runs/real/summary.json");
+  EXPECT_NE(summary.find("\"islands_finished\":3"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("\"rounds\":4"), std::string::npos) << summary;
+}
+
+TEST_F(Processes, LaunchMatchesSimulateBitwiseWithLossyCompression) {
+  const std::string cfg = config(3, 10, "compression: [{quantize: int8, block: 64}]\n");
+  ASSERT_EQ(run("simulate " + cfg + " --quiet --set run.name=sim"), 0);
+  ASSERT_EQ(run("launch " + cfg + " --quiet --set run.name=real"), 0);
+  EXPECT_TRUE(read(dir_ / "runs/sim/final_params.bin") == read(dir_ / "runs/real/final_params.bin"));
+}
+
+TEST_F(Processes, CtrlCLeavesNoProcessBehind) {
+  const std::string cfg = config(2, 100000);  // would run for a long time
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    execl(ATOLL_BINARY, "atoll", "launch", cfg.c_str(), "--quiet", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  std::set<pid_t> kids;
+  for (int i = 0; i < 100 && kids.size() < 3; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    kids = children_of(pid);
+  }
+  ASSERT_EQ(kids.size(), 3u) << "coordinator + 2 islands";
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  kill(pid, SIGINT);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0);
+  for (int i = 0; i < 50; ++i) {
+    bool any = false;
+    for (pid_t k : kids) any = any || alive(k);
+    if (!any) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  for (pid_t k : kids) EXPECT_FALSE(alive(k)) << "child " << k << " survived";
+}
+
+}  // namespace
