@@ -125,4 +125,43 @@ TEST_F(Processes, CtrlCLeavesNoProcessBehind) {
   for (pid_t k : kids) EXPECT_FALSE(alive(k)) << "child " << k << " survived";
 }
 
+// Island 2 is killed with SIGKILL mid-run: the coordinator declares it dead, the survivors'
+// rounds complete with 2 contributors, and the run finishes without hanging.
+TEST_F(Processes, KilledIslandRunCompletesWithSurvivors) {
+  const std::string cfg = config(3, 400);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    execl(ATOLL_BINARY, "atoll", "launch", cfg.c_str(), "--quiet", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  const fs::path metrics = dir_ / "runs/r/metrics.jsonl";
+  // wait for a few completed rounds, then kill the last island (the newest child)
+  bool started = false;
+  for (int i = 0; i < 300 && !started; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    started = read(metrics).find("\"round\":3,") != std::string::npos;
+  }
+  ASSERT_TRUE(started) << "no rounds within 30 s";
+  const auto kids = children_of(pid);
+  ASSERT_EQ(kids.size(), 4u);
+  const pid_t victim = *kids.rbegin();
+  ASSERT_EQ(kill(victim, SIGKILL), 0);
+  int status = 0;
+  for (int i = 0; i < 1200; ++i) {  // at most 120 s
+    if (waitpid(pid, &status, WNOHANG) == pid) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (i == 1199) {
+      kill(pid, SIGKILL);
+      FAIL() << "launch did not finish after an island was killed";
+    }
+  }
+  const std::string m = read(metrics);
+  EXPECT_NE(m.find("\"contributors\":2"), std::string::npos) << "no round completed with the survivors";
+  EXPECT_NE(m.find("\"event\":\"membership\""), std::string::npos);
+  const std::string summary = read(dir_ / "runs/r/summary.json");
+  EXPECT_NE(summary.find("\"islands_finished\":2"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("\"steps\":400"), std::string::npos) << summary;
+}
+
 }  // namespace
