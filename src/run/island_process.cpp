@@ -66,11 +66,11 @@ int run_island(const config::Config& config, int island, const ProcessOptions& o
   if (t.curve) {
     auto keys = transport::curve::load_keypair(t.keys_dir, "island-" + std::to_string(island));
     if (!keys.is_ok()) throw UserError("transport.keys_dir: " + keys.status().message());
-    auto server = transport::curve::load_keypair(t.keys_dir, "coordinator");
+    auto server = transport::curve::load_public_key(t.keys_dir + "/coordinator.pub");
     if (!server.is_ok()) throw UserError("transport.keys_dir: " + server.status().message());
     cc.curve = true;
     cc.curve_keys = keys.value();
-    cc.curve_server_key = server.value().public_key;
+    cc.curve_server_key = server.value();
   }
   auto client = transport::ZmqControlClient::connect(cc, Clock::now() + std::chrono::seconds(120));
   if (!client.is_ok()) {
@@ -85,6 +85,11 @@ int run_island(const config::Config& config, int island, const ProcessOptions& o
   go.max_in_flight = t.max_in_flight;
   go.bandwidth_mbps = t.bandwidth_mbps;
   go.timeout_slack = t.timeout_slack;
+  if (t.curve) {
+    go.curve = true;
+    go.curve_public_key = cc.curve_keys.public_key;
+    go.curve_secret_key = cc.curve_keys.secret_key;
+  }
   transport::ZmqGroup group(control, go);
 
   // Start together: every configured island must be a member before the first step.

@@ -12,6 +12,7 @@
 
 #include "compression/frame.h"
 #include "tests/transport/zmq_group_test_util.h"
+#include "transport/zmq/curve.h"
 #include "transport/zmq/data_wire.h"
 
 namespace atl::transport::testing {
@@ -411,6 +412,80 @@ TEST(ZmqGroup, PushAndPullGoThroughTheControlPlane) {
     EXPECT_EQ(c.groups[i]->bytes().received, frame);
     EXPECT_EQ(c.groups[i]->bytes().raw_sent, 8u * 4);
   });
+}
+
+// CurveZMQ on the data sockets: members' all-reduce works encrypted; a client with a key
+// that is not a member's, and a plain-TCP ZeroMQ client, are refused at the handshake, so
+// their messages never reach the island.
+TEST(ZmqGroup, CurveAdmitsOnlyMembersKeys) {
+  if (!curve::available().is_ok()) GTEST_SKIP() << curve::available().message();
+  auto keypair = [] {
+    char pub[41], sec[41];
+    EXPECT_EQ(zmq_curve_keypair(pub, sec), 0);
+    return std::make_pair(std::string(pub), std::string(sec));
+  };
+  std::vector<Peer> peers = loopback_peers(2);
+  std::vector<std::pair<std::string, std::string>> keys = {keypair(), keypair()};
+  for (int i = 0; i < 2; ++i) peers[i].public_key = keys[i].first;
+  StaticClusterOptions so;
+  so.peers = peers;
+  StaticCluster cluster(so);
+  std::vector<std::unique_ptr<ControlPlane>> planes;
+  std::vector<std::unique_ptr<ZmqGroup>> groups;
+  for (int i = 0; i < 2; ++i) {
+    planes.push_back(cluster.plane(i));
+    ZmqGroupOptions o;
+    o.curve = true;
+    o.curve_public_key = keys[i].first;
+    o.curve_secret_key = keys[i].second;
+    groups.push_back(std::make_unique<ZmqGroup>(*planes[i], o));
+  }
+  auto allreduce = [&](uint64_t seq) {
+    const std::vector<at::Tensor> inputs = random_inputs(2, 3001, seq);
+    std::vector<at::Tensor> ref = clones(inputs), got = clones(inputs);
+    inproc_allreduce(ref, compression::Pipeline(), {1, 1}, nullptr, seq);
+    std::vector<std::thread> threads;
+    for (int i = 0; i < 2; ++i) {
+      threads.emplace_back([&, i] {
+        CollectiveResult r = groups[i]->allreduce_mean(got[i], compression::Pipeline(), 1.0)->wait(in_seconds(20));
+        EXPECT_TRUE(r.status.is_ok()) << r.status.to_string();
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (int i = 0; i < 2; ++i) EXPECT_TRUE(at::equal(got[i], ref[i]));
+  };
+  allreduce(0);
+
+  // A well-formed HELLO for collective #1 claiming island 1, from an intruder's key and
+  // from a client without CURVE.
+  dataplane::Header h;
+  h.type = dataplane::MsgType::kHello;
+  h.sender = 1;
+  h.seq = 1;
+  h.link_seq = 1;
+  h.payload_len = dataplane::kHelloBytes;
+  const std::vector<uint8_t> body = dataplane::encode_hello({1, 3001, 1.0, 1, 1});
+  uint8_t head[dataplane::kHeaderBytes];
+  dataplane::encode_header(h, body.data(), head);
+  zmq::context_t ctx;
+  zmq::socket_t intruder(ctx, zmq::socket_type::dealer), plain(ctx, zmq::socket_type::dealer);
+  const auto intruder_keys = keypair();
+  for (zmq::socket_t* s : {&intruder, &plain}) {
+    s->set(zmq::sockopt::linger, 0);
+    s->set(zmq::sockopt::routing_id, "d1:intruder");
+  }
+  intruder.set(zmq::sockopt::curve_serverkey, keys[0].first);
+  intruder.set(zmq::sockopt::curve_publickey, intruder_keys.first);
+  intruder.set(zmq::sockopt::curve_secretkey, intruder_keys.second);
+  for (zmq::socket_t* s : {&intruder, &plain}) {
+    s->connect(peers[0].endpoint);
+    s->send(zmq::buffer(head, sizeof head), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
+    s->send(zmq::buffer(body), zmq::send_flags::dontwait);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  allreduce(1);  // a forged HELLO for #1 would have been taken as island 1's (or dropped)
+  EXPECT_EQ(groups[0]->dropped(), 0u);
+  EXPECT_EQ(groups[1]->dropped(), 0u);
 }
 
 }  // namespace

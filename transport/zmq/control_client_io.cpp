@@ -72,6 +72,7 @@ ZmqControlClient::ZmqControlClient(ControlClientOptions options)
                      ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
                      ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL;
   if (zmq_socket_monitor(d.handle(), monitor_addr.c_str(), events) != 0) throw zmq::error_t();
+  for (zmq::socket_t* s : {&io.monitor, &io.wake_rx, &io.wake_tx}) s->set(zmq::sockopt::linger, 0);
   io.monitor.connect(monitor_addr);
   io.wake_rx.bind("inproc://atoll-control-wake-" + tag);
   io.wake_tx.connect("inproc://atoll-control-wake-" + tag);

@@ -8,6 +8,7 @@
 
 #include "src/base/log.h"
 #include "transport/zmq/allreduce_op.h"
+#include "transport/zmq/curve.h"
 
 namespace atl::transport::dataplane {
 
@@ -33,7 +34,10 @@ GroupIo::GroupIo(ControlPlane& control, const ZmqGroupOptions& options)
       pool_(std::make_shared<BufferPool>(4 * static_cast<size_t>(options.max_in_flight) + 64, 2)), ctx_(1),
       issued_below_(options.first_seq), done_below_(options.first_seq),
       bandwidth_(std::max(1e3, options.bandwidth_mbps * 1e6 / 8)) {
-  TORCH_CHECK(options_.chunk_bytes >= 1024, "ZmqGroupOptions::chunk_bytes must be >= 1024");
+  TORCH_CHECK(options_.chunk_bytes >= 1024 && options_.chunk_bytes <= (int64_t{1} << 30),
+              "ZmqGroupOptions::chunk_bytes must be in [1024, 2^30]");
+  TORCH_CHECK(options_.timeout_slack >= 0 && options_.latency_ms >= 0 && options_.bandwidth_mbps > 0,
+              "ZmqGroupOptions: timeout_slack and latency_ms must be >= 0, bandwidth_mbps > 0");
   TORCH_CHECK(options_.max_in_flight >= 1, "ZmqGroupOptions::max_in_flight must be >= 1");
   tuning_.chunk_bytes = options_.chunk_bytes;
   tuning_.latency_s = options_.latency_ms / 1e3;
@@ -47,6 +51,15 @@ GroupIo::GroupIo(ControlPlane& control, const ZmqGroupOptions& options)
   lo.latency_s = tuning_.latency_s;
   lo.timeout_slack = options_.timeout_slack;
   lo.bandwidth = [this] { return bandwidth_; };
+  if (options_.curve) {
+    Status has = curve::available();
+    TORCH_CHECK(has.is_ok(), "ZmqGroupOptions::curve: ", has.message());
+    TORCH_CHECK(curve::valid_key_text(options_.curve_public_key) && curve::valid_key_text(options_.curve_secret_key),
+                "ZmqGroupOptions::curve needs this island's Z85 key pair");
+    lo.curve = true;
+    lo.curve_public_key = options_.curve_public_key;
+    lo.curve_secret_key = options_.curve_secret_key;
+  }
   membership_ = control_.membership();
   links_ = std::make_unique<PeerLinks>(ctx_, self_, bind_endpoint(control_, options_), lo, drops_);
   endpoint_ = links_->endpoint();
@@ -141,6 +154,9 @@ void GroupIo::start_new_ops() {
     fresh.swap(submitted_);
   }
   if (fresh.empty()) return;
+  // The island may have just seen a new epoch through the ControlPlane: start in that one,
+  // not in a view up to poll_ms old.
+  refresh();
   const std::vector<int> ids = member_ids();
   for (auto& op : fresh) {
     const uint64_t seq = op->seq();
@@ -164,8 +180,13 @@ void GroupIo::dispatch(Inbound& m) {
   const Header& h = m.header;
   uint64_t& peer_done = peer_done_below_[h.sender];
   peer_done = std::max(peer_done, h.done_below);
-  if (auto it = ops_.find(h.seq); it != ops_.end()) {
-    it->second->on_message(*this, m);
+  auto op = ops_.find(h.seq);
+  if (op != ops_.end() && op->second->done()) {  // finished in this batch: keep its result first
+    reap();
+    op = ops_.find(h.seq);
+  }
+  if (op != ops_.end()) {
+    op->second->on_message(*this, m);
     return;
   }
   if (auto it = retained_.find(h.seq); it != retained_.end()) {

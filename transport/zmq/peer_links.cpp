@@ -37,6 +37,14 @@ PeerLinks::PeerLinks(zmq::context_t& ctx, int self, const std::string& bind_endp
                      LinkOptions opts, DropLog& drops)
     : ctx_(ctx), self_(self), opts_(std::move(opts)), drops_(drops),
       router_(ctx, zmq::socket_type::router) {
+  if (opts_.curve) {
+    zap_ = std::make_unique<zmq::socket_t>(ctx_, zmq::socket_type::rep);
+    zap_->set(zmq::sockopt::linger, 0);
+    zap_->bind("inproc://zeromq.zap.01");
+    router_.set(zmq::sockopt::curve_server, 1);
+    router_.set(zmq::sockopt::curve_secretkey, opts_.curve_secret_key);
+    router_.set(zmq::sockopt::zap_domain, "atoll-data");
+  }
   router_.set(zmq::sockopt::router_handover, 1);
   router_.set(zmq::sockopt::linger, opts_.linger_ms);
   router_.set(zmq::sockopt::sndhwm, opts_.send_hwm);
@@ -52,12 +60,17 @@ PeerLinks::~PeerLinks() {
 
 void PeerLinks::set_peers(const std::vector<Peer>& members) {
   endpoints_.clear();
+  keys_.clear();
+  allowed_keys_.clear();
   for (const Peer& p : members) {
-    if (p.id != self_) endpoints_[p.id] = p.endpoint;
+    if (p.id == self_) continue;
+    endpoints_[p.id] = p.endpoint;
+    keys_[p.id] = p.public_key;
+    if (!p.public_key.empty()) allowed_keys_.insert(p.public_key);
   }
   for (auto it = links_.begin(); it != links_.end();) {
     auto e = endpoints_.find(it->first);
-    if (e == endpoints_.end() || e->second != it->second.endpoint) {
+    if (e == endpoints_.end() || e->second != it->second.endpoint || keys_[it->first] != it->second.key) {
       close(it->second);
       it = links_.erase(it);
     } else {
@@ -72,7 +85,13 @@ PeerLinks::OutLink& PeerLinks::link(int peer) {
   OutLink& l = links_[peer];
   l.peer = peer;
   l.endpoint = endpoints_.at(peer);
+  l.key = keys_[peer];
   l.dealer = std::make_unique<zmq::socket_t>(ctx_, zmq::socket_type::dealer);
+  if (opts_.curve) {  // authenticates the peer: only the holder of its secret key can answer
+    l.dealer->set(zmq::sockopt::curve_serverkey, l.key);
+    l.dealer->set(zmq::sockopt::curve_publickey, opts_.curve_public_key);
+    l.dealer->set(zmq::sockopt::curve_secretkey, opts_.curve_secret_key);
+  }
   l.dealer->set(zmq::sockopt::routing_id, link_routing_id(self_));
   l.dealer->set(zmq::sockopt::sndhwm, opts_.send_hwm);
   l.dealer->set(zmq::sockopt::rcvhwm, opts_.send_hwm);
@@ -91,6 +110,11 @@ void PeerLinks::close(OutLink& l) {
 void PeerLinks::send(int peer, Outbound msg) {
   if (!endpoints_.count(peer)) {
     drops_.drop("outgoing message to a non-member",
+                std::string(msg_type_name(msg.header.type)) + " to island " + std::to_string(peer));
+    return;
+  }
+  if (opts_.curve && keys_[peer].size() != 40) {
+    drops_.drop("outgoing message to a member without a CURVE key",
                 std::string(msg_type_name(msg.header.type)) + " to island " + std::to_string(peer));
     return;
   }
@@ -172,6 +196,7 @@ void PeerLinks::poll(std::chrono::milliseconds timeout, int wake_fd,
   std::vector<zmq::pollitem_t> items;
   items.push_back({router_.handle(), 0, ZMQ_POLLIN, 0});
   if (wake_fd >= 0) items.push_back({nullptr, wake_fd, ZMQ_POLLIN, 0});
+  if (zap_) items.push_back({zap_->handle(), 0, ZMQ_POLLIN, 0});
   std::vector<OutLink*> order;
   for (auto& [id, l] : links_) {
     items.push_back({l.dealer->handle(), 0, ZMQ_POLLIN, 0});
@@ -184,6 +209,7 @@ void PeerLinks::poll(std::chrono::milliseconds timeout, int wake_fd,
     eventfd_t v;
     (void)eventfd_read(wake_fd, &v);
   }
+  if (zap_ && (items[i++].revents & ZMQ_POLLIN)) answer_zap();
   for (OutLink* l : order) {
     if (items[i++].revents & ZMQ_POLLIN) receive_dealer(*l);
   }
@@ -245,6 +271,46 @@ void PeerLinks::receive_router(const std::function<void(Inbound&)>& deliver) {
     send_ack(rid, h.link_seq);
     Inbound m{h, has_payload ? std::move(parts[1]) : zmq::message_t()};
     deliver(m);
+  }
+}
+
+// RFC 27: version, request id, domain, address, identity, mechanism, credentials. Admits
+// CURVE clients whose public key belongs to a current member.
+void PeerLinks::answer_zap() {
+  for (int n = 0; n < kMaxBatch; ++n) {
+    std::vector<zmq::message_t> req;
+    zmq::message_t first;
+    if (!zap_->recv(first, zmq::recv_flags::dontwait)) return;
+    const bool more = first.more();
+    req.push_back(std::move(first));
+    drain_more(*zap_, more, req);
+    auto text = [&](size_t i) { return i < req.size() ? req[i].to_string() : std::string(); };
+    std::string status = "400", status_text = "not a member", user_id;
+    if (req.size() == 7 && text(0) == "1.0" && text(5) == "CURVE" && req[6].size() == 32) {
+      char z85[41];
+      zmq_z85_encode(z85, req[6].data<uint8_t>(), 32);
+      if (allowed_keys_.count(z85)) {
+        status = "200";
+        status_text = "OK";
+        user_id = z85;
+      } else if (refused_logged_.size() < 1024 && refused_logged_.insert(z85).second) {
+        ATOLL_WARN("zmq data plane: island " << self_ << " refused a connection from " << text(3)
+                                             << ": CURVE key " << z85 << " is not a member's");
+      }
+    } else {
+      ATOLL_WARN("zmq data plane: island " << self_ << " refused a " << text(5) << " connection from "
+                                           << text(3) << ": only members' CURVE keys may connect");
+    }
+    std::vector<zmq::message_t> reply;
+    reply.emplace_back(std::string_view("1.0"));
+    reply.emplace_back(text(1));
+    reply.emplace_back(status);
+    reply.emplace_back(status_text);
+    reply.emplace_back(user_id);
+    reply.emplace_back();
+    for (size_t k = 0; k < reply.size(); ++k) {
+      (void)zap_->send(reply[k], k + 1 < reply.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+    }
   }
 }
 

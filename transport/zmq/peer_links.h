@@ -15,6 +15,11 @@
 // its link's name is dropped. A new routing id is accepted from whatever link_seq it starts
 // at.
 //
+// With CurveZMQ (LinkOptions::curve) the ROUTER is a CURVE server, every DEALER
+// authenticates its peer by the peer's public key from the membership, and an in-context
+// ZAP responder admits only clients whose key belongs to a current member; other
+// connections are refused at the handshake (logged once per key) and never reach us.
+//
 // Byte counters count every frame our sockets send or receive (headers, acks, retransmits
 // and rejected garbage included; not ZeroMQ's own framing).
 //
@@ -31,6 +36,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -68,6 +74,9 @@ struct LinkOptions {
   double timeout_slack = 4.0;
   int suspect_after = 2;          // retransmission rounds without an ack before suspecting
   std::function<double()> bandwidth;  // bytes/s estimate (EWMA of the group)
+  bool curve = false;             // CurveZMQ: encrypt, and admit members' keys only
+  std::string curve_public_key;   // this island's Z85 pair (with curve)
+  std::string curve_secret_key;
 };
 
 class PeerLinks {
@@ -79,8 +88,9 @@ class PeerLinks {
   // The bound endpoint as ZeroMQ resolved it (a "*" port becomes the real one).
   std::string endpoint() const { return endpoint_; }
 
-  // Peers' endpoints for the current membership. Links to islands no longer listed, or
-  // listed at another endpoint, are closed and their queued messages discarded.
+  // Peers' endpoints (and CURVE keys) for the current membership. Links to islands no longer
+  // listed, or listed at another endpoint or key, are closed and their queued messages
+  // discarded. With curve, only these keys may connect from now on.
   void set_peers(const std::vector<Peer>& members);
   // Queues `msg` for `peer`; sent when the link has credit. A peer without a known endpoint
   // is dropped (with a log line).
@@ -113,6 +123,7 @@ class PeerLinks {
   struct OutLink {
     int peer = -1;
     std::string endpoint;
+    std::string key;
     std::unique_ptr<zmq::socket_t> dealer;
     uint64_t next_link_seq = 1;
     std::deque<Outbound> waiting;   // no credit yet
@@ -134,14 +145,19 @@ class PeerLinks {
   void receive_router(const std::function<void(Inbound&)>& deliver);
   void receive_dealer(OutLink& l);
   void send_ack(const zmq::message_t& routing_id, uint64_t link_seq);
+  void answer_zap();
 
   zmq::context_t& ctx_;
   int self_;
   LinkOptions opts_;
   DropLog& drops_;
+  std::unique_ptr<zmq::socket_t> zap_;         // with curve: RFC 27 handler of this context
   zmq::socket_t router_;
   std::string endpoint_;
   std::map<int, std::string> endpoints_;       // peer id -> data endpoint
+  std::map<int, std::string> keys_;            // peer id -> Z85 CURVE public key
+  std::set<std::string> allowed_keys_;         // members' keys (curve)
+  std::set<std::string> refused_logged_;
   std::map<int, OutLink> links_;
   std::map<std::string, InLink> inlinks_;      // by routing id
   uint64_t done_below_ = 0;

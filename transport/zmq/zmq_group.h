@@ -25,6 +25,11 @@
 // thread after delivering what is queued (up to linger_ms) and joins it; collectives still
 // running then complete with kUnavailable.
 //
+// Security: with options.curve every data connection is CurveZMQ (encrypted; a sender
+// authenticates the receiver by its membership key, and a receiver admits only members'
+// keys). Without it the data plane is plain TCP and anyone who can reach the port can
+// send (malformed input is still dropped).
+//
 // Errors: invalid arguments throw (c10::Error), as in InprocGroup; WAN outcomes are
 // CollectiveResult statuses; socket setup errors (endpoint in use) throw zmq::error_t.
 #pragma once
@@ -57,6 +62,9 @@ struct ZmqGroupOptions {
   bool retain_results = true;     // keep a copy of each finished all-reduce for peers that restart it
   int max_retained = 4;           // most finished results kept at once (oldest dropped first)
   int64_t max_stash_bytes = int64_t{2} << 30;  // payload kept for collectives not issued here yet
+  bool curve = false;             // CurveZMQ on the data sockets: encrypted, members' keys only
+  std::string curve_public_key;   // with curve: this island's Z85 pair (curve::load_keypair);
+  std::string curve_secret_key;   // peers' keys come from the membership (Peer::public_key)
 };
 
 class ZmqGroup final : public Group {
