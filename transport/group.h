@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "compression/pipeline.h"
@@ -54,6 +55,17 @@ class Handle {
   // may still complete later). The result is final once returned with a status other than
   // kTimeout.
   virtual CollectiveResult wait(Deadline deadline = std::nullopt) = 0;
+};
+
+// A handle for an operation that completed before it was returned (push, pull, errors).
+class DoneHandle final : public Handle {
+ public:
+  explicit DoneHandle(CollectiveResult r) : result_(std::move(r)) {}
+  bool done() const override { return true; }
+  CollectiveResult wait(Deadline) override { return result_; }
+
+ private:
+  CollectiveResult result_;
 };
 
 class Group {

@@ -8,18 +8,6 @@
 
 namespace atl::transport {
 
-namespace {
-class DoneHandle final : public Handle {
- public:
-  explicit DoneHandle(CollectiveResult r) : result_(std::move(r)) {}
-  bool done() const override { return true; }
-  CollectiveResult wait(Deadline) override { return result_; }
-
- private:
-  CollectiveResult result_;
-};
-}  // namespace
-
 // Handle of a matched collective: completes when every member has contributed.
 class InprocHandle final : public Handle {
  public:

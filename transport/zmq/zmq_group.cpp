@@ -22,15 +22,6 @@ class ZmqHandle final : public Handle {
   std::shared_ptr<dataplane::Completion> c_;
 };
 
-class DoneHandle final : public Handle {
- public:
-  explicit DoneHandle(CollectiveResult r) : result_(std::move(r)) {}
-  bool done() const override { return true; }
-  CollectiveResult wait(Deadline) override { return result_; }
-
- private:
-  CollectiveResult result_;
-};
 
 void check_buffer(const at::Tensor& t) {
   TORCH_CHECK(t.defined() && t.is_contiguous() && t.scalar_type() == at::kFloat && t.device().is_cpu(),
