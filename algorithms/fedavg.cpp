@@ -5,6 +5,7 @@
 #include <torch/csrc/autograd/grad_mode.h>
 
 #include <algorithm>
+#include <map>
 #include <cmath>
 #include <numeric>
 
@@ -126,7 +127,9 @@ class FedAvgClient final : public Algorithm {
   RoundMeter meter_;
 };
 
-// Aggregates the selected clients' deltas of the current round, in arrival order.
+// Aggregates the selected clients' deltas of the current round. They are summed in client-id
+// order once all have arrived, so the result does not depend on arrival order (the
+// simulator and a real run give bitwise the same model).
 class FedAvgServer final : public transport::OuterServer {
  public:
   FedAvgServer(const AlgorithmOptions& options, const at::Tensor& initial,
@@ -144,14 +147,18 @@ class FedAvgServer final : public transport::OuterServer {
                 " while in round ", round_);
     TORCH_CHECK(std::binary_search(expected_.begin(), expected_.end(), island),
                 "fedavg server: island ", island, " was not selected for round ", round_);
-    sum_.add_(payload, weight);
-    weight_sum_ += weight;
-    if (++received_ < static_cast<int>(expected_.size())) return;
-    sum_.div_(weight_sum_);
+    TORCH_CHECK(received_.count(island) == 0, "fedavg server: island ", island, " pushed twice in round ", round_);
+    received_[island] = {payload.clone(), weight};
+    if (received_.size() < expected_.size()) return;
+    double weight_sum = 0;
+    for (auto& [id, contribution] : received_) {
+      sum_.add_(contribution.first, contribution.second);
+      weight_sum += contribution.second;
+    }
+    sum_.div_(weight_sum);
     outer_.step(global_, sum_);
     sum_.zero_();
-    weight_sum_ = 0;
-    received_ = 0;
+    received_.clear();
     ++round_;
     if (round_ < options_.rounds) {
       expected_ = fedavg::select_clients(options_.seed, round_, options_.islands, m_);
@@ -170,8 +177,7 @@ class FedAvgServer final : public transport::OuterServer {
   std::function<void(int64_t, const at::Tensor&)> on_round_;
   at::Tensor global_;
   at::Tensor sum_;
-  double weight_sum_ = 0;
-  int received_ = 0;
+  std::map<int, std::pair<at::Tensor, double>> received_;  // this round's deltas by client id
   int m_ = 1;
   int64_t round_ = 0;
   std::vector<int> expected_;

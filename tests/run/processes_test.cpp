@@ -97,6 +97,29 @@ TEST_F(Processes, LaunchMatchesSimulateBitwiseWithLossyCompression) {
   EXPECT_TRUE(read(dir_ / "runs/sim/final_params.bin") == read(dir_ / "runs/real/final_params.bin"));
 }
 
+// FedAvg's server role runs in the coordinator process; deltas are summed in client order,
+// so arrival order does not matter and the result equals the simulator's bitwise.
+TEST_F(Processes, FedAvgServerInCoordinatorMatchesSimulateBitwise) {
+  std::ostringstream y;
+  y << "run: {name: f, seed: 1, out_dir: " << (dir_ / "runs").string() << ", threads: 1}\n"
+    << "model: {name: mlp, hidden: [16]}\n"
+    << "data: {kind: synthetic, synthetic_examples: 600, synthetic_dim: 8, synthetic_classes: 3, partition: shards}\n"
+    << "train: {optimizer: sgd, lr: 0.1, schedule: constant, warmup_steps: 0, weight_decay: 0, grad_clip: 0, "
+       "batch_size: 10, steps: 50, eval_every: 10, eval_batches: 0}\n"
+    << "islands: {count: 5}\n"
+    << "algorithm: {name: fedavg, client_fraction: 0.6, local_steps: 3, rounds: 6, outer_optimizer: sgd, outer_lr: 1.0, outer_momentum: 0}\n"
+    << "transport: {coordinator: \"tcp://127.0.0.1:" << port_ << "\", base_port: " << port_ + 1
+    << ", heartbeat_ms: 100, heartbeat_timeout_ms: 1500}\n";
+  const fs::path cfg = dir_ / "f.yaml";
+  std::ofstream(cfg) << y.str();
+  ASSERT_EQ(run("simulate " + cfg.string() + " --quiet --set run.name=sim"), 0);
+  ASSERT_EQ(run("launch " + cfg.string() + " --quiet --set run.name=real"), 0);
+  const std::string sim = read(dir_ / "runs/sim/final_params.bin");
+  ASSERT_GT(sim.size(), 100u);
+  EXPECT_TRUE(sim == read(dir_ / "runs/real/final_params.bin"));
+  EXPECT_NE(read(dir_ / "runs/real/summary.json").find("\"rounds\":6"), std::string::npos);
+}
+
 TEST_F(Processes, CtrlCLeavesNoProcessBehind) {
   const std::string cfg = config(2, 100000);  // would run for a long time
   const pid_t pid = fork();
