@@ -47,6 +47,10 @@ int run_island(const config::Config& config, int island, const ProcessOptions& o
     throw UserError(config.source + ": key 'transport.kind': '" + config.transport.kind +
                     "' is not available in `atoll island` yet (use zmq)");
   }
+  if (config.transport.collective != "ring") {
+    throw UserError(config.source + ": key 'transport.collective': '" + config.transport.collective +
+                    "' is not available in `atoll island` yet (use ring)");
+  }
   sim::configure_threads(config.run.threads);
   torch::manual_seed(config.run.seed);
   sim::RunData data = sim::load_run_data(config);
