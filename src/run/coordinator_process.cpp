@@ -66,6 +66,7 @@ struct Totals {
 int run_coordinator(const config::Config& config, const ProcessOptions& options) {
   const auto t0 = Clock::now();
   const int k = config.islands.count;
+  check_real_run(config);
   sim::configure_threads(config.run.threads);
   sim::RunData data = sim::load_run_data(config);
   const auto algo_options = sim::algorithm_options(config, data.shard_sizes);

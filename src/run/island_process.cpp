@@ -36,6 +36,17 @@ std::string data_endpoint(const config::TransportConfig& t, int island) {
 
 }  // namespace
 
+void check_real_run(const config::Config& config) {
+  if (config.transport.kind != "zmq") {
+    throw UserError(config.source + ": key 'transport.kind': '" + config.transport.kind +
+                    "' is not available for real runs yet (use zmq)");
+  }
+  if (config.transport.collective != "ring") {
+    throw UserError(config.source + ": key 'transport.collective': '" + config.transport.collective +
+                    "' is not available for real runs yet (use ring)");
+  }
+}
+
 int run_island(const config::Config& config, int island, const ProcessOptions& options) {
   const auto t0 = Clock::now();
   const int k = config.islands.count;
@@ -43,14 +54,7 @@ int run_island(const config::Config& config, int island, const ProcessOptions& o
     throw UserError("--id " + std::to_string(island) + ": must be in [0, " + std::to_string(k) +
                     ") (islands.count is " + std::to_string(k) + ")");
   }
-  if (config.transport.kind != "zmq") {
-    throw UserError(config.source + ": key 'transport.kind': '" + config.transport.kind +
-                    "' is not available in `atoll island` yet (use zmq)");
-  }
-  if (config.transport.collective != "ring") {
-    throw UserError(config.source + ": key 'transport.collective': '" + config.transport.collective +
-                    "' is not available in `atoll island` yet (use ring)");
-  }
+  check_real_run(config);
   sim::configure_threads(config.run.threads);
   torch::manual_seed(config.run.seed);
   sim::RunData data = sim::load_run_data(config);

@@ -85,6 +85,7 @@ void drain(Child& c, bool flush) {
 }  // namespace
 
 int launch(const config::Config& config, const ProcessOptions& options) {
+  check_real_run(config);
   std::vector<std::string> common = {options.config_path};
   for (const auto& o : options.overrides) {
     common.push_back("--set");
@@ -113,7 +114,13 @@ int launch(const config::Config& config, const ProcessOptions& options) {
 
   int forwarded = 0;
   size_t alive = children.size();
+  int lonely_ticks = 0;  // polls since every island exited while the coordinator still runs
   while (alive > 0) {
+    if (alive == 1 && !children.front().exited && ++lonely_ticks == 25) {
+      // every island is gone (e.g. all failed before joining): the coordinator would wait
+      // for them forever; stop it so that it writes its summary and exits.
+      kill(children.front().pid, SIGTERM);
+    }
     if (g_signal != 0 && forwarded != g_signal) {
       forwarded = g_signal;
       for (auto& c : children) if (!c.exited) kill(c.pid, forwarded);

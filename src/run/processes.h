@@ -24,6 +24,9 @@ struct ProcessOptions {
   std::vector<std::string> overrides; // launch: --set overrides passed on to the children
 };
 
+// Settings that real runs do not support yet: atl::UserError naming the key.
+void check_real_run(const config::Config& config);
+
 int run_coordinator(const config::Config& config, const ProcessOptions& options);
 int run_island(const config::Config& config, int island, const ProcessOptions& options);
 int launch(const config::Config& config, const ProcessOptions& options);
