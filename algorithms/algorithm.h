@@ -46,6 +46,16 @@ struct RoundInfo {
   double outer_grad_norm = 0;  // ||averaged pseudo-gradient||_2 (0 where not applicable)
 };
 
+// Time as the island experiences it: virtual seconds in the simulator (advanced by the
+// compute and network models), wall-clock seconds since the start in real runs.
+class TimeSource {
+ public:
+  virtual ~TimeSource() = default;
+  virtual double now_s() const = 0;
+  // Idles until `t` (no-op when t <= now). In the simulator this is idle virtual time.
+  virtual void sleep_until_s(double t) = 0;
+};
+
 struct IslandContext {
   int island = 0;                            // this island's id
   at::Tensor params;                         // [N] float32: the model's parameters (views)
@@ -54,6 +64,9 @@ struct IslandContext {
   const compression::Pipeline* codec = nullptr;  // for outer exchanges; not owned
   int64_t shard_size = 0;                    // training examples on this island
   std::function<void(const RoundInfo&)> on_round;  // may be empty
+  double speed = 1.0;                        // relative compute speed from the cost model
+                                             // (compute.speeds; 1 in real runs)
+  TimeSource* time = nullptr;                // never null while the island loop runs
 };
 
 class Algorithm {

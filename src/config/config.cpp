@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <type_traits>
 
 #include "src/base/status.h"
 #include "src/config/schema.h"
@@ -70,6 +71,12 @@ std::vector<std::string> full_keys() {
   return keys;
 }
 
+std::string join_list(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
 std::string did_you_mean(const std::string& suggestion) {
   return " (did you mean '" + suggestion + "'?)";
 }
@@ -121,9 +128,44 @@ std::string to_integer(const YAML::Node& n, int64_t lo, int64_t hi, const schema
   return "";
 }
 
-// Converts `value` into the field (or returns the problem, leaving the field unchanged).
-std::string assign(Config& cfg, const Field& field, const YAML::Node& value) {
-  const schema::Check& check = field.check;
+template <typename R>
+std::string assign_records(const YAML::Node& value, const std::string& name,
+                           const std::vector<schema::RecordField<R>>& table, const char* example,
+                           std::vector<R>& out);
+
+// Converts `value` into the field behind `ref` (or returns the problem, leaving it unchanged).
+// `name` prefixes problems inside lists ("speeds[2]: ...").
+std::string assign_ref(FieldRef ref, const schema::Check& check, const std::string& name,
+                       const YAML::Node& value) {
+  auto list = [&](auto element, const char* what, auto& out) -> std::string {
+    if (!value.IsSequence()) return std::string("expected a list of ") + what + ", got " + describe(value);
+    std::remove_reference_t<decltype(out)> v;
+    for (size_t i = 0; i < value.size(); ++i) {
+      typename std::remove_reference_t<decltype(out)>::value_type x{};
+      auto problem = element(value[i], x);
+      if (!problem.empty()) return name + "[" + std::to_string(i) + "]: " + problem;
+      v.push_back(std::move(x));
+    }
+    out = std::move(v);
+    return "";
+  };
+  auto to_double = [&](const YAML::Node& n, double& out) -> std::string {
+    auto text = plain(n);
+    auto v = text ? schema::parse_double(*text) : std::nullopt;
+    if (!v) return "expected a number, got " + describe(n);
+    if (!std::isfinite(*v)) return "must be a finite number (got " + *text + ")";
+    if (auto problem = check.check_number(*v); !problem.empty()) return problem;
+    out = *v;
+    return "";
+  };
+  auto to_string = [&](const YAML::Node& n, std::string& out) -> std::string {
+    // Any scalar is a string ("name: 42" names the run "42"); nothing is "".
+    if (!n.IsScalar() && !n.IsNull()) return "expected a string, got " + describe(n);
+    std::string v = n.IsNull() ? "" : n.Scalar();
+    if (auto problem = check.check_name(v); !problem.empty()) return problem;
+    out = std::move(v);
+    return "";
+  };
   return std::visit(
       Overloaded{
           [&](int* p) -> std::string {
@@ -140,15 +182,7 @@ std::string assign(Config& cfg, const Field& field, const YAML::Node& value) {
             *p = *v;
             return "";
           },
-          [&](double* p) -> std::string {
-            auto text = plain(value);
-            auto v = text ? schema::parse_double(*text) : std::nullopt;
-            if (!v) return "expected a number, got " + describe(value);
-            if (!std::isfinite(*v)) return "must be a finite number (got " + *text + ")";
-            if (auto problem = check.check_number(*v); !problem.empty()) return problem;
-            *p = *v;
-            return "";
-          },
+          [&](double* p) { return to_double(value, *p); },
           [&](bool* p) -> std::string {
             bool v = false;
             if (!plain(value) || !YAML::convert<bool>::decode(value, v))
@@ -156,29 +190,73 @@ std::string assign(Config& cfg, const Field& field, const YAML::Node& value) {
             *p = v;
             return "";
           },
-          [&](std::string* p) -> std::string {
-            // Any scalar is a string ("name: 42" names the run "42"); nothing is "".
-            if (!value.IsScalar() && !value.IsNull())
-              return "expected a string, got " + describe(value);
-            std::string v = value.IsNull() ? "" : value.Scalar();
-            if (auto problem = check.check_name(v); !problem.empty()) return problem;
-            *p = std::move(v);
-            return "";
+          [&](std::string* p) { return to_string(value, *p); },
+          [&](std::vector<int>* p) {
+            return list(
+                [&](const YAML::Node& n, int& x) {
+                  int64_t v = 0;
+                  auto problem = to_integer(n, INT_MIN, INT_MAX, check, v);
+                  x = static_cast<int>(v);
+                  return problem;
+                },
+                "integers", *p);
           },
-          [&](std::vector<int>* p) -> std::string {
-            if (!value.IsSequence()) return "expected a list of integers, got " + describe(value);
-            std::vector<int> v;
-            for (size_t i = 0; i < value.size(); ++i) {
-              int64_t x = 0;
-              auto problem = to_integer(value[i], INT_MIN, INT_MAX, check, x);
-              if (!problem.empty()) return field.name + "[" + std::to_string(i) + "]: " + problem;
-              v.push_back(static_cast<int>(x));
-            }
-            *p = std::move(v);
-            return "";
+          [&](std::vector<double>* p) { return list(to_double, "numbers", *p); },
+          [&](std::vector<std::string>* p) { return list(to_string, "strings", *p); },
+          [&](std::vector<IslandEvent>* p) {
+            return assign_records(value, name, schema::event_fields(),
+                                  "{kill: 1, at_step: 100}", *p);
+          },
+          [&](std::vector<NetworkLink>* p) {
+            return assign_records(value, name, schema::link_fields(),
+                                  "{between: [us, eu], latency_ms: 40}", *p);
           },
       },
-      field.ref(cfg));
+      ref);
+}
+
+// A list of records such as [{kill: 1, at_step: 100}, {rejoin: 1, at_time_s: 30}].
+template <typename R>
+std::string assign_records(const YAML::Node& value, const std::string& name,
+                           const std::vector<schema::RecordField<R>>& table, const char* example,
+                           std::vector<R>& out) {
+  if (value.IsNull()) {
+    out.clear();
+    return "";
+  }
+  if (!value.IsSequence())
+    return std::string("expected a list of entries such as ") + example + ", got " + describe(value);
+  std::vector<R> records;
+  std::vector<std::string> names;
+  for (const auto& f : table) names.push_back(f.name);
+  for (size_t i = 0; i < value.size(); ++i) {
+    const std::string item = name + "[" + std::to_string(i) + "]";
+    const YAML::Node node = value[i];
+    if (!node.IsMap()) return item + ": expected an entry such as " + example + ", got " + describe(node);
+    R r;
+    std::set<std::string> seen;
+    for (auto it = node.begin(); it != node.end(); ++it) {
+      const std::string k = it->first.IsScalar() ? it->first.Scalar() : "?";
+      const schema::RecordField<R>* field = nullptr;
+      for (const auto& f : table)
+        if (f.name == k) field = &f;
+      if (!field) {
+        auto near = schema::closest(k, names);
+        return item + ": unknown key '" + k + "'" +
+               (near ? did_you_mean(*near) : " (valid: " + join_list(names) + ")");
+      }
+      if (!seen.insert(k).second) return item + ": duplicate key '" + k + "'";
+      auto problem = assign_ref(field->ref(r), field->check, item + "." + k, it->second);
+      if (!problem.empty()) return item + "." + k + ": " + problem;
+    }
+    records.push_back(std::move(r));
+  }
+  out = std::move(records);
+  return "";
+}
+
+std::string assign(Config& cfg, const Field& field, const YAML::Node& value) {
+  return assign_ref(field.ref(cfg), field.check, field.name, value);
 }
 
 void set(Config& cfg, const Section& section, const Field& field, const YAML::Node& value,
@@ -389,6 +467,61 @@ void check_cross_field(const Config& c) {
                                    ") must be divisible by model.heads (" +
                                    std::to_string(c.model.heads) + ")");
   }
+  const int k = c.islands.count;
+  int max_islands = k;  // ids that can exist once `add` events have run
+  for (const auto& e : c.islands.events) max_islands += e.add;
+  auto count_problem = [&](const char* key, size_t n) {
+    if (n != 0 && static_cast<int>(n) != k && static_cast<int>(n) != max_islands)
+      fail(origin_of(c, key), key, "has " + std::to_string(n) + " entries but islands.count is " +
+                                       std::to_string(k) + " (one entry per island, or none)");
+  };
+  count_problem("compute.speeds", c.compute.speeds.size());
+  count_problem("network.regions", c.network.regions.size());
+  const auto& regions = c.network.regions;
+  auto known_region = [&](const std::string& key, const std::string& r) {
+    if (std::find(regions.begin(), regions.end(), r) != regions.end()) return;
+    std::vector<std::string> names(regions.begin(), regions.end());
+    std::sort(names.begin(), names.end());
+    names.erase(std::unique(names.begin(), names.end()), names.end());
+    auto near = schema::closest(r, names);
+    fail(origin_of(c, key.substr(0, key.find('['))), key,
+         "unknown region '" + r + "'" +
+             (names.empty() ? " (network.regions assigns islands to regions; it is empty)"
+                            : " (regions: " + join_list(names) + ")" + (near ? did_you_mean(*near) : "")));
+  };
+  if (!c.network.server_region.empty()) known_region("network.server_region", c.network.server_region);
+  for (size_t i = 0; i < c.network.links.size(); ++i) {
+    const auto& l = c.network.links[i];
+    const std::string key = "network.links[" + std::to_string(i) + "]";
+    if (l.between.size() != 2)
+      fail(origin_of(c, "network.links"), key + ".between", "expected two region names, e.g. [us, eu]");
+    for (const auto& r : l.between) known_region(key + ".between", r);
+  }
+  for (size_t i = 0; i < c.islands.events.size(); ++i) {
+    const auto& e = c.islands.events[i];
+    const std::string key = "islands.events[" + std::to_string(i) + "]";
+    const std::string where = origin_of(c, "islands.events");
+    const int actions = (e.kill >= 0) + (e.rejoin >= 0) + (e.add > 0) + !e.partition.empty();
+    if (actions != 1)
+      fail(where, key, "needs exactly one of kill, rejoin, add, partition (found " +
+                           std::to_string(actions) + ")");
+    const int triggers = (e.at_step >= 0) + (e.at_time_s >= 0);
+    if (triggers != 1)
+      fail(where, key, "needs exactly one of at_step, at_time_s (found " + std::to_string(triggers) + ")");
+    if (e.at_step >= 0 && e.kill < 0)
+      fail(where, key + ".at_step", "at_step triggers only kill events (an island that is not "
+                                    "running has no steps); use at_time_s");
+    const int id = std::max(e.kill, e.rejoin);
+    if (id >= max_islands)
+      fail(where, key, "island " + std::to_string(id) + " does not exist (islands.count is " +
+                           std::to_string(k) + ")");
+    if (!e.partition.empty()) {
+      if (e.partition.size() != 2)
+        fail(where, key + ".partition", "expected two region names, e.g. [us, eu]");
+      for (const auto& r : e.partition) known_region(key + ".partition", r);
+      if (e.duration_s <= 0) fail(where, key + ".duration_s", "a partition needs duration_s > 0");
+    }
+  }
 }
 
 // A data file must exist, be a file, and open for reading.
@@ -429,6 +562,56 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   return parse_config(text, path, overrides);
 }
 
+void emit(YAML::Emitter& out, FieldRef ref);
+
+// A record as a flow mapping of the keys that differ from a default-constructed one.
+template <typename R>
+void emit_records(YAML::Emitter& out, std::vector<R>& records,
+                  const std::vector<schema::RecordField<R>>& table) {
+  if (records.empty()) out << YAML::Flow;
+  out << YAML::BeginSeq;
+  for (R& r : records) {
+    R def;
+    out << YAML::Flow << YAML::BeginMap;
+    for (const auto& f : table) {
+      const bool same = std::visit(
+          [&](auto* a) {
+            using T = std::remove_pointer_t<decltype(a)>;
+            return *a == *std::get<T*>(f.ref(def));
+          },
+          f.ref(r));
+      if (same) continue;
+      out << YAML::Key << f.name << YAML::Value;
+      emit(out, f.ref(r));
+    }
+    out << YAML::EndMap;
+  }
+  out << YAML::EndSeq;
+}
+
+void emit(YAML::Emitter& out, FieldRef ref) {
+  auto seq = [&](const auto& v, auto each) {
+    out << YAML::Flow << YAML::BeginSeq;
+    for (const auto& x : v) each(x);
+    out << YAML::EndSeq;
+  };
+  std::visit(Overloaded{
+                 [&](std::string* p) { out << YAML::DoubleQuoted << *p; },
+                 [&](double* p) { out << schema::format_double(*p); },
+                 [&](std::vector<int>* p) { seq(*p, [&](int x) { out << x; }); },
+                 [&](std::vector<double>* p) {
+                   seq(*p, [&](double x) { out << schema::format_double(x); });
+                 },
+                 [&](std::vector<std::string>* p) {
+                   seq(*p, [&](const std::string& x) { out << YAML::DoubleQuoted << x; });
+                 },
+                 [&](std::vector<IslandEvent>* p) { emit_records(out, *p, schema::event_fields()); },
+                 [&](std::vector<NetworkLink>* p) { emit_records(out, *p, schema::link_fields()); },
+                 [&](auto* p) { out << *p; },  // integers and bool
+             },
+             ref);
+}
+
 std::string to_yaml(const Config& config) {
   Config c = config;  // the schema hands out mutable references; read them from a copy
   YAML::Emitter out;
@@ -437,17 +620,7 @@ std::string to_yaml(const Config& config) {
     out << YAML::Key << section.name << YAML::Value << YAML::BeginMap;
     for (const auto& field : section.fields) {
       out << YAML::Key << field.name << YAML::Value;
-      std::visit(Overloaded{
-                     [&](std::string* p) { out << YAML::DoubleQuoted << *p; },
-                     [&](double* p) { out << schema::format_double(*p); },
-                     [&](std::vector<int>* p) {
-                       out << YAML::Flow << YAML::BeginSeq;
-                       for (int x : *p) out << x;
-                       out << YAML::EndSeq;
-                     },
-                     [&](auto* p) { out << *p; },  // integers and bool
-                 },
-                 field.ref(c));
+      emit(out, field.ref(c));
     }
     out << YAML::EndMap;
   }

@@ -71,8 +71,68 @@ struct TrainConfig {
   int64_t log_every = 10;       // per-island training-loss records every N inner steps
 };
 
+// One entry of `islands.events:` (simulator: membership changes on the virtual clock).
+// Exactly one action and one trigger per event, e.g.
+//   - {kill: 2, at_step: 100}            island 2 dies after its 100th inner step
+//   - {rejoin: 2, at_time_s: 300}        island 2 comes back (from the current global model)
+//   - {add: 1, at_time_s: 120}           one new island joins (ids count, count+1, ...)
+//   - {partition: [us, eu], at_time_s: 50, duration_s: 30}   no traffic between two regions
+struct IslandEvent {
+  int kill = -1;                // island id to kill
+  int rejoin = -1;              // island id that comes back
+  int add = 0;                  // number of new islands that join
+  std::vector<std::string> partition;  // two region names (network.regions) cut apart
+  int64_t at_step = -1;         // trigger: the island's inner step (kill only; -1 = unset)
+  double at_time_s = -1;        // trigger: virtual time in seconds (-1 = unset)
+  double duration_s = 0;        // partition: how long the cut lasts
+  bool operator==(const IslandEvent&) const = default;
+};
+
 struct IslandsConfig {
   int count = 4;                // number of islands (FedAvg: clients)
+  std::vector<IslandEvent> events;  // simulator: kills, rejoins, additions, partitions
+};
+
+// Simulator compute model: virtual seconds per inner step of each island.
+//   step_time = base * (1 / speed_i) * straggler factor * jitter
+// where base = step_time_s, or (when 0) the FLOPs of one inner step (model FLOPs per
+// token or example x batch x grad_accum) / (flops * mfu).
+struct ComputeConfig {
+  double step_time_s = 0;       // virtual seconds per inner step at speed 1; 0 = from flops
+  double flops = 1e14;          // device peak FLOP/s used when step_time_s == 0
+  double mfu = 0.4;             // fraction of peak achieved
+  std::vector<double> speeds;   // per-island speed factors (2 = twice as fast); empty = all 1
+  double jitter = 0;            // relative std-dev of each step's time (log-normal, seeded)
+  double straggler_prob = 0;    // per-step chance an island starts a slow episode
+  double straggler_factor = 3;  // step time multiplier during an episode
+  int64_t straggler_steps = 20; // inner steps an episode lasts
+};
+
+// A link between two regions (`network.links:`): overrides the defaults for that pair.
+//   - {between: [us, eu], latency_ms: 40, bandwidth_mbps: 1000}
+struct NetworkLink {
+  std::vector<std::string> between;  // two region names (order does not matter)
+  double latency_ms = -1;       // one-way latency; -1 = network.latency_ms
+  double bandwidth_mbps = -1;   // capacity of the path between the regions; -1 = no cap
+  double jitter_ms = -1;        // -1 = network.jitter_ms
+  double loss = -1;             // packet loss probability; -1 = network.loss
+  bool operator==(const NetworkLink&) const = default;
+};
+
+// Network model (simulator) and WAN emulation profile (`atoll relay`, `launch --emulate-wan`).
+// A transfer of B bytes from island a to b takes
+//   latency(a,b) + jitter + B*8 / min(up_a, down_b, link(a,b)) + losses * rtt(a,b)
+// where losses ~ Poisson(packets * loss) (each lost packet costs one round trip).
+struct NetworkConfig {
+  double bandwidth_mbps = 10000;  // each island's access link, per direction
+  double up_mbps = 0;           // uplink when asymmetric; 0 = bandwidth_mbps
+  double down_mbps = 0;         // downlink when asymmetric; 0 = bandwidth_mbps
+  double latency_ms = 0.5;      // one-way latency between islands (same region)
+  double jitter_ms = 0;         // uniform extra latency in [0, jitter_ms] per message
+  double loss = 0;              // packet loss probability (1460-byte packets)
+  std::vector<std::string> regions;  // region name of each island (index = id); empty = one
+  std::vector<NetworkLink> links;    // region pairs with their own latency/bandwidth
+  std::string server_region;    // where the coordinator / server role sits; "" = island 0's
 };
 
 struct AlgorithmConfig {
@@ -92,6 +152,21 @@ struct AlgorithmConfig {
   int local_epochs = 1;         // fedavg: used when local_steps == 0: E passes over the shard
   bool error_feedback = true;   // lossy compression: carry each island's compression error
                                 // into its next exchange (residual added before encoding)
+  // diloco: overlap of the outer exchange with the next round (ALGORITHMS.md section 3)
+  std::string overlap = "none"; // none | delayed | eager
+  // streaming_diloco (ALGORITHMS.md section 2)
+  int fragments = 2;            // P: fragments of transformer blocks
+  std::string fragment_mode = "strided";  // strided | sequential
+  int64_t overlap_steps = 1;    // tau: inner steps a fragment's exchange overlaps
+  double mix_alpha = 0.5;       // alpha: merge = alpha * local + (1 - alpha) * global
+  // async_local_sgd (ALGORITHMS.md section 5)
+  std::string async_update = "delayed_nesterov";  // delayed_nesterov | naive
+  int buffer_size = 0;          // DN: N arrivals per momentum update; 0 = islands.count
+  double dn_c = 0;              // DN: activation c in [0, 1/N]
+  bool dynamic_local_updates = true;  // DyLU: local steps proportional to island speed
+  int64_t min_local_steps = 5;  // DyLU: floor on a slow island's local steps
+  double grace_s = 0;           // grace window (virtual seconds) to batch near-simultaneous
+                                // arrivals before restarting them from one model; 0 = off
 };
 
 // Real multi-process runs (`atoll coordinator`, `atoll island`, `atoll launch`).
@@ -141,6 +216,8 @@ struct Config {
   AlgorithmConfig algorithm;
   std::vector<CompressionStage> compression;  // empty = raw fp32 on the wire
   TransportConfig transport;
+  ComputeConfig compute;
+  NetworkConfig network;
   // Where each key that the text set came from, for messages about it later (e.g. a missing
   // data file in check_environment): "section.key" -> "FILE:LINE" or "--set section.key=v".
   // Filled by parse_config; keys left at their defaults are absent. Not written by to_yaml.

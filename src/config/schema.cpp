@@ -78,7 +78,9 @@ std::vector<Section> build() {
                 field("eval_every", &Config::train, &TrainConfig::eval_every, nonneg),
                 field("eval_batches", &Config::train, &TrainConfig::eval_batches, nonneg),
                 field("log_every", &Config::train, &TrainConfig::log_every, positive_int)}});
-  s.push_back({"islands", {field("count", &Config::islands, &IslandsConfig::count, positive_int)}});
+  s.push_back({"islands",
+               {field("count", &Config::islands, &IslandsConfig::count, positive_int),
+                field("events", &Config::islands, &IslandsConfig::events)}});
   s.push_back({"algorithm",
                {field("name", &Config::algorithm, &AlgorithmConfig::name),  // registry checks it
                 field("inner_steps", &Config::algorithm, &AlgorithmConfig::inner_steps,
@@ -99,7 +101,23 @@ std::vector<Section> build() {
                 field("local_steps", &Config::algorithm, &AlgorithmConfig::local_steps, nonneg),
                 field("local_epochs", &Config::algorithm, &AlgorithmConfig::local_epochs,
                       positive_int),
-                field("error_feedback", &Config::algorithm, &AlgorithmConfig::error_feedback, {})}});
+                field("error_feedback", &Config::algorithm, &AlgorithmConfig::error_feedback, {}),
+                field("overlap", &Config::algorithm, &AlgorithmConfig::overlap,
+                      one_of({"none", "delayed", "eager"})),
+                field("fragments", &Config::algorithm, &AlgorithmConfig::fragments, positive_int),
+                field("fragment_mode", &Config::algorithm, &AlgorithmConfig::fragment_mode,
+                      one_of({"strided", "sequential"})),
+                field("overlap_steps", &Config::algorithm, &AlgorithmConfig::overlap_steps, nonneg),
+                field("mix_alpha", &Config::algorithm, &AlgorithmConfig::mix_alpha, closed(0, 1)),
+                field("async_update", &Config::algorithm, &AlgorithmConfig::async_update,
+                      one_of({"delayed_nesterov", "naive"})),
+                field("buffer_size", &Config::algorithm, &AlgorithmConfig::buffer_size, nonneg),
+                field("dn_c", &Config::algorithm, &AlgorithmConfig::dn_c, closed(0, 1)),
+                field("dynamic_local_updates", &Config::algorithm,
+                      &AlgorithmConfig::dynamic_local_updates, {}),
+                field("min_local_steps", &Config::algorithm, &AlgorithmConfig::min_local_steps,
+                      positive_int),
+                field("grace_s", &Config::algorithm, &AlgorithmConfig::grace_s, nonneg)}});
   s.push_back(
       {"transport",
        {field("kind", &Config::transport, &TransportConfig::kind, one_of({"zmq", "gloo"})),
@@ -115,7 +133,33 @@ std::vector<Section> build() {
         field("max_in_flight", &Config::transport, &TransportConfig::max_in_flight, at_least(1)),
         field("curve", &Config::transport, &TransportConfig::curve, {}),
         field("keys_dir", &Config::transport, &TransportConfig::keys_dir, {})}});
+  s.push_back(
+      {"compute",
+       {field("step_time_s", &Config::compute, &ComputeConfig::step_time_s, nonneg),
+        field("flops", &Config::compute, &ComputeConfig::flops, above(0)),
+        field("mfu", &Config::compute, &ComputeConfig::mfu, open_closed(0, 1)),
+        field("speeds", &Config::compute, &ComputeConfig::speeds, above(0)),
+        field("jitter", &Config::compute, &ComputeConfig::jitter, closed(0, 2)),
+        field("straggler_prob", &Config::compute, &ComputeConfig::straggler_prob, closed(0, 1)),
+        field("straggler_factor", &Config::compute, &ComputeConfig::straggler_factor, at_least(1)),
+        field("straggler_steps", &Config::compute, &ComputeConfig::straggler_steps, positive_int)}});
+  s.push_back(
+      {"network",
+       {field("bandwidth_mbps", &Config::network, &NetworkConfig::bandwidth_mbps, above(0)),
+        field("up_mbps", &Config::network, &NetworkConfig::up_mbps, nonneg),
+        field("down_mbps", &Config::network, &NetworkConfig::down_mbps, nonneg),
+        field("latency_ms", &Config::network, &NetworkConfig::latency_ms, nonneg),
+        field("jitter_ms", &Config::network, &NetworkConfig::jitter_ms, nonneg),
+        field("loss", &Config::network, &NetworkConfig::loss, closed_open(0, 1)),
+        field("regions", &Config::network, &NetworkConfig::regions),
+        field("links", &Config::network, &NetworkConfig::links),
+        field("server_region", &Config::network, &NetworkConfig::server_region)}});
   return s;
+}
+
+template <typename R, typename T>
+RecordField<R> record(std::string name, T R::*member, Check check = {}) {
+  return {std::move(name), [member](R& r) -> FieldRef { return &(r.*member); }, std::move(check)};
 }
 
 std::string join(const std::vector<std::string>& names) {
@@ -178,6 +222,30 @@ Check one_of(std::vector<std::string> names) {
   Check c;
   c.names = std::move(names);
   return c;
+}
+
+const std::vector<RecordField<IslandEvent>>& event_fields() {
+  static const std::vector<RecordField<IslandEvent>> table = {
+      record("kill", &IslandEvent::kill, at_least(0)),
+      record("rejoin", &IslandEvent::rejoin, at_least(0)),
+      record("add", &IslandEvent::add, at_least(1)),
+      record("partition", &IslandEvent::partition),
+      record("at_step", &IslandEvent::at_step, at_least(0)),
+      record("at_time_s", &IslandEvent::at_time_s, at_least(0)),
+      record("duration_s", &IslandEvent::duration_s, above(0)),
+  };
+  return table;
+}
+
+const std::vector<RecordField<NetworkLink>>& link_fields() {
+  static const std::vector<RecordField<NetworkLink>> table = {
+      record("between", &NetworkLink::between),
+      record("latency_ms", &NetworkLink::latency_ms, at_least(0)),
+      record("bandwidth_mbps", &NetworkLink::bandwidth_mbps, above(0)),
+      record("jitter_ms", &NetworkLink::jitter_ms, at_least(0)),
+      record("loss", &NetworkLink::loss, closed_open(0, 1)),
+  };
+  return table;
 }
 
 const std::vector<Section>& sections() {

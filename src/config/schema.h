@@ -20,7 +20,9 @@ namespace atl::config::schema {
 
 // Where one field's value lives inside a Config. The alternative says the YAML type.
 using FieldRef = std::variant<int*, int64_t*, uint64_t*, double*, bool*, std::string*,
-                              std::vector<int>*>;
+                              std::vector<int>*, std::vector<double>*,
+                              std::vector<std::string>*, std::vector<IslandEvent>*,
+                              std::vector<NetworkLink>*>;
 
 // Allowed values of one field: an optional numeric interval and/or a list of names.
 // An empty Check allows every value of the field's type.
@@ -48,6 +50,16 @@ struct Field {
   std::function<FieldRef(Config&)> ref;     // where the value lives
   Check check;                              // allowed values
 };
+
+// A key of one record in a list of records (islands.events, network.links).
+template <typename R>
+struct RecordField {
+  std::string name;
+  std::function<FieldRef(R&)> ref;
+  Check check;
+};
+const std::vector<RecordField<IslandEvent>>& event_fields();
+const std::vector<RecordField<NetworkLink>>& link_fields();
 
 struct Section {
   std::string name;                         // YAML top-level key

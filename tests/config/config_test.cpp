@@ -525,5 +525,93 @@ TEST(CompressionConfig, OverrideReplacesTheList) {
   EXPECT_TRUE(none.compression.empty());
 }
 
+// ---- islands.events, compute, network (simulator and WAN profile) --------------------------
+
+constexpr const char* kWan =
+    "islands:\n"
+    "  count: 4\n"
+    "  events:\n"
+    "    - {kill: 2, at_step: 100}\n"
+    "    - {rejoin: 2, at_time_s: 30.5}\n"
+    "    - {add: 1, at_time_s: 40}\n"
+    "    - {partition: [us, eu], at_time_s: 50, duration_s: 30}\n"
+    "compute:\n"
+    "  step_time_s: 0.25\n"
+    "  speeds: [1, 0.5, 2, 1.5]\n"
+    "network:\n"
+    "  bandwidth_mbps: 1000\n"
+    "  regions: [us, us, eu, asia]\n"
+    "  links:\n"
+    "    - {between: [us, eu], latency_ms: 40, bandwidth_mbps: 500}\n"
+    "    - {between: [eu, asia], latency_ms: 90, loss: 0.001}\n"
+    "  server_region: eu\n";
+
+TEST(WanConfig, ParsesEventsSpeedsRegionsAndLinks) {
+  const Config c = parse_config(kWan, "w.yaml");
+  ASSERT_EQ(c.islands.events.size(), 4u);
+  EXPECT_EQ(c.islands.events[0].kill, 2);
+  EXPECT_EQ(c.islands.events[0].at_step, 100);
+  EXPECT_EQ(c.islands.events[1].rejoin, 2);
+  EXPECT_EQ(c.islands.events[1].at_time_s, 30.5);
+  EXPECT_EQ(c.islands.events[2].add, 1);
+  EXPECT_EQ(c.islands.events[3].partition, (std::vector<std::string>{"us", "eu"}));
+  EXPECT_EQ(c.islands.events[3].duration_s, 30);
+  EXPECT_EQ(c.compute.speeds, (std::vector<double>{1, 0.5, 2, 1.5}));
+  EXPECT_EQ(c.network.regions, (std::vector<std::string>{"us", "us", "eu", "asia"}));
+  ASSERT_EQ(c.network.links.size(), 2u);
+  EXPECT_EQ(c.network.links[0].bandwidth_mbps, 500);
+  EXPECT_EQ(c.network.links[1].latency_ms, 90);
+  EXPECT_EQ(c.network.links[1].loss, 0.001);
+  EXPECT_EQ(c.network.links[1].bandwidth_mbps, -1);  // not set: no cap
+  // Round trip through to_yaml.
+  const Config back = parse_config(to_yaml(c), "back.yaml");
+  EXPECT_EQ(back.islands.events, c.islands.events);
+  EXPECT_EQ(back.network.links, c.network.links);
+  EXPECT_EQ(back.network.regions, c.network.regions);
+  EXPECT_EQ(back.compute.speeds, c.compute.speeds);
+  EXPECT_EQ(to_yaml(back), to_yaml(c));
+}
+
+std::string wan_error(const std::string& yaml, const std::vector<std::string>& sets = {}) {
+  try {
+    parse_config(yaml, "w.yaml", sets);
+  } catch (const UserError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(WanConfig, ErrorsNameTheKey) {
+  EXPECT_EQ(wan_error("islands:\n  events:\n    - {kil: 1, at_step: 3}\n"),
+            "w.yaml:2: key 'islands.events': events[0]: unknown key 'kil' (did you mean 'kill'?)");
+  EXPECT_NE(wan_error("islands:\n  events:\n    - {kill: 1}\n").find("exactly one of at_step, at_time_s"),
+            std::string::npos);
+  EXPECT_NE(wan_error("islands:\n  events:\n    - {kill: 1, rejoin: 1, at_step: 3}\n")
+                .find("exactly one of kill, rejoin, add, partition"),
+            std::string::npos);
+  EXPECT_NE(wan_error("islands:\n  events:\n    - {rejoin: 1, at_step: 3}\n").find("use at_time_s"),
+            std::string::npos);
+  EXPECT_NE(wan_error("islands:\n  events:\n    - {kill: 9, at_step: 3}\n").find("island 9 does not exist"),
+            std::string::npos);
+  EXPECT_NE(wan_error("islands:\n  events:\n    - {kill: 1, at_step: -3}\n").find("events[0].at_step: must be >= 0"),
+            std::string::npos);
+  EXPECT_NE(wan_error("compute:\n  speeds: [1, 2]\n").find("compute.speeds': has 2 entries"),
+            std::string::npos);
+  EXPECT_NE(wan_error("compute:\n  speeds: [1, 2, 0, 1]\n").find("speeds[2]: must be > 0"),
+            std::string::npos);
+  EXPECT_NE(wan_error("network:\n  regions: [us, us, eu, eu]\n  links:\n    - {between: [us, ue]}\n")
+                .find("unknown region 'ue' (regions: eu, us) (did you mean 'eu'?)"),
+            std::string::npos);
+  EXPECT_NE(wan_error("network:\n  regions: [a, a, b, b]\n  links:\n    - {between: [a]}\n")
+                .find("expected two region names"),
+            std::string::npos);
+  EXPECT_NE(wan_error("network:\n  links: {between: [a, b]}\n").find("expected a list of entries"),
+            std::string::npos);
+  EXPECT_NE(wan_error("", {"network.regions=[x, y, z, x]", "network.server_region=w"})
+                .find("network.server_region': unknown region 'w'"),
+            std::string::npos);
+  EXPECT_EQ(wan_error("", {"islands.events=[{kill: 0, at_time_s: 1.5}]"}), "");
+}
+
 }  // namespace
 }  // namespace atl::config
