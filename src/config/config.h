@@ -69,6 +69,8 @@ struct TrainConfig {
   int64_t eval_every = 100;     // evaluate the global model every N inner steps (0 = end only)
   int eval_batches = 16;        // validation batches per evaluation (0 = whole split)
   int64_t log_every = 10;       // per-island training-loss records every N inner steps
+  double target_loss = 0;       // summary: time/steps/bytes to reach this validation loss
+                                // (0 = not tracked)
 };
 
 // One entry of `islands.events:` (simulator: membership changes on the virtual clock).

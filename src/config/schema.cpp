@@ -77,7 +77,8 @@ std::vector<Section> build() {
                 field("steps", &Config::train, &TrainConfig::steps, positive_int),
                 field("eval_every", &Config::train, &TrainConfig::eval_every, nonneg),
                 field("eval_batches", &Config::train, &TrainConfig::eval_batches, nonneg),
-                field("log_every", &Config::train, &TrainConfig::log_every, positive_int)}});
+                field("log_every", &Config::train, &TrainConfig::log_every, positive_int),
+                field("target_loss", &Config::train, &TrainConfig::target_loss, nonneg)}});
   s.push_back({"islands",
                {field("count", &Config::islands, &IslandsConfig::count, positive_int),
                 field("events", &Config::islands, &IslandsConfig::events)}});

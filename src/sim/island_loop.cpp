@@ -18,6 +18,7 @@ int64_t run_island(IslandLoop& loop) {
       ctx.grads.zero_();
     }
     const double loss = loop.forward_backward(step);
+    if (loop.after_compute) loop.after_compute(step);
     algo.after_backward(ctx, step);
     train::clip_grad_norm(ctx.grads, train.grad_clip);
     const double lr = train::learning_rate(train, step, total);

@@ -20,6 +20,9 @@ struct IslandLoop {
   // Runs forward + backward for inner step `step` into context->grads (zeroed by the
   // loop) and returns the training loss.
   std::function<double(int64_t step)> forward_backward;
+  // Called after forward + backward of every inner step, before any hook communicates
+  // (the simulator charges the step's compute time here). May be empty.
+  std::function<void(int64_t step)> after_compute;
   // Called after every completed inner step (logging, evaluation, progress). May be empty.
   std::function<void(int64_t step, int64_t total, double loss, double lr)> on_step;
 };

@@ -2,20 +2,27 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <string>
 
 #include "transport/ring.h"
 
 namespace atl::transport {
 
-// Handle of a matched collective: completes when every member has contributed.
+// Handle of a matched collective: completes when every member has contributed (and, on the
+// virtual clock, once the caller's time has reached the collective's completion).
 class InprocHandle final : public Handle {
  public:
-  InprocHandle(InprocHub& hub, int self, uint64_t seq) : hub_(hub), self_(self), seq_(seq) {}
+  InprocHandle(InprocHub& hub, int self, uint64_t seq)
+      : hub_(hub), self_(self), seq_(seq), posted_(hub.scheduler_.time(self)) {}
   ~InprocHandle() override {
     if (!collected_) collect();
   }
-  bool done() const override { return hub_.collectives_.at(seq_).done; }
+  bool done() const override {
+    if (collected_) return true;
+    const auto& c = hub_.collectives_.at(seq_);
+    return c.done && c.done_at <= hub_.scheduler_.time(self_);
+  }
   CollectiveResult wait(Deadline) override {
     if (collected_) return result_;
     auto& c = hub_.collectives_.at(seq_);
@@ -24,7 +31,10 @@ class InprocHandle final : public Handle {
           self_, [this] { return hub_.collectives_.at(seq_).done; },
           "collective #" + std::to_string(seq_));
     }
+    const auto& finished = hub_.collectives_.at(seq_);
+    const double start = finished.start, done_at = finished.done_at;
     collect();
+    hub_.resume(self_, posted_, start, done_at);
     return result_;
   }
 
@@ -39,6 +49,7 @@ class InprocHandle final : public Handle {
   InprocHub& hub_;
   int self_;
   uint64_t seq_;
+  double posted_;  // the caller's virtual time when it posted its contribution
   bool collected_ = false;
   CollectiveResult result_;
 };
@@ -67,7 +78,14 @@ class InprocGroup final : public Group {
     at::Tensor received = at::empty_like(buffer);
     hub_.transfer(id_, -1, buffer, received, codec, (tag << 16) ^ static_cast<uint64_t>(id_));
     if (transmitted.defined()) transmitted.copy_(received);
+    // The server applies pushes in the order islands make them; the pusher's clock moves to
+    // the arrival (its uplink is busy until then).
+    const double posted = hub_.scheduler_.time(id_);
+    double arrival = posted;
+    hub_.end_phase(arrival);
+    hub_.last_push_arrival_ = std::max(hub_.last_push_arrival_, arrival);
     hub_.server_->on_push(id_, tag, received, weight);
+    hub_.resume(id_, posted, posted, arrival);
     return std::make_unique<DoneHandle>(CollectiveResult{Status::ok(), {id_}, weight});
   }
 
@@ -76,11 +94,20 @@ class InprocGroup final : public Group {
     TORCH_CHECK(hub_.server_ != nullptr, "pull: no server role in this simulation");
     OuterServer* server = hub_.server_;
     const int self = id_;
-    hub_.scheduler_.block_until(
-        id_, [server, self, tag] { return server->on_pull(self, tag).has_value(); },
-        "server answer to tag " + std::to_string(tag));
+    const double posted = hub_.scheduler_.time(id_);
+    const bool ready = server->on_pull(self, tag).has_value();
+    if (!ready) {
+      hub_.scheduler_.block_until(
+          id_, [server, self, tag] { return server->on_pull(self, tag).has_value(); },
+          "server answer to tag " + std::to_string(tag));
+    }
+    // An answer that needed other islands' pushes exists once the latest of them arrived.
+    const double available = ready ? posted : std::max(posted, hub_.last_push_arrival_);
     at::Tensor answer = *server->on_pull(id_, tag);
     hub_.transfer(-1, id_, answer, out, codec);
+    double arrival = available;
+    hub_.end_phase(arrival);
+    hub_.resume(id_, posted, available, arrival);
     return std::make_unique<DoneHandle>(CollectiveResult{Status::ok(), {id_}, 1.0});
   }
 
@@ -97,7 +124,6 @@ class InprocGroup final : public Group {
     if (c.contributions.empty()) {
       c.kind = kind;
       c.root = root;
-      c.waiting = static_cast<int>(hub_.members_.size());
     }
     TORCH_CHECK(c.kind == kind && c.root == root,
                 "collective #", seq, ": members issued different collectives");
@@ -110,12 +136,11 @@ class InprocGroup final : public Group {
                   "allreduce_mean: `transmitted` must match the buffer");
     }
     c.contributions[id_] = {std::move(buffer), &codec, weight, std::move(transmitted)};
-    if (c.contributions.size() == hub_.members_.size()) {
-      if (kind == InprocHub::Kind::kAllreduce) hub_.run_allreduce(c, seq);
-      else hub_.run_broadcast(c);
-      c.done = true;
-    }
-    return std::make_unique<InprocHandle>(hub_, id_, seq);
+    ++c.waiting;
+    c.start = std::max(c.start, hub_.scheduler_.time(id_));
+    auto handle = std::make_unique<InprocHandle>(hub_, id_, seq);
+    if (c.contributions.size() == hub_.members_.size()) hub_.complete(c, seq);
+    return handle;
   }
 
   InprocHub& hub_;
@@ -124,8 +149,63 @@ class InprocGroup final : public Group {
 };
 
 InprocHub::InprocHub(int islands, Scheduler& scheduler)
-    : scheduler_(scheduler), counters_(static_cast<size_t>(islands)) {
+    : scheduler_(scheduler), counters_(static_cast<size_t>(islands)),
+      waits_(static_cast<size_t>(islands)) {
   for (int i = 0; i < islands; ++i) members_.push_back(i);
+}
+
+void InprocHub::set_network(const NetworkModel* network, uint64_t seed, double detect_s) {
+  network_ = network;
+  rng_.seed(seed ^ 0x6e6574776f726bULL);
+  detect_s_ = detect_s;
+}
+
+void InprocHub::complete(Collective& c, uint64_t seq) {
+  if (c.kind == Kind::kAllreduce) run_allreduce(c, seq);
+  else run_broadcast(c);
+  c.done = true;
+}
+
+void InprocHub::end_phase(double& clock) {
+  if (!network_ || phase_.empty()) {
+    phase_.clear();
+    return;
+  }
+  for (const Transfer& t : phase_) clock = std::max(clock, network_->connected_at(t.from, t.to, clock));
+  clock += network_->phase_time(phase_, rng_);
+  phase_.clear();
+}
+
+void InprocHub::resume(int self, double posted, double start, double ready_at) {
+  const double now = scheduler_.time(self);
+  if (ready_at <= now) return;
+  WaitTime& w = waits_[static_cast<size_t>(self)];
+  const double idle = std::max(0.0, std::min(start, ready_at) - std::max(now, posted));
+  w.idle_s += idle;
+  w.comm_s += ready_at - now - idle;
+  scheduler_.advance(self, ready_at);
+}
+
+void InprocHub::remove_member(int id, double at) {
+  auto it = std::find(members_.begin(), members_.end(), id);
+  if (it == members_.end()) return;
+  members_.erase(it);
+  ++epoch_;
+  for (auto cit = collectives_.begin(); cit != collectives_.end();) {
+    Collective& c = cit->second;
+    if (!c.done) {
+      c.contributions.erase(id);
+      if (c.contributions.empty()) {
+        cit = collectives_.erase(cit);
+        continue;
+      }
+      if (c.contributions.size() == members_.size()) {
+        c.start = std::max(c.start, at + detect_s_);
+        complete(c, cit->first);
+      }
+    }
+    ++cit;
+  }
 }
 
 InprocHub::~InprocHub() = default;
@@ -145,6 +225,7 @@ void InprocHub::transfer(int from, int to, const at::Tensor& src, at::Tensor dst
     counters_[from].raw_sent += static_cast<uint64_t>(s.numel()) * sizeof(float);
   }
   if (to >= 0) counters_[to].received += scratch_.size();
+  if (network_ && (from >= 0 || to >= 0)) phase_.push_back({from, to, scratch_.size()});
   Status st = codec.decode(scratch_.data(), scratch_.size(), dst);
   TORCH_CHECK(st.is_ok(), "in-process transfer failed to decode its own encoding: ", st.to_string());
 }
@@ -159,6 +240,7 @@ void InprocHub::run_allreduce(Collective& c, uint64_t seq) {
     weight_sum += part.weight;
   }
   c.result = {Status::ok(), ids, weight_sum};
+  c.done_at = c.start;
   if (ids.size() == 1) {  // the mean of one buffer is that buffer, bitwise
     if (parts[0]->transmitted.defined()) parts[0]->transmitted.copy_(parts[0]->buffer);
     return;
@@ -173,13 +255,14 @@ void InprocHub::run_allreduce(Collective& c, uint64_t seq) {
     for (auto* p : parts) {
       if (p->transmitted.defined()) p->transmitted.copy_(p->buffer);
     }
-    run_ring(parts, ids, divisor);
+    run_ring(parts, ids, divisor, c.done_at);
   } else {
-    run_direct(parts, ids, divisor, seq);
+    run_direct(parts, ids, divisor, seq, c.done_at);
   }
 }
 
-void InprocHub::run_ring(std::vector<Contribution*>& parts, std::vector<int>& ids, double divisor) {
+void InprocHub::run_ring(std::vector<Contribution*>& parts, std::vector<int>& ids, double divisor,
+                         double& clock) {
   const int w = static_cast<int>(ids.size());
   const int64_t n = parts[0]->buffer.numel();
   const auto& codec = *parts[0]->codec;
@@ -198,6 +281,7 @@ void InprocHub::run_ring(std::vector<Contribution*>& parts, std::vector<int>& id
       transfer(ids[r], ids[next], src, incoming, codec);
       slice(next, chunk).add_(incoming);
     }
+    end_phase(clock);
   }
   // Member r now owns the sum of chunk (r + 1); turn it into the mean.
   for (int r = 0; r < w; ++r) slice(r, (r + 1) % w).div_(divisor);
@@ -208,6 +292,7 @@ void InprocHub::run_ring(std::vector<Contribution*>& parts, std::vector<int>& id
       const int next = (r + 1) % w;
       transfer(ids[r], ids[next], slice(r, chunk), slice(next, chunk), codec);
     }
+    end_phase(clock);
   }
 }
 
@@ -216,7 +301,7 @@ void InprocHub::run_ring(std::vector<Contribution*>& parts, std::vector<int>& id
 // order; the owner encodes the mean once and sends it to everyone, keeping the decoded
 // version itself so that all members end bitwise equal.
 void InprocHub::run_direct(std::vector<Contribution*>& parts, std::vector<int>& ids,
-                           double divisor, uint64_t seq) {
+                           double divisor, uint64_t seq, double& clock) {
   const int w = static_cast<int>(ids.size());
   const int64_t n = parts[0]->buffer.numel();
   const auto& codec = *parts[0]->codec;
@@ -243,6 +328,7 @@ void InprocHub::run_direct(std::vector<Contribution*>& parts, std::vector<int>& 
     }
     sums[c] = sum.div_(divisor);
   }
+  end_phase(clock);
   for (int c = 0; c < w; ++c) {
     auto [b, e] = ring::chunk_bounds(n, w, c);
     at::Tensor own = parts[c]->buffer.narrow(0, b, e - b);
@@ -252,6 +338,7 @@ void InprocHub::run_direct(std::vector<Contribution*>& parts, std::vector<int>& 
     }
     transfer(-1, -1, sums[c], own, codec, seed(c, c, 1));  // what the others decoded
   }
+  end_phase(clock);
 }
 
 void InprocHub::run_broadcast(Collective& c) {
@@ -264,6 +351,8 @@ void InprocHub::run_broadcast(Collective& c) {
     if (id == c.root) continue;
     transfer(c.root, id, root.buffer, part.buffer, *root.codec);
   }
+  c.done_at = c.start;
+  end_phase(c.done_at);
   c.result = {Status::ok(), ids, static_cast<double>(ids.size())};
 }
 

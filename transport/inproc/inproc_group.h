@@ -11,10 +11,12 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <random>
 #include <vector>
 
 #include "transport/group.h"
 #include "transport/inproc/scheduler.h"
+#include "transport/network_model.h"
 #include "transport/outer_server.h"
 
 namespace atl::transport {
@@ -33,6 +35,28 @@ class InprocHub {
 
   int size() const { return static_cast<int>(counters_.size()); }
 
+  // Virtual clock: with a network model, every collective, push and pull costs virtual time
+  // on the scheduler's clock (island ids = scheduler participants): a collective starts when
+  // its last member posts, runs its real message pattern as phases (ring: 2(W-1) steps of
+  // one chunk per member; lossy: reduce-scatter then all-gather; broadcast: the root sends
+  // to all), each phase costing NetworkModel::phase_time; a member that waits for it is
+  // advanced to its completion. `detect_s`: how long survivors take to notice a lost member.
+  // Without a model (the default) communication is instantaneous.
+  void set_network(const NetworkModel* network, uint64_t seed, double detect_s);
+
+  // Island `id` left the run at virtual time `at` (killed): it is no longer a member, its
+  // contributions to unfinished collectives are dropped, and those collectives complete with
+  // the others, no earlier than `at + detect_s`.
+  void remove_member(int id, double at);
+
+  // Time island `id` spent blocked in waits, split into waiting for the others to post
+  // (idle) and for the data to move (comm).
+  struct WaitTime {
+    double comm_s = 0;
+    double idle_s = 0;
+  };
+  WaitTime wait_time(int id) const { return waits_[static_cast<size_t>(id)]; }
+
  private:
   friend class InprocGroup;
   friend class InprocHandle;
@@ -50,18 +74,29 @@ class InprocHub {
     std::map<int, Contribution> contributions;  // by island id (ascending = ring order)
     bool done = false;
     CollectiveResult result;
-    int waiting = 0;                            // members that have not collected the result
+    int waiting = 0;                            // handles that have not collected the result
+    double start = 0;                           // virtual time the last member posted
+    double done_at = 0;                         // virtual time the result is everywhere
   };
 
   // Called by the last arriving member: runs the collective on every member's buffer.
   void run_allreduce(Collective& c, uint64_t seq);
-  void run_ring(std::vector<Contribution*>& parts, std::vector<int>& ids, double divisor);
+  // The collectives; `clock` starts at the collective's start and ends at its completion.
+  void run_ring(std::vector<Contribution*>& parts, std::vector<int>& ids, double divisor,
+                double& clock);
   void run_direct(std::vector<Contribution*>& parts, std::vector<int>& ids, double divisor,
-                  uint64_t seq);
+                  uint64_t seq, double& clock);
   void run_broadcast(Collective& c);
-  // Moves `src` to `dst` through `codec`, counting bytes on both ends.
+  // Moves `src` to `dst` through `codec`, counting bytes on both ends (from/to -1: the
+  // server role; both -1: a local decode that costs nothing). With a network model, the
+  // message joins the current phase.
   void transfer(int from, int to, const at::Tensor& src, at::Tensor dst,
                 const compression::Pipeline& codec, uint64_t seed = 0);
+  // Closes the current phase: `clock` moves past it (after any cut between its endpoints).
+  void end_phase(double& clock);
+  void complete(Collective& c, uint64_t seq);
+  // Blocked island `self` resumes at `ready_at`: accounts the wait and advances its clock.
+  void resume(int self, double posted, double start, double ready_at);
 
   Scheduler& scheduler_;
   OuterServer* server_ = nullptr;
@@ -70,6 +105,12 @@ class InprocHub {
   std::vector<ByteCounters> counters_;
   std::map<uint64_t, Collective> collectives_;  // by sequence number
   std::vector<uint8_t> scratch_;
+  const NetworkModel* network_ = nullptr;
+  std::mt19937_64 rng_;
+  double detect_s_ = 0;
+  std::vector<Transfer> phase_;
+  std::vector<WaitTime> waits_;
+  double last_push_arrival_ = 0;  // virtual time the latest push reached the server
 };
 
 }  // namespace atl::transport

@@ -94,6 +94,20 @@ void Scheduler::set_time(int id, double time) {
   slots_[id].time = time;
 }
 
+void Scheduler::advance(int id, double time) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (time <= slots_[id].time) return;
+    slots_[id].time = time;
+  }
+  yield(id);
+}
+
+int Scheduler::current() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return current_;
+}
+
 double Scheduler::time(int id) const {
   std::lock_guard<std::mutex> lock(mu_);
   return slots_[id].time;

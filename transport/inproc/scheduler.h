@@ -47,6 +47,12 @@ class Scheduler {
   // Sets the participant's priority key (e.g. virtual time). Smaller runs first.
   void set_time(int id, double time);
   double time(int id) const;
+  // The participant holding the turn (-1 before run() and after the last one finished).
+  int current() const;
+  // Moves the participant's virtual time forward to `time` (never back) and lets every
+  // participant that is now earlier run first. Call it whenever an island's clock moves
+  // (a step computed, a wait ended) before it does anything others could observe.
+  void advance(int id, double time);
 
  private:
   struct Slot {
