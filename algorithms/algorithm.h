@@ -56,6 +56,14 @@ class TimeSource {
   virtual void sleep_until_s(double t) = 0;
 };
 
+// Where one model parameter lives in the flat buffer (from the model's layout; algorithms
+// never see src/models).
+struct ParamRange {
+  int64_t offset = 0;  // first element in params
+  int64_t numel = 0;
+  int block = -1;      // transformer block index; -1 for embeddings, final norm, head
+};
+
 struct IslandContext {
   int island = 0;                            // this island's id
   at::Tensor params;                         // [N] float32: the model's parameters (views)
@@ -67,6 +75,14 @@ struct IslandContext {
   double speed = 1.0;                        // relative compute speed from the cost model
                                              // (compute.speeds; 1 in real runs)
   TimeSource* time = nullptr;                // never null while the island loop runs
+  std::vector<ParamRange> layout;            // every parameter, ascending offsets; empty =
+                                             // one range without a block (tests)
+};
+
+// What a live island hands to a joiner besides the global model (see Algorithm).
+struct AlgorithmState {
+  int64_t rounds = 0;               // outer rounds completed
+  std::vector<at::Tensor> tensors;  // e.g. outer-optimizer buffers, [N] float32 each
 };
 
 class Algorithm {
@@ -85,6 +101,14 @@ class Algorithm {
   virtual at::Tensor global_params() const = 0;
   // Whether the global model lives in the server role (fedavg) rather than on the islands.
   virtual bool global_on_server() const { return false; }
+
+  // State hand-over to an island that joins a running group (a rejoin after a failure, or a
+  // new island). The joiner's parameters are set to the global model, its algorithm is made
+  // and set up on them, and import_state() receives what export_state() of a live island
+  // returned at one of that island's step boundaries. The inner optimizer state is never
+  // handed over (a joiner starts it fresh). Default: nothing beyond the global model.
+  virtual AlgorithmState export_state() const { return {}; }
+  virtual void import_state(IslandContext& ctx, const AlgorithmState& state) {}
 };
 
 // Registry (algorithms/registry.cpp). Throws atl::UserError for an unknown name, listing
@@ -92,7 +116,9 @@ class Algorithm {
 std::unique_ptr<Algorithm> make_algorithm(const AlgorithmOptions& options, int island);
 std::vector<std::string> algorithm_names();
 // The server role of `options.name`, or nullptr when it has none. `initial` is θ_0 [N].
-// `on_round(round, global)` is called each time the server completes a round.
+// `on_round(round, global)` is called each time the server completes a round
+// (async_local_sgd: after every arrival, with `round` = local steps applied so far, summed
+// over islands).
 std::unique_ptr<transport::OuterServer> make_server(
     const AlgorithmOptions& options, const at::Tensor& initial,
     std::function<void(int64_t round, const at::Tensor& global)> on_round);

@@ -10,8 +10,9 @@ int64_t run_island(IslandLoop& loop) {
   auto& ctx = *loop.context;
   const auto& train = *loop.train;
   algo.setup(ctx);
+  if (loop.after_setup) loop.after_setup();
   const int64_t total = algo.planned_steps(train.steps);
-  for (int64_t step = 1; step <= total; ++step) {
+  for (int64_t step = loop.first_step; step <= total; ++step) {
     algo.before_step(ctx, step);
     {
       at::NoGradGuard no_grad;

@@ -23,6 +23,10 @@ struct IslandLoop {
   // Called after forward + backward of every inner step, before any hook communicates
   // (the simulator charges the step's compute time here). May be empty.
   std::function<void(int64_t step)> after_compute;
+  // A joiner (rejoin after a failure, new island) starts at a live island's next step and
+  // receives its state after setup.
+  int64_t first_step = 1;
+  std::function<void()> after_setup;  // may be empty
   // Called after every completed inner step (logging, evaluation, progress). May be empty.
   std::function<void(int64_t step, int64_t total, double loss, double lr)> on_step;
 };

@@ -63,7 +63,8 @@ struct Island {
   int64_t steps = 0;
   int64_t rounds = 0;
   double compute_s = 0;  // virtual seconds spent computing inner steps
-  bool alive = true;
+  bool alive = true;      // a member (not killed, not waiting to be added)
+  bool finished = false;  // ran all its steps
   // At the previous round record: to report per-round compute / comm / idle.
   double last_compute_s = 0, last_comm_s = 0, last_idle_s = 0;
 };
@@ -92,10 +93,8 @@ void check_events(const config::Config& config) {
   for (size_t i = 0; i < config.islands.events.size(); ++i) {
     const auto& e = config.islands.events[i];
     const std::string where = config.source + ": key 'islands.events[" + std::to_string(i) + "]': ";
-    if (e.rejoin >= 0 || e.add > 0)
-      throw UserError(where + "rejoin and add events are not supported by the simulator yet");
-    if (e.kill >= 0 && (config.algorithm.name == "fedavg"))
-      throw UserError(where + "kill events need an algorithm without a round barrier on the "
+    if ((e.kill >= 0 || e.rejoin >= 0 || e.add > 0) && config.algorithm.name == "fedavg")
+      throw UserError(where + "kill, rejoin and add events need an algorithm without a round barrier on the "
                               "server (fedavg waits for every selected client)");
   }
 }
@@ -106,18 +105,23 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
   const auto t0 = std::chrono::steady_clock::now();
   const int threads = configure_threads(config.run.threads);
   const int k = config.islands.count;
+  int added = 0;  // islands that `add` events bring in later: ids k..n-1
+  for (const auto& e : config.islands.events) added += e.add;
+  const int n = k + added;
   const uint64_t seed = config.run.seed;
   const c10::Device device(config.run.device);
   torch::manual_seed(seed);
 
   // --- data, models, algorithm (everything that can fail on user input, before the run dir)
-  RunData run_data = load_run_data(config);
+  config::Config data_config = config;  // shards for every island, including added ones
+  data_config.islands.count = n;
+  RunData run_data = load_run_data(data_config);
   const data::Splits& splits = run_data.splits;
   const bool classifier = run_data.classifier;
   const auto algo_options = algorithm_options(config, run_data.shard_sizes);
   const compression::Pipeline codec = make_pipeline(config);
-  std::vector<Island> islands(static_cast<size_t>(k));
-  for (int i = 0; i < k; ++i) islands[i].parts = make_island_parts(config, run_data, algo_options, i);
+  std::vector<Island> islands(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) islands[i].parts = make_island_parts(config, run_data, algo_options, i);
   auto evaluator = make_evaluator(config, run_data);
   const int64_t n_params = islands[0].parts.model->numel();
   check_events(config);
@@ -126,7 +130,7 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
   const transport::NetworkModel network = make_network_model(config);
   const double examples_per_step = static_cast<double>(config.train.batch_size) * config.train.grad_accum *
                                    (classifier ? 1.0 : static_cast<double>(config.model.seq_len));
-  CostModel cost(config.compute, islands[0].parts.model->flops_per_example() * examples_per_step, k, seed);
+  CostModel cost(config.compute, islands[0].parts.model->flops_per_example() * examples_per_step, n, seed);
 
   RunDir dir(config, options.force);
   Progress progress(options.quiet ? Progress::Mode::kQuiet : Progress::Mode::kAuto);
@@ -176,8 +180,8 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
                       JsonObject().add("sim_time_s", sim_time)));
   };
 
-  transport::Scheduler scheduler(k);
-  transport::InprocHub hub(k, scheduler);
+  transport::Scheduler scheduler(n);
+  transport::InprocHub hub(n, scheduler);
   // Survivors notice a dead island after the heartbeat timeout, as in real runs.
   hub.set_network(&network, seed, static_cast<double>(config.transport.heartbeat_timeout_ms) / 1e3);
 
@@ -210,7 +214,7 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
 
   evaluate(0, islands[0].parts.model->params(), 0.0);
 
-  for (int i = 0; i < k; ++i) {
+  for (int i = 0; i < n; ++i) {
     Island& is = islands[i];
     is.group = hub.make_group(i);
     is.context.island = i;
@@ -219,6 +223,7 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
     is.context.group = is.group.get();
     is.context.codec = &codec;
     is.context.shard_size = run_data.shard_sizes[i];
+    for (const auto& s : is.parts.model->layout()) is.context.layout.push_back({s.offset, s.numel, s.block});
     is.time = std::make_unique<VirtualTime>(scheduler, i);
     is.context.time = is.time.get();
     is.context.speed = cost.speeds()[static_cast<size_t>(i)];
@@ -242,30 +247,82 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
 
   const auto& train = config.train;
   const int64_t log_every = train.log_every;
-  // Kill triggers of each island (islands.events).
-  std::vector<std::vector<config::IslandEvent>> kills(static_cast<size_t>(k));
-  for (const auto& e : config.islands.events)
-    if (e.kill >= 0) kills[static_cast<size_t>(e.kill)].push_back(e);
-  auto die = [&](int i, const char* why) {
-    Island& is = islands[i];
-    is.alive = false;
-    hub.remove_member(i, scheduler.time(i));
+  // Membership events of each island (islands.events): kills, and the times it (re)joins.
+  struct Kill {
+    config::IslandEvent event;
+    bool fired = false;
+  };
+  std::vector<std::vector<Kill>> kills(static_cast<size_t>(n));
+  std::vector<std::vector<double>> joins(static_cast<size_t>(n));
+  int next_added = k;
+  for (const auto& e : config.islands.events) {
+    if (e.kill >= 0) kills[static_cast<size_t>(e.kill)].push_back({e});
+    if (e.rejoin >= 0) joins[static_cast<size_t>(e.rejoin)].push_back(e.at_time_s);
+    for (int a = 0; a < e.add; ++a) joins[static_cast<size_t>(next_added++)].push_back(e.at_time_s);
+  }
+  for (auto& j : joins) std::sort(j.begin(), j.end());
+  std::vector<double> member_since(static_cast<size_t>(n), 0.0), member_s(static_cast<size_t>(n), 0.0);
+  for (int j = k; j < n; ++j) {
+    islands[j].alive = false;
+    hub.remove_member(j, 0, /*failure=*/false);
+  }
+  auto membership_record = [&](int i, const char* change, const char* why) {
     dir.record(JsonObject()
                    .add("event", "membership")
                    .add("island", i)
-                   .add("change", "killed")
+                   .add("change", change)
                    .add("reason", why)
-                   .add("step", is.steps)
-                   .add("members", static_cast<int64_t>(is.group->view().members.size()))
+                   .add("step", islands[i].steps)
+                   .add("members", static_cast<int64_t>(islands[i].group->view().members.size()))
                    .add("sim_time_s", scheduler.time(i))
                    .str());
+  };
+  auto die = [&](int i, Kill& kill, const char* why) {
+    Island& is = islands[i];
+    kill.fired = true;
+    is.alive = false;
+    hub.remove_member(i, scheduler.time(i));
+    member_s[i] += scheduler.time(i) - member_since[i];
+    membership_record(i, "killed", why);
     throw IslandKilled{};
   };
-  // The live island with the lowest id evaluates the global model.
+  // The live island with the lowest id evaluates the global model and hands state over to
+  // joiners.
   auto evaluator_island = [&] {
-    for (int j = 0; j < k; ++j)
-      if (islands[j].alive) return j;
+    for (int j = 0; j < n; ++j)
+      if (islands[j].alive && !islands[j].finished) return j;
     return -1;
+  };
+  // A joiner waits at its join time for a live island's next step boundary; that island
+  // fills in its Handover and makes it a member from its own next collective on.
+  struct Handover {
+    bool ready = false;
+    int donor = -1;
+    int64_t step = 0;
+    double arrival = 0;
+    at::Tensor global;
+    algorithms::AlgorithmState state;
+  };
+  std::vector<int> pending;  // joiners waiting for a hand-over
+  std::vector<Handover> handovers(static_cast<size_t>(n));
+  auto hand_over = [&](int donor, int64_t step) {
+    Island& d = islands[donor];
+    for (int j : pending) {
+      Handover& h = handovers[j];
+      h.donor = donor;
+      h.step = step;
+      h.global = d.parts.algorithm->global_params().clone();
+      h.state = d.parts.algorithm->export_state();
+      uint64_t bytes = static_cast<uint64_t>(h.global.numel()) * sizeof(float);
+      for (auto& t : h.state.tensors) {
+        t = t.clone();
+        bytes += static_cast<uint64_t>(t.numel()) * sizeof(float);
+      }
+      h.arrival = hub.hand_over(donor, j, bytes, scheduler.time(donor));
+      hub.add_member(j, hub.next_seq(donor));
+      h.ready = true;
+    }
+    pending.clear();
   };
 
   scheduler.run([&](int i) {
@@ -287,8 +344,9 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
       is.compute_s += dt;
       scheduler.advance(i, scheduler.time(i) + dt);
   
-      for (const auto& e : kills[static_cast<size_t>(i)])
-        if (e.at_time_s >= 0 && scheduler.time(i) >= e.at_time_s) die(i, "at_time_s");
+      for (auto& kill : kills[static_cast<size_t>(i)])
+        if (!kill.fired && kill.event.at_time_s >= 0 && scheduler.time(i) >= kill.event.at_time_s)
+          die(i, kill, "at_time_s");
       (void)step;
     };
     double loss_acc = 0;
@@ -319,15 +377,56 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
       }
       state.bytes = total_bytes();
       progress.update(state);
-      for (const auto& e : kills[static_cast<size_t>(i)])
-        if (e.at_step == step) die(i, "at_step");
+      if (!pending.empty() && i == evaluator_island()) hand_over(i, step);
+      for (auto& kill : kills[static_cast<size_t>(i)])
+        if (!kill.fired && kill.event.at_step == step) die(i, kill, "at_step");
     };
-    try {
-      run_island(loop);
-    } catch (const IslandKilled&) {
-      // Unwound; its collectives completed without it. Drop the algorithm now: it may hold
-      // handles into the hub.
-      is.parts.algorithm.reset();
+    size_t next_join = 0;
+    for (bool member = is.alive;;) {
+      if (member) {
+        try {
+          run_island(loop);
+          member_s[i] += scheduler.time(i) - member_since[i];
+          const bool donor = i == evaluator_island();
+          is.finished = true;
+          // Joiners still waiting get the final state (they have no steps left to run).
+          if (donor && !pending.empty()) hand_over(i, is.steps);
+          return;
+        } catch (const IslandKilled&) {
+          // Unwound; its collectives completed without it. Drop the algorithm now: it may
+          // hold handles into the hub.
+          is.parts.algorithm.reset();
+        }
+      }
+      // Dead (or not yet added): come (back) at the next join time after now, if any.
+      while (next_join < joins[i].size() && joins[i][next_join] < scheduler.time(i)) ++next_join;
+      if (next_join >= joins[i].size()) return;
+      VirtualTime waiting(scheduler, i);
+      waiting.sleep_until_s(joins[i][next_join++]);
+      if (evaluator_island() < 0) return;  // nobody left to hand the state over
+      handovers[i] = {};
+      pending.push_back(i);
+      scheduler.block_until(i, [&handovers, i] { return handovers[i].ready; }, "state hand-over");
+      Handover& h = handovers[i];
+      // Fresh inner optimizer and algorithm on the global model, then the donor's state.
+      {
+        at::NoGradGuard no_grad;
+        is.parts.model->params().copy_(h.global);
+      }
+      is.parts.optimizer = train::make_inner_optimizer(config.train);
+      is.parts.algorithm = algorithms::make_algorithm(algo_options, i);
+      is.group = hub.make_group(i);
+      is.context.group = is.group.get();
+      loop.algorithm = is.parts.algorithm.get();
+      loop.optimizer = is.parts.optimizer.get();
+      loop.first_step = h.step + 1;
+      loop.after_setup = [&is, &h] { is.parts.algorithm->import_state(is.context, h.state); };
+      is.steps = h.step;
+      is.time->sleep_until_s(h.arrival);
+      is.alive = true;
+      member_since[i] = scheduler.time(i);
+      membership_record(i, i < k ? "rejoined" : "added", "event");
+      member = true;
     }
   });
 
@@ -337,8 +436,10 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
   summary.best_val_loss = best_val;
   summary.final_val_accuracy = final_acc;
   double sim_time = 0, busy = 0;
-  for (int i = 0; i < k; ++i) {
+  double member_total = 0;
+  for (int i = 0; i < n; ++i) {
     Island& is = islands[i];
+    member_total += member_s[i];
     summary.bytes_sent_total += is.group->bytes().sent;
     summary.bytes_recv_total += is.group->bytes().received;
     summary.steps = std::max(summary.steps, is.steps);
@@ -351,7 +452,8 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
   progress.finish(state);
 
   JsonObject s;
-  s.add("algorithm", config.algorithm.name)
+  s.add("config_hash", config_hash(config))  // `atoll sweep` skips runs that have theirs
+      .add("algorithm", config.algorithm.name)
       .add("islands", k)
       .add("model", config.model.name)
       .add("params", n_params)
@@ -367,7 +469,7 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
       .add("bytes_recv_total", summary.bytes_recv_total)
       .add("compression_ratio", summary.bytes_sent_total > 0 ? static_cast<double>(raw_sent) / static_cast<double>(summary.bytes_sent_total) : 1.0)
       .add("sim_time_s", sim_time)
-      .add("compute_utilization", sim_time > 0 ? busy / (k * sim_time) : 1.0)
+      .add("compute_utilization", member_total > 0 ? busy / member_total : 1.0)
       .add("step_time_s", cost.base_step_s());
   if (config.train.target_loss > 0) {
     s.add("target_loss", config.train.target_loss)

@@ -10,6 +10,7 @@
 #include "compression/frame.h"
 #include "src/base/status.h"
 #include "src/config/config.h"
+#include "src/sim/json.h"
 #include "src/sim/simulator.h"
 
 namespace fs = std::filesystem;
@@ -74,6 +75,56 @@ TEST(Simulate, SameConfigAndSeedGiveIdenticalMetrics) {
   c.run.seed = 4;
   simulate(c, quiet);
   EXPECT_NE(strip_wall(first), strip_wall(read(tmp.path / "runs/t3/metrics.jsonl")));
+}
+
+// Heterogeneous speeds, jitter, stragglers, a slow WAN, a kill, a rejoin and an added
+// island: the virtual clock makes the run deterministic, and the records show the churn.
+TEST(Simulate, VirtualClockWithChurnIsDeterministic) {
+  TempDir tmp;
+  config::Config c = tiny_text_config(tmp.path, "diloco");
+  c.islands.events = config::parse_config(
+      "islands:\n  count: 3\n  events:\n"
+      "    - {kill: 2, at_step: 12}\n"
+      "    - {rejoin: 2, at_time_s: 6.0}\n"
+      "    - {add: 1, at_time_s: 0.3}\n",
+      "events.yaml").islands.events;
+  c.compute.step_time_s = 0.1;
+  c.compute.speeds = {1, 1.5, 0.7, 1};
+  c.compute.jitter = 0.2;
+  c.compute.straggler_prob = 0.05;
+  c.network.bandwidth_mbps = 50;
+  c.network.latency_ms = 30;
+  c.network.jitter_ms = 5;
+  SimulateOptions quiet{false, true};
+  simulate(c, quiet);
+  const std::string first = read(tmp.path / "runs/t/metrics.jsonl");
+  c.run.name = "t2";
+  simulate(c, quiet);
+  EXPECT_EQ(strip_wall(first), strip_wall(read(tmp.path / "runs/t2/metrics.jsonl")));
+
+  // The churn is visible: island 3 added, island 2 killed and back, rounds with fewer
+  // contributors in between, and every record on the virtual clock.
+  for (const char* change : {R"("island":3,"change":"added")", R"("island":2,"change":"killed")",
+                             R"("island":2,"change":"rejoined")"}) {
+    EXPECT_NE(first.find(change), std::string::npos) << change;
+  }
+  EXPECT_NE(first.find(R"("contributors":4)"), std::string::npos);
+  EXPECT_NE(first.find(R"("contributors":3)"), std::string::npos);
+  std::istringstream lines(first);
+  double last_eval_time = -1;
+  for (std::string line; std::getline(lines, line);) {
+    if (line.find(R"("event":"eval")") == std::string::npos) continue;
+    const auto t = json_find_number(line, "sim_time_s");
+    ASSERT_TRUE(t.has_value()) << line;
+    EXPECT_GE(*t, last_eval_time);
+    last_eval_time = *t;
+  }
+  const std::string summary = read(tmp.path / "runs/t/summary.json");
+  const double util = *json_find_number(summary, "compute_utilization");
+  EXPECT_GT(util, 0.0);
+  EXPECT_LT(util, 1.0);
+  // 24 steps of >= 0.1/1.5 s each, plus a 5 s failure detection.
+  EXPECT_GT(*json_find_number(summary, "sim_time_s"), 24 * 0.1 / 1.5 + 5);
 }
 
 TEST(Simulate, WritesRunDirectoryAndRefusesToOverwrite) {

@@ -56,7 +56,7 @@ class InprocHandle final : public Handle {
 
 class InprocGroup final : public Group {
  public:
-  InprocGroup(InprocHub& hub, int id) : hub_(hub), id_(id) {}
+  InprocGroup(InprocHub& hub, int id) : hub_(hub), id_(id), seq_(hub.next_seq_[static_cast<size_t>(id)]) {}
 
   MembershipView view() const override { return {hub_.epoch_, hub_.members_, id_}; }
 
@@ -120,6 +120,7 @@ class InprocGroup final : public Group {
     TORCH_CHECK(buffer.is_contiguous() && buffer.scalar_type() == at::kFloat && buffer.device().is_cpu(),
                 "collectives take contiguous float32 CPU buffers");
     const uint64_t seq = seq_++;
+    hub_.next_seq_[static_cast<size_t>(id_)] = seq_;
     auto& c = hub_.collectives_[seq];
     if (c.contributions.empty()) {
       c.kind = kind;
@@ -139,7 +140,7 @@ class InprocGroup final : public Group {
     ++c.waiting;
     c.start = std::max(c.start, hub_.scheduler_.time(id_));
     auto handle = std::make_unique<InprocHandle>(hub_, id_, seq);
-    if (c.contributions.size() == hub_.members_.size()) hub_.complete(c, seq);
+    if (c.contributions.size() == hub_.participants(seq)) hub_.complete(c, seq);
     return handle;
   }
 
@@ -150,7 +151,8 @@ class InprocGroup final : public Group {
 
 InprocHub::InprocHub(int islands, Scheduler& scheduler)
     : scheduler_(scheduler), counters_(static_cast<size_t>(islands)),
-      waits_(static_cast<size_t>(islands)) {
+      waits_(static_cast<size_t>(islands)), first_seq_(static_cast<size_t>(islands), 0),
+      next_seq_(static_cast<size_t>(islands), 0) {
   for (int i = 0; i < islands; ++i) members_.push_back(i);
 }
 
@@ -161,6 +163,8 @@ void InprocHub::set_network(const NetworkModel* network, uint64_t seed, double d
 }
 
 void InprocHub::complete(Collective& c, uint64_t seq) {
+  // Members that posted before a failure was noticed were waiting for the dead island.
+  if (c.start < detected_at_ && c.contributions.size() > 0) c.start = detected_at_;
   if (c.kind == Kind::kAllreduce) run_allreduce(c, seq);
   else run_broadcast(c);
   c.done = true;
@@ -186,11 +190,37 @@ void InprocHub::resume(int self, double posted, double start, double ready_at) {
   scheduler_.advance(self, ready_at);
 }
 
-void InprocHub::remove_member(int id, double at) {
+size_t InprocHub::participants(uint64_t seq) const {
+  size_t n = 0;
+  for (int m : members_) n += first_seq_[static_cast<size_t>(m)] <= seq;
+  return n;
+}
+
+void InprocHub::add_member(int id, uint64_t first_seq) {
+  TORCH_CHECK(id >= 0 && id < size(), "no island ", id);
+  TORCH_CHECK(std::find(members_.begin(), members_.end(), id) == members_.end(), "island ", id,
+              " is already a member");
+  members_.insert(std::upper_bound(members_.begin(), members_.end(), id), id);
+  ++epoch_;
+  first_seq_[static_cast<size_t>(id)] = first_seq;
+  next_seq_[static_cast<size_t>(id)] = first_seq;
+}
+
+double InprocHub::hand_over(int from, int to, uint64_t bytes, double at) {
+  counters_[static_cast<size_t>(from)].sent += bytes;
+  counters_[static_cast<size_t>(from)].raw_sent += bytes;
+  counters_[static_cast<size_t>(to)].received += bytes;
+  if (!network_) return at;
+  const double start = network_->connected_at(from, to, at);
+  return start + network_->transfer_time({from, to, bytes}, rng_);
+}
+
+void InprocHub::remove_member(int id, double at, bool failure) {
   auto it = std::find(members_.begin(), members_.end(), id);
   if (it == members_.end()) return;
   members_.erase(it);
   ++epoch_;
+  if (failure) detected_at_ = std::max(detected_at_, at + detect_s_);
   for (auto cit = collectives_.begin(); cit != collectives_.end();) {
     Collective& c = cit->second;
     if (!c.done) {
@@ -199,8 +229,7 @@ void InprocHub::remove_member(int id, double at) {
         cit = collectives_.erase(cit);
         continue;
       }
-      if (c.contributions.size() == members_.size()) {
-        c.start = std::max(c.start, at + detect_s_);
+      if (c.contributions.size() == participants(cit->first)) {
         complete(c, cit->first);
       }
     }

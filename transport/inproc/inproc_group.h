@@ -44,10 +44,21 @@ class InprocHub {
   // Without a model (the default) communication is instantaneous.
   void set_network(const NetworkModel* network, uint64_t seed, double detect_s);
 
-  // Island `id` left the run at virtual time `at` (killed): it is no longer a member, its
-  // contributions to unfinished collectives are dropped, and those collectives complete with
-  // the others, no earlier than `at + detect_s`.
-  void remove_member(int id, double at);
+  // Island `id` left the run at virtual time `at`: it is no longer a member and its
+  // contributions to unfinished collectives are dropped. `failure`: it died without a word,
+  // so every collective that starts before the survivors notice (at + detect_s) completes
+  // only then; otherwise (an island not yet added) nobody waits for it.
+  void remove_member(int id, double at, bool failure = true);
+
+  // Island `id` joins (again): it takes part in collectives from sequence number `first_seq`
+  // on (those of the live members' with smaller numbers complete without it). Its Group
+  // must be made after this call. The state it needs travels with hand_over().
+  void add_member(int id, uint64_t first_seq);
+  // The sequence number of the next collective island `id` will issue.
+  uint64_t next_seq(int id) const { return next_seq_[static_cast<size_t>(id)]; }
+  // Counts `bytes` sent from `from` to `to` starting at virtual time `at`; returns the
+  // arrival time on the network model.
+  double hand_over(int from, int to, uint64_t bytes, double at);
 
   // Time island `id` spent blocked in waits, split into waiting for the others to post
   // (idle) and for the data to move (comm).
@@ -110,7 +121,12 @@ class InprocHub {
   double detect_s_ = 0;
   std::vector<Transfer> phase_;
   std::vector<WaitTime> waits_;
+  double detected_at_ = 0;         // when survivors have noticed the latest failure
   double last_push_arrival_ = 0;  // virtual time the latest push reached the server
+  std::vector<uint64_t> first_seq_;  // per island: first collective it takes part in
+  std::vector<uint64_t> next_seq_;   // per island: its next collective
+  // Members that take part in collective `seq`.
+  size_t participants(uint64_t seq) const;
 };
 
 }  // namespace atl::transport
