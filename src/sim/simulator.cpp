@@ -261,6 +261,7 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
     for (int a = 0; a < e.add; ++a) joins[static_cast<size_t>(next_added++)].push_back(e.at_time_s);
   }
   for (auto& j : joins) std::sort(j.begin(), j.end());
+  const bool joins_planned = std::any_of(joins.begin(), joins.end(), [](auto& j) { return !j.empty(); });
   std::vector<double> member_since(static_cast<size_t>(n), 0.0), member_s(static_cast<size_t>(n), 0.0);
   for (int j = k; j < n; ++j) {
     islands[j].alive = false;
@@ -280,6 +281,7 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
   auto die = [&](int i, Kill& kill, const char* why) {
     Island& is = islands[i];
     kill.fired = true;
+    scheduler.yield(i);  // islands earlier on the clock act before the death
     is.alive = false;
     hub.remove_member(i, scheduler.time(i));
     member_s[i] += scheduler.time(i) - member_since[i];
@@ -377,6 +379,8 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
       }
       state.bytes = total_bytes();
       progress.update(state);
+      // Joiners wait for this step boundary; those earlier on the clock must have asked.
+      if (joins_planned) scheduler.yield(i);
       if (!pending.empty() && i == evaluator_island()) hand_over(i, step);
       for (auto& kill : kills[static_cast<size_t>(i)])
         if (!kill.fired && kill.event.at_step == step) die(i, kill, "at_step");
@@ -403,6 +407,7 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
       if (next_join >= joins[i].size()) return;
       VirtualTime waiting(scheduler, i);
       waiting.sleep_until_s(joins[i][next_join++]);
+      scheduler.yield(i);  // the others' state at the join time
       if (evaluator_island() < 0) return;  // nobody left to hand the state over
       handovers[i] = {};
       pending.push_back(i);

@@ -20,6 +20,7 @@ class InprocHandle final : public Handle {
   }
   bool done() const override {
     if (collected_) return true;
+    hub_.scheduler_.yield(self_);  // islands earlier on the clock may still post
     const auto& c = hub_.collectives_.at(seq_);
     return c.done && c.done_at <= hub_.scheduler_.time(self_);
   }
@@ -75,6 +76,7 @@ class InprocGroup final : public Group {
   std::unique_ptr<Handle> push(uint64_t tag, at::Tensor buffer, const compression::Pipeline& codec,
                                double weight, at::Tensor transmitted) override {
     TORCH_CHECK(hub_.server_ != nullptr, "push: no server role in this simulation");
+    hub_.scheduler_.yield(id_);  // pushes reach the server in virtual-time order
     at::Tensor received = at::empty_like(buffer);
     hub_.transfer(id_, -1, buffer, received, codec, (tag << 16) ^ static_cast<uint64_t>(id_));
     if (transmitted.defined()) transmitted.copy_(received);
@@ -92,6 +94,7 @@ class InprocGroup final : public Group {
   std::unique_ptr<Handle> pull(uint64_t tag, at::Tensor out,
                                const compression::Pipeline& codec) override {
     TORCH_CHECK(hub_.server_ != nullptr, "pull: no server role in this simulation");
+    hub_.scheduler_.yield(id_);
     OuterServer* server = hub_.server_;
     const int self = id_;
     const double posted = hub_.scheduler_.time(id_);
@@ -119,6 +122,7 @@ class InprocGroup final : public Group {
                                      at::Tensor transmitted = {}) {
     TORCH_CHECK(buffer.is_contiguous() && buffer.scalar_type() == at::kFloat && buffer.device().is_cpu(),
                 "collectives take contiguous float32 CPU buffers");
+    hub_.scheduler_.yield(id_);  // islands earlier on the clock post first
     const uint64_t seq = seq_++;
     hub_.next_seq_[static_cast<size_t>(id_)] = seq_;
     auto& c = hub_.collectives_[seq];

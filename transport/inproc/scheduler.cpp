@@ -1,5 +1,6 @@
 #include "transport/inproc/scheduler.h"
 
+#include <algorithm>
 #include <thread>
 
 namespace atl::transport {
@@ -95,12 +96,8 @@ void Scheduler::set_time(int id, double time) {
 }
 
 void Scheduler::advance(int id, double time) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (time <= slots_[id].time) return;
-    slots_[id].time = time;
-  }
-  yield(id);
+  std::lock_guard<std::mutex> lock(mu_);
+  slots_[id].time = std::max(slots_[id].time, time);
 }
 
 int Scheduler::current() const {

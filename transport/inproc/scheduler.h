@@ -49,9 +49,11 @@ class Scheduler {
   double time(int id) const;
   // The participant holding the turn (-1 before run() and after the last one finished).
   int current() const;
-  // Moves the participant's virtual time forward to `time` (never back) and lets every
-  // participant that is now earlier run first. Call it whenever an island's clock moves
-  // (a step computed, a wait ended) before it does anything others could observe.
+  // Moves the participant's virtual time forward to `time` (never back). It keeps the turn:
+  // computing needs no turn order. Before it does anything others can observe or that
+  // depends on them (post to a collective, poll a handle, push/pull, read shared state), it
+  // must yield() so that every participant that is earlier on the clock goes first; that
+  // keeps the simulation causal while an island computes many steps without a switch.
   void advance(int id, double time);
 
  private:
