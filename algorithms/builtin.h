@@ -10,7 +10,12 @@ namespace atl::algorithms {
 std::unique_ptr<Algorithm> make_ddp(const AlgorithmOptions& options, int island);
 std::unique_ptr<Algorithm> make_diloco(const AlgorithmOptions& options, int island);
 std::unique_ptr<Algorithm> make_fedavg(const AlgorithmOptions& options, int island);
+std::unique_ptr<Algorithm> make_streaming_diloco(const AlgorithmOptions& options, int island);
+std::unique_ptr<Algorithm> make_async_local_sgd(const AlgorithmOptions& options, int island);
 std::unique_ptr<transport::OuterServer> make_fedavg_server(
+    const AlgorithmOptions& options, const at::Tensor& initial,
+    std::function<void(int64_t, const at::Tensor&)> on_round);
+std::unique_ptr<transport::OuterServer> make_async_local_sgd_server(
     const AlgorithmOptions& options, const at::Tensor& initial,
     std::function<void(int64_t, const at::Tensor&)> on_round);
 

@@ -11,18 +11,42 @@
 // Compression: delta_i travels through the configured pipeline (ctx.codec). With a lossy
 //   codec and error feedback on, each island adds its previous compression error to
 //   delta_i before sending and keeps e - decode(encode(e)) for the next round.
+//
+// Overlapped variants (algorithm.overlap; eager updates, Kale, Douillard, Donchev, arXiv
+// 2502.12996; ALGORITHMS.md §3): the all-reduce of round t is started at the end of round t
+// and completed at the end of round t+1, overlapping H inner steps.
+//   delayed: theta_g <- OuterOpt(theta_g, Delta(t-1))               (one round stale)
+//   eager:   theta_g <- OuterOpt(theta_g, Delta(t-1) + w_i/sum w * (delta_i(t) - delta_i(t-1)))
+//            (this island's stale contribution replaced by its fresh one; every island
+//            then keeps its own anchor and outer state, which may differ slightly)
+// [impl choice] First round: Delta(0) = delta_i(0) = 0, so delayed applies no outer step
+//   and eager applies only this island's own share.
+// [impl choice] Last round: its all-reduce is completed in finish() so that no exchange is
+//   left open, but not applied: as throughout the run, the global model lags one round of
+//   remote contributions.
 // State per island: anchor theta_g [N], outer optimizer state ([N] momentum), the
-//   pseudo-gradient buffer [N] (CPU, reused every round), error-feedback residual [N].
+//   pseudo-gradient buffer [N] (CPU, reused every round), error-feedback residual [N];
+//   eager also this island's last contribution [N].
 // Bytes on the wire per round (ring): 2 (W-1)/W * N * b per island, b = encoded bytes per
 //   element (4 for fp32); nothing between rounds.
+#include "algorithms/diloco.h"
+
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/grad_mode.h>
 
+#include <memory>
+
 #include "algorithms/builtin.h"
-#include "algorithms/outer_optimizer.h"
 #include "algorithms/exchange.h"
+#include "algorithms/outer_optimizer.h"
 
 namespace atl::algorithms {
+
+at::Tensor diloco::eager_delta(const at::Tensor& mean_prev, const at::Tensor& own_prev,
+                               const at::Tensor& own_now, double share) {
+  return (mean_prev - share * own_prev).add_(own_now, share);
+}
+
 namespace {
 
 class DiLoCo final : public Algorithm {
@@ -36,6 +60,7 @@ class DiLoCo final : public Algorithm {
     at::NoGradGuard no_grad;
     anchor_ = ctx.params.detach().clone();
     delta_ = at::empty({ctx.params.numel()}, ctx.params.options().device(at::kCPU));
+    if (options_.overlap == Overlap::kEager) sent_ = at::empty_like(delta_);
   }
 
   int64_t planned_steps(int64_t configured) override {
@@ -46,33 +71,95 @@ class DiLoCo final : public Algorithm {
   void after_inner_step(IslandContext& ctx, int64_t step) override {
     if (step % options_.inner_steps != 0 && step != last_step_) return;
     at::NoGradGuard no_grad;
-    const RoundMeter meter(*ctx.group);
-    delta_.copy_(anchor_ - ctx.params);
-    const double weight = options_.weight_by_shard ? static_cast<double>(ctx.shard_size) : 1.0;
-    at::Tensor transmitted = feedback_.compensate(delta_, *ctx.codec);
-    auto result = ctx.group->allreduce_mean(delta_, *ctx.codec, weight, transmitted)->wait();
-    TORCH_CHECK(result.status.is_ok() || !result.contributors.empty(),
-                "diloco all-reduce failed: ", result.status.to_string());
-    feedback_.update();
-
-    at::Tensor delta = delta_.device() == anchor_.device() ? delta_ : delta_.to(anchor_.device());
-    outer_.step(anchor_, delta);
-    ctx.params.copy_(anchor_);
-    ++round_;
-    if (ctx.on_round) {
-      ctx.on_round(meter.finish(*ctx.group, round_, step, static_cast<int>(result.contributors.size()),
-                                delta_.norm().item<double>()));
+    if (options_.overlap == Overlap::kNone) {
+      sync(ctx, step);
+    } else {
+      overlapped_sync(ctx, step);
     }
+  }
+
+  void finish(IslandContext& ctx) override {
+    if (handle_) complete(ctx, last_step_);
   }
 
   at::Tensor global_params() const override { return anchor_; }
 
  private:
+  double weight(const IslandContext& ctx) const {
+    return options_.weight_by_shard ? static_cast<double>(ctx.shard_size) : 1.0;
+  }
+
+  void sync(IslandContext& ctx, int64_t step) {
+    meter_ = RoundMeter(*ctx.group);
+    delta_.copy_(anchor_ - ctx.params);
+    at::Tensor transmitted = feedback_.compensate(delta_, *ctx.codec);
+    handle_ = ctx.group->allreduce_mean(delta_, *ctx.codec, weight(ctx), transmitted);
+    complete(ctx, step);
+    outer_.step(anchor_, delta_.device() == anchor_.device() ? delta_ : delta_.to(anchor_.device()));
+    ctx.params.copy_(anchor_);
+  }
+
+  void overlapped_sync(IslandContext& ctx, int64_t step) {
+    const bool eager = options_.overlap == Overlap::kEager;
+    const at::Tensor fresh = anchor_ - ctx.params;  // delta_i(t), on the anchor's device
+    if (handle_) {
+      const transport::CollectiveResult result = complete(ctx, step);
+      const at::Tensor mean = delta_.to(anchor_.device());
+      if (eager) {
+        const double share = weight(ctx) / result.weight_sum;
+        outer_.step(anchor_, diloco::eager_delta(mean, sent_.to(anchor_.device()), fresh, share));
+      } else {
+        outer_.step(anchor_, mean);
+      }
+    } else if (eager) {
+      outer_.step(anchor_, fresh * first_share(ctx));
+    }
+    meter_ = RoundMeter(*ctx.group);
+    delta_.copy_(fresh);
+    at::Tensor transmitted = feedback_.compensate(delta_, *ctx.codec);
+    if (eager) sent_.copy_(delta_);
+    handle_ = ctx.group->allreduce_mean(delta_, *ctx.codec, weight(ctx), transmitted);
+    ctx.params.copy_(anchor_);
+  }
+
+  // Waits for the exchange in flight (its average lands in delta_) and reports the round.
+  transport::CollectiveResult complete(IslandContext& ctx, int64_t step) {
+    transport::CollectiveResult result = handle_->wait();
+    handle_.reset();
+    TORCH_CHECK(result.status.is_ok() || !result.contributors.empty(),
+                "diloco all-reduce failed: ", result.status.to_string());
+    feedback_.update();
+    ++round_;
+    if (ctx.on_round) {
+      ctx.on_round(meter_.finish(*ctx.group, round_, step, static_cast<int>(result.contributors.size()),
+                                 delta_.norm().item<double>()));
+    }
+    return result;
+  }
+
+  // This island's weight over the members' total, before any exchange has completed
+  // (1/M unless weighting by shard size with every member's size known).
+  double first_share(const IslandContext& ctx) const {
+    const auto members = ctx.group->view().members;
+    if (options_.weight_by_shard) {
+      double total = 0;
+      for (int m : members) {
+        if (m >= static_cast<int>(options_.shard_sizes.size())) return 1.0 / static_cast<double>(members.size());
+        total += static_cast<double>(options_.shard_sizes[m]);
+      }
+      if (total > 0) return weight(ctx) / total;
+    }
+    return 1.0 / static_cast<double>(members.size());
+  }
+
   AlgorithmOptions options_;
   OuterOptimizer outer_;
   at::Tensor anchor_;
-  at::Tensor delta_;
+  at::Tensor delta_;  // [N] CPU: this island's contribution, then the average
+  at::Tensor sent_;   // eager: [N] CPU, this island's contribution in flight
   Feedback feedback_;
+  std::unique_ptr<transport::Handle> handle_;  // the exchange in flight
+  RoundMeter meter_;
   int64_t round_ = 0;
   int64_t last_step_ = 0;
 };

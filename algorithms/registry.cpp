@@ -17,6 +17,8 @@ constexpr Entry kAlgorithms[] = {
     {"ddp", make_ddp},
     {"diloco", make_diloco},
     {"fedavg", make_fedavg},
+    {"streaming_diloco", make_streaming_diloco},
+    {"async_local_sgd", make_async_local_sgd},
 };
 
 std::string joined_names() {
@@ -44,6 +46,9 @@ std::unique_ptr<transport::OuterServer> make_server(
     const AlgorithmOptions& options, const at::Tensor& initial,
     std::function<void(int64_t, const at::Tensor&)> on_round) {
   if (options.name == "fedavg") return make_fedavg_server(options, initial, std::move(on_round));
+  if (options.name == "async_local_sgd") {
+    return make_async_local_sgd_server(options, initial, std::move(on_round));
+  }
   return nullptr;
 }
 

@@ -119,6 +119,7 @@ int run_island(const config::Config& config, int island, const ProcessOptions& o
   ctx.group = &group;
   ctx.codec = &codec;
   ctx.shard_size = data.shard_sizes[island];
+  for (const auto& s : parts.model->layout()) ctx.layout.push_back({s.offset, s.numel, s.block});
   ctx.on_round = [&](const algorithms::RoundInfo& r) {
     control.record(sim::round_record(island, r, seconds_since(t0)));
   };

@@ -4,6 +4,7 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <string>
 #include <thread>
 
 #include "compression/stage.h"
@@ -42,6 +43,33 @@ algorithms::AlgorithmOptions algorithm_options(const config::Config& c,
   o.batch_size = c.train.batch_size * c.train.grad_accum;
   o.shard_sizes = shard_sizes;
   o.rounds = a.rounds;
+  o.overlap = a.overlap == "delayed" ? algorithms::Overlap::kDelayed
+              : a.overlap == "eager" ? algorithms::Overlap::kEager
+                                     : algorithms::Overlap::kNone;
+  o.fragments = a.fragments;
+  o.fragment_mode = a.fragment_mode == "sequential" ? algorithms::FragmentMode::kSequential
+                                                    : algorithms::FragmentMode::kStrided;
+  o.overlap_steps = a.overlap_steps;
+  o.mix_alpha = a.mix_alpha;
+  o.async_update = a.async_update == "naive" ? algorithms::AsyncUpdate::kNaive
+                                             : algorithms::AsyncUpdate::kDelayedNesterov;
+  o.buffer_size = a.buffer_size;
+  o.dn_c = a.dn_c;
+  o.dynamic_local_updates = a.dynamic_local_updates;
+  o.min_local_steps = a.min_local_steps;
+  o.grace_s = a.grace_s;
+  o.train_steps = c.train.steps;
+  o.speeds = c.compute.speeds;
+  if (a.name == "streaming_diloco") {
+    // Also checked against the model's layout at setup; here it fails before the run starts.
+    const int blocks = c.model.name == "gpt" ? c.model.layers : 0;
+    if (a.fragments > std::max(blocks, 1)) {
+      auto it = c.origins.find("algorithm.fragments");
+      throw UserError((it != c.origins.end() ? it->second : c.source) + ": key 'algorithm.fragments': " +
+                      std::to_string(a.fragments) + " fragments but model " + c.model.name + " has " +
+                      std::to_string(blocks) + " transformer blocks (a fragment is made of whole blocks)");
+    }
+  }
   if (a.name == "fedavg" && o.rounds == 0) {
     if (a.local_steps == 0) {
       throw UserError(c.source + ": key 'algorithm.rounds': fedavg with local_epochs needs "

@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <fstream>
+#include <string>
 #include <mutex>
 #include <thread>
 #include <utility>
@@ -68,6 +70,15 @@ struct Island {
   // At the previous round record: to report per-round compute / comm / idle.
   double last_compute_s = 0, last_comm_s = 0, last_idle_s = 0;
 };
+
+// Peak resident memory of this process (VmHWM), in MiB; NaN where /proc is unavailable.
+double peak_rss_mb() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;  // "  123 kB"
+  }
+  return NAN;
+}
 
 // Thrown inside a killed island's thread to unwind its loop.
 struct IslandKilled {};
@@ -482,7 +493,9 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
         .add("steps_to_target", target_step)
         .add("bytes_to_target", target_bytes);
   }
-  s.add("wall_time_s", summary.wall_time_s).add("wall_threads", threads);
+  s.add("wall_time_s", summary.wall_time_s)
+      .add("wall_threads", threads)
+      .add("wall_peak_rss_mb", peak_rss_mb());
   dir.write_summary(s.str());
   // The final global model (fedavg: the server's; otherwise island 0's global copy).
   const int last = evaluator_island();

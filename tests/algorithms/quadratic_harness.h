@@ -24,6 +24,38 @@ struct QuadraticRun {
   std::vector<transport::ByteCounters> bytes;
   std::vector<std::vector<algorithms::RoundInfo>> rounds;
   at::Tensor server_global;                // fedavg: the server's model after the last round
+  std::vector<int64_t> server_rounds;      // every `round` the server reported, in order
+};
+
+// k random targets c_i of n elements (seeded).
+inline std::vector<at::Tensor> random_targets(int k, int64_t n, int64_t seed = 7) {
+  at::manual_seed(seed);
+  std::vector<at::Tensor> t;
+  for (int i = 0; i < k; ++i) t.push_back(at::randn({n}));
+  return t;
+}
+
+// θ after `steps` of plain SGD (lr) on f(θ) = 0.5 ||θ - c||^2 from θ, by hand.
+inline at::Tensor sgd_by_hand(at::Tensor theta, const at::Tensor& c, double lr, int64_t steps) {
+  theta = theta.clone();
+  for (int64_t s = 0; s < steps; ++s) theta = theta - lr * (theta - c);
+  return theta;
+}
+
+// Virtual time of harness runs: each inner step of island i takes 1 / options.speeds[i]
+// seconds (1 when speeds is empty) and islands run in virtual-time order, as in the
+// simulator (communication costs no time here).
+class StepClock final : public algorithms::TimeSource {
+ public:
+  StepClock(transport::Scheduler& scheduler, int id) : scheduler_(scheduler), id_(id) {}
+  double now_s() const override { return scheduler_.time(id_); }
+  void sleep_until_s(double t) override {
+    if (t > now_s()) scheduler_.advance(id_, t);
+  }
+
+ private:
+  transport::Scheduler& scheduler_;
+  int id_;
 };
 
 inline config::TrainConfig sgd_train(double lr, int64_t steps) {
@@ -44,7 +76,8 @@ inline QuadraticRun run_quadratic(const algorithms::AlgorithmOptions& options,
                                   const config::TrainConfig& train,
                                   const std::vector<at::Tensor>& targets, const at::Tensor& theta0,
                                   const std::vector<int64_t>& shard_sizes = {},
-                                  const compression::Pipeline* pipeline = nullptr) {
+                                  const compression::Pipeline* pipeline = nullptr,
+                                  const std::vector<algorithms::ParamRange>& layout = {}) {
   const int k = static_cast<int>(targets.size());
   transport::Scheduler scheduler(k);
   transport::InprocHub hub(k, scheduler);
@@ -55,8 +88,9 @@ inline QuadraticRun run_quadratic(const algorithms::AlgorithmOptions& options,
   out.globals.resize(k);
   out.bytes.resize(k);
   out.rounds.resize(k);
-  auto server = algorithms::make_server(options, theta0, [&](int64_t, const at::Tensor& g) {
+  auto server = algorithms::make_server(options, theta0, [&](int64_t round, const at::Tensor& g) {
     out.server_global = g.clone();
+    out.server_rounds.push_back(round);
   });
   hub.set_server(server.get());
   std::vector<std::unique_ptr<transport::Group>> groups;
@@ -74,6 +108,10 @@ inline QuadraticRun run_quadratic(const algorithms::AlgorithmOptions& options,
     ctx.codec = &codec;
     ctx.shard_size = shard_sizes.empty() ? 1 : shard_sizes[i];
     ctx.on_round = [&out, i](const algorithms::RoundInfo& r) { out.rounds[i].push_back(r); };
+    StepClock clock(scheduler, i);
+    ctx.time = &clock;
+    ctx.speed = i < static_cast<int>(options.speeds.size()) ? options.speeds[i] : 1.0;
+    ctx.layout = layout;
     sim::IslandLoop loop;
     loop.algorithm = algo.get();
     loop.context = &ctx;
@@ -83,6 +121,7 @@ inline QuadraticRun run_quadratic(const algorithms::AlgorithmOptions& options,
       grads.copy_(params - targets[i]);
       return 0.5 * (params - targets[i]).pow(2).sum().item<double>();
     };
+    loop.after_compute = [&](int64_t) { clock.sleep_until_s(clock.now_s() + 1.0 / ctx.speed); };
     sim::run_island(loop);
     out.params[i] = params.clone();
     out.globals[i] = algo->global_params().clone();

@@ -1,0 +1,225 @@
+// Asynchronous local-SGD (Liu et al., arXiv 2401.09135, Algorithms 2 and 3; ALGORITHMS.md §5).
+//
+// Worker (an Algorithm per island), one task after another until its steps are done:
+//   pull theta from the server; theta_start <- theta
+//   run L local steps (DyLU: L = max(floor(speed / max_speed * H), min_local_steps); else H)
+//   push g = theta_start - theta_end (through ctx.codec, error feedback for lossy codecs)
+// Nobody waits for anybody: the server applies every pseudo-gradient when it arrives, so
+// they are stale by however many arrivals happened since the worker's pull.
+// Server (an OuterServer), per arrival g:
+//   delayed_nesterov: DelayedNesterov (see async_local_sgd.h), buffer N, activation c,
+//                     eps = outer_lr, beta = outer_momentum (outer_optimizer is not used)
+//   naive:            theta <- OuterOpt(theta, g)   (one outer step per arrival)
+// [impl choice] Grace window (grace_s > 0): after a push, the worker idles until
+//   push time + grace_s (ctx.time) before it pulls. The simulator runs islands in
+//   virtual-time order, so every push made within the window is applied before the pull,
+//   and workers that finish close together restart from one model (the paper's batching).
+// [impl choice] Island i runs floor(train.steps * speed_i / max_speed) steps in total, so
+//   all islands stop at about the same virtual time; the last task may be shorter.
+// Tags: a push carries the island's task number as its tag and the task's local steps as
+//   its weight (the server counts applied local steps with it); pulls always get the
+//   current model.
+// State: worker: the pulled model [N], the pseudo-gradient buffer [N] (CPU), error-feedback
+//   residual [N]; server: theta [N], DN momentum + buffer [N] each (naive: the outer
+//   optimizer's state).
+// Bytes per task: push N*b, pull N*4 (the model travels uncompressed).
+#include "algorithms/async_local_sgd.h"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/grad_mode.h>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "algorithms/builtin.h"
+#include "algorithms/exchange.h"
+#include "algorithms/outer_optimizer.h"
+#include "src/base/status.h"
+
+namespace atl::algorithms {
+namespace async_local_sgd {
+
+int64_t dylu_local_steps(double speed, double max_speed, int64_t h, int64_t min_steps) {
+  // +1e-9: a ratio meant to be exact (0.29 * 100) must not floor one below.
+  const auto steps = static_cast<int64_t>(std::floor(speed / max_speed * static_cast<double>(h) + 1e-9));
+  return std::max(steps, min_steps);
+}
+
+double speed(const AlgorithmOptions& options, int island) {
+  return island < static_cast<int>(options.speeds.size()) ? options.speeds[island] : 1.0;
+}
+
+double max_speed(const AlgorithmOptions& options) {
+  double m = 0;
+  for (int i = 0; i < options.islands; ++i) m = std::max(m, speed(options, i));
+  for (double s : options.speeds) m = std::max(m, s);
+  return m;
+}
+
+int64_t task_steps(const AlgorithmOptions& options, int island) {
+  if (!options.dynamic_local_updates) return options.inner_steps;
+  return dylu_local_steps(speed(options, island), max_speed(options), options.inner_steps,
+                          options.min_local_steps);
+}
+
+int64_t island_steps(const AlgorithmOptions& options, int island, int64_t train_steps) {
+  const double share = speed(options, island) / max_speed(options);
+  const auto steps = static_cast<int64_t>(std::floor(static_cast<double>(train_steps) * share + 1e-9));
+  return std::max<int64_t>(steps, 1);
+}
+
+int64_t total_steps(const AlgorithmOptions& options) {
+  int64_t total = 0;
+  for (int i = 0; i < options.islands; ++i) total += island_steps(options, i, options.train_steps);
+  return total;
+}
+
+DelayedNesterov::DelayedNesterov(double lr, double momentum, int buffer, double c)
+    : lr_(lr), beta_(momentum), c_(c), n_(buffer) {
+  TORCH_CHECK(n_ >= 1, "delayed nesterov: buffer size must be >= 1");
+}
+
+void DelayedNesterov::apply(at::Tensor& theta, const at::Tensor& g) {
+  at::NoGradGuard no_grad;
+  if (!m_.defined()) {
+    m_ = at::zeros_like(g);
+    d_ = at::zeros_like(g);
+  }
+  const double n = n_;
+  d_.add_(g);
+  if ((arrivals_ + 1) % n_ == 0) {
+    m_.mul_(beta_).add_(d_, 1.0 / n);
+    theta.sub_(m_, lr_ * (1 - c_ * n + c_) * beta_).sub_(g, lr_ / n);
+    d_.zero_();
+  } else {
+    theta.sub_(m_, lr_ * c_ * beta_).sub_(g, lr_ / n);
+  }
+  ++arrivals_;
+}
+
+}  // namespace async_local_sgd
+
+namespace {
+
+class AsyncWorker final : public Algorithm {
+ public:
+  AsyncWorker(const AlgorithmOptions& options, int island)
+      : options_(options), island_(island), task_(async_local_sgd::task_steps(options, island)),
+        feedback_(options.error_feedback) {
+    const int n = options.buffer_size > 0 ? options.buffer_size : options.islands;
+    if (options.async_update == AsyncUpdate::kDelayedNesterov && options.dn_c > 1.0 / n + 1e-12) {
+      throw UserError("async_local_sgd: algorithm.dn_c (" + std::to_string(options.dn_c) +
+                      ") must be in [0, 1/N] with N = buffer_size = " + std::to_string(n));
+    }
+  }
+
+  std::string name() const override { return "async_local_sgd"; }
+  bool global_on_server() const override { return true; }
+
+  void setup(IslandContext& ctx) override {
+    at::NoGradGuard no_grad;
+    TORCH_CHECK(options_.grace_s == 0 || ctx.time != nullptr,
+                "async_local_sgd: a grace window needs a time source");
+    global_ = ctx.params.detach().clone();
+    delta_ = at::empty({ctx.params.numel()}, ctx.params.options().device(at::kCPU));
+  }
+
+  int64_t planned_steps(int64_t configured) override {
+    steps_ = async_local_sgd::island_steps(options_, island_, configured);
+    return steps_;
+  }
+
+  void before_step(IslandContext& ctx, int64_t step) override {
+    if ((step - 1) % task_ != 0) return;
+    at::NoGradGuard no_grad;
+    if (pushed_at_) ctx.time->sleep_until_s(*pushed_at_ + options_.grace_s);
+    meter_ = RoundMeter(*ctx.group);
+    at::Tensor incoming = at::empty_like(delta_);
+    auto result = ctx.group->pull(static_cast<uint64_t>(tasks_), incoming, raw_)->wait();
+    TORCH_CHECK(result.status.is_ok(), "async_local_sgd pull failed: ", result.status.to_string());
+    global_.copy_(incoming);
+    ctx.params.copy_(global_);
+  }
+
+  void after_inner_step(IslandContext& ctx, int64_t step) override {
+    if (step % task_ != 0 && step != steps_) return;
+    at::NoGradGuard no_grad;
+    const int64_t local_steps = step - (step - 1) / task_ * task_;
+    delta_.copy_(global_ - ctx.params);
+    at::Tensor transmitted = feedback_.compensate(delta_, *ctx.codec);
+    auto result = ctx.group->push(static_cast<uint64_t>(tasks_), delta_, *ctx.codec,
+                                  static_cast<double>(local_steps), transmitted)->wait();
+    TORCH_CHECK(result.status.is_ok(), "async_local_sgd push failed: ", result.status.to_string());
+    feedback_.update();
+    ++tasks_;
+    if (options_.grace_s > 0) pushed_at_ = ctx.time->now_s();
+    if (ctx.on_round) ctx.on_round(meter_.finish(*ctx.group, tasks_, step, 1, delta_.norm().item<double>()));
+  }
+
+  at::Tensor global_params() const override { return global_; }
+
+ private:
+  AlgorithmOptions options_;
+  int island_;
+  int64_t task_;         // local steps per task
+  int64_t steps_ = 0;    // this island's inner steps in total
+  int64_t tasks_ = 0;    // tasks pushed so far
+  std::optional<double> pushed_at_;  // time of the last push (grace window only)
+  at::Tensor global_;    // [N] the model pulled at the start of the current task
+  at::Tensor delta_;     // [N] CPU
+  compression::Pipeline raw_;  // pulls of the global model: lossless fp32
+  Feedback feedback_;
+  RoundMeter meter_;
+};
+
+// Applies each pseudo-gradient as it arrives; answers every pull with the current model.
+class AsyncServer final : public transport::OuterServer {
+ public:
+  AsyncServer(const AlgorithmOptions& options, const at::Tensor& initial,
+              std::function<void(int64_t, const at::Tensor&)> on_round)
+      : outer_(options.outer),
+        dn_(options.outer.lr, options.outer.momentum,
+            options.buffer_size > 0 ? options.buffer_size : options.islands, options.dn_c),
+        naive_(options.async_update == AsyncUpdate::kNaive),
+        on_round_(std::move(on_round)) {
+    global_ = initial.detach().to(at::kCPU).clone();
+  }
+
+  void on_push(int, uint64_t, const at::Tensor& payload, double weight) override {
+    at::NoGradGuard no_grad;
+    if (naive_) {
+      outer_.step(global_, payload);
+    } else {
+      dn_.apply(global_, payload);
+    }
+    applied_steps_ += std::llround(weight);
+    if (on_round_) on_round_(applied_steps_, global_);
+  }
+
+  std::optional<at::Tensor> on_pull(int, uint64_t) override { return global_; }
+
+ private:
+  OuterOptimizer outer_;
+  async_local_sgd::DelayedNesterov dn_;
+  bool naive_;
+  std::function<void(int64_t, const at::Tensor&)> on_round_;
+  at::Tensor global_;
+  int64_t applied_steps_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Algorithm> make_async_local_sgd(const AlgorithmOptions& options, int island) {
+  return std::make_unique<AsyncWorker>(options, island);
+}
+
+std::unique_ptr<transport::OuterServer> make_async_local_sgd_server(
+    const AlgorithmOptions& options, const at::Tensor& initial,
+    std::function<void(int64_t, const at::Tensor&)> on_round) {
+  return std::make_unique<AsyncServer>(options, initial, std::move(on_round));
+}
+
+}  // namespace atl::algorithms
