@@ -84,6 +84,23 @@ class DiLoCo final : public Algorithm {
 
   at::Tensor global_params() const override { return anchor_; }
 
+  // A joiner gets the outer optimizer's state and round count. [impl choice] With overlap,
+  // the exchange in flight at the hand-over is not the joiner's: it starts like a first
+  // round (no stale average), so its anchor lacks that one outer step.
+  AlgorithmState export_state() const override {
+    AlgorithmState s;
+    s.rounds = round_;
+    s.tensors = outer_.state();
+    s.tensors.push_back(at::scalar_tensor(static_cast<double>(outer_.steps()), at::kDouble));
+    return s;
+  }
+
+  void import_state(IslandContext&, const AlgorithmState& state) override {
+    TORCH_CHECK(state.tensors.size() == 3, "diloco state: expected 3 tensors, got ", state.tensors.size());
+    round_ = state.rounds;
+    outer_.load(state.tensors[2].item<int64_t>(), {state.tensors[0], state.tensors[1]});
+  }
+
  private:
   double weight(const IslandContext& ctx) const {
     return options_.weight_by_shard ? static_cast<double>(ctx.shard_size) : 1.0;

@@ -7,6 +7,13 @@
 
 namespace atl::algorithms {
 
+void OuterOptimizer::load(int64_t steps, const std::vector<at::Tensor>& state) {
+  TORCH_CHECK(state.size() == 2, "outer optimizer state: expected 2 tensors, got ", state.size());
+  steps_ = steps;
+  buf_ = state[0].defined() ? state[0].clone() : at::Tensor();
+  v_ = state[1].defined() ? state[1].clone() : at::Tensor();
+}
+
 void OuterOptimizer::step(at::Tensor& theta_g, const at::Tensor& delta) {
   at::NoGradGuard no_grad;
   ++steps_;

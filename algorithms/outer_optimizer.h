@@ -9,6 +9,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <vector>
+
 #include "algorithms/options.h"
 
 namespace atl::algorithms {
@@ -20,6 +22,10 @@ class OuterOptimizer {
   void step(at::Tensor& theta_g, const at::Tensor& delta);
   int64_t steps() const { return steps_; }
   const at::Tensor& momentum() const { return buf_; }
+  // The state as tensors (momentum / first moment, second moment; undefined until the first
+  // step) and back: for handing it to an island that joins.
+  std::vector<at::Tensor> state() const { return {buf_, v_}; }
+  void load(int64_t steps, const std::vector<at::Tensor>& state);
 
  private:
   OuterOptimizerOptions options_;

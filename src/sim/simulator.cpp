@@ -328,8 +328,9 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
       h.state = d.parts.algorithm->export_state();
       uint64_t bytes = static_cast<uint64_t>(h.global.numel()) * sizeof(float);
       for (auto& t : h.state.tensors) {
+        if (!t.defined()) continue;  // e.g. no outer step taken yet
         t = t.clone();
-        bytes += static_cast<uint64_t>(t.numel()) * sizeof(float);
+        bytes += static_cast<uint64_t>(t.numel()) * t.element_size();
       }
       h.arrival = hub.hand_over(donor, j, bytes, scheduler.time(donor));
       hub.add_member(j, hub.next_seq(donor));

@@ -108,6 +108,8 @@ TEST(Simulate, VirtualClockWithChurnIsDeterministic) {
                              R"("island":2,"change":"rejoined")"}) {
     EXPECT_NE(first.find(change), std::string::npos) << change;
   }
+  // The rejoined island continues the round count it was handed (rounds at 8, 16, 24).
+  EXPECT_NE(first.find(R"("island":2,"round":3,"step":24)"), std::string::npos);
   EXPECT_NE(first.find(R"("contributors":4)"), std::string::npos);
   EXPECT_NE(first.find(R"("contributors":3)"), std::string::npos);
   std::istringstream lines(first);
