@@ -10,7 +10,6 @@
 #include <mutex>
 
 #include "algorithms/algorithm.h"
-#include "algorithms/fedavg.h"
 #include "src/base/log.h"
 #include "src/base/status.h"
 #include "src/run/processes.h"
@@ -78,18 +77,19 @@ int run_coordinator(const config::Config& config, const ProcessOptions& options)
     totals.add(json);
   };
 
-  // The server role (fedavg): it holds the global model, so it is evaluated here.
+  // The server role (fedavg, async_local_sgd): it holds the global model, so it is
+  // evaluated here.
   std::unique_ptr<sim::Evaluator> evaluator;
+  std::unique_ptr<sim::ServerEvalSchedule> evals;
   at::Tensor server_global;
   std::unique_ptr<transport::OuterServer> server;
   if (algorithms::make_server(algo_options, at::zeros({1}), nullptr) != nullptr) {
     auto init = sim::make_island_parts(config, data, algo_options, 0);
     evaluator = sim::make_evaluator(config, data);
-    const int64_t nominal = algorithms::fedavg::local_steps(algo_options, data.splits.train->size() / std::max(1, k));
+    evals = std::make_unique<sim::ServerEvalSchedule>(algo_options, config.train, data.splits.train->size());
     server = algorithms::make_server(algo_options, init.model->params(), [&](int64_t round, const at::Tensor& global) {
       server_global = global;
-      const int64_t step = round * nominal, prev = (round - 1) * nominal, every = config.train.eval_every;
-      if (round == algo_options.rounds || (every > 0 && step / every != prev / every)) {
+      if (const int64_t step = evals->after_round(round); step >= 0) {
         sim::EvalResult r = evaluator->evaluate(global);
         sink(sim::eval_record(step, r, data.classifier, 0, std::chrono::duration<double>(Clock::now() - t0).count()));
       }

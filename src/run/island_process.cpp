@@ -16,6 +16,7 @@
 #include "src/sim/json.h"
 #include "src/sim/params_file.h"
 #include "src/sim/progress.h"
+#include "src/sim/wall_time.h"
 #include "transport/zmq/control_client.h"
 #include "transport/zmq/curve.h"
 #include "transport/zmq/zmq_group.h"
@@ -120,6 +121,8 @@ int run_island(const config::Config& config, int island, const ProcessOptions& o
   ctx.codec = &codec;
   ctx.shard_size = data.shard_sizes[island];
   for (const auto& s : parts.model->layout()) ctx.layout.push_back({s.offset, s.numel, s.block});
+  sim::WallTime wall_time;
+  ctx.time = &wall_time;
   ctx.on_round = [&](const algorithms::RoundInfo& r) {
     control.record(sim::round_record(island, r, seconds_since(t0)));
   };

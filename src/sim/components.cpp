@@ -5,8 +5,11 @@
 
 #include <algorithm>
 #include <string>
+#include <utility>
 #include <thread>
 
+#include "algorithms/async_local_sgd.h"
+#include "algorithms/fedavg.h"
 #include "compression/stage.h"
 #include "src/base/status.h"
 
@@ -105,6 +108,26 @@ compression::Pipeline make_pipeline(const config::Config& c) {
     throw UserError(where + ": key 'compression': " + pipeline.status().message());
   }
   return std::move(pipeline).value();
+}
+
+ServerEvalSchedule::ServerEvalSchedule(const algorithms::AlgorithmOptions& options,
+                                       const config::TrainConfig& train, int64_t train_examples)
+    : async_(options.name == "async_local_sgd"), every_(train.eval_every) {
+  if (async_) {
+    last_ = algorithms::async_local_sgd::total_steps(options);
+  } else {
+    last_ = options.rounds;
+    round_steps_ = options.name == "fedavg"
+                       ? algorithms::fedavg::local_steps(options, train_examples / std::max(1, options.islands))
+                       : 0;
+  }
+}
+
+int64_t ServerEvalSchedule::after_round(int64_t round) {
+  const int64_t step = label(round);
+  const int64_t prev = async_ ? std::exchange(prev_, round) : label(round - 1);
+  const bool due = round == last_ || (every_ > 0 && step / every_ != prev / every_);
+  return due ? step : -1;
 }
 
 }  // namespace atl::sim

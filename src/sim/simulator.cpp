@@ -14,8 +14,6 @@
 #include <utility>
 
 #include "algorithms/algorithm.h"
-#include "algorithms/async_local_sgd.h"
-#include "algorithms/fedavg.h"
 #include "src/base/log.h"
 #include "src/base/status.h"
 #include "src/data/dataset.h"
@@ -197,28 +195,17 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
   hub.set_network(&network, seed, static_cast<double>(config.transport.heartbeat_timeout_ms) / 1e3);
 
   // Server role (fedavg, async_local_sgd): evaluates the global model as rounds complete.
-  // async_local_sgd reports every arrival with `round` = local steps applied so far (summed
-  // over islands); it is evaluated every eval_every of those and after the last one.
-  const bool async = algo_options.name == "async_local_sgd";
-  const int64_t async_total = async ? algorithms::async_local_sgd::total_steps(algo_options) : 0;
-  int64_t async_prev = 0;
-  const int64_t nominal_round_steps =
-      algo_options.name == "fedavg"
-          ? algorithms::fedavg::local_steps(algo_options, splits.train->size() / std::max(1, k))
-          : 0;
-  at::Tensor server_global;  // fedavg: the server's latest global model
+  ServerEvalSchedule server_evals(algo_options, config.train, splits.train->size());
+  at::Tensor server_global;  // the server's latest global model
   double server_time = 0;    // virtual time of the latest server round (the pusher's clock)
+  int64_t server_round = 0;
   auto server = algorithms::make_server(
       algo_options, islands[0].parts.model->params(), [&](int64_t round, const at::Tensor& global) {
         server_time = scheduler.time(scheduler.current());  // the pusher runs the server
-        const int64_t step = async ? round : round * nominal_round_steps;
-        const int64_t prev = async ? std::exchange(async_prev, round) : (round - 1) * nominal_round_steps;
-        const int64_t every = config.train.eval_every;
-        const bool last = async ? round == async_total : round == algo_options.rounds;
-        if (last || (every > 0 && step / every != prev / every)) {
-          evaluate(step, global, server_time);
-        }
-        if (!async) state.rounds = std::max(state.rounds, round);
+        server_round = round;
+        const int64_t step = server_evals.after_round(round);
+        if (step >= 0) evaluate(step, global, server_time);
+        if (server_evals.counts_rounds()) state.rounds = std::max(state.rounds, round);
         server_global = global;
       });
   hub.set_server(server.get());
@@ -446,6 +433,10 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
       member = true;
     }
   });
+
+  // The server's final model is evaluated even when churn kept the last round from being
+  // the planned one (evaluate() skips a step it has already done).
+  if (server_global.defined()) evaluate(server_evals.label(server_round), server_global, server_time);
 
   RunSummary summary;
   summary.run_dir = dir.path();
