@@ -102,6 +102,9 @@ void check_events(const config::Config& config) {
   for (size_t i = 0; i < config.islands.events.size(); ++i) {
     const auto& e = config.islands.events[i];
     const std::string where = config.source + ": key 'islands.events[" + std::to_string(i) + "]': ";
+    if ((e.rejoin >= 0 || e.add > 0) && config.algorithm.name == "streaming_diloco")
+      throw UserError(where + "rejoin and add events are not supported with streaming_diloco yet "
+                              "(its per-fragment state is not handed over)");
     if ((e.kill >= 0 || e.rejoin >= 0 || e.add > 0) && config.algorithm.name == "fedavg")
       throw UserError(where + "kill, rejoin and add events need an algorithm without a round barrier on the "
                               "server (fedavg waits for every selected client)");
@@ -129,6 +132,9 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
   const bool classifier = run_data.classifier;
   const auto algo_options = algorithm_options(config, run_data.shard_sizes);
   const compression::Pipeline codec = make_pipeline(config);
+  // The scheduler and the hub outlive the islands, whose algorithms may hold handles into it.
+  transport::Scheduler scheduler(n);
+  transport::InprocHub hub(n, scheduler);
   std::vector<Island> islands(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) islands[i].parts = make_island_parts(config, run_data, algo_options, i);
   auto evaluator = make_evaluator(config, run_data);
@@ -189,8 +195,6 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
                       JsonObject().add("sim_time_s", sim_time)));
   };
 
-  transport::Scheduler scheduler(n);
-  transport::InprocHub hub(n, scheduler);
   // Survivors notice a dead island after the heartbeat timeout, as in real runs.
   hub.set_network(&network, seed, static_cast<double>(config.transport.heartbeat_timeout_ms) / 1e3);
 
@@ -261,6 +265,7 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
   for (auto& j : joins) std::sort(j.begin(), j.end());
   const bool joins_planned = std::any_of(joins.begin(), joins.end(), [](auto& j) { return !j.empty(); });
   std::vector<double> member_since(static_cast<size_t>(n), 0.0), member_s(static_cast<size_t>(n), 0.0);
+  std::vector<double> end_time(static_cast<size_t>(n), 0.0);  // when each island last left or finished
   for (int j = k; j < n; ++j) {
     islands[j].alive = false;
     hub.remove_member(j, 0, /*failure=*/false);
@@ -283,6 +288,7 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
     is.alive = false;
     hub.remove_member(i, scheduler.time(i));
     member_s[i] += scheduler.time(i) - member_since[i];
+    end_time[i] = scheduler.time(i);
     membership_record(i, "killed", why);
     throw IslandKilled{};
   };
@@ -389,7 +395,9 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
       if (member) {
         try {
           run_island(loop);
+          scheduler.yield(i);  // finish() may have moved the clock
           member_s[i] += scheduler.time(i) - member_since[i];
+          end_time[i] = scheduler.time(i);
           const bool donor = i == evaluator_island();
           is.finished = true;
           // Joiners still waiting get the final state (they have no steps left to run).
@@ -410,7 +418,12 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
       if (evaluator_island() < 0) return;  // nobody left to hand the state over
       handovers[i] = {};
       pending.push_back(i);
-      scheduler.block_until(i, [&handovers, i] { return handovers[i].ready; }, "state hand-over");
+      scheduler.block_until(
+          i, [&] { return handovers[i].ready || evaluator_island() < 0; }, "state hand-over");
+      if (!handovers[i].ready) {  // every donor finished or died meanwhile
+        pending.erase(std::remove(pending.begin(), pending.end(), i), pending.end());
+        return;
+      }
       Handover& h = handovers[i];
       // Fresh inner optimizer and algorithm on the global model, then the donor's state.
       {
@@ -427,6 +440,7 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
       loop.after_setup = [&is, &h] { is.parts.algorithm->import_state(is.context, h.state); };
       is.steps = h.step;
       is.time->sleep_until_s(h.arrival);
+      scheduler.yield(i);  // others earlier on the clock do not see it yet
       is.alive = true;
       member_since[i] = scheduler.time(i);
       membership_record(i, i < k ? "rejoined" : "added", "event");
@@ -452,7 +466,7 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
     summary.bytes_recv_total += is.group->bytes().received;
     summary.steps = std::max(summary.steps, is.steps);
     summary.rounds = std::max(summary.rounds, is.rounds);
-    sim_time = std::max(sim_time, scheduler.time(i));
+    sim_time = std::max(sim_time, end_time[i]);
     busy += is.compute_s;
   }
   summary.rounds = std::max(summary.rounds, state.rounds);
@@ -490,7 +504,9 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
       .add("wall_peak_rss_mb", peak_rss_mb());
   dir.write_summary(s.str());
   // The final global model (fedavg: the server's; otherwise island 0's global copy).
-  const int last = evaluator_island();
+  int last = -1;  // the lowest island that is still a member at the end
+  for (int j = n - 1; j >= 0; --j)
+    if (islands[j].alive && islands[j].parts.algorithm) last = j;
   if (server_global.defined() || last >= 0) {
     write_params(dir.path() + "/final_params.bin",
                  server_global.defined() ? server_global : islands[last].parts.algorithm->global_params());

@@ -16,7 +16,8 @@ class InprocHandle final : public Handle {
   InprocHandle(InprocHub& hub, int self, uint64_t seq)
       : hub_(hub), self_(self), seq_(seq), posted_(hub.scheduler_.time(self)) {}
   ~InprocHandle() override {
-    if (!collected_) collect();
+    // After an abort every thread unwinds at once: leave the hub alone.
+    if (!collected_ && !hub_.scheduler_.aborted()) collect();
   }
   bool done() const override {
     if (collected_) return true;
@@ -59,7 +60,10 @@ class InprocGroup final : public Group {
  public:
   InprocGroup(InprocHub& hub, int id) : hub_(hub), id_(id), seq_(hub.next_seq_[static_cast<size_t>(id)]) {}
 
-  MembershipView view() const override { return {hub_.epoch_, hub_.members_, id_}; }
+  MembershipView view() const override {
+    hub_.scheduler_.yield(id_);  // deaths earlier on the clock have happened
+    return {hub_.epoch_, hub_.members_, id_};
+  }
 
   std::unique_ptr<Handle> allreduce_mean(at::Tensor buffer, const compression::Pipeline& codec,
                                          double weight, at::Tensor transmitted) override {
@@ -80,14 +84,14 @@ class InprocGroup final : public Group {
     at::Tensor received = at::empty_like(buffer);
     hub_.transfer(id_, -1, buffer, received, codec, (tag << 16) ^ static_cast<uint64_t>(id_));
     if (transmitted.defined()) transmitted.copy_(received);
-    // The server applies pushes in the order islands make them; the pusher's clock moves to
-    // the arrival (its uplink is busy until then).
     const double posted = hub_.scheduler_.time(id_);
     double arrival = posted;
     hub_.end_phase(arrival);
+    // The server applies pushes in arrival order: whatever is earlier on the clock goes first.
+    hub_.resume(id_, posted, posted, arrival);
+    hub_.scheduler_.yield(id_);
     hub_.last_push_arrival_ = std::max(hub_.last_push_arrival_, arrival);
     hub_.server_->on_push(id_, tag, received, weight);
-    hub_.resume(id_, posted, posted, arrival);
     return std::make_unique<DoneHandle>(CollectiveResult{Status::ok(), {id_}, weight});
   }
 
@@ -179,7 +183,11 @@ void InprocHub::end_phase(double& clock) {
     phase_.clear();
     return;
   }
-  for (const Transfer& t : phase_) clock = std::max(clock, network_->connected_at(t.from, t.to, clock));
+  // Held until every path of the phase is up at once (cuts on different pairs may chain).
+  for (double before = -1; before != clock;) {
+    before = clock;
+    for (const Transfer& t : phase_) clock = std::max(clock, network_->connected_at(t.from, t.to, clock));
+  }
   clock += network_->phase_time(phase_, rng_);
   phase_.clear();
 }

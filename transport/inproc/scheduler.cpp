@@ -84,6 +84,7 @@ void Scheduler::block_until(int id, const std::function<bool()>& ready, const st
 void Scheduler::yield(int id) {
   std::unique_lock<std::mutex> lock(mu_);
   if (aborted_) throw SchedulerAborted();
+  if (current_ != id) return;  // not inside run() (e.g. reading a group's view afterwards)
   current_ = pick_locked();
   if (current_ == id) return;
   cv_.notify_all();
@@ -98,6 +99,11 @@ void Scheduler::set_time(int id, double time) {
 void Scheduler::advance(int id, double time) {
   std::lock_guard<std::mutex> lock(mu_);
   slots_[id].time = std::max(slots_[id].time, time);
+}
+
+bool Scheduler::aborted() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return aborted_;
 }
 
 int Scheduler::current() const {

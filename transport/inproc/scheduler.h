@@ -47,6 +47,8 @@ class Scheduler {
   // Sets the participant's priority key (e.g. virtual time). Smaller runs first.
   void set_time(int id, double time);
   double time(int id) const;
+  // Whether the run was aborted (a participant threw, or a deadlock).
+  bool aborted() const;
   // The participant holding the turn (-1 before run() and after the last one finished).
   int current() const;
   // Moves the participant's virtual time forward to `time` (never back). It keeps the turn:
