@@ -17,6 +17,7 @@ PACKAGES=(
   libopenblas0-pthread
   clang libclang-rt-14-dev
   bible-kjv bible-kjv-text dataset-fashion-mnist
+  python3-matplotlib    # atoll report: plots (scripts/report.py)
 )
 
 missing=()

@@ -16,36 +16,72 @@
 #include "src/base/log.h"
 #include "src/base/status.h"
 #include "src/config/config.h"
+#include "src/config/sweep_spec.h"
 #include "src/models/model.h"
 #include "src/run/processes.h"
 #include "src/sim/components.h"
 #include "src/sim/simulator.h"
+#include "src/sweep/compare.h"
+#include "src/sweep/plan.h"
+#include "src/sweep/report.h"
+#include "src/sweep/runner.h"
 
 namespace {
 
 constexpr int kExitRuntime = 1;
 constexpr int kExitUsage = 2;
+constexpr int kExitInterrupted = 130;  // a sweep stopped by SIGINT/SIGTERM (128 + SIGINT)
 
-// `name` must be one of `valid` (a registry's names), else a user error naming `key`.
-void check_registered(const std::string& path, const std::string& key, const std::string& what,
+// `c`'s value of `key` must be one of `valid` (a registry's names), else a user error naming
+// the key and where it was set.
+void check_registered(const atl::config::Config& c, const std::string& key, const std::string& what,
                       const std::string& name, const std::vector<std::string>& valid) {
   if (std::find(valid.begin(), valid.end(), name) != valid.end()) return;
   std::string list;
   for (const auto& v : valid) list += (list.empty() ? "" : ", ") + v;
-  throw atl::UserError(path + ": key '" + key + "': unknown " + what + " '" + name +
-                       "' (valid: " + list + ")");
+  const auto origin = c.origins.find(key);
+  throw atl::UserError((origin != c.origins.end() ? origin->second : c.source) + ": key '" + key +
+                       "': unknown " + what + " '" + name + "' (valid: " + list + ")");
 }
 
-// Checks what can be checked without running: the config itself, files it names, registry
-// names (algorithm, model) and the compression pipeline.
+// Checks what can be checked of a parsed config without running it: files it names,
+// registry names (algorithm, model) and the compression pipeline.
+void check_config(const atl::config::Config& c) {
+  atl::config::check_environment(c);
+  check_registered(c, "algorithm.name", "algorithm", c.algorithm.name, atl::algorithms::algorithm_names());
+  check_registered(c, "model.name", "model", c.model.name, atl::models::model_names());
+  atl::sim::make_pipeline(c);  // stage order and parameters
+}
+
 atl::config::Config load_and_check(const std::string& path, const std::vector<std::string>& sets) {
   atl::config::Config c = atl::config::load_config(path, sets);
-  atl::config::check_environment(c);
-  check_registered(path, "algorithm.name", "algorithm", c.algorithm.name,
-                   atl::algorithms::algorithm_names());
-  check_registered(path, "model.name", "model", c.model.name, atl::models::model_names());
-  atl::sim::make_pipeline(c);  // stage order and parameters
+  check_config(c);
   return c;
+}
+
+struct SweepOptions {
+  std::string path;           // the sweep file
+  std::string root = "sweeps";  // sweeps/<name>/
+  int jobs = 0;               // 0 = default_jobs
+  bool dry_run = false;
+  bool no_report = false;
+};
+
+// `atoll sweep`: plan (every run resolved and checked), then run, then report.
+int sweep(const SweepOptions& o) {
+  const atl::config::SweepSpec spec = atl::config::load_sweep_spec(o.path);
+  const atl::sweep::ExpandedSweep plan = atl::sweep::expand(spec, o.root, check_config);
+  if (o.dry_run) {
+    std::fputs(atl::sweep::plan_text(plan.plan).c_str(), stdout);
+    return 0;
+  }
+  atl::sweep::RunnerOptions runner;
+  runner.jobs = o.jobs > 0 ? o.jobs : atl::sweep::default_jobs(plan);
+  const atl::sweep::SweepOutcome outcome = atl::sweep::run_sweep(plan, runner);
+  if (outcome.interrupted) return kExitInterrupted;
+  std::printf("%s\n", atl::sweep::write_report(plan.plan.dir, !o.no_report).c_str());
+  for (const auto& p : outcome.problems) std::fprintf(stderr, "atoll: sweep run %s\n", p.c_str());
+  return outcome.failed + outcome.diverged > 0 ? kExitRuntime : 0;
 }
 
 }  // namespace
@@ -94,6 +130,57 @@ int main(int argc, char** argv) {
   coordinator->add_flag("--force", force, "overwrite an existing run directory");
   launch->add_flag("--force", force, "overwrite an existing run directory");
   island->add_option("--id", island_id, "this island's id, 0 .. islands.count-1")->required();
+  std::vector<std::string> peer_endpoints;
+  island->add_option("--peer-endpoint", peer_endpoints,
+                     "ID=ENDPOINT: dial peer ID at ENDPOINT instead of the endpoint it published "
+                     "(launch --emulate-wan: the relay of the link; repeatable)");
+
+  // WAN emulation (docs/wan-emulation.md): launch through relays, or one relay by hand.
+  bool emulate_wan = false;
+  atl::run::WanOptions wan;
+  launch->add_flag("--emulate-wan", emulate_wan,
+                   "route island traffic through relays that impose the network: profile "
+                   "(latency, jitter, rates, loss stalls, partitions)");
+  launch->add_flag("--wan-blackhole", wan.blackhole, "--emulate-wan: partitions stop forwarding (default: reset connections)");
+  launch->add_flag("--wan-random-loss", wan.random_loss, "--emulate-wan: draw losses per packet (default: evenly spaced)");
+  launch->add_option("--wan-stall-every-s", wan.stall_every_s, "--emulate-wan: a stall on every link this often");
+  launch->add_option("--wan-stall-s", wan.stall_s, "--emulate-wan: length of those stalls");
+  atl::run::RelayCommand relay_cmd;
+  std::string relay_config;
+  auto* relay = app.add_subcommand("relay", "forward one TCP port like a WAN link: latency, jitter, rate cap, "
+                                            "loss stalls, cuts (docs/wan-emulation.md); Ctrl-C stops it");
+  relay->add_option("--listen", relay_cmd.listen, "HOST:PORT to accept on (default 127.0.0.1:0: a free port, printed)");
+  relay->add_option("--to", relay_cmd.to, "HOST:PORT to forward to (with --config: default the --to-island endpoint)");
+  relay->add_option("--config", relay_config, "take the link from this config's network: section and partitions");
+  relay->add_option("--set", sets, "override a key of --config (repeatable)");
+  relay->add_option("--from", relay_cmd.from, "with --config: the island that dials (-1: the coordinator)");
+  relay->add_option("--to-island", relay_cmd.to_endpoint, "with --config: the island dialled (-1: the coordinator)");
+  relay->add_option("--latency-ms", relay_cmd.latency_ms, "one-way latency, each direction");
+  relay->add_option("--jitter-ms", relay_cmd.jitter_ms, "extra latency, uniform in [0, J] per chunk (order kept)");
+  relay->add_option("--bandwidth-mbps", relay_cmd.bandwidth_mbps, "rate cap, each direction (Mbit/s)");
+  relay->add_option("--loss", relay_cmd.loss, "probability that a 1460-byte packet is lost; each loss stalls the stream one RTT");
+  relay->add_flag("--random-loss", relay_cmd.wan.random_loss, "draw losses per packet (default: evenly spaced, the mean rate)");
+  relay->add_option("--cut-at-s", relay_cmd.cut_at_s, "cut the link this many seconds after the start");
+  relay->add_option("--cut-for-s", relay_cmd.cut_for_s, "for this long");
+  relay->add_flag("--blackhole", relay_cmd.wan.blackhole, "a cut stops forwarding and keeps connections (default: resets them)");
+  relay->add_option("--stall-every-s", relay_cmd.wan.stall_every_s, "stall both directions this often");
+  relay->add_option("--stall-s", relay_cmd.wan.stall_s, "for this long each time");
+
+  SweepOptions sweep_options;
+  auto* sweep_cmd = app.add_subcommand("sweep", "run every run of SWEEP.yaml (docs/sweeps.md); resumes where it stopped");
+  sweep_cmd->add_option("sweep", sweep_options.path, "sweep YAML: a config plus a sweep: section")->required();
+  sweep_cmd->add_option("-j,--jobs", sweep_options.jobs, "runs at a time (default: cores / run.threads)")
+      ->check(CLI::PositiveNumber);
+  sweep_cmd->add_flag("--dry-run", sweep_options.dry_run, "print the plan (runs, done or to run) and stop");
+  sweep_cmd->add_flag("--no-report", sweep_options.no_report, "tables only: no plots or report.html at the end");
+  sweep_cmd->add_option("--out", sweep_options.root, "parent of sweep directories (default: sweeps)");
+
+  std::string sweep_dir;
+  std::vector<std::string> run_dirs;
+  auto* report = app.add_subcommand("report", "tables, plots and report.html of a sweep directory");
+  report->add_option("sweep_dir", sweep_dir, "sweeps/<name>")->required();
+  auto* compare = app.add_subcommand("compare", "a table of runs: the keys that differ, then their results");
+  compare->add_option("runs", run_dirs, "run directories (or sweep directories: all their runs)")->required();
 
   std::string key_dir, key_name;
   auto* keygen = app.add_subcommand("keygen", "write a CurveZMQ key pair DIR/NAME.key and DIR/NAME.pub");
@@ -110,12 +197,35 @@ int main(int argc, char** argv) {
   try {
     if (verbose) atl::set_log_level(atl::LogLevel::kDebug);
     if (*keygen) return atl::run::keygen(key_dir, key_name);
+    if (*sweep_cmd) return sweep(sweep_options);
+    if (*report) {
+      std::printf("%s\n", atl::sweep::write_report(sweep_dir).c_str());
+      return 0;
+    }
+    if (*compare) {
+      std::fputs(atl::sweep::compare_table(run_dirs).c_str(), stdout);
+      return 0;
+    }
+    if (*relay) {
+      if (relay_config.empty()) return atl::run::run_relay(relay_cmd, nullptr);
+      const atl::config::Config c = load_and_check(relay_config, sets);
+      return atl::run::run_relay(relay_cmd, &c);
+    }
     atl::config::Config config = load_and_check(config_path, sets);
     atl::run::ProcessOptions popts;
     popts.force = force;
     popts.quiet = quiet;
     popts.config_path = config_path;
     popts.overrides = sets;
+    popts.emulate_wan = emulate_wan;
+    popts.wan = wan;
+    for (const auto& p : peer_endpoints) {
+      const auto eq = p.find('=');
+      if (eq == std::string::npos || eq == 0 || p.find_first_not_of("0123456789") < eq) {
+        throw atl::UserError("--peer-endpoint " + p + ": expected ID=ENDPOINT, e.g. 1=tcp://127.0.0.1:40001");
+      }
+      popts.peer_endpoints[std::stoi(p.substr(0, eq))] = p.substr(eq + 1);
+    }
     if (*coordinator) return atl::run::run_coordinator(config, popts);
     if (*island) return atl::run::run_island(config, island_id, popts);
     if (*launch) return atl::run::launch(config, popts);

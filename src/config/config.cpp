@@ -1,7 +1,8 @@
-// YAML -> Config. The only file in atoll that touches yaml-cpp. Every key is looked up in the
-// schema table (schema.cpp), converted strictly (no silent truncation of 1.5 to 1, no "010"
-// read as octal), range-checked at once and its location remembered in Config::origins, so
-// that every message can point at FILE:LINE or at the --set that caused it.
+// YAML -> Config. With sweep_spec.cpp (sweep files), the only code that touches yaml-cpp.
+// Every key is looked up in the schema table (schema.cpp), converted strictly (no silent
+// truncation of 1.5 to 1, no "010" read as octal), range-checked at once and its location
+// remembered in Config::origins, so that every message can point at FILE:LINE or at the
+// --set that caused it.
 #include "src/config/config.h"
 
 #include <yaml-cpp/yaml.h>

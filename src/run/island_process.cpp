@@ -1,15 +1,18 @@
 // `atoll island CONFIG --id K`: one island of a real run. Builds exactly what the
 // simulator's island K builds (src/sim/island_parts.h), joins the coordinator, waits until
-// every configured island is present, then runs the island loop over ZeroMQ.
+// every configured island is present, then runs the island loop over ZeroMQ or Gloo
+// (transport.kind).
 #include <ATen/ATen.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 
 #include "src/base/log.h"
 #include "src/base/status.h"
 #include "src/run/processes.h"
+#include "src/run/wan_routes.h"
 #include "src/sim/components.h"
 #include "src/sim/island_loop.h"
 #include "src/sim/island_parts.h"
@@ -17,6 +20,7 @@
 #include "src/sim/params_file.h"
 #include "src/sim/progress.h"
 #include "src/sim/wall_time.h"
+#include "transport/gloo/gloo_group.h"
 #include "transport/zmq/control_client.h"
 #include "transport/zmq/curve.h"
 #include "transport/zmq/zmq_group.h"
@@ -35,12 +39,30 @@ std::string data_endpoint(const config::TransportConfig& t, int island) {
   return "tcp://" + t.host + ":" + std::to_string(t.base_port + island);
 }
 
+// transport.kind gloo: gloo's pairs listen on transport.host (ephemeral ports); the
+// data-phase timeout follows the same bandwidth model as zmq's; connecting the pairs of a
+// new mesh may take up to two heartbeat timeouts (at least 5 s).
+transport::GlooGroupOptions gloo_options(const config::TransportConfig& t) {
+  transport::GlooGroupOptions o;
+  o.host = t.host;
+  o.chunk_bytes = t.chunk_bytes;
+  o.bandwidth_mbps = t.bandwidth_mbps;
+  o.timeout_slack = t.timeout_slack;
+  o.connect_timeout_ms = std::max<int64_t>(2 * t.heartbeat_timeout_ms, 5000);
+  o.poll_ms = static_cast<int>(std::clamp<int64_t>(t.heartbeat_ms / 2, 10, 100));
+  return o;
+}
+
 }  // namespace
 
 void check_real_run(const config::Config& config) {
-  if (config.transport.kind != "zmq") {
+  if (config.transport.kind != "zmq" && config.transport.kind != "gloo") {
     throw UserError(config.source + ": key 'transport.kind': '" + config.transport.kind +
-                    "' is not available for real runs yet (use zmq)");
+                    "' is not available for real runs (use zmq or gloo)");
+  }
+  if (config.transport.kind == "gloo" && config.transport.curve) {
+    throw UserError(config.source + ": key 'transport.curve': not available with transport.kind gloo (gloo's TCP "
+                    "data plane is neither encrypted nor authenticated; use zmq for untrusted networks)");
   }
   if (config.transport.collective != "ring") {
     throw UserError(config.source + ": key 'transport.collective': '" + config.transport.collective +
@@ -86,7 +108,8 @@ int run_island(const config::Config& config, int island, const ProcessOptions& o
     ATOLL_ERROR("island " << island << ": cannot join " << t.coordinator << ": " << client.status().to_string());
     return 1;
   }
-  transport::ControlPlane& control = *client.value();
+  // With launch --emulate-wan, peers are dialled through the relays of this island's links.
+  PeerRoutes control(*client.value(), options.peer_endpoints);
 
   transport::ZmqGroupOptions go;
   go.bind = cc.data_endpoint;
@@ -99,7 +122,10 @@ int run_island(const config::Config& config, int island, const ProcessOptions& o
     go.curve_public_key = cc.curve_keys.public_key;
     go.curve_secret_key = cc.curve_keys.secret_key;
   }
-  transport::ZmqGroup group(control, go);
+  std::unique_ptr<transport::Group> data_plane;
+  if (t.kind == "gloo") data_plane = std::make_unique<transport::GlooGroup>(control, gloo_options(t));
+  else data_plane = std::make_unique<transport::ZmqGroup>(control, go);
+  transport::Group& group = *data_plane;
 
   // Start together: every configured island must be a member before the first step.
   auto view = control.membership();
@@ -117,14 +143,28 @@ int run_island(const config::Config& config, int island, const ProcessOptions& o
   ctx.island = island;
   ctx.params = parts.model->params();
   ctx.grads = parts.model->grads();
-  ctx.group = &group;
+  // Round records' sync_s is the wall time blocked in the exchange. An island the coordinator
+  // declared dead while it was cut off comes back (its client joins again) into a run that
+  // went on without it: it fails instead of waiting for collectives the others finished.
+  const transport::ZmqControlClient& joined = *client.value();
+  WatchedGroup timed(group, [&joined, island]() -> Status {
+    if (!joined.status().is_ok()) return joined.status();
+    if (joined.joins() > 1) {
+      return Status(StatusCode::kPeerLost, "island " + std::to_string(island) +
+                                               " was declared dead while cut off from the run, which went on without it");
+    }
+    return Status::ok();
+  });
+  ctx.group = &timed;
   ctx.codec = &codec;
   ctx.shard_size = data.shard_sizes[island];
   for (const auto& s : parts.model->layout()) ctx.layout.push_back({s.offset, s.numel, s.block});
   sim::WallTime wall_time;
   ctx.time = &wall_time;
   ctx.on_round = [&](const algorithms::RoundInfo& r) {
-    control.record(sim::round_record(island, r, seconds_since(t0)));
+    std::string record = sim::round_record(island, r, seconds_since(t0));
+    record.pop_back();  // the closing brace: sync_s joins the record
+    control.record(record + ",\"sync_s\":" + sim::json_number(timed.take_blocked_s()) + "}");
   };
 
   sim::Progress progress(options.quiet || island != 0 ? sim::Progress::Mode::kQuiet

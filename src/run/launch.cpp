@@ -3,6 +3,9 @@
 // ("[coordinator] ", "[island 2] "). SIGINT/SIGTERM are forwarded to every child; children
 // die with us (PR_SET_PDEATHSIG), so nothing is left behind even if launch is killed.
 // Exit code: 0 when every child exited 0, else 1.
+// With --emulate-wan every island's connections (to each peer and to the coordinator) pass
+// through a relay link (src/run/wan.h) that runs on a thread of launch itself, so relays
+// stop with the run; their counters go to <run dir>/relays.jsonl.
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -12,13 +15,20 @@
 
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <memory>
+#include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "src/base/log.h"
+#include "src/base/status.h"
 #include "src/run/processes.h"
+#include "src/run/wan.h"
 
 namespace atl::run {
 namespace {
@@ -82,6 +92,56 @@ void drain(Child& c, bool flush) {
   }
 }
 
+// The relays of --emulate-wan, forwarding on their own thread from construction to stop().
+class Relays {
+ public:
+  Relays(const config::Config& config, const WanOptions& options) : plan_(plan_wan(config, options)) {
+    auto r = transport::relay::Relay::create(plan_.relay);
+    if (!r.is_ok()) throw UserError("launch --emulate-wan: " + r.status().message());
+    relay_ = std::move(r).value();
+    thread_ = std::thread([this] { relay_->run(); });
+  }
+  ~Relays() { stop(); }
+
+  // Island i's flags: the coordinator and every peer through the relay of its link.
+  std::vector<std::string> island_args(int i) const {
+    const auto at = [&](size_t link) { return "tcp://" + relay_->address(link); };
+    std::vector<std::string> a = {"--set", "transport.coordinator=" + at(plan_.control_link[static_cast<size_t>(i)])};
+    for (const auto& [peer, link] : plan_.peer_link[static_cast<size_t>(i)]) {
+      a.push_back("--peer-endpoint");
+      a.push_back(std::to_string(peer) + "=" + at(link));
+    }
+    return a;
+  }
+
+  // Stops forwarding; writes the counters to `path` (one JSON object per link) and logs a total.
+  void finish(const std::string& path) {
+    stop();
+    const auto stats = relay_->stats();
+    std::ofstream out(path);
+    uint64_t bytes = 0, stalls = 0, reset = 0;
+    for (const auto& s : stats) {
+      if (out) out << link_stats_json(s) << "\n";
+      bytes += s.forward.bytes + s.backward.bytes;
+      stalls += s.forward.loss_stalls + s.backward.loss_stalls + s.periodic_stalls;
+      reset += s.reset;
+    }
+    ATOLL_INFO("launch: " << stats.size() << " relay links carried " << bytes << " bytes, " << stalls
+                          << " stalls, " << reset << " connections reset by cuts" << (out ? " (" + path + ")" : ""));
+  }
+
+ private:
+  void stop() {
+    if (!thread_.joinable()) return;
+    relay_->stop();
+    thread_.join();
+  }
+
+  WanPlan plan_;
+  std::unique_ptr<transport::relay::Relay> relay_;
+  std::thread thread_;
+};
+
 }  // namespace
 
 int launch(const config::Config& config, const ProcessOptions& options) {
@@ -99,6 +159,14 @@ int launch(const config::Config& config, const ProcessOptions& options) {
     a.insert(a.end(), extra.begin(), extra.end());
     return a;
   };
+  if (options.emulate_wan && config.transport.kind != "zmq") {
+    // gloo's pairs listen on ephemeral ports published through the store: no relay can sit
+    // between them.
+    throw UserError(config.source + ": key 'transport.kind': launch --emulate-wan needs zmq (the " +
+                    config.transport.kind + " data plane cannot be routed through relays)");
+  }
+  std::unique_ptr<Relays> relays;
+  if (options.emulate_wan) relays = std::make_unique<Relays>(config, options.wan);
   struct sigaction sa {};
   sa.sa_handler = on_signal;
   sigaction(SIGINT, &sa, nullptr);
@@ -107,26 +175,44 @@ int launch(const config::Config& config, const ProcessOptions& options) {
   children.push_back(spawn("[coordinator] ", args("coordinator", options.force ? std::vector<std::string>{"--force"} : std::vector<std::string>{})));
   usleep(200 * 1000);  // let the coordinator bind before the islands dial (they retry anyway)
   for (int i = 0; i < config.islands.count; ++i) {
-    children.push_back(spawn("[island " + std::to_string(i) + "] ", args("island", {"--id", std::to_string(i)})));
+    std::vector<std::string> extra = {"--id", std::to_string(i)};
+    if (relays) for (auto& a : relays->island_args(i)) extra.push_back(a);
+    children.push_back(spawn("[island " + std::to_string(i) + "] ", args("island", extra)));
   }
   ATOLL_INFO("launch: coordinator + " << config.islands.count << " islands started (pids "
                                       << children.front().pid << "..." << children.back().pid << ")");
 
   int forwarded = 0;
   size_t alive = children.size();
-  int lonely_ticks = 0;  // polls since every island exited while the coordinator still runs
+  // Stragglers of a finished run, timed in seconds, not polls (an exited child's pipe stays
+  // readable, and LEAVEs may still be on a slow emulated link):
+  //  - every island exited but the coordinator still runs (e.g. all failed before joining):
+  //    it would wait for them forever; stop it so that it writes its summary;
+  //  - the coordinator exited (every island left or was declared dead) but islands still run:
+  //    they were cut off from the run (a partition, a lost link) and would wait forever.
+  using SteadyClock = std::chrono::steady_clock;
+  std::optional<SteadyClock::time_point> stragglers_since;
+  const auto grace = std::chrono::seconds(5) + std::chrono::milliseconds(config.transport.heartbeat_timeout_ms);
+  bool stopped_stragglers = false;
   while (alive > 0) {
-    if (alive == 1 && !children.front().exited && ++lonely_ticks == 25) {
-      // every island is gone (e.g. all failed before joining): the coordinator would wait
-      // for them forever; stop it so that it writes its summary and exits.
-      kill(children.front().pid, SIGTERM);
+    const bool coordinator_alone = alive == 1 && !children.front().exited;
+    const bool islands_orphaned = children.front().exited && alive > 0;
+    if ((coordinator_alone || islands_orphaned) && !stopped_stragglers) {
+      if (!stragglers_since) stragglers_since = SteadyClock::now();
+      if (SteadyClock::now() - *stragglers_since > (coordinator_alone ? std::chrono::seconds(5) : grace)) {
+        if (islands_orphaned) {
+          ATOLL_WARN("launch: the coordinator has ended; stopping " << alive << " island(s) cut off from the run");
+        }
+        for (auto& c : children) if (!c.exited) kill(c.pid, SIGTERM);
+        stopped_stragglers = true;
+      }
     }
     if (g_signal != 0 && forwarded != g_signal) {
       forwarded = g_signal;
       for (auto& c : children) if (!c.exited) kill(c.pid, forwarded);
     }
     std::vector<pollfd> pfds;
-    for (auto& c : children) pfds.push_back({c.fd, POLLIN, 0});
+    for (auto& c : children) pfds.push_back({c.exited ? -1 : c.fd, POLLIN, 0});
     poll(pfds.data(), pfds.size(), 200);
     for (size_t i = 0; i < children.size(); ++i) {
       if (pfds[i].revents & (POLLIN | POLLHUP)) drain(children[i], false);
@@ -147,6 +233,7 @@ int launch(const config::Config& config, const ProcessOptions& options) {
       }
     }
   }
+  if (relays) relays->finish(config.run.out_dir + "/" + config.run.name + "/relays.jsonl");
   int rc = 0;
   for (auto& c : children) {
     close(c.fd);

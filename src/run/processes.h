@@ -4,16 +4,19 @@
 // records, summary.json) and hosts the server role; each island process builds the same
 // data, model and algorithm as the simulator's island K (src/sim/island_parts.h), joins
 // through transport/zmq/control_client.h and exchanges over ZeroMQ (transport/zmq/
-// zmq_group.h). `launch` starts all of them on this machine as child processes.
+// zmq_group.h) or Gloo (transport/gloo/gloo_group.h, transport.kind gloo). `launch`
+// starts all of them on this machine as child processes.
 //
 // Each function returns the process exit code (0 ok, 1 runtime failure); user errors
 // throw atl::UserError (exit code 2 in main).
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
 #include "src/config/config.h"
+#include "src/run/wan.h"
 
 namespace atl::run {
 
@@ -22,6 +25,10 @@ struct ProcessOptions {
   bool quiet = false;   // no progress output
   std::string config_path;            // launch: the config file the children read
   std::vector<std::string> overrides; // launch: --set overrides passed on to the children
+  bool emulate_wan = false;           // launch: island traffic through relays (src/run/wan.h)
+  WanOptions wan;                     // launch --emulate-wan: what the profile leaves open
+  std::map<int, std::string> peer_endpoints;  // island: dial peer id at this endpoint instead
+                                              // of the one it published (the link's relay)
 };
 
 // Settings that real runs do not support yet: atl::UserError naming the key.

@@ -2,8 +2,11 @@
 
 #include <fcntl.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include <cerrno>
+#include <cinttypes>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <stdexcept>
@@ -13,6 +16,13 @@
 namespace fs = std::filesystem;
 
 namespace atl::sim {
+
+std::string config_hash(const config::Config& config) {
+  const std::string yaml = config::to_yaml(config);
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016" PRIx64, static_cast<uint64_t>(XXH64(yaml.data(), yaml.size(), 0)));
+  return hex;
+}
 
 void write_file_atomic(const std::string& path, const std::string& content) {
   const std::string tmp = path + ".tmp";

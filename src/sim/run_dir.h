@@ -29,6 +29,10 @@ class RunDir {
   std::mutex mu_;
 };
 
+// Identity of a resolved config: 16 hex digits of xxh64(to_yaml(config)). summary.json
+// carries it as "config_hash"; `atoll sweep` skips a run whose summary has its hash.
+std::string config_hash(const config::Config& config);
+
 // Writes `content` to `path` via a temporary file, fsync and rename.
 void write_file_atomic(const std::string& path, const std::string& content);
 

@@ -43,7 +43,7 @@ std::set<pid_t> children_of(pid_t pid) {
 bool alive(pid_t pid) { return kill(pid, 0) == 0; }
 
 class Processes : public ::testing::Test {
- protected:
+ public:
   void SetUp() override {
     dir_ = fs::temp_directory_path() / ("atoll_proc_test_" + std::to_string(getpid()));
     fs::create_directories(dir_);
@@ -95,6 +95,29 @@ TEST_F(Processes, LaunchMatchesSimulateBitwiseWithLossyCompression) {
   ASSERT_EQ(run("simulate " + cfg + " --quiet --set run.name=sim"), 0);
   ASSERT_EQ(run("launch " + cfg + " --quiet --set run.name=real"), 0);
   EXPECT_TRUE(read(dir_ / "runs/sim/final_params.bin") == read(dir_ / "runs/real/final_params.bin"));
+}
+
+// The same over the Gloo transport (gloo's TCP pairs, rendezvous through the coordinator's
+// store): the same ring, so the same bits; and the lossy reduce-scatter/all-gather too.
+TEST_F(Processes, LaunchWithGlooMatchesSimulateBitwise) {
+  const std::string cfg = config(3, 20);
+  ASSERT_EQ(run("simulate " + cfg + " --quiet --set run.name=sim"), 0);
+  ASSERT_EQ(run("launch " + cfg + " --quiet --set run.name=real --set transport.kind=gloo"), 0);
+  const std::string sim = read(dir_ / "runs/sim/final_params.bin");
+  ASSERT_GT(sim.size(), 100u);
+  EXPECT_TRUE(sim == read(dir_ / "runs/real/final_params.bin")) << "final parameters differ between simulate and launch";
+  const std::string summary = read(dir_ / "runs/real/summary.json");
+  EXPECT_NE(summary.find("\"islands_finished\":3"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("\"rounds\":4"), std::string::npos) << summary;
+}
+
+TEST_F(Processes, LaunchWithGlooMatchesSimulateBitwiseWithLossyCompression) {
+  const std::string cfg = config(3, 10, "compression: [{quantize: int8, block: 64}]\n");
+  ASSERT_EQ(run("simulate " + cfg + " --quiet --set run.name=sim"), 0);
+  ASSERT_EQ(run("launch " + cfg + " --quiet --set run.name=real --set transport.kind=gloo"), 0);
+  const std::string sim = read(dir_ / "runs/sim/final_params.bin");
+  ASSERT_GT(sim.size(), 100u);
+  EXPECT_TRUE(sim == read(dir_ / "runs/real/final_params.bin"));
 }
 
 // FedAvg's server role runs in the coordinator process; deltas are summed in client order,
@@ -149,16 +172,19 @@ TEST_F(Processes, CtrlCLeavesNoProcessBehind) {
 }
 
 // Island 2 is killed with SIGKILL mid-run: the coordinator declares it dead, the survivors'
-// rounds complete with 2 contributors, and the run finishes without hanging.
-TEST_F(Processes, KilledIslandRunCompletesWithSurvivors) {
-  const std::string cfg = config(3, 400);
+// rounds complete with 2 contributors, and the run finishes without hanging. `kind`: the
+// transport.kind of the islands' data plane.
+void killed_island_run_completes_with_survivors(Processes& t, const std::string& kind) {
+  const std::string cfg = t.config(3, 400);
+  const std::string set_kind = "transport.kind=" + kind;
   const pid_t pid = fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
-    execl(ATOLL_BINARY, "atoll", "launch", cfg.c_str(), "--quiet", static_cast<char*>(nullptr));
+    execl(ATOLL_BINARY, "atoll", "launch", cfg.c_str(), "--quiet", "--set", set_kind.c_str(),
+          static_cast<char*>(nullptr));
     _exit(127);
   }
-  const fs::path metrics = dir_ / "runs/r/metrics.jsonl";
+  const fs::path metrics = t.dir_ / "runs/r/metrics.jsonl";
   // wait for a few completed rounds, then kill the last island (the newest child)
   bool started = false;
   for (int i = 0; i < 300 && !started; ++i) {
@@ -182,9 +208,17 @@ TEST_F(Processes, KilledIslandRunCompletesWithSurvivors) {
   const std::string m = read(metrics);
   EXPECT_NE(m.find("\"contributors\":2"), std::string::npos) << "no round completed with the survivors";
   EXPECT_NE(m.find("\"event\":\"membership\""), std::string::npos);
-  const std::string summary = read(dir_ / "runs/r/summary.json");
+  const std::string summary = read(t.dir_ / "runs/r/summary.json");
   EXPECT_NE(summary.find("\"islands_finished\":2"), std::string::npos) << summary;
   EXPECT_NE(summary.find("\"steps\":400"), std::string::npos) << summary;
+}
+
+TEST_F(Processes, KilledIslandRunCompletesWithSurvivors) { killed_island_run_completes_with_survivors(*this, "zmq"); }
+
+// Over Gloo the killed island's connections close with it: the survivors' mesh breaks at
+// once, and the round restarts among them when the coordinator drops the island.
+TEST_F(Processes, KilledIslandRunCompletesWithSurvivorsOverGloo) {
+  killed_island_run_completes_with_survivors(*this, "gloo");
 }
 
 }  // namespace

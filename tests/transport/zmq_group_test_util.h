@@ -10,9 +10,11 @@
 
 #include <condition_variable>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -51,10 +53,19 @@ inline std::vector<Peer> loopback_peers(int w) {
   return peers;
 }
 
-// A ControlPlane whose membership the test sets (per island, so views can differ).
+// A key-value store that TestPlanes share (the rendezvous store of the GlooGroup tests).
+struct TestStore {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::map<std::string, std::vector<uint8_t>> values;
+};
+
+// A ControlPlane whose membership the test sets (per island, so views can differ). Without
+// a TestStore, the store calls fail with kUnavailable.
 class TestPlane final : public ControlPlane {
  public:
-  TestPlane(int self, Membership m) : self_(self), m_(std::move(m)) {}
+  TestPlane(int self, Membership m, std::shared_ptr<TestStore> store = nullptr)
+      : self_(self), m_(std::move(m)), store_(std::move(store)) {}
   void set(Membership m) {
     std::lock_guard<std::mutex> lock(mu_);
     m_ = std::move(m);
@@ -82,9 +93,23 @@ class TestPlane final : public ControlPlane {
   }
   Status push(uint64_t, std::vector<uint8_t>, double) override { return Status(StatusCode::kUnavailable, "no server"); }
   StatusOr<std::vector<uint8_t>> pull(uint64_t, Deadline) override { return Status(StatusCode::kUnavailable, "no server"); }
-  Status store_set(const std::string&, std::vector<uint8_t>) override { return Status(StatusCode::kUnavailable, "no store"); }
-  StatusOr<std::vector<uint8_t>> store_get(const std::string&, Deadline) override {
-    return Status(StatusCode::kUnavailable, "no store");
+  Status store_set(const std::string& key, std::vector<uint8_t> value) override {
+    if (!store_) return Status(StatusCode::kUnavailable, "no store");
+    std::lock_guard<std::mutex> lock(store_->mu);
+    store_->values[key] = std::move(value);
+    store_->cv.notify_all();
+    return Status::ok();
+  }
+  StatusOr<std::vector<uint8_t>> store_get(const std::string& key, Deadline deadline) override {
+    if (!store_) return Status(StatusCode::kUnavailable, "no store");
+    std::unique_lock<std::mutex> lock(store_->mu);
+    auto present = [&] { return store_->values.count(key) > 0; };
+    if (deadline) {
+      if (!store_->cv.wait_until(lock, *deadline, present)) return Status(StatusCode::kTimeout, "not set: " + key);
+    } else {
+      store_->cv.wait(lock, present);
+    }
+    return store_->values.at(key);
   }
   void record(const std::string&) override {}
 
@@ -94,6 +119,7 @@ class TestPlane final : public ControlPlane {
   std::condition_variable cv_;
   Membership m_;
   int suspects_ = 0;
+  std::shared_ptr<TestStore> store_;
 };
 
 // W islands on loopback, each a ZmqGroup over its own control plane.

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "compression/pipeline.h"
+#include "transport/ring.h"
 #include "transport/zmq/op.h"
 
 namespace atl::transport::dataplane {
@@ -63,9 +64,6 @@ std::unique_ptr<Exchange> make_ring_exchange(ExchangeSetup setup);
 std::unique_ptr<Exchange> make_direct_exchange(ExchangeSetup setup);
 
 // The lossy path's encode seed, exactly as the in-process reference computes it.
-inline uint64_t direct_seed(uint64_t seq, int sender_id, int chunk, int phase) {
-  return (seq * 0x9e3779b97f4a7c15ULL) ^ (static_cast<uint64_t>(sender_id) << 32) ^
-         (static_cast<uint64_t>(chunk) << 8) ^ static_cast<uint64_t>(phase);
-}
+using ring::direct_seed;
 
 }  // namespace atl::transport::dataplane

@@ -1,40 +1,23 @@
-// The pieces every data-plane collective is built from: the completion a Handle waits on,
-// what an operation may ask of the I/O thread that runs it (OpContext), and the operation
-// interface itself (Op). The concrete operations are AllreduceOp (allreduce_op.h) and
-// BroadcastOp (broadcast_op.h); ZmqGroup (zmq_group.h) runs them.
+// The pieces every data-plane collective is built from: what an operation may ask of the
+// I/O thread that runs it (OpContext), and the operation interface itself (Op). The
+// concrete operations are AllreduceOp (allreduce_op.h) and BroadcastOp (broadcast_op.h);
+// ZmqGroup (zmq_group.h) runs them.
 //
 // Thread model: an Op is built on the island thread (it copies what it needs from the
-// caller) and from then on is touched only by the group's I/O thread. Completion is the one
-// object both threads share; it is thread-safe.
+// caller) and from then on is touched only by the group's I/O thread. Completion
+// (transport/completion.h) is the one object both threads share; it is thread-safe.
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <vector>
 
+#include "transport/completion.h"
 #include "transport/group.h"
 #include "transport/zmq/data_wire.h"
 #include "transport/zmq/peer_links.h"
 
 namespace atl::transport::dataplane {
-
-// The result of one collective, set once by the I/O thread, waited for by the island.
-class Completion {
- public:
-  // Publishes the result and wakes waiters. Later calls are ignored.
-  void finish(CollectiveResult result);
-  bool done() const;
-  // The result once finished; kTimeout (the collective keeps running) if `deadline` passes.
-  CollectiveResult wait(Deadline deadline);
-
- private:
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  bool done_ = false;
-  CollectiveResult result_;
-};
 
 // Settings an operation reads (copied from ZmqGroupOptions).
 struct Tuning {

@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "transport/completion.h"
 #include "transport/zmq/allreduce_op.h"
 #include "transport/zmq/broadcast_op.h"
 #include "transport/zmq/group_io.h"
@@ -11,17 +12,6 @@
 namespace atl::transport {
 
 namespace {
-
-class ZmqHandle final : public Handle {
- public:
-  explicit ZmqHandle(std::shared_ptr<dataplane::Completion> c) : c_(std::move(c)) {}
-  bool done() const override { return c_->done(); }
-  CollectiveResult wait(Deadline deadline) override { return c_->wait(deadline); }
-
- private:
-  std::shared_ptr<dataplane::Completion> c_;
-};
-
 
 void check_buffer(const at::Tensor& t) {
   TORCH_CHECK(t.defined() && t.is_contiguous() && t.scalar_type() == at::kFloat && t.device().is_cpu(),
@@ -31,7 +21,7 @@ void check_buffer(const at::Tensor& t) {
 }  // namespace
 
 ZmqGroup::ZmqGroup(ControlPlane& control, ZmqGroupOptions options)
-    : control_(control), options_(std::move(options)),
+    : control_(control), options_(std::move(options)), server_(control_),
       io_(std::make_unique<dataplane::GroupIo>(control_, options_)), next_seq_(options_.first_seq) {}
 
 ZmqGroup::~ZmqGroup() = default;
@@ -47,57 +37,37 @@ std::unique_ptr<Handle> ZmqGroup::allreduce_mean(at::Tensor buffer, const compre
                     transmitted.scalar_type() == at::kFloat,
                 "allreduce_mean: `transmitted` must match the buffer");
   }
-  auto done = std::make_shared<dataplane::Completion>();
+  auto done = std::make_shared<Completion>();
   at::Tensor input = io_->pool().tensor(buffer.numel());
   input.copy_(buffer);
   io_->submit(std::make_unique<dataplane::AllreduceOp>(next_seq_++, std::move(buffer), std::move(input), codec,
                                                        weight, std::move(transmitted), options_.chunk_bytes, done));
-  return std::make_unique<ZmqHandle>(std::move(done));
+  return std::make_unique<CompletionHandle>(std::move(done));
 }
 
 std::unique_ptr<Handle> ZmqGroup::broadcast(int root, at::Tensor buffer, const compression::Pipeline& codec) {
   check_buffer(buffer);
-  auto done = std::make_shared<dataplane::Completion>();
+  auto done = std::make_shared<Completion>();
   io_->submit(std::make_unique<dataplane::BroadcastOp>(next_seq_++, root, std::move(buffer), codec,
                                                        options_.chunk_bytes, done));
-  return std::make_unique<ZmqHandle>(std::move(done));
+  return std::make_unique<CompletionHandle>(std::move(done));
 }
 
 std::unique_ptr<Handle> ZmqGroup::push(uint64_t tag, at::Tensor buffer, const compression::Pipeline& codec,
                                        double weight, at::Tensor transmitted) {
-  TORCH_CHECK(weight > 0 && std::isfinite(weight), "push weight must be finite and > 0");
-  const int self = control_.self();
-  at::Tensor src = buffer.is_contiguous() ? buffer : buffer.contiguous();
-  std::vector<uint8_t> frame;
-  codec.encode(src, frame, (tag << 16) ^ static_cast<uint64_t>(self));
-  if (transmitted.defined()) {
-    at::Tensor received = at::empty_like(src);
-    Status st = codec.decode(frame.data(), frame.size(), received);
-    TORCH_CHECK(st.is_ok(), "push: own encoding failed to decode: ", st.to_string());
-    transmitted.copy_(received);
-  }
-  control_sent_ += frame.size();
-  control_raw_ += static_cast<uint64_t>(src.numel()) * sizeof(float);
-  Status st = control_.push(tag, std::move(frame), weight);
-  if (!st.is_ok()) return std::make_unique<DoneHandle>(CollectiveResult{std::move(st), {}, 0});
-  return std::make_unique<DoneHandle>(CollectiveResult{Status::ok(), {self}, weight});
+  return server_.push(tag, buffer, codec, weight, std::move(transmitted));
 }
 
 std::unique_ptr<Handle> ZmqGroup::pull(uint64_t tag, at::Tensor out, const compression::Pipeline& codec) {
-  check_buffer(out);
-  StatusOr<std::vector<uint8_t>> frame = control_.pull(tag, std::nullopt);
-  if (!frame.is_ok()) return std::make_unique<DoneHandle>(CollectiveResult{frame.status(), {}, 0});
-  control_received_ += frame->size();
-  Status st = codec.decode(frame->data(), frame->size(), out);
-  if (!st.is_ok()) return std::make_unique<DoneHandle>(CollectiveResult{std::move(st), {}, 0});
-  return std::make_unique<DoneHandle>(CollectiveResult{Status::ok(), {control_.self()}, 1.0});
+  return server_.pull(tag, std::move(out), codec);
 }
 
 ByteCounters ZmqGroup::bytes() const {
   ByteCounters c = io_->counters();
-  c.sent += control_sent_.load();
-  c.received += control_received_.load();
-  c.raw_sent += control_raw_.load();
+  const ByteCounters server = server_.bytes();
+  c.sent += server.sent;
+  c.received += server.received;
+  c.raw_sent += server.raw_sent;
   return c;
 }
 

@@ -34,12 +34,12 @@
 // CollectiveResult statuses; socket setup errors (endpoint in use) throw zmq::error_t.
 #pragma once
 
-#include <atomic>
 #include <memory>
 #include <string>
 
 #include "transport/control_plane.h"
 #include "transport/group.h"
+#include "transport/server_link.h"
 
 namespace atl::transport {
 
@@ -80,11 +80,11 @@ class ZmqGroup final : public Group {
                                          double weight = 1.0, at::Tensor transmitted = {}) override;
   std::unique_ptr<Handle> broadcast(int root, at::Tensor buffer,
                                     const compression::Pipeline& codec) override;
-  // Encodes `buffer` (seed (tag << 16) ^ id, as InprocGroup) and hands the frame to
-  // ControlPlane::push; blocks until it answers. Counts the frame's bytes.
+  // ServerLink::push (server_link.h): encodes `buffer` as InprocGroup does, hands the frame
+  // to ControlPlane::push and blocks until it answers. Counts the frame's bytes.
   std::unique_ptr<Handle> push(uint64_t tag, at::Tensor buffer, const compression::Pipeline& codec,
                                double weight, at::Tensor transmitted = {}) override;
-  // ControlPlane::pull (blocks until the server answers), decoded into `out`.
+  // ServerLink::pull: ControlPlane::pull (blocks until the server answers), decoded into `out`.
   std::unique_ptr<Handle> pull(uint64_t tag, at::Tensor out,
                                const compression::Pipeline& codec) override;
   ByteCounters bytes() const override;
@@ -97,9 +97,9 @@ class ZmqGroup final : public Group {
  private:
   ControlPlane& control_;
   ZmqGroupOptions options_;
+  ServerLink server_;  // push / pull
   std::unique_ptr<dataplane::GroupIo> io_;
   uint64_t next_seq_;
-  std::atomic<uint64_t> control_sent_{0}, control_received_{0}, control_raw_{0};
 };
 
 }  // namespace atl::transport

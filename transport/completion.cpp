@@ -1,6 +1,6 @@
-#include "transport/zmq/op.h"
+#include "transport/completion.h"
 
-namespace atl::transport::dataplane {
+namespace atl::transport {
 
 void Completion::finish(CollectiveResult result) {
   {
@@ -29,4 +29,4 @@ CollectiveResult Completion::wait(Deadline deadline) {
   return result_;
 }
 
-}  // namespace atl::transport::dataplane
+}  // namespace atl::transport

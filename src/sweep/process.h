@@ -1,0 +1,24 @@
+// Child processes for the sweep: runs (`atoll simulate`) and the report script.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+namespace atl::sweep {
+
+// Runs `path` with `argv` in a new process group (so that a terminal's Ctrl-C reaches only
+// the sweep, which then stops its runs), stdin from /dev/null, stdout and stderr appended to
+// `log_path`. SIGINT and SIGTERM have their default action in the child, which gets SIGTERM
+// when the calling thread dies (PR_SET_PDEATHSIG: a sweep killed with SIGKILL leaves no run
+// behind). Returns the pid (= its process group id). A path that cannot be executed gives a
+// child that exits with 127; throws std::runtime_error when no child can be made.
+pid_t spawn_logged(const std::string& path, const std::vector<std::string>& argv,
+                   const std::string& log_path);
+
+// Runs argv[0] (a path) with inherited stdio and waits for it. Returns its exit code, or
+// 128 + the signal that killed it; 127 when it cannot be started.
+int run_and_wait(const std::vector<std::string>& argv);
+
+}  // namespace atl::sweep

@@ -1,0 +1,283 @@
+// Tests for sweep files (src/config/sweep_spec), their expansion into runs (src/sweep/plan),
+// the CSV helpers and reading results back (src/sweep/results). No processes: the runner is
+// tested through the atoll binary in sweep_cli_test.cpp.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <string>
+
+#include "src/base/status.h"
+#include "src/config/sweep_spec.h"
+#include "src/sim/run_dir.h"
+#include "src/sweep/csv.h"
+#include "src/sweep/plan.h"
+#include "src/sweep/results.h"
+
+namespace atl::sweep {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A complete base config that needs no files (synthetic data, a small MLP).
+const std::string kBase =
+    "run: {name: base, threads: 1}\n"
+    "model: {name: mlp, hidden: [8]}\n"
+    "data: {kind: synthetic, synthetic_examples: 256, synthetic_dim: 4, synthetic_classes: 3}\n"
+    "train: {steps: 20, eval_every: 10}\n"
+    "islands: {count: 2}\n"
+    "algorithm: {name: diloco, inner_steps: 5}\n";
+
+class SweepTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = fs::temp_directory_path() / ("atoll_sweep_test_" + std::to_string(::getpid()) + "_" + info->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  ExpandedSweep expand_text(const std::string& text) {
+    return expand(config::parse_sweep_spec(text, "s.yaml"), dir_.string(), [](const config::Config&) {});
+  }
+  // The message of the UserError that expanding `text` throws ("" when none).
+  std::string error_of(const std::string& text) {
+    try {
+      expand_text(text);
+    } catch (const UserError& e) {
+      return e.what();
+    }
+    return "";
+  }
+  static std::vector<std::string> ids(const SweepPlan& plan) {
+    std::vector<std::string> out;
+    for (const auto& r : plan.runs) out.push_back(r.id);
+    return out;
+  }
+  fs::path dir_;
+};
+
+TEST_F(SweepTest, GridIsACartesianProductTimesSeeds) {
+  const auto s = expand_text(kBase +
+                             "sweep:\n"
+                             "  name: demo\n"
+                             "  seeds: [1, 2]\n"
+                             "  grid:\n"
+                             "    algorithm.name: [ddp, diloco]\n"
+                             "    train.lr: [0.001, 0.01]\n");
+  EXPECT_EQ(s.plan.name, "demo");
+  EXPECT_EQ(s.plan.dir, (dir_ / "demo").string());
+  EXPECT_EQ(s.plan.keys, (std::vector<std::string>{"algorithm.name", "train.lr"}));
+  ASSERT_EQ(s.plan.runs.size(), 8u);
+  EXPECT_EQ(s.plan.runs[0].id, "algorithm=ddp,lr=0.001,seed=1");
+  EXPECT_EQ(s.plan.runs[0].group, "algorithm=ddp,lr=0.001");
+  EXPECT_EQ(s.plan.runs[7].id, "algorithm=diloco,lr=0.01,seed=2");
+  const config::Config& last = s.configs[7];
+  EXPECT_EQ(last.algorithm.name, "diloco");
+  EXPECT_DOUBLE_EQ(last.train.lr, 0.01);
+  EXPECT_EQ(last.run.seed, 2u);
+  EXPECT_EQ(last.run.name, s.plan.runs[7].id);
+  EXPECT_EQ(last.run.out_dir, (dir_ / "demo" / "runs").string());
+  EXPECT_EQ(last.model.hidden, std::vector<int>{8});  // from the base
+  // Every run resolves to its own config, and its hash is that config's.
+  std::set<std::string> hashes;
+  for (size_t i = 0; i < s.plan.runs.size(); ++i) {
+    EXPECT_EQ(s.plan.runs[i].hash, sim::config_hash(s.configs[i]));
+    hashes.insert(s.plan.runs[i].hash);
+  }
+  EXPECT_EQ(hashes.size(), 8u);
+}
+
+TEST_F(SweepTest, ZipVariesKeysTogetherAndLabelsCompression) {
+  const auto s = expand_text(kBase +
+                             "sweep:\n"
+                             "  zip:\n"
+                             "    compression: [[], [{quantize: int8}], [{topk: 0.01}, {quantize: int4, block: 64}]]\n"
+                             "    algorithm.error_feedback: [false, false, true]\n");
+  ASSERT_EQ(s.plan.runs.size(), 3u);
+  EXPECT_EQ(ids(s.plan), (std::vector<std::string>{
+                             "compression=fp32,error_feedback=false,seed=0",
+                             "compression=int8,error_feedback=false,seed=0",
+                             "compression=topk0.01+int4-block64,error_feedback=true,seed=0"}));
+  EXPECT_TRUE(s.configs[0].compression.empty());
+  ASSERT_EQ(s.configs[2].compression.size(), 2u);
+  EXPECT_EQ(s.configs[2].compression[1].format, "int4");
+  EXPECT_EQ(s.configs[2].compression[1].block, 64);
+  EXPECT_TRUE(s.configs[2].algorithm.error_feedback);
+}
+
+TEST_F(SweepTest, PerAlgorithmKeysApplyOnlyToThatAlgorithm) {
+  const auto s = expand_text(kBase +
+                             "sweep:\n"
+                             "  grid:\n"
+                             "    algorithm.name: [ddp, diloco]\n"
+                             "  per_algorithm:\n"
+                             "    diloco:\n"
+                             "      set: {algorithm.outer_lr: 0.5}\n"
+                             "      grid: {algorithm.inner_steps: [5, 10]}\n");
+  // ddp once (H means nothing to it), diloco once per H.
+  EXPECT_EQ(ids(s.plan), (std::vector<std::string>{"algorithm=ddp,seed=0", "algorithm=diloco,inner_steps=5,seed=0",
+                                                   "algorithm=diloco,inner_steps=10,seed=0"}));
+  EXPECT_EQ(s.plan.keys, (std::vector<std::string>{"algorithm.name", "algorithm.inner_steps"}));
+  EXPECT_EQ(s.plan.runs[0].values, (std::vector<std::string>{"ddp", ""}));
+  EXPECT_DOUBLE_EQ(s.configs[0].algorithm.outer_lr, 0.7);  // the default, untouched
+  EXPECT_DOUBLE_EQ(s.configs[1].algorithm.outer_lr, 0.5);
+  EXPECT_EQ(s.configs[2].algorithm.inner_steps, 10);
+}
+
+TEST_F(SweepTest, TypoInASweptKeyNamesTheKeyTheLineAndTheFix) {
+  const std::string msg = error_of(kBase + "sweep:\n  grid:\n    algorithm.inner_step: [5, 10]\n");
+  EXPECT_NE(msg.find("s.yaml:9"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("algorithm.inner_step'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("did you mean 'algorithm.inner_steps'"), std::string::npos) << msg;
+  EXPECT_NE(error_of(kBase + "sweep:\n  per_algorithm:\n    diloco: {set: {train.lrr: 0.1}}\n").find("train.lr'"),
+            std::string::npos);
+  EXPECT_NE(error_of(kBase + "sweep:\n  gird: {train.lr: [0.1]}\n").find("did you mean 'sweep.grid'"),
+            std::string::npos);
+}
+
+TEST_F(SweepTest, InvalidCombinationsAreRejectedBeforeRunning) {
+  // A bad value: the run, the key and the line of the sweep file where it is listed.
+  std::string msg = error_of(kBase + "sweep:\n  grid:\n    train.lr: [0.1, -1]\n");
+  EXPECT_NE(msg.find("s.yaml:9"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("lr=-1,seed=0"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("train.lr"), std::string::npos) << msg;
+  // zip lists of different lengths.
+  msg = error_of(kBase + "sweep:\n  zip: {train.lr: [0.1, 0.2], train.steps: [5]}\n");
+  EXPECT_NE(msg.find("train.steps"), std::string::npos) << msg;
+  // A per_algorithm entry for an algorithm no run uses.
+  msg = error_of(kBase + "sweep:\n  grid: {algorithm.name: [ddp, fedavg]}\n"
+                         "  per_algorithm:\n    diloco: {set: {train.lr: 0.1}}\n");
+  EXPECT_NE(msg.find("sweep.per_algorithm.diloco"), std::string::npos) << msg;
+  // The same key varied in the grid and set per algorithm.
+  msg = error_of(kBase + "sweep:\n  grid: {train.lr: [0.1]}\n  per_algorithm:\n    diloco: {set: {train.lr: 0.2}}\n");
+  EXPECT_NE(msg.find("train.lr"), std::string::npos) << msg;
+  // Two runs that would be the same experiment.
+  msg = error_of(kBase + "sweep:\n  grid: {train.lr: [0.1, 0.10]}\n");
+  EXPECT_NE(msg.find("resolve to the same config"), std::string::npos) << msg;
+  // Keys the sweep owns.
+  EXPECT_NE(error_of(kBase + "sweep:\n  grid: {run.seed: [1, 2]}\n").find("seeds:"), std::string::npos);
+  EXPECT_NE(error_of(kBase + "sweep:\n  grid: {run.name: [a, b]}\n").find("run.name"), std::string::npos);
+  EXPECT_NE(error_of(kBase + "sweep:\n  seeds: [1, 1]\n").find("twice"), std::string::npos);
+  EXPECT_NE(error_of(kBase).find("no 'sweep:' section"), std::string::npos);
+}
+
+TEST_F(SweepTest, TheCheckRunsOnEveryResolvedConfig) {
+  const auto spec = config::parse_sweep_spec(kBase + "sweep:\n  grid: {algorithm.name: [ddp, nope]}\n", "s.yaml");
+  int checked = 0;
+  auto check = [&](const config::Config& c) {
+    ++checked;
+    if (c.algorithm.name == "nope") throw UserError(c.origins.at("algorithm.name") + ": key 'algorithm.name': unknown");
+  };
+  try {
+    expand(spec, dir_.string(), check);
+    FAIL() << "expected an error";
+  } catch (const UserError& e) {
+    EXPECT_EQ(checked, 2);
+    EXPECT_NE(std::string(e.what()).find("s.yaml:8: sweep run 'algorithm=nope,seed=0'"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(SweepTest, BaseConfigErrorsKeepTheirLines) {
+  // The sweep section comes first; the typo in the base is on line 4 of the file.
+  const std::string text = "sweep:\n  grid: {train.lr: [0.1]}\nrun: {name: x}\ntrain: {stepz: 5}\n";
+  try {
+    expand_text(text);
+    FAIL() << "expected an error";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("s.yaml:4"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("train.steps"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(SweepTest, CsvQuotesWhatNeedsIt) {
+  const std::vector<std::string> row = {"a=1,b=2", "plain", "say \"hi\"", "", "two\nlines"};
+  const std::string line = csv_line(row);
+  EXPECT_EQ(line.substr(0, 18), "\"a=1,b=2\",plain,\"s");
+  const auto rows = parse_csv(line + csv_line({"x", "y"}));
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0], row);
+  EXPECT_EQ(rows[1], (std::vector<std::string>{"x", "y"}));
+}
+
+TEST_F(SweepTest, PlanRoundTripsThroughPlanCsv) {
+  const auto s = expand_text(kBase + "sweep:\n  name: rt\n  seeds: [3, 4]\n  grid: {algorithm.name: [ddp, diloco]}\n"
+                                     "  per_algorithm:\n    diloco: {grid: {algorithm.inner_steps: [5, 10]}}\n");
+  write_plan(s.plan);
+  const SweepPlan back = read_plan(s.plan.dir);
+  EXPECT_EQ(back.name, "rt");
+  EXPECT_EQ(back.keys, s.plan.keys);
+  ASSERT_EQ(back.runs.size(), s.plan.runs.size());
+  for (size_t i = 0; i < back.runs.size(); ++i) {
+    EXPECT_EQ(back.runs[i].id, s.plan.runs[i].id);
+    EXPECT_EQ(back.runs[i].group, s.plan.runs[i].group);
+    EXPECT_EQ(back.runs[i].seed, s.plan.runs[i].seed);
+    EXPECT_EQ(back.runs[i].hash, s.plan.runs[i].hash);
+    EXPECT_EQ(back.runs[i].values, s.plan.runs[i].values);
+  }
+  EXPECT_THROW(read_plan(dir_.string()), UserError);  // no plan.csv there
+}
+
+TEST_F(SweepTest, ResultsFollowSummaryHashAndOutcome) {
+  const auto s = expand_text(kBase + "sweep:\n  name: res\n  grid: {train.lr: [0.001, 0.002, 0.003, 0.004]}\n");
+  const SweepPlan& plan = s.plan;
+  write_plan(plan);
+  auto put = [](const fs::path& path, const std::string& text) {
+    fs::create_directories(path.parent_path());
+    std::ofstream(path) << text;
+  };
+  const auto& r = plan.runs;
+  // 0: finished; 1: finished but its loss is NaN; 2: a stale summary of another config plus a
+  // failure recorded for this one; 3: never started.
+  put(fs::path(plan.run_dir(r[0])) / "summary.json",
+      "{\"config_hash\":\"" + r[0].hash + "\",\"steps\":20,\"final_val_loss\":1.5,\"bytes_sent_total\":1000}");
+  put(fs::path(plan.run_dir(r[0])) / "metrics.jsonl",
+      "{\"event\":\"eval\",\"step\":0,\"val_loss\":2.0,\"bytes_sent_total\":0}\n"
+      "{\"event\":\"train\",\"island\":0,\"step\":10,\"loss\":1.7}\n"
+      "{\"event\":\"eval\",\"step\":20,\"val_loss\":1.5,\"bytes_sent_total\":1000,\"sim_time_s\":3.5}\n");
+  put(fs::path(plan.run_dir(r[1])) / "summary.json", "{\"config_hash\":\"" + r[1].hash + "\",\"final_val_loss\":null}");
+  put(fs::path(plan.run_dir(r[2])) / "summary.json", "{\"config_hash\":\"0000000000000000\",\"final_val_loss\":1.0}");
+  put(fs::path(plan.dir) / "logs" / (r[2].id + ".json"),
+      "{\"run\":\"x\",\"status\":\"failed\",\"reason\":\"exit code 1: boom\",\"config_hash\":\"" + r[2].hash + "\"}");
+  EXPECT_TRUE(run_finished(plan, r[0]));
+  EXPECT_FALSE(run_finished(plan, r[2]));
+  EXPECT_FALSE(run_finished(plan, r[3]));
+
+  const auto results = collect_results(plan);
+  ASSERT_EQ(results.size(), 4u);
+  EXPECT_EQ(results[0].status, "ok");
+  EXPECT_DOUBLE_EQ(results[0].metrics.final_val_loss, 1.5);
+  EXPECT_DOUBLE_EQ(results[0].metrics.best_val_loss, 1.5);
+  ASSERT_EQ(results[0].metrics.evals.size(), 2u);
+  EXPECT_DOUBLE_EQ(results[0].metrics.evals[1].sim_time_s, 3.5);
+  EXPECT_EQ(results[1].status, "diverged");
+  EXPECT_EQ(results[2].status, "not run");  // the stale summary is not this run's
+  EXPECT_EQ(results[3].status, "not run");
+
+  // With the failure recorded and the stale summary gone, the outcome file speaks.
+  fs::remove(fs::path(plan.run_dir(r[2])) / "summary.json");
+  const auto again = collect_results(plan);
+  EXPECT_EQ(again[2].status, "failed");
+  EXPECT_EQ(again[2].reason, "exit code 1: boom");
+
+  write_tables(plan, again);
+  std::ifstream in(plan.dir + "/summary.csv");
+  std::stringstream text;
+  text << in.rdbuf();
+  const auto rows = parse_csv(text.str());
+  ASSERT_EQ(rows.size(), 5u);
+  EXPECT_EQ(rows[0][4], "train.lr");
+  EXPECT_EQ(rows[1][3], "ok");
+  EXPECT_EQ(rows[1][4], "0.001");
+  const size_t loss = static_cast<size_t>(std::find(rows[0].begin(), rows[0].end(), "final_val_loss") - rows[0].begin());
+  EXPECT_EQ(rows[1][loss], "1.5");
+  EXPECT_EQ(rows[2][loss], "");  // NaN: an empty cell
+  EXPECT_EQ(rows[3][3], "failed");
+}
+
+}  // namespace
+}  // namespace atl::sweep

@@ -1,0 +1,530 @@
+#include "transport/gloo/gloo_group.h"
+
+#include <ATen/ATen.h>
+#include <gloo/common/error.h>
+#include <gloo/transport/tcp/device.h>
+
+#include <algorithm>
+#include <cmath>
+#include <csignal>
+#include <mutex>
+#include <sstream>
+
+#include "src/base/log.h"
+#include "transport/completion.h"
+#include "transport/gloo/collectives.h"
+#include "transport/gloo/control_store.h"
+#include "transport/gloo/mesh.h"
+
+namespace atl::transport {
+
+using gloo_mesh::Wire;
+
+namespace {
+
+// How often a blocked worker's mesh is checked for a peer's "closed" key.
+constexpr auto kClosedCheckPeriod = std::chrono::seconds(1);
+
+bool contains(const std::vector<int>& v, int x) { return std::find(v.begin(), v.end(), x) != v.end(); }
+
+std::vector<int> ids_of(const Membership& m) {
+  std::vector<int> ids;
+  for (const Peer& p : m.members) ids.push_back(p.id);
+  return ids;
+}
+
+std::string ids_text(const std::vector<int>& ids) {
+  std::ostringstream os;
+  for (size_t i = 0; i < ids.size(); ++i) os << (i ? ", " : "") << ids[i];
+  return os.str();
+}
+
+void check_buffer(const at::Tensor& t) {
+  TORCH_CHECK(t.defined() && t.is_contiguous() && t.scalar_type() == at::kFloat && t.device().is_cpu(),
+              "collectives take contiguous float32 CPU buffers");
+}
+
+// gloo writes with writev(2), which raises SIGPIPE on a connection the peer has closed; the
+// default action would kill the island instead of letting the mesh be rebuilt.
+void ignore_sigpipe() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    struct sigaction old {};
+    if (::sigaction(SIGPIPE, nullptr, &old) == 0 && old.sa_handler == SIG_DFL) std::signal(SIGPIPE, SIG_IGN);
+  });
+}
+
+}  // namespace
+
+struct GlooGroup::Op {
+  uint64_t seq = 0;
+  bool is_broadcast = false;
+  int root = -1;
+  at::Tensor buffer, transmitted;
+  at::Tensor input;                 // the caller's input, for restarts (worker: taken at start)
+  compression::Pipeline codec;
+  double weight = 1;
+  std::shared_ptr<Completion> done;
+  std::vector<int> first_members;   // the membership when it started
+  bool dirty = false;               // buffer no longer equals input
+  bool transmitted_filled = false;
+};
+
+struct GlooGroup::Retained {
+  uint64_t seq = 0;
+  CollectiveResult result;
+  at::Tensor values;  // [n] float32: a copy of the result
+};
+
+GlooGroup::GlooGroup(ControlPlane& control, GlooGroupOptions options)
+    : control_(control), options_(std::move(options)), server_(control_),
+      waits_(std::make_unique<gloo_mesh::Waits>()), counters_(std::make_unique<gloo_mesh::Counters>()),
+      next_seq_(options_.first_seq) {
+  TORCH_CHECK(options_.chunk_bytes >= 4, "GlooGroupOptions::chunk_bytes must hold one float");
+  ignore_sigpipe();
+  ::gloo::transport::tcp::attr attr;
+  attr.hostname = options_.host;
+  device_ = ::gloo::transport::tcp::CreateDevice(attr);
+  worker_ = std::thread([this] { work(); });
+  watchdog_ = std::thread([this] { watch(); });
+}
+
+GlooGroup::~GlooGroup() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  waits_->close("the group is shutting down");
+  worker_.join();
+  watchdog_.join();
+  mesh_.reset();  // closes the pairs while the device still runs
+}
+
+MembershipView GlooGroup::view() const {
+  const Membership m = control_.membership();
+  return {m.epoch, ids_of(m), control_.self()};
+}
+
+std::unique_ptr<Handle> GlooGroup::allreduce_mean(at::Tensor buffer, const compression::Pipeline& codec,
+                                                  double weight, at::Tensor transmitted) {
+  TORCH_CHECK(weight > 0 && std::isfinite(weight), "allreduce_mean weight must be finite and > 0");
+  check_buffer(buffer);
+  if (transmitted.defined()) {
+    TORCH_CHECK(transmitted.numel() == buffer.numel() && transmitted.is_contiguous() &&
+                    transmitted.scalar_type() == at::kFloat,
+                "allreduce_mean: `transmitted` must match the buffer");
+  }
+  auto op = std::make_unique<Op>();
+  op->seq = next_seq_++;
+  op->buffer = std::move(buffer);
+  op->transmitted = std::move(transmitted);
+  op->codec = codec;
+  op->weight = weight;
+  op->done = std::make_shared<Completion>();
+  auto handle = std::make_unique<CompletionHandle>(op->done);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.push_back(std::move(op));
+  }
+  cv_.notify_all();
+  return handle;
+}
+
+std::unique_ptr<Handle> GlooGroup::broadcast(int root, at::Tensor buffer, const compression::Pipeline& codec) {
+  check_buffer(buffer);
+  auto op = std::make_unique<Op>();
+  op->seq = next_seq_++;
+  op->is_broadcast = true;
+  op->root = root;
+  op->buffer = std::move(buffer);
+  op->codec = codec;
+  op->done = std::make_shared<Completion>();
+  auto handle = std::make_unique<CompletionHandle>(op->done);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.push_back(std::move(op));
+  }
+  cv_.notify_all();
+  return handle;
+}
+
+std::unique_ptr<Handle> GlooGroup::push(uint64_t tag, at::Tensor buffer, const compression::Pipeline& codec,
+                                        double weight, at::Tensor transmitted) {
+  return server_.push(tag, buffer, codec, weight, std::move(transmitted));
+}
+
+std::unique_ptr<Handle> GlooGroup::pull(uint64_t tag, at::Tensor out, const compression::Pipeline& codec) {
+  return server_.pull(tag, std::move(out), codec);
+}
+
+ByteCounters GlooGroup::bytes() const {
+  const ByteCounters server = server_.bytes();
+  return {counters_->sent.load() + server.sent, counters_->received.load() + server.received,
+          counters_->raw_sent.load() + server.raw_sent};
+}
+
+uint64_t GlooGroup::meshes_built() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return meshes_built_;
+}
+
+void GlooGroup::work() {
+  for (;;) {
+    std::unique_ptr<Op> op;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (stop_) break;
+      op = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    run(*op);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& op : queue_) op->done->finish({Status(StatusCode::kUnavailable, "the group was destroyed"), {}, 0});
+  queue_.clear();
+}
+
+void GlooGroup::run(Op& op) {
+  const int self = control_.self();
+  op.input = take_tensor(op.buffer.numel());
+  op.input.copy_(op.buffer);
+  op.first_members = ids_of(control_.membership());  // a member missing from the final mesh was lost
+  for (;;) {
+    Status st = ensure_mesh(op);
+    if (!st.is_ok()) {
+      if (op.dirty) op.buffer.copy_(op.input);
+      op.dirty = false;
+      const bool own = st.code() == StatusCode::kMembershipChanged;
+      complete(op, {std::move(st), own ? std::vector<int>{self} : std::vector<int>{}, own ? op.weight : 0});
+      return;
+    }
+    const uint64_t epoch = mesh_->epoch(), generation = mesh_->generation();
+    try {
+      serve_donations();
+      const int donor = mesh_->donor(op.seq);
+      if (donor >= 0) {  // a member finished this collective before the mesh broke: take its result
+        Wire wire(*mesh_, *waits_, *counters_, op.seq);
+        op.dirty = true;
+        CollectiveResult r = gloo_mesh::receive_result(wire, donor, op.buffer);
+        ATOLL_INFO("gloo: island " << self << " takes collective #" << op.seq << "'s result from island " << donor);
+        if (op.transmitted.defined() && !op.transmitted_filled) op.transmitted.copy_(op.input);
+        complete(op, std::move(r));
+        return;
+      }
+      const std::vector<int> parts = mesh_->participants(op.seq);
+      complete(op, op.is_broadcast ? run_broadcast(op, parts) : run_allreduce(op, parts));
+      return;
+    } catch (const gloo_mesh::CorruptMessage& e) {
+      ATOLL_ERROR("gloo: island " << self << ": " << e.what());
+      mesh_broken_ = true;  // the sender's collective cannot complete on this mesh either
+      set_suspect_deadline(std::nullopt);
+      if (op.dirty) op.buffer.copy_(op.input);
+      op.dirty = false;
+      complete(op, {Status(StatusCode::kCorrupt, e.what()), {}, 0});
+      return;
+    } catch (const gloo_mesh::MeshBroken& e) {
+      if (!stop_) {
+        ATOLL_WARN("gloo: island " << self << ", collective #" << op.seq << ": mesh (epoch " << epoch
+                                   << ", generation " << generation << ") broke: " << e.what()
+                                   << "; restarting it in a new mesh");
+      }
+    } catch (const ::gloo::Exception& e) {
+      ATOLL_WARN("gloo: island " << self << ", collective #" << op.seq << ": mesh (epoch " << epoch << ", generation "
+                                 << generation << ") failed: " << e.what() << "; restarting it in a new mesh");
+    } catch (const std::exception& e) {  // a broken invariant (gloo's GLOO_ENFORCE, TORCH_CHECK): no retry
+      ATOLL_ERROR("gloo: island " << self << ", collective #" << op.seq << ": " << e.what());
+      mesh_broken_ = true;
+      set_suspect_deadline(std::nullopt);
+      if (op.dirty) op.buffer.copy_(op.input);
+      op.dirty = false;
+      complete(op, {Status(StatusCode::kInternal, e.what()), {}, 0});
+      return;
+    }
+    mesh_broken_ = true;
+    set_suspect_deadline(std::nullopt);
+  }
+}
+
+Status GlooGroup::ensure_mesh(const Op& op) {
+  const int self = control_.self();
+  bool bump = mesh_broken_;  // a broken mesh of this epoch is replaced by the next generation
+  if (mesh_broken_ && mesh_) {
+    // Its peers see the pairs close and rebuild too; one in the middle of a message with
+    // this island is not told by gloo, and finds the key instead (watch()).
+    (void)control_.store_set(mesh_->closed_key(), {1});
+    mesh_.reset();
+  }
+  for (;;) {
+    if (stop_) return Status(StatusCode::kUnavailable, "the group is shutting down");
+    const Membership m = control_.membership();
+    if (mesh_ && !mesh_broken_ && mesh_->epoch() == m.epoch) return Status::ok();
+    std::vector<int> ids = ids_of(m);
+    if (!contains(ids, self)) {
+      return Status(StatusCode::kMembershipChanged,
+                    "island " + std::to_string(self) + " is not a member of epoch " + std::to_string(m.epoch));
+    }
+    if (!built_epoch_ || *built_epoch_ != m.epoch) {
+      built_epoch_ = m.epoch;
+      built_generation_ = 0;
+    } else if (bump) {
+      ++built_generation_;
+    }
+    bump = false;
+    mesh_.reset();
+    mesh_broken_ = false;
+    donations_served_ = false;
+    waits_->reset();
+    gloo_mesh::MeshOptions mo;
+    mo.control = &control_;
+    mo.device = device_;
+    mo.prefix = options_.store_prefix;
+    mo.connect_timeout = std::chrono::milliseconds(options_.connect_timeout_ms);
+    mo.store_wait = std::chrono::milliseconds(options_.store_wait_ms);
+    mo.stop = &stop_;
+    const gloo_mesh::MemberState mine{op.seq, retained_ ? retained_->seq : gloo_mesh::kNoSeq};
+    try {
+      mesh_ = gloo_mesh::Mesh::build(mo, m.epoch, built_generation_, ids, self, mine);
+      uint64_t built;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        built = ++meshes_built_;
+        closed_key_ = mesh_->closed_key();
+      }
+      if (built > 1) {
+        ATOLL_INFO("gloo: island " << self << " joined mesh (epoch " << m.epoch << ", generation " << built_generation_
+                                   << ") of islands [" << ids_text(ids) << "]");
+      }
+      return Status::ok();
+    } catch (const gloo_mesh::RendezvousError& e) {
+      // The epoch moved on (the next round builds for it) or the store failed (retried).
+      ATOLL_DEBUG("gloo: island " << self << ": rendezvous of epoch " << m.epoch << " abandoned: " << e.what());
+      if (control_.membership().epoch == m.epoch && !stop_) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(options_.poll_ms));
+      }
+    } catch (const std::exception& e) {  // gloo::Exception, or a GLOO_ENFORCE while connecting
+      ATOLL_WARN("gloo: island " << self << ": mesh (epoch " << m.epoch << ", generation " << built_generation_
+                                 << ") did not connect: " << e.what());
+      bump = true;  // the members that did connect see this island's pairs close, and follow
+    }
+    mesh_.reset();
+  }
+}
+
+void GlooGroup::serve_donations() {
+  if (donations_served_) return;
+  if (retained_ && mesh_->donor(retained_->seq) == mesh_->self()) {
+    for (int to : mesh_->adopters(retained_->seq)) {
+      Wire wire(*mesh_, *waits_, *counters_, retained_->seq);
+      gloo_mesh::send_result(wire, to, retained_->result, retained_->values);
+      ATOLL_INFO("gloo: island " << mesh_->self() << " hands collective #" << retained_->seq << "'s result to island "
+                                 << to);
+    }
+  }
+  donations_served_ = true;
+}
+
+CollectiveResult GlooGroup::run_allreduce(Op& op, const std::vector<int>& parts) {
+  const int self = mesh_->self();
+  if (op.dirty) op.buffer.copy_(op.input);
+  op.dirty = false;
+  std::vector<int> lost;
+  for (int p : op.first_members) {
+    if (!contains(mesh_->ids(), p)) lost.push_back(p);
+  }
+  Status status = lost.empty() ? Status::ok()
+                               : Status(StatusCode::kPeerLost, "islands [" + ids_text(lost) +
+                                                                   "] left during collective #" + std::to_string(op.seq));
+  if (parts.size() == 1) {  // the mean of one buffer is that buffer, bitwise
+    if (op.transmitted.defined()) op.transmitted.copy_(op.buffer);
+    op.transmitted_filled = op.transmitted.defined();
+    return {std::move(status), parts, op.weight};
+  }
+  gloo_mesh::Hello mine;
+  mine.kind = 1;
+  mine.numel = static_cast<uint64_t>(op.buffer.numel());
+  mine.weight = op.weight;
+  mine.codec = gloo_mesh::codec_fingerprint(op.codec);
+  mine.piece_elems = static_cast<uint64_t>(std::max<int64_t>(1, options_.chunk_bytes / 4));
+  Wire wire(*mesh_, *waits_, *counters_, op.seq);
+  const std::vector<gloo_mesh::Hello> hellos = gloo_mesh::exchange_hello(wire, parts, mine);
+  double weight_sum = 0;
+  bool uniform = true;
+  for (size_t q = 0; q < parts.size(); ++q) {
+    gloo_mesh::Hello h = hellos[q];
+    h.weight = mine.weight;
+    if (!(h == mine)) {
+      std::ostringstream os;
+      os << "collective #" << op.seq << ": island " << parts[q] << " issued "
+         << (h.kind == 1 ? "an all-reduce" : "a broadcast") << " of " << h.numel << " elements, island " << self
+         << " an all-reduce of " << mine.numel << " (or they disagree on the pipeline or chunk_bytes)";
+      ATOLL_ERROR("gloo: " << os.str());
+      return {Status(StatusCode::kInternal, os.str()), {}, 0};
+    }
+    weight_sum += hellos[q].weight;
+    uniform = uniform && hellos[q].weight == hellos[0].weight;
+  }
+  op.dirty = true;
+  if (!uniform) op.buffer.mul_(op.weight);
+  gloo_mesh::AllreduceSetup s;
+  s.parts = parts;
+  s.pos = static_cast<int>(std::find(parts.begin(), parts.end(), self) - parts.begin());
+  s.buffer = op.buffer;
+  s.transmitted = op.transmitted;
+  s.codec = &op.codec;
+  s.divisor = uniform ? static_cast<double>(parts.size()) : weight_sum;
+  s.piece_elems = static_cast<int64_t>(mine.piece_elems);
+  const double bandwidth = std::max(1.0, options_.bandwidth_mbps * 1e6 / 8);
+  set_suspect_deadline(std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
+      options_.timeout_slack * (options_.latency_ms / 1000 + gloo_mesh::expected_bytes(s) / bandwidth) + 1.0)));
+  if (op.codec.lossless()) gloo_mesh::ring_allreduce(wire, s);
+  else gloo_mesh::direct_allreduce(wire, s);
+  op.transmitted_filled = op.transmitted.defined();
+  return {std::move(status), parts, weight_sum};
+}
+
+CollectiveResult GlooGroup::run_broadcast(Op& op, const std::vector<int>& parts) {
+  const int self = mesh_->self();
+  if (op.dirty) op.buffer.copy_(op.input);
+  op.dirty = false;
+  if (!contains(parts, op.root)) {
+    return {Status(StatusCode::kPeerLost, "broadcast #" + std::to_string(op.seq) + ": root island " +
+                                              std::to_string(op.root) + " is not a member"),
+            {}, 0};
+  }
+  std::vector<int> lost;
+  for (int p : op.first_members) {
+    if (!contains(mesh_->ids(), p)) lost.push_back(p);
+  }
+  Status status = lost.empty() ? Status::ok()
+                               : Status(StatusCode::kPeerLost, "islands [" + ids_text(lost) +
+                                                                   "] left during broadcast #" + std::to_string(op.seq));
+  const double count = static_cast<double>(parts.size());
+  if (parts.size() == 1) return {std::move(status), parts, count};
+  gloo_mesh::Hello mine;
+  mine.kind = 2;
+  mine.root = op.root;
+  mine.numel = static_cast<uint64_t>(op.buffer.numel());
+  mine.codec = gloo_mesh::codec_fingerprint(op.codec);
+  Wire wire(*mesh_, *waits_, *counters_, op.seq);
+  const std::vector<gloo_mesh::Hello> hellos = gloo_mesh::exchange_hello(wire, parts, mine);
+  for (size_t q = 0; q < parts.size(); ++q) {
+    if (!(hellos[q] == mine)) {
+      const std::string why = "broadcast #" + std::to_string(op.seq) + ": island " + std::to_string(parts[q]) +
+                              " issued another collective (root, size or pipeline differ)";
+      ATOLL_ERROR("gloo: " << why);
+      return {Status(StatusCode::kInternal, why), {}, 0};
+    }
+  }
+  op.dirty = self != op.root;
+  const double bandwidth = std::max(1.0, options_.bandwidth_mbps * 1e6 / 8);
+  set_suspect_deadline(std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
+      options_.timeout_slack *
+          (options_.latency_ms / 1000 + static_cast<double>(op.codec.max_encoded_size(op.buffer.numel())) / bandwidth) +
+      1.0)));
+  gloo_mesh::broadcast(wire, parts, op.root, op.buffer, op.codec);
+  return {std::move(status), parts, count};
+}
+
+void GlooGroup::complete(Op& op, CollectiveResult result) {
+  set_suspect_deadline(std::nullopt);
+  const StatusCode code = result.status.code();
+  if ((code == StatusCode::kOk || code == StatusCode::kPeerLost) && !result.contributors.empty()) {
+    // Kept until the next collective finishes: by then every member has finished this one
+    // (it issued the next), so no restart can ask for it any more. The input copy's memory
+    // takes it.
+    if (retained_) give_tensor(std::move(retained_->values));
+    op.input.copy_(op.buffer);
+    retained_ = std::make_unique<Retained>(Retained{op.seq, result, std::move(op.input)});
+  } else {
+    give_tensor(std::move(op.input));
+  }
+  op.input = at::Tensor();
+  op.done->finish(std::move(result));
+}
+
+void GlooGroup::set_suspect_deadline(std::optional<Clock::duration> timeout) {
+  std::lock_guard<std::mutex> lock(mu_);
+  suspect_timeout_ = timeout.value_or(Clock::duration{});
+  suspect_at_ = timeout ? Clock::now() + *timeout : Clock::time_point::max();
+}
+
+void GlooGroup::watch() {
+  const int self = control_.self();
+  const auto poll = std::chrono::milliseconds(options_.poll_ms);
+  uint64_t seen = control_.membership().epoch;
+  Clock::time_point last_closed_check = Clock::now();
+  while (!stop_) {
+    Clock::time_point deadline = Clock::now() + poll;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      deadline = std::min(deadline, suspect_at_);
+    }
+    const Membership m = control_.wait_for_change(seen, deadline);
+    seen = m.epoch;
+    if (stop_) break;
+    // A wait on an island the coordinator has dropped (or with this island dropped) never ends.
+    const int peer = waits_->waiting_on();
+    const std::vector<int> ids = ids_of(m);
+    if (peer >= 0 && (!contains(ids, peer) || !contains(ids, self))) {
+      const std::string why = contains(ids, self) ? "island " + std::to_string(peer) + " left the membership (epoch " +
+                                                        std::to_string(m.epoch) + ")"
+                                                  : "island " + std::to_string(self) + " is not a member of epoch " +
+                                                        std::to_string(m.epoch);
+      waits_->interrupt(peer, why);
+    }
+    // A peer that abandoned the mesh while a message with this island was half sent or
+    // received: gloo never completes that message, the peer's key says so.
+    if (peer >= 0 && Clock::now() - last_closed_check >= kClosedCheckPeriod) {
+      last_closed_check = Clock::now();
+      std::string key;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        key = closed_key_;
+      }
+      const auto wait = std::chrono::milliseconds(options_.store_wait_ms);
+      if (!key.empty() && control_.store_get(key, Clock::now() + wait).is_ok()) {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (closed_key_ == key) waits_->interrupt(-1, "a member abandoned the mesh (" + key + ")");
+      }
+    }
+    // A data phase that takes far longer than the bandwidth model allows: tell the coordinator.
+    bool suspect = false;
+    double waited = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      const auto now = Clock::now();
+      if (now >= suspect_at_) {
+        waited = std::chrono::duration<double>(suspect_timeout_).count();
+        suspect_timeout_ *= 2;
+        suspect_at_ = now + suspect_timeout_;
+        suspect = true;
+      }
+    }
+    if (suspect && peer >= 0) {
+      ATOLL_WARN("gloo: island " << self << ": no progress from island " << peer << " within " << waited
+                                 << " s; suspecting it");
+      control_.suspect(peer);
+    }
+  }
+}
+
+at::Tensor GlooGroup::take_tensor(int64_t n) {
+  for (auto it = spare_.begin(); it != spare_.end(); ++it) {
+    if (it->numel() == n) {
+      at::Tensor t = std::move(*it);
+      spare_.erase(it);
+      return t;
+    }
+  }
+  return at::empty({n}, at::kFloat);
+}
+
+void GlooGroup::give_tensor(at::Tensor t) {
+  if (!t.defined()) return;
+  if (spare_.size() >= 2) spare_.erase(spare_.begin());
+  spare_.push_back(std::move(t));
+}
+
+}  // namespace atl::transport
