@@ -238,6 +238,11 @@ int main(int argc, char** argv) {
     options.force = force;
     options.quiet = quiet;
     atl::sim::RunSummary s = atl::sim::simulate(config, options);
+    if (s.diverged) {
+      std::fprintf(stderr, "atoll: run diverged: island %d's training loss is not finite at step %lld (%s)\n",
+                   s.diverged_island, static_cast<long long>(s.diverged_step), s.run_dir.c_str());
+      return kExitRuntime;
+    }
     std::printf("run %s: final val loss %.4f, %llu bytes sent, %.1f s\n", s.run_dir.c_str(),
                 s.final_val_loss, static_cast<unsigned long long>(s.bytes_sent_total), s.wall_time_s);
     return 0;

@@ -78,6 +78,16 @@ double peak_rss_mb() {
   return NAN;
 }
 
+// Thrown by an island whose training loss is not finite; stops the whole simulation.
+struct Diverged : std::runtime_error {
+  Diverged(int island, int64_t step, double loss)
+      : std::runtime_error("island " + std::to_string(island) + ": training loss is " +
+                           std::to_string(loss) + " at step " + std::to_string(step)),
+        island(island), step(step) {}
+  int island;
+  int64_t step;
+};
+
 // Thrown inside a killed island's thread to unwind its loop.
 struct IslandKilled {};
 
@@ -336,127 +346,136 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
     pending.clear();
   };
 
-  scheduler.run([&](int i) {
-    at::init_num_threads();
-    Island& is = islands[i];
+  RunSummary summary;
+  try {
+    scheduler.run([&](int i) {
+      at::init_num_threads();
+      Island& is = islands[i];
 
-    IslandLoop loop;
-    loop.algorithm = is.parts.algorithm.get();
-    loop.context = &is.context;
-    loop.optimizer = is.parts.optimizer.get();
-    loop.train = &train;
-    is.parts.model->set_training(true);
-    loop.forward_backward = [&](int64_t) {
-  
-      return forward_backward(is.parts, train);
-    };
-    loop.after_compute = [&](int64_t step) {
-      const double dt = cost.next_step_s(i);
-      is.compute_s += dt;
-      scheduler.advance(i, scheduler.time(i) + dt);
-  
-      for (auto& kill : kills[static_cast<size_t>(i)])
-        if (!kill.fired && kill.event.at_time_s >= 0 && scheduler.time(i) >= kill.event.at_time_s)
-          die(i, kill, "at_time_s");
-      (void)step;
-    };
-    double loss_acc = 0;
-    int64_t loss_n = 0;
-    bool planned = false;
-    loop.on_step = [&](int64_t step, int64_t total, double loss, double lr) {
-      if (!planned) {
-        state.steps_total += total - train.steps;
-        planned = true;
-      }
-      is.steps = step;
-      ++state.steps_done;
-      state.last_loss = loss;
-      loss_acc += loss;
-      ++loss_n;
-      if (step % log_every == 0 || step == total) {
-        dir.record(train_record(i, step, loss_acc / static_cast<double>(loss_n), lr, seconds_since(t0)));
-        loss_acc = 0;
-        loss_n = 0;
-      }
-  
-      // The lowest live island evaluates the global model for algorithms that keep it on
-      // the islands.
-      if (i == evaluator_island() && !is.parts.algorithm->global_on_server() &&
-          ((train.eval_every > 0 && step % train.eval_every == 0) || step == total)) {
-        evaluate(step, is.parts.algorithm->global_params(), scheduler.time(i));
-        is.parts.model->set_training(true);
-      }
-      state.bytes = total_bytes();
-      progress.update(state);
-      // Joiners wait for this step boundary; those earlier on the clock must have asked.
-      if (joins_planned) scheduler.yield(i);
-      if (!pending.empty() && i == evaluator_island()) hand_over(i, step);
-      for (auto& kill : kills[static_cast<size_t>(i)])
-        if (!kill.fired && kill.event.at_step == step) die(i, kill, "at_step");
-    };
-    size_t next_join = 0;
-    for (bool member = is.alive;;) {
-      if (member) {
-        try {
-          run_island(loop);
-          scheduler.yield(i);  // finish() may have moved the clock
-          member_s[i] += scheduler.time(i) - member_since[i];
-          end_time[i] = scheduler.time(i);
-          const bool donor = i == evaluator_island();
-          is.finished = true;
-          // Joiners still waiting get the final state (they have no steps left to run).
-          if (donor && !pending.empty()) hand_over(i, is.steps);
-          return;
-        } catch (const IslandKilled&) {
-          // Unwound; its collectives completed without it. Drop the algorithm now: it may
-          // hold handles into the hub.
-          is.parts.algorithm.reset();
-        }
-      }
-      // Dead (or not yet added): come (back) at the next join time after now, if any.
-      while (next_join < joins[i].size() && joins[i][next_join] < scheduler.time(i)) ++next_join;
-      if (next_join >= joins[i].size()) return;
-      VirtualTime waiting(scheduler, i);
-      waiting.sleep_until_s(joins[i][next_join++]);
-      scheduler.yield(i);  // the others' state at the join time
-      if (evaluator_island() < 0) return;  // nobody left to hand the state over
-      handovers[i] = {};
-      pending.push_back(i);
-      scheduler.block_until(
-          i, [&] { return handovers[i].ready || evaluator_island() < 0; }, "state hand-over");
-      if (!handovers[i].ready) {  // every donor finished or died meanwhile
-        pending.erase(std::remove(pending.begin(), pending.end(), i), pending.end());
-        return;
-      }
-      Handover& h = handovers[i];
-      // Fresh inner optimizer and algorithm on the global model, then the donor's state.
-      {
-        at::NoGradGuard no_grad;
-        is.parts.model->params().copy_(h.global);
-      }
-      is.parts.optimizer = train::make_inner_optimizer(config.train);
-      is.parts.algorithm = algorithms::make_algorithm(algo_options, i);
-      is.group = hub.make_group(i);
-      is.context.group = is.group.get();
+      IslandLoop loop;
       loop.algorithm = is.parts.algorithm.get();
+      loop.context = &is.context;
       loop.optimizer = is.parts.optimizer.get();
-      loop.first_step = h.step + 1;
-      loop.after_setup = [&is, &h] { is.parts.algorithm->import_state(is.context, h.state); };
-      is.steps = h.step;
-      is.time->sleep_until_s(h.arrival);
-      scheduler.yield(i);  // others earlier on the clock do not see it yet
-      is.alive = true;
-      member_since[i] = scheduler.time(i);
-      membership_record(i, i < k ? "rejoined" : "added", "event");
-      member = true;
-    }
-  });
+      loop.train = &train;
+      is.parts.model->set_training(true);
+      loop.forward_backward = [&](int64_t) {
+    
+        return forward_backward(is.parts, train);
+      };
+      loop.after_compute = [&](int64_t step) {
+        const double dt = cost.next_step_s(i);
+        is.compute_s += dt;
+        scheduler.advance(i, scheduler.time(i) + dt);
+    
+        for (auto& kill : kills[static_cast<size_t>(i)])
+          if (!kill.fired && kill.event.at_time_s >= 0 && scheduler.time(i) >= kill.event.at_time_s)
+            die(i, kill, "at_time_s");
+        (void)step;
+      };
+      double loss_acc = 0;
+      int64_t loss_n = 0;
+      bool planned = false;
+      loop.on_step = [&](int64_t step, int64_t total, double loss, double lr) {
+        if (!std::isfinite(loss)) throw Diverged(i, step, loss);
+        if (!planned) {
+          state.steps_total += total - train.steps;
+          planned = true;
+        }
+        is.steps = step;
+        ++state.steps_done;
+        state.last_loss = loss;
+        loss_acc += loss;
+        ++loss_n;
+        if (step % log_every == 0 || step == total) {
+          dir.record(train_record(i, step, loss_acc / static_cast<double>(loss_n), lr, seconds_since(t0)));
+          loss_acc = 0;
+          loss_n = 0;
+        }
+    
+        // The lowest live island evaluates the global model for algorithms that keep it on
+        // the islands.
+        if (i == evaluator_island() && !is.parts.algorithm->global_on_server() &&
+            ((train.eval_every > 0 && step % train.eval_every == 0) || step == total)) {
+          evaluate(step, is.parts.algorithm->global_params(), scheduler.time(i));
+          is.parts.model->set_training(true);
+        }
+        state.bytes = total_bytes();
+        progress.update(state);
+        // Joiners wait for this step boundary; those earlier on the clock must have asked.
+        if (joins_planned) scheduler.yield(i);
+        if (!pending.empty() && i == evaluator_island()) hand_over(i, step);
+        for (auto& kill : kills[static_cast<size_t>(i)])
+          if (!kill.fired && kill.event.at_step == step) die(i, kill, "at_step");
+      };
+      size_t next_join = 0;
+      for (bool member = is.alive;;) {
+        if (member) {
+          try {
+            run_island(loop);
+            scheduler.yield(i);  // finish() may have moved the clock
+            member_s[i] += scheduler.time(i) - member_since[i];
+            end_time[i] = scheduler.time(i);
+            const bool donor = i == evaluator_island();
+            is.finished = true;
+            // Joiners still waiting get the final state (they have no steps left to run).
+            if (donor && !pending.empty()) hand_over(i, is.steps);
+            return;
+          } catch (const IslandKilled&) {
+            // Unwound; its collectives completed without it. Drop the algorithm now: it may
+            // hold handles into the hub.
+            is.parts.algorithm.reset();
+          }
+        }
+        // Dead (or not yet added): come (back) at the next join time after now, if any.
+        while (next_join < joins[i].size() && joins[i][next_join] < scheduler.time(i)) ++next_join;
+        if (next_join >= joins[i].size()) return;
+        VirtualTime waiting(scheduler, i);
+        waiting.sleep_until_s(joins[i][next_join++]);
+        scheduler.yield(i);  // the others' state at the join time
+        if (evaluator_island() < 0) return;  // nobody left to hand the state over
+        handovers[i] = {};
+        pending.push_back(i);
+        scheduler.block_until(
+            i, [&] { return handovers[i].ready || evaluator_island() < 0; }, "state hand-over");
+        if (!handovers[i].ready) {  // every donor finished or died meanwhile
+          pending.erase(std::remove(pending.begin(), pending.end(), i), pending.end());
+          return;
+        }
+        Handover& h = handovers[i];
+        // Fresh inner optimizer and algorithm on the global model, then the donor's state.
+        {
+          at::NoGradGuard no_grad;
+          is.parts.model->params().copy_(h.global);
+        }
+        is.parts.optimizer = train::make_inner_optimizer(config.train);
+        is.parts.algorithm = algorithms::make_algorithm(algo_options, i);
+        is.group = hub.make_group(i);
+        is.context.group = is.group.get();
+        loop.algorithm = is.parts.algorithm.get();
+        loop.optimizer = is.parts.optimizer.get();
+        loop.first_step = h.step + 1;
+        loop.after_setup = [&is, &h] { is.parts.algorithm->import_state(is.context, h.state); };
+        is.steps = h.step;
+        is.time->sleep_until_s(h.arrival);
+        scheduler.yield(i);  // others earlier on the clock do not see it yet
+        is.alive = true;
+        member_since[i] = scheduler.time(i);
+        membership_record(i, i < k ? "rejoined" : "added", "event");
+        member = true;
+      }
+    });
+  } catch (const Diverged& d) {
+    // Reported, not hidden: the record, the summary's flag and an error from simulate().
+    summary.diverged = true;
+    summary.diverged_island = d.island;
+    summary.diverged_step = d.step;
+    dir.record(JsonObject().add("event", "diverged").add("island", d.island).add("step", d.step).str());
+  }
 
   // The server's final model is evaluated even when churn kept the last round from being
   // the planned one (evaluate() skips a step it has already done).
   if (server_global.defined()) evaluate(server_evals.label(server_round), server_global, server_time);
 
-  RunSummary summary;
   summary.run_dir = dir.path();
   summary.final_val_loss = final_val;
   summary.best_val_loss = best_val;
@@ -506,6 +525,7 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
   s.add("wall_time_s", summary.wall_time_s)
       .add("wall_threads", threads)
       .add("wall_peak_rss_mb", peak_rss_mb());
+  if (summary.diverged) s.add("diverged", true).add("diverged_step", summary.diverged_step);
   dir.write_summary(s.str());
   // The final global model (fedavg: the server's; otherwise island 0's global copy).
   int last = -1;  // the lowest island that is still a member at the end

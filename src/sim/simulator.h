@@ -25,6 +25,10 @@ struct RunSummary {
   int64_t steps = 0;          // inner steps per island (max over islands)
   int64_t rounds = 0;         // outer rounds (max over islands)
   double wall_time_s = 0;
+  // A training loss that is not finite stops the run at once: the island and step.
+  bool diverged = false;
+  int diverged_island = -1;
+  int64_t diverged_step = -1;
 };
 
 // Runs the simulation and writes runs/<name>/. Throws atl::UserError for problems with

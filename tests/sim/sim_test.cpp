@@ -129,6 +129,42 @@ TEST(Simulate, VirtualClockWithChurnIsDeterministic) {
   EXPECT_GT(*json_find_number(summary, "sim_time_s"), 24 * 0.1 / 1.5 + 5);
 }
 
+// Async local-SGD: arrivals at the server are ordered by the virtual clock, so heterogeneous
+// speeds, jitter and a jittery WAN still give identical runs.
+TEST(Simulate, AsyncLocalSgdOnAJitteryWanIsDeterministic) {
+  TempDir tmp;
+  config::Config c = tiny_text_config(tmp.path, "async_local_sgd");
+  c.compute.step_time_s = 0.1;
+  c.compute.speeds = {1.7, 1.0, 0.4};
+  c.compute.jitter = 0.3;
+  c.network.bandwidth_mbps = 20;
+  c.network.latency_ms = 40;
+  c.network.jitter_ms = 30;
+  c.algorithm.grace_s = 0.05;
+  SimulateOptions quiet{false, true};
+  simulate(c, quiet);
+  const std::string first = read(tmp.path / "runs/t/metrics.jsonl");
+  c.run.name = "t2";
+  simulate(c, quiet);
+  EXPECT_EQ(strip_wall(first), strip_wall(read(tmp.path / "runs/t2/metrics.jsonl")));
+  EXPECT_NE(first.find(R"("event":"eval")"), std::string::npos);
+}
+
+// A loss that is not finite stops the run, marks the summary and says which island and step.
+TEST(Simulate, DivergenceStopsTheRunAndIsReported) {
+  TempDir tmp;
+  config::Config c = tiny_text_config(tmp.path, "diloco");
+  c.train.lr = 1e6;
+  c.train.warmup_steps = 0;
+  c.train.grad_clip = 0;
+  const RunSummary s = simulate(c, {false, true});
+  EXPECT_TRUE(s.diverged);
+  EXPECT_LT(s.diverged_step, c.train.steps);
+  const std::string summary = read(tmp.path / "runs/t/summary.json");
+  EXPECT_NE(summary.find(R"("diverged":true)"), std::string::npos);
+  EXPECT_NE(read(tmp.path / "runs/t/metrics.jsonl").find(R"("event":"diverged")"), std::string::npos);
+}
+
 TEST(Simulate, WritesRunDirectoryAndRefusesToOverwrite) {
   TempDir tmp;
   config::Config c = tiny_text_config(tmp.path, "diloco");
