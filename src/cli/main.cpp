@@ -129,6 +129,9 @@ int main(int argc, char** argv) {
   }
   coordinator->add_flag("--force", force, "overwrite an existing run directory");
   launch->add_flag("--force", force, "overwrite an existing run directory");
+  bool ssh = false;
+  launch->add_flag("--ssh", ssh, "with a hosts: section, start the processes on their hosts over ssh "
+                                 "(default: print the per-host commands)");
   island->add_option("--id", island_id, "this island's id, 0 .. islands.count-1")->required();
   std::vector<std::string> peer_endpoints;
   island->add_option("--peer-endpoint", peer_endpoints,
@@ -218,6 +221,7 @@ int main(int argc, char** argv) {
     popts.config_path = config_path;
     popts.overrides = sets;
     popts.emulate_wan = emulate_wan;
+    popts.ssh = ssh;
     popts.wan = wan;
     for (const auto& p : peer_endpoints) {
       const auto eq = p.find('=');

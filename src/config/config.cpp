@@ -478,6 +478,10 @@ void check_cross_field(const Config& c) {
   };
   count_problem("compute.speeds", c.compute.speeds.size());
   count_problem("network.regions", c.network.regions.size());
+  if (!c.hosts.islands.empty() && static_cast<int>(c.hosts.islands.size()) != k)
+    fail(origin_of(c, "hosts.islands"), "hosts.islands",
+         "has " + std::to_string(c.hosts.islands.size()) + " entries but islands.count is " +
+             std::to_string(k) + " (one host per island)");
   const auto& regions = c.network.regions;
   auto known_region = [&](const std::string& key, const std::string& r) {
     if (std::find(regions.begin(), regions.end(), r) != regions.end()) return;

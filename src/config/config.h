@@ -208,6 +208,16 @@ struct CompressionStage {
   bool operator==(const CompressionStage&) const = default;
 };
 
+// Where the processes of a real run live (`atoll launch` prints or, with --ssh, runs the
+// per-host commands). A host is an ssh destination ("user@host" or "host"); "" = this machine.
+// Every host has the repository at `workdir` with the config at the same relative path.
+struct HostsConfig {
+  std::string coordinator;          // host of `atoll coordinator`
+  std::vector<std::string> islands; // host of island K (index K); empty = all on this machine
+  std::string workdir = "atoll";    // checkout on each host (relative to the ssh login dir)
+  std::string binary = "build/atoll";  // the atoll executable inside workdir
+};
+
 struct Config {
   std::string source;           // file the config was read from ("" when built in code)
   RunConfig run;
@@ -220,6 +230,7 @@ struct Config {
   TransportConfig transport;
   ComputeConfig compute;
   NetworkConfig network;
+  HostsConfig hosts;
   // Where each key that the text set came from, for messages about it later (e.g. a missing
   // data file in check_environment): "section.key" -> "FILE:LINE" or "--set section.key=v".
   // Filled by parse_config; keys left at their defaults are absent. Not written by to_yaml.

@@ -155,6 +155,11 @@ std::vector<Section> build() {
         field("regions", &Config::network, &NetworkConfig::regions),
         field("links", &Config::network, &NetworkConfig::links),
         field("server_region", &Config::network, &NetworkConfig::server_region)}});
+  s.push_back({"hosts",
+               {field("coordinator", &Config::hosts, &HostsConfig::coordinator),
+                field("islands", &Config::hosts, &HostsConfig::islands),
+                field("workdir", &Config::hosts, &HostsConfig::workdir),
+                field("binary", &Config::hosts, &HostsConfig::binary)}});
   return s;
 }
 

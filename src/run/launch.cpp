@@ -27,6 +27,7 @@
 
 #include "src/base/log.h"
 #include "src/base/status.h"
+#include "src/run/hosts.h"
 #include "src/run/processes.h"
 #include "src/run/wan.h"
 
@@ -45,7 +46,8 @@ struct Child {
 std::atomic<int> g_signal{0};
 void on_signal(int sig) { g_signal = sig; }
 
-Child spawn(const std::string& prefix, const std::vector<std::string>& args) {
+// Runs `args` with this executable, or with `program` (looked up in PATH, e.g. ssh) when given.
+Child spawn(const std::string& prefix, const std::vector<std::string>& args, const std::string& program = "") {
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
   const pid_t parent = getpid();
@@ -59,7 +61,11 @@ Child spawn(const std::string& prefix, const std::vector<std::string>& args) {
     std::vector<char*> argv;
     for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
-    execv("/proc/self/exe", argv.data());
+    if (program.empty()) {
+      execv("/proc/self/exe", argv.data());
+    } else {
+      execvp(program.c_str(), argv.data());
+    }
     std::fprintf(stderr, "exec failed: %s\n", std::strerror(errno));
     _exit(127);
   }
@@ -165,19 +171,51 @@ int launch(const config::Config& config, const ProcessOptions& options) {
     throw UserError(config.source + ": key 'transport.kind': launch --emulate-wan needs zmq (the " +
                     config.transport.kind + " data plane cannot be routed through relays)");
   }
+  // What to start: [0] is the coordinator. With `hosts:`, processes on other machines are
+  // started through ssh (or only printed, without --ssh).
+  struct Start {
+    std::string prefix;
+    std::vector<std::string> argv;
+    std::string program;  // "" = this executable
+  };
+  std::vector<Start> starts;
   std::unique_ptr<Relays> relays;
-  if (options.emulate_wan) relays = std::make_unique<Relays>(config, options.wan);
+  if (uses_hosts(config)) {
+    if (options.emulate_wan)
+      throw UserError("launch: --emulate-wan runs every process on this machine; it cannot be combined with hosts:");
+    const auto commands = host_commands(config, options);
+    if (!options.ssh) {
+      std::printf("# run these, coordinator first (or: atoll launch --ssh %s)\n", options.config_path.c_str());
+      for (const auto& c : commands) {
+        std::string line = c.host.empty() ? config.hosts.binary : "ssh " + c.host + " " + shell_quote(c.remote);
+        if (c.host.empty()) for (const auto& a : c.atoll) line += " " + shell_quote(a);
+        std::printf("%s  # %s\n", line.c_str(), c.role.c_str());
+      }
+      return 0;
+    }
+    for (const auto& c : commands) {
+      std::vector<std::string> argv = {"atoll"};
+      argv.insert(argv.end(), c.atoll.begin(), c.atoll.end());
+      starts.push_back(c.host.empty() ? Start{"[" + c.role + "] ", argv, ""}
+                                      : Start{"[" + c.role + "@" + c.host + "] ", ssh_argv(c), "ssh"});
+    }
+  } else {
+    if (options.emulate_wan) relays = std::make_unique<Relays>(config, options.wan);
+    starts.push_back({"[coordinator] ", args("coordinator", options.force ? std::vector<std::string>{"--force"} : std::vector<std::string>{}), ""});
+    for (int i = 0; i < config.islands.count; ++i) {
+      std::vector<std::string> extra = {"--id", std::to_string(i)};
+      if (relays) for (auto& a : relays->island_args(i)) extra.push_back(a);
+      starts.push_back({"[island " + std::to_string(i) + "] ", args("island", extra), ""});
+    }
+  }
   struct sigaction sa {};
   sa.sa_handler = on_signal;
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
 
-  children.push_back(spawn("[coordinator] ", args("coordinator", options.force ? std::vector<std::string>{"--force"} : std::vector<std::string>{})));
-  usleep(200 * 1000);  // let the coordinator bind before the islands dial (they retry anyway)
-  for (int i = 0; i < config.islands.count; ++i) {
-    std::vector<std::string> extra = {"--id", std::to_string(i)};
-    if (relays) for (auto& a : relays->island_args(i)) extra.push_back(a);
-    children.push_back(spawn("[island " + std::to_string(i) + "] ", args("island", extra)));
+  for (size_t s = 0; s < starts.size(); ++s) {
+    children.push_back(spawn(starts[s].prefix, starts[s].argv, starts[s].program));
+    if (s == 0) usleep(200 * 1000);  // let the coordinator bind before the islands dial (they retry anyway)
   }
   ATOLL_INFO("launch: coordinator + " << config.islands.count << " islands started (pids "
                                       << children.front().pid << "..." << children.back().pid << ")");

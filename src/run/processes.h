@@ -25,6 +25,8 @@ struct ProcessOptions {
   bool quiet = false;   // no progress output
   std::string config_path;            // launch: the config file the children read
   std::vector<std::string> overrides; // launch: --set overrides passed on to the children
+  bool ssh = false;                   // launch with hosts: start remote processes over ssh
+                                      // (without it, print the per-host commands)
   bool emulate_wan = false;           // launch: island traffic through relays (src/run/wan.h)
   WanOptions wan;                     // launch --emulate-wan: what the profile leaves open
   std::map<int, std::string> peer_endpoints;  // island: dial peer id at this endpoint instead

@@ -1,0 +1,79 @@
+#include "src/run/hosts.h"
+
+#include "src/base/status.h"
+
+namespace atl::run {
+
+bool uses_hosts(const config::Config& config) {
+  if (!config.hosts.coordinator.empty()) return true;
+  for (const auto& h : config.hosts.islands)
+    if (!h.empty()) return true;
+  return false;
+}
+
+std::string shell_quote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+namespace {
+
+// "user@host" -> "host".
+std::string host_part(const std::string& destination) {
+  const size_t at = destination.rfind('@');
+  return at == std::string::npos ? destination : destination.substr(at + 1);
+}
+
+bool loopback(const std::string& endpoint) {
+  return endpoint.find("127.0.0.1") != std::string::npos || endpoint.find("localhost") != std::string::npos;
+}
+
+}  // namespace
+
+std::vector<HostCommand> host_commands(const config::Config& config, const ProcessOptions& options) {
+  const auto& hosts = config.hosts;
+  bool remote_islands = false;
+  for (const auto& h : hosts.islands) remote_islands = remote_islands || (!h.empty() && h != hosts.coordinator);
+  if (remote_islands && loopback(config.transport.coordinator)) {
+    throw UserError(config.source + ": key 'transport.coordinator': '" + config.transport.coordinator +
+                    "' is a loopback address, but hosts.islands places islands on other machines "
+                    "(use an address they can reach, e.g. tcp://" +
+                    (hosts.coordinator.empty() ? std::string("<this host>") : host_part(hosts.coordinator)) +
+                    ":29500)");
+  }
+  std::vector<std::string> common = {options.config_path};
+  for (const auto& o : options.overrides) {
+    common.push_back("--set");
+    common.push_back(o);
+  }
+  common.push_back("--quiet");
+  auto make = [&](std::string role, std::string host, std::vector<std::string> args) {
+    HostCommand c{std::move(role), std::move(host), std::move(args), ""};
+    if (!c.host.empty()) {
+      c.remote = "cd " + shell_quote(hosts.workdir) + " && exec " + shell_quote(hosts.binary);
+      for (const auto& a : c.atoll) c.remote += " " + shell_quote(a);
+    }
+    return c;
+  };
+  std::vector<HostCommand> out;
+  std::vector<std::string> coord = {"coordinator"};
+  coord.insert(coord.end(), common.begin(), common.end());
+  if (options.force) coord.push_back("--force");
+  out.push_back(make("coordinator", hosts.coordinator, coord));
+  for (int i = 0; i < config.islands.count; ++i) {
+    const std::string host = hosts.islands.empty() ? "" : hosts.islands[static_cast<size_t>(i)];
+    std::vector<std::string> a = {"island"};
+    a.insert(a.end(), common.begin(), common.end());
+    a.insert(a.end(), {"--id", std::to_string(i)});
+    if (!host.empty()) a.insert(a.end(), {"--set", "transport.host=" + host_part(host)});
+    out.push_back(make("island " + std::to_string(i), host, a));
+  }
+  return out;
+}
+
+std::vector<std::string> ssh_argv(const HostCommand& c) {
+  return {"ssh", "-o", "BatchMode=yes", c.host, c.remote};
+}
+
+}  // namespace atl::run
