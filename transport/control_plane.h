@@ -30,6 +30,11 @@ struct Membership {
   std::vector<Peer> members;  // live islands, ascending id
 };
 
+// Whether a member takes part in collectives: only once it has published its data endpoint.
+// An island that rejoins a running run is a member without one (heartbeats, store) until it
+// has received the state hand-over (docs/protocol.md "Rejoining a running run").
+inline bool in_collectives(const Peer& p) { return !p.endpoint.empty(); }
+
 class ControlPlane {
  public:
   virtual ~ControlPlane() = default;

@@ -1,16 +1,20 @@
 // `atoll island CONFIG --id K`: one island of a real run. Builds exactly what the
 // simulator's island K builds (src/sim/island_parts.h), joins the coordinator, waits until
 // every configured island is present, then runs the island loop over ZeroMQ or Gloo
-// (transport.kind).
+// (transport.kind). Started again while the run is going (after a crash), it rejoins: it
+// waits for a live island's state hand-over (src/run/handover.h) and goes on from there.
 #include <ATen/ATen.h>
 #include <torch/torch.h>
+#include <xxhash.h>
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <thread>
 
 #include "src/base/log.h"
 #include "src/base/status.h"
+#include "src/run/handover.h"
 #include "src/run/processes.h"
 #include "src/run/wan_routes.h"
 #include "src/sim/components.h"
@@ -53,6 +57,28 @@ transport::GlooGroupOptions gloo_options(const config::TransportConfig& t) {
   return o;
 }
 
+// Set in the store by every island before its first step: an island that finds it when it
+// joins comes into a run that is already going.
+const char kStartedKey[] = "atoll/run/started";
+
+// Rejoining hands over the global model and Algorithm::export_state(); these setups keep more.
+Status check_rejoin(const config::Config& config, const algorithms::Algorithm& algorithm) {
+  std::string why;
+  if (config.transport.kind != "zmq") why = "transport.kind " + config.transport.kind + " (use zmq)";
+  else if (config.algorithm.name == "streaming_diloco") why = "streaming_diloco (its per-fragment state is not handed over)";
+  else if (algorithm.global_on_server()) why = config.algorithm.name + " (its global model lives in the coordinator's server role)";
+  if (why.empty()) return Status::ok();
+  return Status(StatusCode::kUnavailable, "rejoining a running run is not supported with " + why);
+}
+
+std::string xxh64_hex(const at::Tensor& t) {
+  const at::Tensor c = t.detach().to(at::kCPU).contiguous();
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx",
+                static_cast<unsigned long long>(XXH64(c.data_ptr(), c.nbytes(), 0)));
+  return text;
+}
+
 }  // namespace
 
 void check_real_run(const config::Config& config) {
@@ -91,7 +117,10 @@ int run_island(const config::Config& config, int island, const ProcessOptions& o
   transport::ControlClientOptions cc;
   cc.coordinator = t.coordinator;
   cc.island = island;
-  cc.data_endpoint = data_endpoint(t, island);
+  // Joined without a data endpoint, the island takes part in no collective until it holds
+  // the state it starts from (the initial model, or a hand-over) and publishes it.
+  const std::string endpoint = data_endpoint(t, island);
+  cc.data_endpoint = "";
   cc.heartbeat_ms = t.heartbeat_ms;
   cc.heartbeat_timeout_ms = t.heartbeat_timeout_ms;
   if (t.curve) {
@@ -108,11 +137,41 @@ int run_island(const config::Config& config, int island, const ProcessOptions& o
     ATOLL_ERROR("island " << island << ": cannot join " << t.coordinator << ": " << client.status().to_string());
     return 1;
   }
+  transport::ZmqControlClient& joined = *client.value();
+  const uint64_t join_epoch = joined.membership().epoch;
   // With launch --emulate-wan, peers are dialled through the relays of this island's links.
-  PeerRoutes control(*client.value(), options.peer_endpoints);
+  PeerRoutes control(joined, options.peer_endpoints);
+
+  // A run that is already going: wait for a live island to hand its state over.
+  auto started = joined.store_peek(kStartedKey);
+  if (!started.is_ok()) {
+    ATOLL_ERROR("island " << island << ": " << started.status().to_string());
+    return 1;
+  }
+  std::optional<Handover> handover;
+  if (started.value()) {
+    if (Status st = check_rejoin(config, *parts.algorithm); !st.is_ok()) {
+      ATOLL_ERROR("island " << island << ": the run is already going: " << st.message());
+      return 1;
+    }
+    ATOLL_INFO("island " << island << ": the run is already going; waiting for a live island's state");
+    auto got = fetch_handover(control, island, join_epoch, Clock::now() + std::chrono::seconds(300), [&]() -> Status {
+      if (!joined.status().is_ok()) return joined.status();
+      for (const auto& p : control.membership().members) {
+        if (p.id != island && transport::in_collectives(p)) return Status::ok();
+      }
+      return Status(StatusCode::kPeerLost, "no live island is left to hand its state over (the run has ended)");
+    });
+    if (!got.is_ok()) {
+      ATOLL_ERROR("island " << island << ": cannot rejoin the run: " << got.status().to_string());
+      return 1;
+    }
+    handover = std::move(got.value());
+  }
 
   transport::ZmqGroupOptions go;
-  go.bind = cc.data_endpoint;
+  go.bind = endpoint;
+  go.first_seq = handover ? handover->first_seq : 0;  // the donor's next collective
   go.chunk_bytes = t.chunk_bytes;
   go.max_in_flight = t.max_in_flight;
   go.bandwidth_mbps = t.bandwidth_mbps;
@@ -126,17 +185,30 @@ int run_island(const config::Config& config, int island, const ProcessOptions& o
   if (t.kind == "gloo") data_plane = std::make_unique<transport::GlooGroup>(control, gloo_options(t));
   else data_plane = std::make_unique<transport::ZmqGroup>(control, go);
   transport::Group& group = *data_plane;
-
-  // Start together: every configured island must be a member before the first step.
-  auto view = control.membership();
-  const auto join_deadline = Clock::now() + std::chrono::seconds(300);
-  while (static_cast<int>(view.members.size()) < k && Clock::now() < join_deadline) {
-    view = control.wait_for_change(view.epoch, Clock::now() + std::chrono::milliseconds(500));
-  }
-  if (static_cast<int>(view.members.size()) < k) {
-    ATOLL_ERROR("island " << island << ": only " << view.members.size() << " of " << k
-                          << " islands joined within 300 s");
+  if (Status st = joined.publish_endpoint(endpoint, Clock::now() + std::chrono::seconds(60)); !st.is_ok()) {
+    ATOLL_ERROR("island " << island << ": " << st.to_string());
     return 1;
+  }
+
+  if (!handover) {
+    // Start together: every configured island must take part before the first step.
+    auto view = control.membership();
+    auto ready = [&] {
+      return std::count_if(view.members.begin(), view.members.end(), transport::in_collectives) >= k;
+    };
+    const auto join_deadline = Clock::now() + std::chrono::seconds(300);
+    while (!ready() && Clock::now() < join_deadline) {
+      view = control.wait_for_change(view.epoch, Clock::now() + std::chrono::milliseconds(500));
+    }
+    if (!ready()) {
+      ATOLL_ERROR("island " << island << ": only " << view.members.size() << " of " << k
+                            << " islands joined within 300 s");
+      return 1;
+    }
+    if (Status st = control.store_set(kStartedKey, {1}); !st.is_ok()) {
+      ATOLL_ERROR("island " << island << ": " << st.to_string());
+      return 1;
+    }
   }
 
   algorithms::IslandContext ctx;
@@ -145,16 +217,18 @@ int run_island(const config::Config& config, int island, const ProcessOptions& o
   ctx.grads = parts.model->grads();
   // Round records' sync_s is the wall time blocked in the exchange. An island the coordinator
   // declared dead while it was cut off comes back (its client joins again) into a run that
-  // went on without it: it fails instead of waiting for collectives the others finished.
-  const transport::ZmqControlClient& joined = *client.value();
-  WatchedGroup timed(group, [&joined, island]() -> Status {
+  // went on without it: it fails instead of waiting for collectives the others finished
+  // (restarted, the process would rejoin with a state hand-over).
+  auto in_run = [&joined, island]() -> Status {
     if (!joined.status().is_ok()) return joined.status();
     if (joined.joins() > 1) {
       return Status(StatusCode::kPeerLost, "island " + std::to_string(island) +
-                                               " was declared dead while cut off from the run, which went on without it");
+                                               " was declared dead while cut off from the run, which went on without it "
+                                               "(started again, it rejoins with the state of a live island)");
     }
     return Status::ok();
-  });
+  };
+  WatchedGroup timed(group, in_run);
   ctx.group = &timed;
   ctx.codec = &codec;
   ctx.shard_size = data.shard_sizes[island];
@@ -186,7 +260,50 @@ int run_island(const config::Config& config, int island, const ProcessOptions& o
   loop.forward_backward = [&](int64_t) { return sim::forward_backward(parts, train); };
   double loss_acc = 0;
   int64_t loss_n = 0, steps = 0;
-  if (evaluator && !parts.algorithm->global_on_server()) evaluate(0, parts.model->params());
+  if (handover) {
+    // As the simulator's joiners: the global model, a fresh inner optimizer and algorithm, the
+    // donor's outer state after setup, and the steps after the donor's.
+    {
+      at::NoGradGuard no_grad;
+      parts.model->params().copy_(handover->global);
+    }
+    // The hand-over travels on the CPU; the donor kept its outer state beside its parameters.
+    for (at::Tensor& t : handover->state.tensors) {
+      if (t.defined()) t = t.to(parts.model->params().device());
+    }
+    loop.first_step = handover->step + 1;
+    loop.after_setup = [&] { parts.algorithm->import_state(ctx, handover->state); };
+    steps = handover->step;
+    control.record(sim::JsonObject()
+                       .add("event", "rejoin")
+                       .add("island", island)
+                       .add("donor", handover->donor)
+                       .add("step", handover->step)
+                       .add("round", handover->state.rounds)
+                       .add("first_seq", handover->first_seq)
+                       .add("epoch", handover->epoch)
+                       .add("wall_time_s", seconds_since(t0))
+                       .str());
+  } else if (evaluator && !parts.algorithm->global_on_server()) {
+    evaluate(0, parts.model->params());
+  }
+  // Hands this island's state to islands that rejoin, when it is the donor (zmq only).
+  std::optional<HandoverDonor> donor;
+  if (check_rejoin(config, *parts.algorithm).is_ok()) {
+    auto& zmq_group = static_cast<transport::ZmqGroup&>(group);
+    donor.emplace(
+        control,
+        [&] {
+          Handover h;
+          h.donor = island;
+          h.step = steps;
+          h.first_seq = zmq_group.next_seq();
+          h.global = parts.algorithm->global_params();
+          h.state = parts.algorithm->export_state();
+          return h;
+        },
+        [&](const std::string& json) { control.record(json); }, in_run);
+  }
   loop.on_step = [&](int64_t step, int64_t total, double loss, double lr) {
     steps = step;
     loss_acc += loss;
@@ -207,6 +324,7 @@ int run_island(const config::Config& config, int island, const ProcessOptions& o
     state.last_loss = loss;
     state.bytes = group.bytes().sent;
     progress.update(state);
+    if (donor) donor->at_step_boundary();
   };
   sim::run_island(loop);
   progress.finish(state);
@@ -220,6 +338,9 @@ int run_island(const config::Config& config, int island, const ProcessOptions& o
                      .add("bytes_recv", bytes.received)
                      .add("raw_sent", bytes.raw_sent)
                      .add("wall_time_s", seconds_since(t0))
+                     .add("global_xxh64", parts.algorithm->global_on_server()
+                                              ? std::string()
+                                              : xxh64_hex(parts.algorithm->global_params()))
                      .str());
   if (island == 0 && !parts.algorithm->global_on_server()) {
     const std::string dir = config.run.out_dir + "/" + config.run.name;

@@ -11,7 +11,8 @@ using transport::Clock;
 transport::Membership PeerRoutes::route(transport::Membership m) const {
   for (transport::Peer& p : m.members) {
     auto it = routes_.find(p.id);
-    if (it != routes_.end() && p.id != inner_.self()) p.endpoint = it->second;
+    // A member without an endpoint (waiting for its state hand-over) keeps none.
+    if (it != routes_.end() && p.id != inner_.self() && transport::in_collectives(p)) p.endpoint = it->second;
   }
   return m;
 }

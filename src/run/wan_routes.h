@@ -59,8 +59,9 @@ class PeerRoutes final : public transport::ControlPlane {
 //   - abandons a wait once `dropped()` returns an error: the wait then returns that status
 //     with no contributors (the algorithm decides; DiLoCo stops the island). The island
 //     process uses it for an island the coordinator declared dead while it was cut off: the
-//     others went on without it, and it cannot resume their rounds (no state hand-over in
-//     real runs yet), so it must fail rather than wait for peers that will never answer.
+//     others went on without it, and it cannot resume their rounds (only a restarted
+//     process is handed the state, src/run/handover.h), so it must fail rather than wait
+//     for peers that will never answer.
 // Owned by the island thread, like the Group it wraps; its handles must not outlive it.
 class WatchedGroup final : public transport::Group {
  public:

@@ -1,21 +1,29 @@
 // Real processes on loopback: `atoll launch` against `atoll simulate` (bitwise), Ctrl-C
-// leaving nothing behind, and an island killed with SIGKILL mid-run.
+// leaving nothing behind, an island killed with SIGKILL mid-run, and one restarted after that.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
 #include <thread>
+#include <vector>
+
+#include "src/sim/json.h"
 
 namespace fs = std::filesystem;
+using atl::sim::json_find_number;
+using atl::sim::json_find_string;
 
 namespace {
 
@@ -41,6 +49,50 @@ std::set<pid_t> children_of(pid_t pid) {
 }
 
 bool alive(pid_t pid) { return kill(pid, 0) == 0; }
+
+std::vector<std::string> lines(const fs::path& p) {
+  std::vector<std::string> out;
+  std::ifstream in(p);
+  for (std::string l; std::getline(in, l);) out.push_back(l);
+  return out;
+}
+
+// Starts ATOLL_BINARY with `args`, its output into `log`.
+pid_t spawn(const std::vector<std::string>& args, const fs::path& log) {
+  const pid_t pid = fork();
+  if (pid != 0) return pid;
+  if (!std::freopen(log.c_str(), "w", stdout) || dup2(fileno(stdout), 2) < 0) _exit(126);
+  std::vector<char*> argv = {const_cast<char*>("atoll")};
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  execv(ATOLL_BINARY, argv.data());
+  _exit(127);
+}
+
+// Waits up to `seconds` for `pid` to exit: its exit code, or -1 (then it is killed).
+int wait_bounded(pid_t pid, int seconds) {
+  int status = 0;
+  for (int i = 0; i < seconds * 10; ++i) {
+    if (waitpid(pid, &status, WNOHANG) == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, &status, 0);
+  return -1;
+}
+
+// Polls `metrics` for up to `seconds` until some line contains all of `parts`.
+bool wait_for_record(const fs::path& metrics, const std::vector<std::string>& parts, int seconds) {
+  for (int i = 0; i < seconds * 10; ++i) {
+    for (const auto& l : lines(metrics)) {
+      bool all = true;
+      for (const auto& p : parts) all = all && l.find(p) != std::string::npos;
+      if (all) return true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return false;
+}
 
 class Processes : public ::testing::Test {
  public:
@@ -219,6 +271,74 @@ TEST_F(Processes, KilledIslandRunCompletesWithSurvivors) { killed_island_run_com
 // once, and the round restarts among them when the coordinator drops the island.
 TEST_F(Processes, KilledIslandRunCompletesWithSurvivorsOverGloo) {
   killed_island_run_completes_with_survivors(*this, "gloo");
+}
+
+// Island 2 is killed with SIGKILL mid-run, the survivors go on with 2 contributors, and then
+// `atoll island CONFIG --id 2` is started again: it rejoins with a live island's state
+// hand-over (global model, outer-optimizer state, round count), takes part in every round
+// after that, and ends with the same global model as the others.
+TEST_F(Processes, RestartedIslandRejoinsTheRunningRun) {
+  const int steps = 3000;  // about 10 s: the survivors are still training when island 2 is back
+  const std::string cfg = config(3, steps);
+  const fs::path metrics = dir_ / "runs/r/metrics.jsonl";
+  const pid_t launch = spawn({"launch", cfg, "--quiet"}, dir_ / "launch.log");
+  ASSERT_GT(launch, 0);
+  ASSERT_TRUE(wait_for_record(metrics, {"\"event\":\"round\"", "\"round\":3,"}, 30)) << "no rounds within 30 s";
+  const auto kids = children_of(launch);
+  ASSERT_EQ(kids.size(), 4u);
+  ASSERT_EQ(kill(*kids.rbegin(), SIGKILL), 0);  // the newest child: island 2
+  ASSERT_TRUE(wait_for_record(metrics, {"\"event\":\"round\"", "\"contributors\":2,"}, 30))
+      << "the survivors did not go on without island 2";
+
+  const pid_t restarted = spawn({"island", cfg, "--id", "2", "--quiet"}, dir_ / "island2.log");
+  ASSERT_GT(restarted, 0);
+  const int launch_rc = wait_bounded(launch, 90);
+  const int island_rc = wait_bounded(restarted, 30);
+  ASSERT_NE(launch_rc, -1) << "launch did not finish (a hang)\n" << read(dir_ / "launch.log");
+  ASSERT_EQ(island_rc, 0) << read(dir_ / "island2.log");
+
+  // The hand-over, as the joiner recorded it.
+  std::optional<double> rejoin_round;
+  for (const auto& l : lines(metrics)) {
+    if (json_find_string(l, "event") == "rejoin" && json_find_number(l, "island") == 2) {
+      rejoin_round = json_find_number(l, "round");
+      EXPECT_GE(json_find_number(l, "step").value_or(-1), 15.0) << l;
+    }
+  }
+  ASSERT_TRUE(rejoin_round) << "no rejoin record\n" << read(dir_ / "island2.log");
+  // Island 2's rounds: its first life, then, after the hand-over, the count goes on from the
+  // donor's round; every round after the hand-over has all three islands.
+  std::vector<double> rounds_of_2;
+  int after = 0;
+  for (const auto& l : lines(metrics)) {
+    if (json_find_string(l, "event") != "round") continue;
+    const double round = json_find_number(l, "round").value_or(-1);
+    if (json_find_number(l, "island") == 2) rounds_of_2.push_back(round);
+    if (round > *rejoin_round) {
+      ++after;
+      EXPECT_EQ(json_find_number(l, "contributors"), 3) << l;
+    }
+  }
+  EXPECT_GE(after, 3 * 10) << "fewer than 10 rounds after the rejoin";
+  ASSERT_FALSE(rounds_of_2.empty());
+  for (size_t i = 1; i < rounds_of_2.size(); ++i) EXPECT_GT(rounds_of_2[i], rounds_of_2[i - 1]);
+  auto first_after = std::find_if(rounds_of_2.begin(), rounds_of_2.end(), [&](double r) { return r > *rejoin_round; });
+  ASSERT_NE(first_after, rounds_of_2.end());
+  EXPECT_EQ(*first_after, *rejoin_round + 1) << "the restarted island's round count does not go on";
+  EXPECT_GT(first_after - rounds_of_2.begin(), 0) << "no round of island 2 before it was killed";
+
+  // Every island ends with the same global model.
+  std::map<int, std::string> global;
+  for (const auto& l : lines(metrics)) {
+    if (json_find_string(l, "event") != "island_end") continue;
+    global[static_cast<int>(json_find_number(l, "island").value_or(-1))] = json_find_string(l, "global_xxh64").value_or("");
+    EXPECT_EQ(json_find_number(l, "steps"), steps) << l;
+  }
+  ASSERT_EQ(global.size(), 3u);
+  EXPECT_FALSE(global[0].empty());
+  EXPECT_EQ(global[0], global[1]);
+  EXPECT_EQ(global[0], global[2]) << "the restarted island's final global model differs";
+  EXPECT_NE(read(dir_ / "runs/r/summary.json").find("\"islands_finished\":3"), std::string::npos);
 }
 
 }  // namespace

@@ -103,6 +103,25 @@ TEST_F(StateTest, EpochsFollowChangesAndNeverGoBack) {
   EXPECT_EQ(feed(of(MsgType::kHeartbeat), 1, 2, 80).at(0).error, proto::ErrorCode::kSuperseded);
 }
 
+// An island that joined without a data endpoint (it waits for a state hand-over) publishes
+// one with a JOIN of the same session: a new epoch, and its waiting STORE_GET stays.
+TEST_F(StateTest, JoinOfTheLiveSessionWithAnEndpointPublishesIt) {
+  EXPECT_EQ(feed(of(MsgType::kJoin), 0, 1, 0).at(0).membership.epoch, 1u);
+  Message get = of(MsgType::kStoreGet);
+  get.key = "handover";
+  get.wait_ms = 5000;
+  EXPECT_TRUE(feed(get, 0, 1, 10, /*rid=*/7).empty());  // waits
+  Message publish = of(MsgType::kJoin);
+  publish.endpoint = "tcp://127.0.0.1:5000";
+  std::vector<Message> r = feed(publish, 0, 1, 20, 8);
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].header.type, MsgType::kJoinAck);
+  EXPECT_EQ(r[0].membership.epoch, 2u);
+  EXPECT_EQ(state_.membership().members.at(0).endpoint, "tcp://127.0.0.1:5000");
+  EXPECT_EQ(state_.pending(), 1u);
+  EXPECT_EQ(feed(publish, 0, 1, 30, 8).at(0).membership.epoch, 2u);  // resent: no change
+}
+
 TEST_F(StateTest, SuspicionNeedsSilenceAndPendingRequestsExpire) {
   feed(of(MsgType::kJoin), 0, 1, 0);
   feed(of(MsgType::kJoin), 1, 2, 0);

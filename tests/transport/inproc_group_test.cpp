@@ -7,6 +7,7 @@
 
 #include "compression/frame.h"
 #include "transport/ring.h"
+#include "transport/star.h"
 
 namespace atl::transport {
 namespace {
@@ -179,6 +180,62 @@ TEST(InprocGroup, LossyAllreduceAccumulatesInFp32AndAgreesBitwise) {
   }
   EXPECT_EQ(raw, 2u * (k - 1) * n * 4);  // the ring's volume in fp32 terms
   EXPECT_LT(total * 3, raw);             // int8 with scales: well under a third of fp32
+}
+
+// Star (transport/star.h): each contribution encoded once with its member's seed and decoded
+// by the server, weighted and summed in member-id order, the mean encoded once with the
+// collective's seed; every member decodes that same frame. Checked against that recipe
+// written out here, for a lossy codec with uneven weights, then the lossless fp32 sum order.
+TEST(InprocGroup, StarReducesAtTheServerInMemberOrder) {
+  const int k = 3;
+  const int64_t n = 1001;
+  const compression::Pipeline int8 = lossy(compression::StageId::kInt8);
+  const std::vector<double> weights = {0.5, 2.0, 1.25};
+  at::manual_seed(4);
+  std::vector<at::Tensor> inputs, buffers, transmitted;
+  for (int i = 0; i < k; ++i) {
+    inputs.push_back(at::randn({n}));
+    buffers.push_back(inputs.back().clone());
+    transmitted.push_back(at::zeros({n}));
+  }
+  Fixture f(k);
+  f.hub.set_star(true);
+  f.scheduler.run([&](int i) {
+    f.groups[i]->allreduce_mean(at::zeros({1}), int8, 1.0)->wait();  // seeds depend on seq
+    auto r = f.groups[i]->allreduce_mean(buffers[i], int8, weights[i], transmitted[i])->wait();
+    EXPECT_TRUE(r.status.is_ok());
+    EXPECT_EQ(r.contributors, (std::vector<int>{0, 1, 2}));
+    EXPECT_DOUBLE_EQ(r.weight_sum, 3.75);
+  });
+  std::vector<at::Tensor> decoded;
+  for (int i = 0; i < k; ++i) {
+    std::vector<uint8_t> frame;
+    int8.encode(inputs[i], frame, star::contribution_seed(1, i));
+    decoded.push_back(at::empty({n}));
+    ASSERT_TRUE(int8.decode(frame.data(), frame.size(), decoded.back()).is_ok());
+    EXPECT_TRUE(at::equal(transmitted[i], decoded.back())) << i;
+  }
+  at::Tensor sum = at::zeros({n});
+  for (int i = 0; i < k; ++i) sum.add_(decoded[i] * weights[i]);
+  sum.div_(3.75);
+  std::vector<uint8_t> mean_frame;
+  int8.encode(sum, mean_frame, star::mean_seed(1));
+  at::Tensor expected = at::empty({n});
+  ASSERT_TRUE(int8.decode(mean_frame.data(), mean_frame.size(), expected).is_ok());
+  for (int i = 0; i < k; ++i) EXPECT_TRUE(at::equal(buffers[i], expected)) << i;
+
+  // Lossless: ((x0 + x1) + x2) / 3, in that order, everywhere.
+  Fixture g(k);
+  g.hub.set_star(true);
+  for (int i = 0; i < k; ++i) buffers[i] = inputs[i].clone();
+  g.scheduler.run([&](int i) { g.groups[i]->allreduce_mean(buffers[i], g.codec, 1.0)->wait(); });
+  const at::Tensor fp32 = ((at::zeros({n}) + inputs[0] + inputs[1]) + inputs[2]) / 3.0;
+  for (int i = 0; i < k; ++i) EXPECT_TRUE(at::equal(buffers[i], fp32)) << i;
+  for (int i = 0; i < k; ++i) {  // each member sends its buffer and receives the mean: one frame each way
+    const uint64_t frame = compression::kMinFrameHeaderBytes + 4 * n;
+    EXPECT_EQ(g.groups[i]->bytes().sent, frame);
+    EXPECT_EQ(g.groups[i]->bytes().received, frame);
+  }
 }
 
 }  // namespace

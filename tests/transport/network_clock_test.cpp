@@ -129,6 +129,39 @@ TEST(VirtualClock, RingAllreduceCostsItsStepsAfterTheLastPost) {
   }
 }
 
+// transport.collective star: two phases through the server's link. Its 200 Mbit/s downlink
+// carries the W contributions at once, then its uplink the W copies of the mean.
+TEST(VirtualClock, StarAllreduceCostsTwoPhasesThroughTheServer) {
+  const int k = 4;
+  const int64_t n = 10000;
+  NetworkSpec spec = flat(k, 100, 25);
+  spec.server_up_bps = 200e6;
+  spec.server_down_bps = 200e6;
+  Scheduler scheduler(k);
+  InprocHub hub(k, scheduler);
+  NetworkModel model(spec);
+  hub.set_network(&model, 1, 2.0);
+  hub.set_star(true);
+  std::vector<std::unique_ptr<Group>> groups;
+  for (int i = 0; i < k; ++i) groups.push_back(hub.make_group(i));
+  std::vector<at::Tensor> b;
+  for (int i = 0; i < k; ++i) b.push_back(at::full({n}, static_cast<float>(i)));
+  const double posts[] = {1.0, 3.0, 2.0, 0.5};
+  std::vector<double> end(k);
+  const compression::Pipeline codec;
+  scheduler.run([&](int i) {
+    scheduler.advance(i, posts[i]);
+    groups[i]->allreduce_mean(b[i], codec, 1.0)->wait();
+    end[i] = scheduler.time(i);
+  });
+  const double frame = compression::kMinFrameHeaderBytes + 4.0 * n;
+  const double phase = 0.025 + k * frame * 8 / 200e6;  // the server's link, not a member's 100 Mbit/s
+  for (int i = 0; i < k; ++i) {
+    EXPECT_NEAR(end[i], 3.0 + 2 * phase, 1e-9) << i;
+    EXPECT_TRUE(at::equal(b[i], at::full({n}, 1.5))) << i;
+  }
+}
+
 TEST(VirtualClock, AsyncHandleIsDoneOnlyOnceTheClockPassesCompletion) {
   Clocked f(2, 8, 100);  // 1 MB/s, 100 ms
   std::vector<at::Tensor> b = {at::zeros({250'000}), at::ones({250'000})};  // 1 MB each

@@ -133,6 +133,44 @@ TEST(ZmqControl, RestartedIslandRejoinsWithItsIdAndSupersedesTheOld) {
   EXPECT_EQ(ids(coord->membership()), (std::vector<int>{0, 1}));  // the new 1 is alive
 }
 
+// An island that joins without a data endpoint (it rejoins a running run and waits for its
+// state) is a member without one; publish_endpoint() shows it in a new epoch, keeps the session,
+// and a STORE_GET it left waiting is still answered.
+TEST(ZmqControl, EndpointPublishedLaterIsANewEpochOfTheSameSession) {
+  auto coord = start_coordinator();
+  auto a = join(fast_client(coord->endpoint(), 0));
+  ControlClientOptions waiting = fast_client(coord->endpoint(), 1);
+  waiting.data_endpoint = "";
+  auto b = join(waiting);
+  ASSERT_TRUE(a && b);
+  Membership m = wait_for_ids(*a, {0, 1});
+  EXPECT_TRUE(in_collectives(m.members[0]));
+  EXPECT_FALSE(in_collectives(m.members[1]));
+
+  StatusOr<std::optional<std::vector<uint8_t>>> none = b->store_peek("handover");
+  ASSERT_TRUE(none.is_ok()) << none.status().to_string();
+  EXPECT_FALSE(none->has_value());  // answered at once: not set
+  auto get = std::async(std::launch::async, [&] { return b->store_get("later", in_ms(5000)); });
+  std::this_thread::sleep_for(milliseconds(100));
+
+  ASSERT_TRUE(b->publish_endpoint("tcp://127.0.0.1:31101", in_ms(3000)).is_ok());
+  const Membership shown = a->wait_for_change(m.epoch, in_ms(3000));
+  EXPECT_EQ(shown.epoch, m.epoch + 1);
+  ASSERT_EQ(ids(shown), (std::vector<int>{0, 1}));
+  EXPECT_EQ(shown.members[1].endpoint, "tcp://127.0.0.1:31101");
+  EXPECT_EQ(b->joins(), 1u);  // the same session, not a rejoin
+  EXPECT_TRUE(b->status().is_ok());
+
+  ASSERT_TRUE(a->store_set("later", {4}).is_ok());
+  StatusOr<std::vector<uint8_t>> got = get.get();
+  ASSERT_TRUE(got.is_ok()) << got.status().to_string();
+  EXPECT_EQ(*got, std::vector<uint8_t>{4});
+  StatusOr<std::optional<std::vector<uint8_t>>> peeked = b->store_peek("later");
+  ASSERT_TRUE(peeked.is_ok() && peeked->has_value());
+  EXPECT_EQ(**peeked, std::vector<uint8_t>{4});
+  EXPECT_EQ(b->publish_endpoint("", in_ms(100)).code(), StatusCode::kInvalidArgument);
+}
+
 TEST(ZmqControl, IslandsRejoinARestartedCoordinatorWithLaterEpochs) {
   auto coord = start_coordinator();
   const std::string endpoint = coord->endpoint();

@@ -35,7 +35,7 @@ TEST(DataWire, HeaderRoundTripsAndRejectsDamage) {
   uint8_t b[kHeaderBytes];
   encode_header(h, payload, b);
   EXPECT_EQ(std::memcmp(b, "ATLD", 4), 0);
-  EXPECT_EQ(b[4], 1);
+  EXPECT_EQ(b[4], 2);
   EXPECT_EQ(b[5], 3);
   Header p;
   ASSERT_TRUE(parse_header(b, kHeaderBytes, payload, sizeof payload, &p).is_ok());
@@ -76,6 +76,32 @@ TEST(DataWire, HeaderRoundTripsAndRejectsDamage) {
   EXPECT_EQ(info_back.contributors, (std::vector<int>{0, 2}));
   EXPECT_EQ(info_back.status, StatusCode::kPeerLost);
   EXPECT_FALSE(parse_result_info(ib.data(), ib.size() - 1, &info_back).is_ok());
+}
+
+// kRaw (version 2): raw fp32 pieces on RING / BROADCAST / RESULT only, a whole number of
+// values, never together with kSplit.
+TEST(DataWire, RawFlagRules) {
+  const uint8_t payload[8] = {0, 0, 128, 63, 0, 0, 0, 64};  // 1.0f, 2.0f
+  auto parses = [&](MsgType type, uint8_t flags, uint32_t len) {
+    Header h;
+    h.type = type;
+    h.flags = flags;
+    h.sender = 1;
+    h.pieces = 1;
+    h.total = 8;
+    h.payload_len = len;
+    uint8_t b[kHeaderBytes];
+    encode_header(h, payload, b);
+    Header p;
+    return parse_header(b, kHeaderBytes, payload, len, &p).is_ok();
+  };
+  EXPECT_TRUE(parses(MsgType::kRing, kFlagRaw, 8));
+  EXPECT_TRUE(parses(MsgType::kBroadcast, kFlagRaw, 8));
+  EXPECT_TRUE(parses(MsgType::kResult, kFlagRaw, 8));
+  EXPECT_FALSE(parses(MsgType::kDirect, kFlagRaw, 8));
+  EXPECT_FALSE(parses(MsgType::kRing, kFlagRaw, 6));
+  EXPECT_FALSE(parses(MsgType::kRing, kFlagRaw | kFlagSplit, 8));
+  EXPECT_FALSE(parses(MsgType::kRing, 4, 8));  // a reserved bit
 }
 
 Outbound ring_message(int i) {

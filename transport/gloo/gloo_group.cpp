@@ -28,8 +28,10 @@ constexpr auto kClosedCheckPeriod = std::chrono::seconds(1);
 bool contains(const std::vector<int>& v, int x) { return std::find(v.begin(), v.end(), x) != v.end(); }
 
 std::vector<int> ids_of(const Membership& m) {
-  std::vector<int> ids;
-  for (const Peer& p : m.members) ids.push_back(p.id);
+  std::vector<int> ids;  // a member still waiting for its state hand-over takes no part
+  for (const Peer& p : m.members) {
+    if (in_collectives(p)) ids.push_back(p.id);
+  }
   return ids;
 }
 

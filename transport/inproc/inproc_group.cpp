@@ -6,6 +6,7 @@
 #include <string>
 
 #include "transport/ring.h"
+#include "transport/star.h"
 
 namespace atl::transport {
 
@@ -261,13 +262,18 @@ void InprocHub::transfer(int from, int to, const at::Tensor& src, at::Tensor dst
   at::Tensor s = src.is_contiguous() ? src : src.contiguous();
   scratch_.clear();
   codec.encode(s, scratch_, seed);
+  deliver(from, to, scratch_, s.numel(), std::move(dst), codec);
+}
+
+void InprocHub::deliver(int from, int to, const std::vector<uint8_t>& frame, int64_t raw_numel, at::Tensor dst,
+                        const compression::Pipeline& codec) {
   if (from >= 0) {
-    counters_[from].sent += scratch_.size();
-    counters_[from].raw_sent += static_cast<uint64_t>(s.numel()) * sizeof(float);
+    counters_[from].sent += frame.size();
+    counters_[from].raw_sent += static_cast<uint64_t>(raw_numel) * sizeof(float);
   }
-  if (to >= 0) counters_[to].received += scratch_.size();
-  if (network_ && (from >= 0 || to >= 0)) phase_.push_back({from, to, scratch_.size()});
-  Status st = codec.decode(scratch_.data(), scratch_.size(), dst);
+  if (to >= 0) counters_[to].received += frame.size();
+  if (network_ && (from >= 0 || to >= 0)) phase_.push_back({from, to, frame.size()});
+  Status st = codec.decode(frame.data(), frame.size(), dst);
   TORCH_CHECK(st.is_ok(), "in-process transfer failed to decode its own encoding: ", st.to_string());
 }
 
@@ -284,6 +290,10 @@ void InprocHub::run_allreduce(Collective& c, uint64_t seq) {
   c.done_at = c.start;
   if (ids.size() == 1) {  // the mean of one buffer is that buffer, bitwise
     if (parts[0]->transmitted.defined()) parts[0]->transmitted.copy_(parts[0]->buffer);
+    return;
+  }
+  if (star_) {  // the server weights what it decodes: no pre-multiplication here
+    run_star(parts, ids, seq, c.done_at);
     return;
   }
   bool uniform = true;
@@ -379,6 +389,28 @@ void InprocHub::run_direct(std::vector<Contribution*>& parts, std::vector<int>& 
     }
     transfer(-1, -1, sums[c], own, codec, seed(c, c, 1));  // what the others decoded
   }
+  end_phase(clock);
+}
+
+// Star (transport/star.h): phase 1, every member's encoded buffer to the server; the server
+// reduces the decoded contributions in member-id order; phase 2, the mean, encoded once, to
+// every member. This is what the coordinator's StarReducer computes in real runs.
+void InprocHub::run_star(std::vector<Contribution*>& parts, std::vector<int>& ids, uint64_t seq,
+                         double& clock) {
+  const auto& codec = *parts[0]->codec;
+  std::vector<at::Tensor> decoded;
+  std::vector<double> weights;
+  for (size_t r = 0; r < parts.size(); ++r) {
+    decoded.push_back(at::empty_like(parts[r]->buffer));
+    transfer(ids[r], kServer, parts[r]->buffer, decoded.back(), codec, star::contribution_seed(seq, ids[r]));
+    if (parts[r]->transmitted.defined()) parts[r]->transmitted.copy_(decoded.back());
+    weights.push_back(parts[r]->weight);
+  }
+  end_phase(clock);
+  const at::Tensor mean = star::mean(decoded, weights);
+  std::vector<uint8_t> frame;
+  codec.encode(mean, frame, star::mean_seed(seq));
+  for (size_t r = 0; r < parts.size(); ++r) deliver(kServer, ids[r], frame, mean.numel(), parts[r]->buffer, codec);
   end_phase(clock);
 }
 

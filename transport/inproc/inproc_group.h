@@ -43,6 +43,12 @@ class InprocHub {
   // advanced to its completion. `detect_s`: how long survivors take to notice a lost member.
   // Without a model (the default) communication is instantaneous.
   void set_network(const NetworkModel* network, uint64_t seed, double detect_s);
+  // all-reduce through the server endpoint (transport.collective: star, transport/star.h):
+  // instead of the ring / direct schemes, every member sends its encoded buffer to kServer,
+  // which reduces in member-id order and sends the mean, encoded once, back to every member.
+  // On the virtual clock: two phases through the server's link (members -> server, then
+  // server -> members). Broadcasts are unchanged.
+  void set_star(bool star) { star_ = star; }
 
   // Island `id` left the run at virtual time `at`: it is no longer a member and its
   // contributions to unfinished collectives are dropped. `failure`: it died without a word,
@@ -97,12 +103,16 @@ class InprocHub {
                 double& clock);
   void run_direct(std::vector<Contribution*>& parts, std::vector<int>& ids, double divisor,
                   uint64_t seq, double& clock);
+  void run_star(std::vector<Contribution*>& parts, std::vector<int>& ids, uint64_t seq, double& clock);
   void run_broadcast(Collective& c);
   // Moves `src` to `dst` through `codec`, counting bytes on both ends (from/to -1: the
   // server role; both -1: a local decode that costs nothing). With a network model, the
   // message joins the current phase.
   void transfer(int from, int to, const at::Tensor& src, at::Tensor dst,
                 const compression::Pipeline& codec, uint64_t seed = 0);
+  // The same for a frame already encoded (`raw_numel`: the fp32 values it stands for).
+  void deliver(int from, int to, const std::vector<uint8_t>& frame, int64_t raw_numel, at::Tensor dst,
+               const compression::Pipeline& codec);
   // Closes the current phase: `clock` moves past it (after any cut between its endpoints).
   void end_phase(double& clock);
   void complete(Collective& c, uint64_t seq);
@@ -125,6 +135,7 @@ class InprocHub {
   double last_push_arrival_ = 0;  // virtual time the latest push reached the server
   std::vector<uint64_t> first_seq_;  // per island: first collective it takes part in
   std::vector<uint64_t> next_seq_;   // per island: its next collective
+  bool star_ = false;                // all-reduce through the server (set_star)
   // Members that take part in collective `seq`.
   size_t participants(uint64_t seq) const;
 };

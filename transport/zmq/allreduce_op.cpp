@@ -243,7 +243,7 @@ void AllreduceOp::on_adoption(OpContext& ctx, Inbound& m) {
   if (st.is_ok()) {
     at::Tensor dst = buffer_.narrow(0, range->first, range->second - range->first);
     dirty_ = true;
-    st = compression::Pipeline().decode(m.data(), m.size(), dst);
+    st = decode_piece(compression::Pipeline(), m, dst);
   }
   if (!st.is_ok()) {
     ctx.drops().drop("invalid RESULT piece", st.message());

@@ -67,7 +67,7 @@ void BroadcastOp::on_message(OpContext& ctx, Inbound& m) {
     auto range = pieces_.accept(h);
     if (!range.is_ok()) return drop(range.status().message());
     at::Tensor dst = buffer_.narrow(0, range->first, range->second - range->first);
-    st = codec_.decode(m.data(), m.size(), dst);
+    st = decode_piece(codec_, m, dst);
   } else {
     st = split_.accept(h, m.data());
     if (!st.is_ok()) return drop(st.message());

@@ -4,7 +4,7 @@
 
 namespace atl::transport::dataplane {
 
-std::shared_ptr<Bytes> BufferPool::bytes() {
+std::shared_ptr<Bytes> BufferPool::take_bytes() {
   std::unique_ptr<Bytes> b;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -14,9 +14,20 @@ std::shared_ptr<Bytes> BufferPool::bytes() {
     }
   }
   if (!b) b = std::make_unique<Bytes>();
-  b->clear();
   std::shared_ptr<BufferPool> self = shared_from_this();
   return std::shared_ptr<Bytes>(b.release(), [self](Bytes* p) { self->give_bytes(p); });
+}
+
+std::shared_ptr<Bytes> BufferPool::bytes() {
+  std::shared_ptr<Bytes> b = take_bytes();
+  b->clear();
+  return b;
+}
+
+std::shared_ptr<Bytes> BufferPool::bytes(size_t size) {
+  std::shared_ptr<Bytes> b = take_bytes();
+  b->resize(size);
+  return b;
 }
 
 void BufferPool::give_bytes(Bytes* b) {

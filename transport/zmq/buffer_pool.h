@@ -25,11 +25,15 @@ class BufferPool : public std::enable_shared_from_this<BufferPool> {
   // An empty byte buffer (its capacity kept from an earlier use), back in the pool when the
   // last reference is dropped.
   std::shared_ptr<Bytes> bytes();
+  // A byte buffer of exactly `size` bytes with unspecified contents: only bytes beyond its
+  // earlier size are zero-filled, so steady-state reuse writes nothing before the caller.
+  std::shared_ptr<Bytes> bytes(size_t size);
   // An uninitialised [n] float32 tensor, reused when one of that size was given back.
   at::Tensor tensor(int64_t n);
   void give(at::Tensor t);
 
  private:
+  std::shared_ptr<Bytes> take_bytes();  // pooled or new, as it was given back
   void give_bytes(Bytes* b);
 
   const size_t max_buffers_, max_tensors_;

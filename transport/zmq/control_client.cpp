@@ -139,8 +139,32 @@ void ZmqControlClient::record(const std::string& json) {
   send_one_way(std::move(m));
 }
 
+Status ZmqControlClient::publish_endpoint(const std::string& endpoint, Deadline deadline) {
+  if (endpoint.empty() || endpoint.size() > proto::kMaxEndpointBytes) {
+    return invalid_argument("control client: a published data endpoint must have 1 to 256 bytes");
+  }
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!lost_.is_ok()) return lost_;
+  endpoint_ = endpoint;
+  publishing_ = true;  // the I/O thread sends the JOIN when its retry timer is due
+  wake();
+  auto settled = [&] { return !publishing_ || !lost_.is_ok() || closing_; };
+  if (deadline) {
+    cv_.wait_until(lock, *deadline, settled);
+  } else {
+    cv_.wait(lock, settled);
+  }
+  if (!lost_.is_ok()) return lost_;
+  if (publishing_) {
+    return Status(StatusCode::kTimeout, "island " + std::to_string(options_.island) +
+                                            ": the coordinator did not show the data endpoint " + endpoint +
+                                            " before the deadline" + (joined_ ? "" : " (not joined: " + link_problem() + ")"));
+  }
+  return Status::ok();
+}
+
 StatusOr<std::vector<uint8_t>> ZmqControlClient::request(Message m, MsgType reply_type, Deadline deadline,
-                                                         const std::string& what) {
+                                                         const std::string& what, bool* answered) {
   const auto start = Clock::now();
   std::unique_lock<std::mutex> lock(mu_);
   if (!lost_.is_ok()) return lost_;
@@ -163,6 +187,7 @@ StatusOr<std::vector<uint8_t>> ZmqControlClient::request(Message m, MsgType repl
   }
   Request done = std::move(r);
   requests_.erase(rid);
+  if (answered) *answered = done.done;
   if (done.done) {
     if (!done.status.is_ok()) return done.status;
     return std::move(done.reply);
@@ -210,6 +235,20 @@ StatusOr<std::vector<uint8_t>> ZmqControlClient::store_get(const std::string& ke
   m.key = key;
   m.wait_ms = wait_ms_until(deadline);
   return request(std::move(m), MsgType::kStoreReply, deadline, "store_get '" + key + "'");
+}
+
+StatusOr<std::optional<std::vector<uint8_t>>> ZmqControlClient::store_peek(const std::string& key) {
+  Message m;
+  m.header.type = MsgType::kStoreGet;
+  m.key = key;
+  m.wait_ms = 0;
+  bool answered = false;
+  auto r = request(std::move(m), MsgType::kStoreReply, after_ms(options_.request_timeout_ms),
+                   "store_get '" + key + "'", &answered);
+  if (r.is_ok()) return std::optional<std::vector<uint8_t>>(std::move(r.value()));
+  // With wait_ms 0 the coordinator's ERROR timeout means: not set.
+  if (answered && r.status().code() == StatusCode::kTimeout) return std::optional<std::vector<uint8_t>>();
+  return r.status();
 }
 
 }  // namespace atl::transport

@@ -26,6 +26,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -81,9 +82,21 @@ class ZmqControlClient final : public ControlPlane {
   StatusOr<std::vector<uint8_t>> pull(uint64_t tag, Deadline deadline) override;
   Status store_set(const std::string& key, std::vector<uint8_t> value) override;
   StatusOr<std::vector<uint8_t>> store_get(const std::string& key, Deadline deadline) override;
+  // A STORE_GET the coordinator answers at once (wait_ms 0): the value, or nullopt when the
+  // key is not set. Waits request_timeout_ms for the answer (then kTimeout).
+  StatusOr<std::optional<std::vector<uint8_t>>> store_peek(const std::string& key);
   // One-way; a record that breaks the protocol's rules (not one JSON object on one line, or
   // above 1 MiB) is logged and dropped.
   void record(const std::string& json) override;
+
+  // Publishes `endpoint` as this island's data endpoint: a JOIN of the same session that
+  // carries it, resent every join_retry_ms, until the membership shows it (a new epoch) or
+  // `deadline` passes. A client that joined without one (data_endpoint "") is a member of the
+  // control plane only, and takes part in no collective until then (in_collectives(); an
+  // island that rejoins a running run first waits for its state hand-over). Later re-JOINs
+  // carry the new endpoint. kInvalidArgument for an empty or too long endpoint, kTimeout, or
+  // the lost status.
+  Status publish_endpoint(const std::string& endpoint, Deadline deadline);
 
   // ok while this island is part of the run; kPeerLost once another process joined with its
   // id (or a re-JOIN was refused). Final: the client does not recover from it.
@@ -103,9 +116,10 @@ class ZmqControlClient final : public ControlPlane {
   };
 
   explicit ZmqControlClient(ControlClientOptions options);
-  // Sends `m` (header filled here) and waits for the reply until `deadline`.
+  // Sends `m` (header filled here) and waits for the reply until `deadline`. *answered (if
+  // given) tells whether the coordinator replied, with the result or an ERROR.
   StatusOr<std::vector<uint8_t>> request(proto::Message m, proto::MsgType reply_type, Deadline deadline,
-                                         const std::string& what);
+                                         const std::string& what, bool* answered = nullptr);
   void send_one_way(proto::Message m);
   void wake();
 
@@ -125,6 +139,8 @@ class ZmqControlClient final : public ControlPlane {
   mutable std::mutex mu_;  // guards everything below
   std::condition_variable cv_;
   Membership membership_;
+  std::string endpoint_;      // the data endpoint JOIN announces (options_.data_endpoint at first)
+  bool publishing_ = false;   // publish_endpoint() waits for a membership that shows endpoint_
   bool joined_ = false;       // the coordinator acknowledged us and has not forgotten us since
   uint64_t joins_ = 0;
   Status join_error_;         // an ERROR answer to JOIN (connect() returns it)

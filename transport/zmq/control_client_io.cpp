@@ -45,7 +45,8 @@ uint64_t new_session() {
 }  // namespace
 
 ZmqControlClient::ZmqControlClient(ControlClientOptions options)
-    : options_(std::move(options)), session_(new_session()), io_(std::make_unique<Io>()) {
+    : options_(std::move(options)), session_(new_session()), io_(std::make_unique<Io>()),
+      endpoint_(options_.data_endpoint) {
   Io& io = *io_;
   zmq::socket_t& d = io.dealer;
   d.set(zmq::sockopt::linger, 0);
@@ -120,6 +121,7 @@ void ZmqControlClient::run() {
       {
         std::lock_guard<std::mutex> lock(mu_);
         next = !lost_.is_ok() ? now + std::chrono::milliseconds(100) : joined_ ? io.next_heartbeat : io.next_join;
+        if (publishing_) next = std::min(next, io.next_join);
       }
       const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(next - now);
       zmq::poll(items, std::clamp(wait, std::chrono::milliseconds(0), std::chrono::milliseconds(100)));
@@ -156,7 +158,7 @@ void ZmqControlClient::run() {
 
       now = Clock::now();
       std::lock_guard<std::mutex> lock(mu_);
-      if (!joined_ && lost_.is_ok() && now >= io.next_join) {
+      if ((!joined_ || publishing_) && lost_.is_ok() && now >= io.next_join) {
         send_join();
         io.next_join = now + std::chrono::milliseconds(options_.join_retry_ms);
       }
@@ -192,7 +194,7 @@ void ZmqControlClient::send_join() {
   // Under mu_. The epoch we know travels along: a restarted coordinator continues after it.
   Message m;
   m.header = header(MsgType::kJoin, next_rid_++);
-  m.endpoint = options_.data_endpoint;
+  m.endpoint = endpoint_;
   m.public_key = options_.curve ? options_.curve_keys.public_key : "";
   io_->dealer.send(to_message(proto::encode_or_throw(m)), zmq::send_flags::dontwait);
 }
@@ -228,6 +230,11 @@ void ZmqControlClient::on_message(const Message& m) {
       [[fallthrough]];
     case MsgType::kMembership:
       if (m.membership.epoch > membership_.epoch) membership_ = m.membership;
+      if (publishing_) {
+        for (const Peer& p : membership_.members) {
+          if (p.id == options_.island && p.endpoint == endpoint_) publishing_ = false;
+        }
+      }
       break;
     case MsgType::kAck:
     case MsgType::kPullReply:

@@ -169,6 +169,20 @@ void CoordinatorState::on_join(const std::string& routing_id, const std::string&
     out->push_back({routing_id, reply(MsgType::kJoinAck, id, h.session, h.request_id, &body)});
     return;
   }
+  if (known && it->second.session == h.session && it->second.public_key == m.public_key) {
+    // The live session publishes (or moves) its data endpoint: from this epoch on it takes
+    // part in collectives (an island rejoining a running run does so once it holds the state
+    // handed over to it). Its waiting requests stay.
+    Island& isl = it->second;
+    isl.routing_id = routing_id;
+    isl.last_seen = now;
+    isl.endpoint = m.endpoint;
+    membership_changed("island " + std::to_string(id) + " published its data endpoint", id, out);
+    Message body;
+    body.membership = membership();
+    out->push_back({routing_id, reply(MsgType::kJoinAck, id, h.session, h.request_id, &body)});
+    return;
+  }
   if (!known && islands_.size() >= proto::kMaxMembers) return refuse("the membership is full");
   if (known) remove_island(id);  // a new process with this id: its old session is over
   Island& isl = islands_[id];

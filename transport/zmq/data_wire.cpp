@@ -1,6 +1,11 @@
 #include "transport/zmq/data_wire.h"
 
 #include <xxhash.h>
+// XXH3 through libxxhash's runtime dispatch (AVX2 / AVX-512 where the CPU has them): the same
+// hash values, 3-4x faster than the baseline SSE2 build on every message's payload.
+#if defined(__x86_64__) && __has_include(<xxh_x86dispatch.h>)
+#include <xxh_x86dispatch.h>
+#endif
 
 #include <bit>
 #include <cmath>
@@ -12,7 +17,7 @@ namespace atl::transport::dataplane {
 
 static_assert(std::endian::native == std::endian::little,
               "the data plane writes little-endian fields with memcpy");
-static_assert(kHeaderBytes == 88 && kChecksumOffset == 80, "data header v1 layout changed");
+static_assert(kHeaderBytes == 88 && kChecksumOffset == 80, "data header layout changed");
 static_assert(sizeof(double) == 8 && sizeof(int32_t) == 4);
 
 namespace {
@@ -78,7 +83,8 @@ Status parse_header(const uint8_t* b, size_t size, const uint8_t* payload, size_
   if (std::memcmp(b, kMagic, 4) != 0) return bad("wrong magic");
   if (b[4] != kVersion) return bad("unsupported version " + std::to_string(b[4]));
   if (b[5] == 0 || b[5] > kMaxMsgType) return bad("unknown type " + std::to_string(b[5]));
-  if ((b[6] & ~kFlagSplit) != 0) return bad("reserved flag bits set");
+  if ((b[6] & ~(kFlagSplit | kFlagRaw)) != 0) return bad("reserved flag bits set");
+  if (b[6] == (kFlagSplit | kFlagRaw)) return bad("both split and raw flags set");
   if (b[7] != 0) return bad("reserved byte set");
   h->type = static_cast<MsgType>(b[5]);
   h->flags = b[6];
@@ -102,6 +108,12 @@ Status parse_header(const uint8_t* b, size_t size, const uint8_t* payload, size_
   if (h->pieces != 0 && h->piece >= h->pieces) return bad("piece index not below the piece count");
   if ((h->flags & kFlagSplit) && (h->offset > h->total || h->total - h->offset < h->payload_len)) {
     return bad("split piece outside its frame");
+  }
+  if (h->flags & kFlagRaw) {
+    if (h->type != MsgType::kRing && h->type != MsgType::kBroadcast && h->type != MsgType::kResult) {
+      return bad(std::string("raw fp32 payload on a ") + msg_type_name(h->type) + " message");
+    }
+    if (h->payload_len % 4 != 0) return bad("raw fp32 payload of " + std::to_string(h->payload_len) + " bytes");
   }
   switch (h->type) {
     case MsgType::kHello:

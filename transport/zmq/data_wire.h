@@ -5,14 +5,16 @@
 // A data message is one ZeroMQ multipart message: a fixed 88-byte little-endian header frame,
 // then (when payload_len > 0) one payload frame:
 //
-//   magic "ATLD" | version u8 = 1 | type u8 | flags u8 | reserved u8 = 0 | sender i32
+//   magic "ATLD" | version u8 = 2 | type u8 | flags u8 | reserved u8 = 0 | sender i32
 //   | step u32 | epoch u64 | seq u64 | link_seq u64 | done_below u64 | chunk u32 | piece u32
 //   | pieces u32 | payload_len u32 | offset u64 | total u64
 //   | checksum u64 = XXH3_64bits_withSeed(payload, payload_len, XXH3_64bits(header[0, 80)))
 //
-// The payload of a data piece is a compression frame (compression/frame.h) or, with kSplit,
-// the byte range [offset, offset + payload_len) of one frame of `total` bytes. Every piece is
-// checksummed here, so a damaged piece is caught before it is acknowledged.
+// The payload of a data piece is a compression frame (compression/frame.h); with kSplit, the
+// byte range [offset, offset + payload_len) of one frame of `total` bytes; with kRaw (the
+// empty pipeline: lossless fp32), the piece's elements as little-endian fp32, no frame around
+// them. Every piece is checksummed here, so a damaged piece is caught before it is
+// acknowledged; for a raw piece this checksum is the only one (version 2 added kRaw).
 //
 // Ids of MsgType are frozen: never renumbered, only appended; a new field or a changed layout
 // means a new version. Pure functions; thread-safe; parse never reads outside its input.
@@ -31,7 +33,7 @@
 namespace atl::transport::dataplane {
 
 constexpr uint8_t kMagic[4] = {'A', 'T', 'L', 'D'};
-constexpr uint8_t kVersion = 1;
+constexpr uint8_t kVersion = 2;
 constexpr size_t kHeaderBytes = 88;
 constexpr size_t kChecksumOffset = 80;
 constexpr int32_t kMaxIslandId = (1 << 20) - 1;
@@ -52,8 +54,9 @@ enum class MsgType : uint8_t {
 constexpr uint8_t kMaxMsgType = 8;
 const char* msg_type_name(MsgType type);
 
-// Header flag bits (all others reserved, must be 0).
+// Header flag bits (all others reserved, must be 0; at most one of them set).
 constexpr uint8_t kFlagSplit = 1;  // payload is a byte range of one frame (offset/total)
+constexpr uint8_t kFlagRaw = 2;    // payload is raw little-endian fp32 (RING, BROADCAST, RESULT)
 
 struct Header {
   MsgType type = MsgType::kAck;
@@ -77,8 +80,8 @@ void encode_header(const Header& h, const uint8_t* payload, uint8_t out[kHeaderB
 // Validates and parses a header frame and its payload (nullptr/0 when there is none).
 // kCorrupt naming the field for: wrong size, magic, version, type, flags, reserved byte,
 // sender out of range, payload length disagreeing with the payload frame, a piece index not
-// below the piece count, a split range outside `total`, a body of the wrong size for its
-// type, or a bad checksum.
+// below the piece count, a split range outside `total`, a raw piece of another type or not a
+// whole number of fp32 values, a body of the wrong size for its type, or a bad checksum.
 Status parse_header(const uint8_t* bytes, size_t size, const uint8_t* payload,
                     size_t payload_size, Header* h);
 

@@ -61,7 +61,8 @@ class RingExchange final : public Exchange {
     if (h.chunk != static_cast<uint32_t>(chunk)) return reject("wrong chunk for the step");
     auto [cb, ce] = ring::chunk_bounds(s_.buffer.numel(), w_, chunk);
     const uint32_t pieces = static_cast<uint32_t>(received_[t].size());
-    if (h.flags != 0 || h.pieces != pieces || h.piece >= pieces || received_[t][h.piece] ||
+    if (h.flags != (raw_pieces(*s_.codec) ? kFlagRaw : 0) || h.pieces != pieces || h.piece >= pieces ||
+        received_[t][h.piece] ||
         h.total != static_cast<uint64_t>(ce - cb)) {
       return reject("piece geometry disagrees");
     }
@@ -69,15 +70,15 @@ class RingExchange final : public Exchange {
     if (h.offset != static_cast<uint64_t>(pb)) return reject("piece offset disagrees");
     at::Tensor dst = s_.buffer.narrow(0, cb + pb, pe - pb);
     Status st;
-    if (t < w_ - 1) {  // reduce-scatter: own chunk += incoming
-      at::Tensor incoming = scratch_.narrow(0, 0, pe - pb);
-      st = s_.codec->decode(m.data(), m.size(), incoming);
+    if (t < w_ - 1) {  // reduce-scatter: own chunk += incoming (raw pieces: read in place)
+      StatusOr<at::Tensor> incoming = piece_values(*s_.codec, m, pe - pb, scratch_);
+      st = incoming.is_ok() ? Status::ok() : incoming.status();
       if (st.is_ok()) {
-        dst.add_(incoming);
+        dst.add_(*incoming);
         if (t == w_ - 2) dst.div_(s_.divisor);  // this member owns the chunk's sum now
       }
     } else {  // all-gather: copy
-      st = s_.codec->decode(m.data(), m.size(), dst);
+      st = decode_piece(*s_.codec, m, dst);
     }
     if (!st.is_ok()) {
       failure_ = Status(StatusCode::kCorrupt, "ring piece from island " + std::to_string(h.sender) +

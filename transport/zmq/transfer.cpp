@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 #include "transport/ring.h"
@@ -23,13 +24,68 @@ uint32_t piece_count(int64_t n, int64_t piece_elems) {
   return static_cast<uint32_t>(std::max<int64_t>(1, (n + piece_elems - 1) / piece_elems));
 }
 
+bool raw_pieces(const compression::Pipeline& codec) { return codec.stages().empty(); }
+
+namespace {
+
+// One piece's payload: its values copied as raw fp32 (a copy, not a view of `values`: the
+// buffer changes while the message may still wait for a retransmission), or one frame.
+std::shared_ptr<Bytes> piece_payload(OpContext& ctx, const at::Tensor& values, const compression::Pipeline& codec,
+                                     uint64_t seed) {
+  if (!raw_pieces(codec)) {
+    auto frame = ctx.frame_buffer();
+    codec.encode(values, *frame, seed);
+    return frame;
+  }
+  const size_t bytes = static_cast<size_t>(values.numel()) * sizeof(float);
+  auto raw = ctx.payload_buffer(bytes);
+  if (bytes) std::memcpy(raw->data(), values.data_ptr<float>(), bytes);
+  return raw;
+}
+
+Status raw_size_check(const Inbound& m, int64_t n) {
+  if (m.size() != static_cast<size_t>(n) * sizeof(float)) {
+    return corrupt("raw piece of " + std::to_string(m.size()) + " bytes for " + std::to_string(n) + " values");
+  }
+  return Status::ok();
+}
+
+Status form_check(const compression::Pipeline& codec, const Header& h) {
+  const bool raw = (h.flags & kFlagRaw) != 0;
+  if (raw == raw_pieces(codec)) return Status::ok();
+  return corrupt(raw ? "a raw fp32 piece where frames of " + codec.describe() + " were expected"
+                     : std::string("a frame where raw fp32 pieces were expected"));
+}
+
+}  // namespace
+
+Status decode_piece(const compression::Pipeline& codec, const Inbound& m, at::Tensor& dst) {
+  if (Status st = form_check(codec, m.header); !st.is_ok()) return st;
+  if (!raw_pieces(codec)) return codec.decode(m.data(), m.size(), dst);
+  if (Status st = raw_size_check(m, dst.numel()); !st.is_ok()) return st;
+  if (m.size()) std::memcpy(dst.data_ptr<float>(), m.data(), m.size());
+  return Status::ok();
+}
+
+StatusOr<at::Tensor> piece_values(const compression::Pipeline& codec, const Inbound& m, int64_t n,
+                                  at::Tensor& scratch) {
+  at::Tensor out = scratch.narrow(0, 0, n);
+  if (raw_pieces(codec) && (m.header.flags & kFlagRaw) &&
+      reinterpret_cast<uintptr_t>(m.data()) % alignof(float) == 0) {
+    if (Status st = raw_size_check(m, n); !st.is_ok()) return st;
+    if (n == 0) return out;
+    return at::from_blob(const_cast<uint8_t*>(m.data()), {n}, at::kFloat);
+  }
+  if (Status st = decode_piece(codec, m, out); !st.is_ok()) return st;
+  return out;
+}
+
 void send_piece(OpContext& ctx, int to, Header h, const at::Tensor& values, uint32_t piece,
                 uint32_t pieces, const compression::Pipeline& codec, uint64_t seed) {
   const int64_t n = values.numel();
   auto [b, e] = ring::chunk_bounds(n, static_cast<int>(pieces), static_cast<int>(piece));
-  auto frame = ctx.frame_buffer();
-  codec.encode(values.narrow(0, b, e - b), *frame, seed);
-  h.flags = 0;
+  auto frame = piece_payload(ctx, values.narrow(0, b, e - b), codec, seed);
+  h.flags = raw_pieces(codec) ? kFlagRaw : 0;
   h.piece = piece;
   h.pieces = pieces;
   h.offset = static_cast<uint64_t>(b);
@@ -44,9 +100,8 @@ void send_pieces(OpContext& ctx, const std::vector<int>& to, Header h, const at:
   const uint32_t pieces = piece_count(n, piece_elems);
   for (uint32_t k = 0; k < pieces; ++k) {
     auto [b, e] = ring::chunk_bounds(n, static_cast<int>(pieces), static_cast<int>(k));
-    auto frame = ctx.frame_buffer();
-    codec.encode(values.narrow(0, b, e - b), *frame, seed);
-    h.flags = 0;
+    auto frame = piece_payload(ctx, values.narrow(0, b, e - b), codec, seed);
+    h.flags = raw_pieces(codec) ? kFlagRaw : 0;
     h.piece = k;
     h.pieces = pieces;
     h.offset = static_cast<uint64_t>(b);

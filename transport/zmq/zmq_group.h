@@ -89,6 +89,9 @@ class ZmqGroup final : public Group {
                                const compression::Pipeline& codec) override;
   ByteCounters bytes() const override;
 
+  // The sequence number of the next collective issued here: a joiner handed this island's
+  // state takes part from it on (ZmqGroupOptions::first_seq). Island thread, like the calls.
+  uint64_t next_seq() const { return next_seq_; }
   // The data endpoint as bound (a "*" port resolved). Thread-safe.
   std::string endpoint() const;
   // Messages dropped as invalid, stale or unexpected so far. Thread-safe.
