@@ -62,7 +62,7 @@ std::map<std::string, std::string> flatten_config(const std::string& path) {
 
 Entry entry_for_run(const std::string& name, const std::string& dir) {
   Entry e{name, dir, "incomplete", "", read_run_metrics(dir), flatten_config(dir + "/config.yaml")};
-  if (e.metrics.has_summary) e.status = std::isfinite(e.metrics.final_val_loss) ? "ok" : "diverged";
+  if (e.metrics.has_summary) e.status = summary_status(e.metrics, &e.reason);
   return e;
 }
 

@@ -70,6 +70,8 @@ RunMetrics read_run_metrics(const std::string& run_dir) {
   m.config_hash = sim::json_find_string(summary, "config_hash").value_or("");
   m.steps = static_cast<int64_t>(sim::json_find_number(summary, "steps").value_or(-1));
   m.final_val_loss = number(summary, "final_val_loss");
+  if (summary.find("\"diverged\":true") != std::string::npos)
+    m.diverged_step = static_cast<int64_t>(sim::json_find_number(summary, "diverged_step").value_or(0));
   if (auto best = sim::json_find_number(summary, "best_val_loss")) m.best_val_loss = *best;
   m.final_val_accuracy = number(summary, "final_val_accuracy");
   m.bytes_sent = number(summary, "bytes_sent_total");
@@ -80,14 +82,23 @@ RunMetrics read_run_metrics(const std::string& run_dir) {
   return m;
 }
 
+std::string summary_status(const RunMetrics& m, std::string* reason) {
+  if (m.diverged_step >= 0) {
+    *reason = "training loss is not finite at step " + std::to_string(m.diverged_step);
+    return "diverged";
+  }
+  if (std::isfinite(m.final_val_loss)) return "ok";
+  *reason = "final validation loss is not finite";
+  return "diverged";
+}
+
 std::vector<RunResult> collect_results(const SweepPlan& plan) {
   std::vector<RunResult> results;
   for (const auto& run : plan.runs) {
     RunResult r{run, "not run", "", read_run_metrics(plan.run_dir(run))};
     const std::string outcome = read_file(plan.dir + "/logs/" + run.id + ".json");
     if (r.metrics.has_summary && r.metrics.config_hash == run.hash) {
-      r.status = std::isfinite(r.metrics.final_val_loss) ? "ok" : "diverged";
-      if (r.status == "diverged") r.reason = "final validation loss is not finite";
+      r.status = summary_status(r.metrics, &r.reason);
     } else if (r.metrics.has_summary) {
       r.metrics = RunMetrics{};
       r.reason = "its run directory holds results of another config";

@@ -41,8 +41,13 @@ struct RunMetrics {
   double compute_utilization = kUnknown;  // fraction of virtual time spent computing
   double time_to_target_s = kUnknown;     // virtual time to reach train.target_loss
   double wall_time_s = kUnknown;
+  int64_t diverged_step = -1;             // the simulator stopped at a non-finite loss (-1: no)
   std::vector<EvalPoint> evals;
 };
+
+// How a run with a summary ended: "ok", or "diverged" with the reason (the simulator stopped
+// at a non-finite training loss, or the final validation loss is not finite).
+std::string summary_status(const RunMetrics& m, std::string* reason);
 
 // The metrics in table order, with their summary.csv column names.
 struct MetricColumn {

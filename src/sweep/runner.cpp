@@ -19,6 +19,7 @@
 #include "src/sim/json.h"
 #include "src/sim/run_dir.h"
 #include "src/sweep/process.h"
+#include "src/sweep/results.h"
 
 namespace fs = std::filesystem;
 
@@ -243,9 +244,13 @@ class Runner {
     const auto& run = plan_.runs[r.index];
     const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
     std::string state = "ok", reason;
+    const RunMetrics summary = read_run_metrics(plan_.run_dir(run));
+    const bool own_summary = summary.has_summary && summary.config_hash == run.hash;
     if (!r.diverged.empty()) {
       state = "diverged";
       reason = r.diverged;
+    } else if (own_summary && summary.diverged_step >= 0) {  // the simulator stopped itself
+      state = summary_status(summary, &reason);
     } else if (r.stopping) {
       state = "interrupted";
       reason = "stopped by the sweep's interruption";
