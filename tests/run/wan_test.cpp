@@ -104,7 +104,7 @@ class Wan : public ::testing::Test {
     std::ofstream(p) << "run: {name: " << name << ", seed: 3, out_dir: " << (dir_ / "runs").string()
                      << ", threads: 1}\n"
                      << "transport: {coordinator: \"tcp://127.0.0.1:" << port_ << "\", base_port: " << port_ + 1
-                     << ", heartbeat_ms: 100, heartbeat_timeout_ms: 1500, bandwidth_mbps: 20, chunk_bytes: 65536, "
+                     << ", heartbeat_ms: 100, heartbeat_timeout_ms: 4000, bandwidth_mbps: 20, chunk_bytes: 65536, "
                         "max_in_flight: 16}\n"
                      << body;
     return p.string();
