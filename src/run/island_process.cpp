@@ -90,9 +90,9 @@ void check_real_run(const config::Config& config) {
     throw UserError(config.source + ": key 'transport.curve': not available with transport.kind gloo (gloo's TCP "
                     "data plane is neither encrypted nor authenticated; use zmq for untrusted networks)");
   }
-  if (config.transport.collective != "ring") {
-    throw UserError(config.source + ": key 'transport.collective': '" + config.transport.collective +
-                    "' is not available for real runs yet (use ring)");
+  if (config.transport.collective == "star" && config.transport.kind != "zmq") {
+    throw UserError(config.source + ": key 'transport.collective': 'star' (all-reduce through the coordinator) "
+                    "needs transport.kind zmq");
   }
 }
 
@@ -172,6 +172,7 @@ int run_island(const config::Config& config, int island, const ProcessOptions& o
   transport::ZmqGroupOptions go;
   go.bind = endpoint;
   go.first_seq = handover ? handover->first_seq : 0;  // the donor's next collective
+  go.star = t.collective == "star";
   go.chunk_bytes = t.chunk_bytes;
   go.max_in_flight = t.max_in_flight;
   go.bandwidth_mbps = t.bandwidth_mbps;

@@ -207,6 +207,7 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
 
   // Survivors notice a dead island after the heartbeat timeout, as in real runs.
   hub.set_network(&network, seed, static_cast<double>(config.transport.heartbeat_timeout_ms) / 1e3);
+  hub.set_star(config.transport.collective == "star");  // all-reduce through the server, as real runs do
 
   // Server role (fedavg, async_local_sgd): evaluates the global model as rounds complete.
   ServerEvalSchedule server_evals(algo_options, config.train, splits.train->size());

@@ -172,6 +172,35 @@ TEST_F(Processes, LaunchWithGlooMatchesSimulateBitwiseWithLossyCompression) {
   EXPECT_TRUE(sim == read(dir_ / "runs/real/final_params.bin"));
 }
 
+// transport.collective star: the coordinator reduces in member order and sends the mean
+// back, and simulate does the same through its server endpoint: the same bits. The star's
+// sums run in another order than the ring's, so a simulator that ignored the setting would
+// differ (checked against a ring simulation).
+TEST_F(Processes, LaunchWithStarMatchesSimulateBitwise) {
+  const std::string cfg = config(3, 20);
+  const std::string star = " --quiet --set transport.collective=star";
+  ASSERT_EQ(run("simulate " + cfg + star + " --set run.name=sim"), 0);
+  ASSERT_EQ(run("launch " + cfg + star + " --set run.name=real"), 0);
+  ASSERT_EQ(run("simulate " + cfg + " --quiet --set run.name=ring"), 0);
+  const std::string sim = read(dir_ / "runs/sim/final_params.bin");
+  ASSERT_GT(sim.size(), 100u);
+  EXPECT_TRUE(sim == read(dir_ / "runs/real/final_params.bin")) << "final parameters differ between simulate and launch";
+  EXPECT_FALSE(sim == read(dir_ / "runs/ring/final_params.bin")) << "star and ring sums should differ in the last bits";
+  const std::string summary = read(dir_ / "runs/real/summary.json");
+  EXPECT_NE(summary.find("\"islands_finished\":3"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("\"rounds\":4"), std::string::npos) << summary;
+}
+
+TEST_F(Processes, LaunchWithStarMatchesSimulateBitwiseWithLossyCompression) {
+  const std::string cfg = config(3, 10, "compression: [{quantize: int8, block: 64}]\n");
+  const std::string star = " --quiet --set transport.collective=star";
+  ASSERT_EQ(run("simulate " + cfg + star + " --set run.name=sim"), 0);
+  ASSERT_EQ(run("launch " + cfg + star + " --set run.name=real"), 0);
+  const std::string sim = read(dir_ / "runs/sim/final_params.bin");
+  ASSERT_GT(sim.size(), 100u);
+  EXPECT_TRUE(sim == read(dir_ / "runs/real/final_params.bin"));
+}
+
 // FedAvg's server role runs in the coordinator process; deltas are summed in client order,
 // so arrival order does not matter and the result equals the simulator's bitwise.
 TEST_F(Processes, FedAvgServerInCoordinatorMatchesSimulateBitwise) {
@@ -226,9 +255,10 @@ TEST_F(Processes, CtrlCLeavesNoProcessBehind) {
 // Island 2 is killed with SIGKILL mid-run: the coordinator declares it dead, the survivors'
 // rounds complete with 2 contributors, and the run finishes without hanging. `kind`: the
 // transport.kind of the islands' data plane.
-void killed_island_run_completes_with_survivors(Processes& t, const std::string& kind) {
+// `setting`: a --set override that picks the transport ("transport.kind=gloo", ...).
+void killed_island_run_completes_with_survivors(Processes& t, const std::string& setting) {
   const std::string cfg = t.config(3, 400);
-  const std::string set_kind = "transport.kind=" + kind;
+  const std::string set_kind = setting;
   const pid_t pid = fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
@@ -265,23 +295,37 @@ void killed_island_run_completes_with_survivors(Processes& t, const std::string&
   EXPECT_NE(summary.find("\"steps\":400"), std::string::npos) << summary;
 }
 
-TEST_F(Processes, KilledIslandRunCompletesWithSurvivors) { killed_island_run_completes_with_survivors(*this, "zmq"); }
+TEST_F(Processes, KilledIslandRunCompletesWithSurvivors) {
+  killed_island_run_completes_with_survivors(*this, "transport.kind=zmq");
+}
+
+// The star all-reduce: the coordinator itself finds the island dead and completes the
+// collective it was waiting for with the survivors' mean.
+TEST_F(Processes, KilledIslandRunCompletesWithSurvivorsOverTheStar) {
+  killed_island_run_completes_with_survivors(*this, "transport.collective=star");
+}
 
 // Over Gloo the killed island's connections close with it: the survivors' mesh breaks at
 // once, and the round restarts among them when the coordinator drops the island.
 TEST_F(Processes, KilledIslandRunCompletesWithSurvivorsOverGloo) {
-  killed_island_run_completes_with_survivors(*this, "gloo");
+  killed_island_run_completes_with_survivors(*this, "transport.kind=gloo");
 }
 
 // Island 2 is killed with SIGKILL mid-run, the survivors go on with 2 contributors, and then
 // `atoll island CONFIG --id 2` is started again: it rejoins with a live island's state
 // hand-over (global model, outer-optimizer state, round count), takes part in every round
 // after that, and ends with the same global model as the others.
-TEST_F(Processes, RestartedIslandRejoinsTheRunningRun) {
+// `settings`: --set overrides for launch and the restarted island alike.
+void restarted_island_rejoins(Processes& t, const std::vector<std::string>& settings) {
+  const fs::path& dir = t.dir_;
   const int steps = 3000;  // about 10 s: the survivors are still training when island 2 is back
-  const std::string cfg = config(3, steps);
-  const fs::path metrics = dir_ / "runs/r/metrics.jsonl";
-  const pid_t launch = spawn({"launch", cfg, "--quiet"}, dir_ / "launch.log");
+  const std::string cfg = t.config(3, steps);
+  const fs::path metrics = dir / "runs/r/metrics.jsonl";
+  auto args = [&](std::vector<std::string> a) {
+    for (const auto& s : settings) a.insert(a.end(), {"--set", s});
+    return a;
+  };
+  const pid_t launch = spawn(args({"launch", cfg, "--quiet"}), dir / "launch.log");
   ASSERT_GT(launch, 0);
   ASSERT_TRUE(wait_for_record(metrics, {"\"event\":\"round\"", "\"round\":3,"}, 30)) << "no rounds within 30 s";
   const auto kids = children_of(launch);
@@ -290,12 +334,12 @@ TEST_F(Processes, RestartedIslandRejoinsTheRunningRun) {
   ASSERT_TRUE(wait_for_record(metrics, {"\"event\":\"round\"", "\"contributors\":2,"}, 30))
       << "the survivors did not go on without island 2";
 
-  const pid_t restarted = spawn({"island", cfg, "--id", "2", "--quiet"}, dir_ / "island2.log");
+  const pid_t restarted = spawn(args({"island", cfg, "--id", "2", "--quiet"}), dir / "island2.log");
   ASSERT_GT(restarted, 0);
   const int launch_rc = wait_bounded(launch, 90);
   const int island_rc = wait_bounded(restarted, 30);
-  ASSERT_NE(launch_rc, -1) << "launch did not finish (a hang)\n" << read(dir_ / "launch.log");
-  ASSERT_EQ(island_rc, 0) << read(dir_ / "island2.log");
+  ASSERT_NE(launch_rc, -1) << "launch did not finish (a hang)\n" << read(dir / "launch.log");
+  ASSERT_EQ(island_rc, 0) << read(dir / "island2.log");
 
   // The hand-over, as the joiner recorded it.
   std::optional<double> rejoin_round;
@@ -305,7 +349,7 @@ TEST_F(Processes, RestartedIslandRejoinsTheRunningRun) {
       EXPECT_GE(json_find_number(l, "step").value_or(-1), 15.0) << l;
     }
   }
-  ASSERT_TRUE(rejoin_round) << "no rejoin record\n" << read(dir_ / "island2.log");
+  ASSERT_TRUE(rejoin_round) << "no rejoin record\n" << read(dir / "island2.log");
   // Island 2's rounds: its first life, then, after the hand-over, the count goes on from the
   // donor's round; every round after the hand-over has all three islands.
   std::vector<double> rounds_of_2;
@@ -338,7 +382,15 @@ TEST_F(Processes, RestartedIslandRejoinsTheRunningRun) {
   EXPECT_FALSE(global[0].empty());
   EXPECT_EQ(global[0], global[1]);
   EXPECT_EQ(global[0], global[2]) << "the restarted island's final global model differs";
-  EXPECT_NE(read(dir_ / "runs/r/summary.json").find("\"islands_finished\":3"), std::string::npos);
+  EXPECT_NE(read(dir / "runs/r/summary.json").find("\"islands_finished\":3"), std::string::npos);
+}
+
+TEST_F(Processes, RestartedIslandRejoinsTheRunningRun) { restarted_island_rejoins(*this, {}); }
+
+// With the star all-reduce the joiner tells the coordinator where it starts
+// (ZmqGroupOptions::first_seq), so collectives before it do not wait for it.
+TEST_F(Processes, RestartedIslandRejoinsTheRunningRunOverTheStar) {
+  restarted_island_rejoins(*this, {"transport.collective=star"});
 }
 
 }  // namespace

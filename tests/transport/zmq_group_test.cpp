@@ -356,6 +356,40 @@ TEST(ZmqGroup, LostMemberRestartsAmongSurvivors) {
   }
 }
 
+// Island 2 dies in the middle of the data phase, after islands 0 and 1 have added some of its
+// pieces into their buffers: their restart among themselves must begin from their inputs
+// (InputBackup saved each region before its first write), giving the two-island result.
+TEST(ZmqGroup, MemberLostMidDataPhaseRestartsFromTheInputs) {
+  ZmqGroupOptions o;
+  o.poll_ms = 10;
+  o.chunk_bytes = 64 << 10;
+  o.max_in_flight = 1;  // a slow data phase: 0.5 s or more
+  o.linger_ms = 0;      // a destroyed group stops at once (no delivering of what is queued)
+  const int64_t n = int64_t{4} << 20;
+  ZmqCluster c(3, o, /*static_planes=*/false);
+  const std::vector<at::Tensor> inputs = random_inputs(3, n, 21);
+  std::vector<at::Tensor> ref = {inputs[0].clone(), inputs[1].clone()}, got = clones(inputs);
+  inproc_allreduce(ref, compression::Pipeline(), {1, 1});
+  std::vector<std::unique_ptr<Handle>> handles;
+  for (int i = 0; i < 3; ++i) handles.push_back(c.groups[i]->allreduce_mean(got[i], compression::Pipeline(), 1.0));
+  // Island 0 receives from island 2 and adds in place: wait until several pieces are in.
+  const auto deadline = Clock::now() + std::chrono::seconds(20);
+  while (c.groups[0]->bytes().received < 4 * uint64_t(64 << 10) && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_FALSE(handles[0]->done()) << "the data phase ended before island 2 could die in it";
+  ASSERT_FALSE(at::equal(got[0], inputs[0])) << "island 0 has not written its buffer yet";
+  c.groups[2].reset();  // crashed
+  const Membership survivors{1, {c.peers[0], c.peers[1]}};
+  for (int i = 0; i < 2; ++i) c.test_planes[i]->set(survivors);
+  for (int i = 0; i < 2; ++i) {
+    CollectiveResult r = handles[i]->wait(in_seconds(60));
+    EXPECT_EQ(r.status.code(), StatusCode::kPeerLost) << r.status.to_string();
+    EXPECT_EQ(r.contributors, (std::vector<int>{0, 1}));
+    EXPECT_TRUE(at::equal(got[i], ref[i])) << "island " << i;
+  }
+}
+
 // An island that joined late (first_seq = 1) answers ABSENT for collective #0, which the
 // others then complete without it; from #1 on it takes part.
 TEST(ZmqGroup, LateJoinerSitsOutEarlierCollectives) {

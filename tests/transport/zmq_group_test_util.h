@@ -171,13 +171,14 @@ struct ZmqCluster {
 
 // The in-process reference: each island i calls allreduce_mean(buffers[i], codec,
 // weights[i], transmitted[i]) as the group's collective number `seq` (after `seq` one-element
-// ones: lossy seeds depend on it); fills the tensors in place.
+// ones: lossy seeds depend on it); fills the tensors in place. `star`: InprocHub::set_star.
 inline void inproc_allreduce(std::vector<at::Tensor>& buffers, const compression::Pipeline& codec,
                              const std::vector<double>& weights, std::vector<at::Tensor>* transmitted = nullptr,
-                             uint64_t seq = 0) {
+                             uint64_t seq = 0, bool star = false) {
   const int w = static_cast<int>(buffers.size());
   Scheduler scheduler(w);
   InprocHub hub(w, scheduler);
+  hub.set_star(star);
   std::vector<std::unique_ptr<Group>> groups;
   for (int i = 0; i < w; ++i) groups.push_back(hub.make_group(i));
   scheduler.run([&](int i) {

@@ -34,8 +34,8 @@ AllreduceOp::AllreduceOp(uint64_t seq, at::Tensor buffer, at::Tensor input, cons
                          double weight, at::Tensor transmitted, int64_t chunk_bytes,
                          std::shared_ptr<Completion> completion)
     : Op(seq, std::move(completion)), buffer_(std::move(buffer)), transmitted_(std::move(transmitted)),
-      input_(std::move(input)), codec_(codec), weight_(weight), chunk_bytes_(chunk_bytes) {
-  TORCH_CHECK(input_.numel() == buffer_.numel(), "AllreduceOp: the input copy must match the buffer");
+      input_(std::move(input)), backup_(std::in_place, buffer_, input_), codec_(codec), weight_(weight),
+      chunk_bytes_(chunk_bytes) {
   hello_.numel = static_cast<uint64_t>(buffer_.numel());
   hello_.weight = weight;
   hello_.codec = codec_fingerprint(codec_);
@@ -67,8 +67,7 @@ void AllreduceOp::attempt(OpContext& ctx, uint64_t epoch, const std::vector<int>
   deadline_ = Clock::time_point::max();
   if (first_members_.empty()) first_members_ = members;
   if (!contains(members, self)) {
-    if (dirty_) buffer_.copy_(input_);
-    dirty_ = false;
+    backup_->restore();
     complete(ctx, Status(StatusCode::kMembershipChanged,
                          "island " + std::to_string(self) + " is not a member of epoch " + std::to_string(epoch)),
              {self}, weight_);
@@ -115,8 +114,7 @@ void AllreduceOp::maybe_begin_data(OpContext& ctx) {
     }
   }
   if (parts.size() == 1) {  // the mean of one buffer is that buffer, bitwise
-    if (dirty_) buffer_.copy_(input_);
-    dirty_ = false;
+    backup_->restore();
     if (transmitted_.defined()) transmitted_.copy_(buffer_);
     complete(ctx, Status::ok(), parts, weight_);
     return;
@@ -125,8 +123,7 @@ void AllreduceOp::maybe_begin_data(OpContext& ctx) {
 }
 
 void AllreduceOp::begin_data(OpContext& ctx, const std::vector<int>& parts) {
-  if (dirty_) buffer_.copy_(input_);
-  dirty_ = true;
+  backup_->restore();
   participants_ = parts;
   double weight_sum = 0;
   bool uniform = true;
@@ -135,13 +132,17 @@ void AllreduceOp::begin_data(OpContext& ctx, const std::vector<int>& parts) {
     uniform = uniform && answers_[p]->weight == answers_[parts[0]]->weight;
   }
   weight_sum_ = weight_sum;
-  if (!uniform) buffer_.mul_(weight_);
+  if (!uniform) {
+    backup_->save_all();
+    buffer_.mul_(weight_);
+  }
   ExchangeSetup s;
   s.seq = seq_;
   s.epoch = epoch_;
   s.members = parts;
   s.pos = static_cast<int>(std::find(parts.begin(), parts.end(), ctx.self()) - parts.begin());
   s.buffer = buffer_;
+  s.backup = &*backup_;
   s.transmitted = transmitted_;
   s.codec = &codec_;
   s.divisor = uniform ? static_cast<double>(parts.size()) : weight_sum;
@@ -242,7 +243,7 @@ void AllreduceOp::on_adoption(OpContext& ctx, Inbound& m) {
   Status st = range.is_ok() ? Status::ok() : range.status();
   if (st.is_ok()) {
     at::Tensor dst = buffer_.narrow(0, range->first, range->second - range->first);
-    dirty_ = true;
+    backup_->save(range->first, range->second);
     st = decode_piece(compression::Pipeline(), m, dst);
   }
   if (!st.is_ok()) {
@@ -275,10 +276,11 @@ void AllreduceOp::on_timer(OpContext& ctx, Clock::time_point now) {
 
 void AllreduceOp::complete(OpContext& ctx, Status status, std::vector<int> contributors, double weight_sum) {
   deadline_ = Clock::time_point::max();
+  backup_.reset();  // the input is no longer needed: input_ is free (and solely ours) again
   const bool keep = status.code() == StatusCode::kOk || status.code() == StatusCode::kPeerLost;
   if (keep && ctx.tuning().retain_results && !contributors.empty()) {
     // Copied before the caller is woken: from then on the buffer is the caller's again. The
-    // input copy's memory is no longer needed and takes the result.
+    // saved input's memory is no longer needed and takes the result.
     input_.copy_(buffer_);
     retained_ = std::make_unique<Retained>(Retained{epoch_, {status, contributors, weight_sum}, std::move(input_)});
   } else {

@@ -7,8 +7,9 @@
 // ABSENT and sits the attempt out. Once every member has answered, the participants (those
 // that said HELLO) are known to all alike; they must agree on size, codec and piece length
 // (else the collective completes with kInternal). Then the data phase (exchange.h) runs on
-// the caller's buffer: restored from the op's copy of the input, pre-multiplied by the
-// weight when the weights differ, then the ring (lossless) or direct (lossy) schedule.
+// the caller's buffer: restored where an earlier attempt wrote it (InputBackup keeps the
+// input, saved region by region before the first write), pre-multiplied by the weight when
+// the weights differ, then the ring (lossless) or direct (lossy) schedule.
 // Messages of a newer epoch are kept until this op reaches that epoch; older ones are
 // dropped as stale. Data that arrives before the local HELLO set is complete is kept too.
 //
@@ -39,6 +40,7 @@
 
 #include "compression/pipeline.h"
 #include "transport/zmq/exchange.h"
+#include "transport/zmq/input_backup.h"
 #include "transport/zmq/op.h"
 #include "transport/zmq/transfer.h"
 
@@ -46,8 +48,9 @@ namespace atl::transport::dataplane {
 
 class AllreduceOp final : public Op {
  public:
-  // Runs on the island thread. `input` is a copy of `buffer` (kept for restarts, then reused
-  // for the retained result); the codec is copied.
+  // Runs on the island thread. `input` ([n] float32, contents unspecified) receives the input
+  // as the data phase overwrites it (for restarts), then the retained result; the codec is
+  // copied.
   AllreduceOp(uint64_t seq, at::Tensor buffer, at::Tensor input, const compression::Pipeline& codec,
               double weight, at::Tensor transmitted, int64_t chunk_bytes,
               std::shared_ptr<Completion> completion);
@@ -68,13 +71,13 @@ class AllreduceOp final : public Op {
 
   // The caller's request.
   at::Tensor buffer_, transmitted_;
-  at::Tensor input_;               // copy of the caller's buffer, for restarts
+  at::Tensor input_;               // the saved input (backup_), then the retained result
+  std::optional<InputBackup> backup_;  // until completion
   compression::Pipeline codec_;
   double weight_;
   int64_t chunk_bytes_;
   HelloBody hello_;                // what this member announces
   std::vector<int> first_members_; // members of the first attempt
-  bool dirty_ = false;             // buffer_ no longer equals input_
 
   // The current attempt.
   uint64_t epoch_ = 0;

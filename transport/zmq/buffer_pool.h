@@ -1,6 +1,6 @@
 // Recycled memory for the data plane's hot path, so that steady-state collectives neither
 // map fresh pages nor fault them in again: frame buffers (one per wire message payload) and
-// the [n] float32 tensors an all-reduce keeps (its input copy, then its retained result).
+// the [n] float32 tensors an all-reduce keeps (its saved input, then its retained result).
 //
 // Thread-safe: buffers come back from ZeroMQ's I/O thread (zero-copy sends) and tensors are
 // taken on the island thread. A buffer handed out keeps its pool alive.

@@ -1,10 +1,11 @@
-// CoordinatorState's request handlers: the hosted server role (PUSH / PULL) and the
-// rendezvous store (STORE_SET / STORE_GET). Split from coordinator_state.cpp, which keeps
-// membership and failure detection.
+// CoordinatorState's request handlers: the hosted server role (PUSH / PULL), the star
+// all-reduce (PUSH / PULL under star tags: StarReducer) and the rendezvous store (STORE_SET /
+// STORE_GET). Split from coordinator_state.cpp, which keeps membership and failure detection.
 #include <ATen/ATen.h>
 
 #include "compression/frame.h"
 #include "src/base/log.h"
+#include "transport/star.h"
 #include "transport/zmq/coordinator_state.h"
 
 namespace atl::transport {
@@ -17,7 +18,36 @@ namespace {
 constexpr size_t kAppliedPushMemory = 1024;  // PUSH request ids remembered per island
 }
 
+std::vector<int> CoordinatorState::collective_members() const {
+  std::vector<int> ids;
+  for (const Peer& p : membership().members) {
+    if (in_collectives(p)) ids.push_back(p.id);
+  }
+  return ids;
+}
+
+void CoordinatorState::applied(Island& isl, uint64_t rid) {
+  isl.applied.insert(rid);
+  isl.applied_order.push_back(rid);
+  if (isl.applied_order.size() > kAppliedPushMemory) {
+    isl.applied.erase(isl.applied_order.front());
+    isl.applied_order.pop_front();
+  }
+}
+
+void CoordinatorState::on_star_push(int id, Island& isl, const Message& m, std::vector<Outgoing>* out) {
+  const uint64_t rid = m.header.request_id;
+  if (!isl.applied.count(rid)) {  // a resent PUSH is acknowledged again, not applied again
+    star_.on_push(id, m.tag, m.bytes, m.weight, collective_members());
+    applied(isl, rid);
+  }
+  // Its outcome (a failed contribution too) reaches the island through its PULL.
+  out->push_back({isl.routing_id, reply(MsgType::kAck, id, isl.session, rid)});
+  answer_pulls(out, /*star_only=*/true);
+}
+
 void CoordinatorState::on_push(int id, Island& isl, const Message& m, std::vector<Outgoing>* out) {
+  if (star::is_star_tag(m.tag)) return on_star_push(id, isl, m, out);
   const uint64_t rid = m.header.request_id;
   auto fail = [&](ErrorCode code, const std::string& why) {
     out->push_back({isl.routing_id, error(id, isl.session, rid, code, why)});
@@ -48,18 +78,21 @@ void CoordinatorState::on_push(int id, Island& isl, const Message& m, std::vecto
                                                                              << ": " << e.what());
     return fail(ErrorCode::kInternal, std::string("server role: ") + e.what());
   }
-  isl.applied.insert(rid);
-  isl.applied_order.push_back(rid);
-  if (isl.applied_order.size() > kAppliedPushMemory) {
-    isl.applied.erase(isl.applied_order.front());
-    isl.applied_order.pop_front();
-  }
+  applied(isl, rid);
   out->push_back({isl.routing_id, reply(MsgType::kAck, id, isl.session, rid)});
   answer_pulls(out);
 }
 
 std::optional<std::vector<uint8_t>> CoordinatorState::try_pull(int id, const Island& isl, uint64_t tag,
                                                                uint64_t rid) {
+  if (star::is_star_tag(tag)) {
+    std::optional<std::span<const uint8_t>> result = star_.on_pull(id, tag);
+    if (!result) return std::nullopt;
+    Message body;
+    body.tag = tag;
+    body.bytes = *result;
+    return reply(MsgType::kPullReply, id, isl.session, rid, &body);
+  }
   try {
     std::optional<at::Tensor> answer = options_.server->on_pull(id, tag);
     if (!answer) return std::nullopt;
@@ -76,10 +109,10 @@ std::optional<std::vector<uint8_t>> CoordinatorState::try_pull(int id, const Isl
   }
 }
 
-void CoordinatorState::answer_pulls(std::vector<Outgoing>* out) {
+void CoordinatorState::answer_pulls(std::vector<Outgoing>* out, bool star_only) {
   for (auto it = pending_.begin(); it != pending_.end();) {
     auto isl = islands_.find(it->island);
-    if (it->type != MsgType::kPull || isl == islands_.end()) {
+    if (it->type != MsgType::kPull || isl == islands_.end() || (star_only && !star::is_star_tag(it->tag))) {
       ++it;
       continue;
     }
@@ -96,7 +129,7 @@ void CoordinatorState::answer_pulls(std::vector<Outgoing>* out) {
 void CoordinatorState::on_pull(int id, Island& isl, const Message& m, Clock::time_point now,
                                std::vector<Outgoing>* out) {
   const uint64_t rid = m.header.request_id;
-  if (options_.server == nullptr) {
+  if (options_.server == nullptr && !star::is_star_tag(m.tag)) {
     out->push_back({isl.routing_id, error(id, isl.session, rid, ErrorCode::kNoServer,
                                           "this run's coordinator hosts no server role")});
     return;

@@ -44,7 +44,8 @@ bool LogLimiter::allow(Clock::time_point now, uint64_t* suppressed) {
   return true;
 }
 
-CoordinatorState::CoordinatorState(const CoordinatorOptions& options) : options_(options) {}
+CoordinatorState::CoordinatorState(const CoordinatorOptions& options)
+    : options_(options), star_(options.pipeline, options.max_push_elements) {}
 
 void CoordinatorState::warn(const std::string& line, Clock::time_point now) {
   uint64_t suppressed = 0;
@@ -270,6 +271,7 @@ void CoordinatorState::remove_island(int id) {
   }
   islands_.erase(it);
   std::erase_if(pending_, [id](const Pending& p) { return p.island == id; });
+  star_.forget(id);
   all_present_logged_ = false;
 }
 
@@ -285,6 +287,8 @@ void CoordinatorState::membership_changed(const std::string& reason, int skip, s
     ids << (i ? "," : "") << body.membership.members[i].id;
   }
   ATOLL_INFO("coordinator: epoch " << epoch_ << ", members [" << ids.str() << "]: " << reason);
+  star_.on_membership(collective_members());  // star all-reduces no longer waiting for anyone complete
+  answer_pulls(out, /*star_only=*/true);
   if (options_.record_membership && options_.record_sink) {
     const double wall = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
     std::ostringstream json;

@@ -21,6 +21,7 @@
 
 #include "transport/zmq/coordinator.h"
 #include "transport/zmq/protocol.h"
+#include "transport/zmq/star_reducer.h"
 
 namespace atl::transport {
 
@@ -93,6 +94,12 @@ class CoordinatorState {
   void on_join(const std::string& routing_id, const std::string& user_id, const proto::Message& m,
                Clock::time_point now, std::vector<Outgoing>* out);
   void on_push(int id, Island& isl, const proto::Message& m, std::vector<Outgoing>* out);
+  // PUSH under a star tag (transport/star.h): the star all-reduce, never the server role.
+  void on_star_push(int id, Island& isl, const proto::Message& m, std::vector<Outgoing>* out);
+  // Remembers a PUSH's request id as applied (a resent PUSH is acknowledged, not applied again).
+  void applied(Island& isl, uint64_t rid);
+  // Ids of the live islands that take part in collectives (a published data endpoint).
+  std::vector<int> collective_members() const;
   void on_pull(int id, Island& isl, const proto::Message& m, Clock::time_point now, std::vector<Outgoing>* out);
   void on_store_set(int id, Island& isl, const proto::Message& m, std::vector<Outgoing>* out);
   void on_store_get(int id, Island& isl, const proto::Message& m, Clock::time_point now, std::vector<Outgoing>* out);
@@ -101,8 +108,9 @@ class CoordinatorState {
   // Bumps the epoch, sends MEMBERSHIP to every live island but `skip`, records the change.
   void membership_changed(const std::string& reason, int skip, std::vector<Outgoing>* out);
   void remove_island(int id);
-  // Answers every waiting PULL the server can answer now.
-  void answer_pulls(std::vector<Outgoing>* out);
+  // Answers every waiting PULL the server (or the star all-reduce) can answer now;
+  // `star_only`: only those under star tags (the server role is not asked).
+  void answer_pulls(std::vector<Outgoing>* out, bool star_only = false);
   // The server's answer to (island, tag) as a PULL_REPLY, or nullopt; ERROR when it throws.
   std::optional<std::vector<uint8_t>> try_pull(int id, const Island& isl, uint64_t tag, uint64_t rid);
   bool add_pending(Pending p, uint32_t wait_ms, Clock::time_point now);
@@ -120,6 +128,7 @@ class CoordinatorState {
   std::map<std::string, std::vector<uint8_t>> store_;
   size_t store_bytes_ = 0;
   std::vector<Pending> pending_;
+  StarReducer star_;  // the star all-reduce (transport.collective: star)
   // Applied PUSH ids of removed islands by (id, session): a session that re-JOINs after being
   // declared dead and resends a PUSH that was applied must not apply it twice. Bounded.
   std::map<std::pair<int, uint64_t>, std::deque<uint64_t>> retired_;

@@ -7,9 +7,12 @@
 #include <xxh_x86dispatch.h>
 #endif
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <memory>
+#include <new>
 
 #include "src/base/log.h"
 
@@ -51,12 +54,37 @@ const char* msg_type_name(MsgType type) {
   return "?";
 }
 
-uint64_t message_checksum(const uint8_t* header80, const uint8_t* payload, size_t payload_len) {
-  const uint64_t seed = XXH3_64bits(header80, kChecksumOffset);
-  return XXH3_64bits_withSeed(payload_len ? payload : header80, payload_len, seed);
+uint64_t checksum_payload(const uint8_t* payload, size_t payload_len) {
+  static const uint8_t kNone = 0;
+  return XXH3_64bits(payload_len ? payload : &kNone, payload_len);
+}
+
+uint64_t message_checksum(const uint8_t* header80, uint64_t payload_hash) {
+  return XXH3_64bits_withSeed(header80, kChecksumOffset, payload_hash);
+}
+
+uint64_t copy_and_checksum(uint8_t* dst, const uint8_t* src, size_t n) {
+  constexpr size_t kBlock = 64 << 10;  // fits L2 with room to spare
+  if (n <= kBlock) {
+    if (n) std::memcpy(dst, src, n);
+    return checksum_payload(dst, n);
+  }
+  std::unique_ptr<XXH3_state_t, XXH_errorcode (*)(XXH3_state_t*)> state(XXH3_createState(), XXH3_freeState);
+  if (!state) throw std::bad_alloc();
+  (void)XXH3_64bits_reset(state.get());
+  for (size_t at = 0; at < n; at += kBlock) {
+    const size_t len = std::min(kBlock, n - at);
+    std::memcpy(dst + at, src + at, len);
+    (void)XXH3_64bits_update(state.get(), dst + at, len);
+  }
+  return XXH3_64bits_digest(state.get());
 }
 
 void encode_header(const Header& h, const uint8_t* payload, uint8_t out[kHeaderBytes]) {
+  encode_header_hashed(h, checksum_payload(payload, h.payload_len), out);
+}
+
+void encode_header_hashed(const Header& h, uint64_t payload_hash, uint8_t out[kHeaderBytes]) {
   std::memcpy(out, kMagic, 4);
   out[4] = kVersion;
   out[5] = static_cast<uint8_t>(h.type);
@@ -74,7 +102,7 @@ void encode_header(const Header& h, const uint8_t* payload, uint8_t out[kHeaderB
   put<uint32_t>(out, 60, h.payload_len);
   put<uint64_t>(out, 64, h.offset);
   put<uint64_t>(out, 72, h.total);
-  put<uint64_t>(out, kChecksumOffset, message_checksum(out, payload, h.payload_len));
+  put<uint64_t>(out, kChecksumOffset, message_checksum(out, payload_hash));
 }
 
 Status parse_header(const uint8_t* b, size_t size, const uint8_t* payload, size_t payload_size,
@@ -132,7 +160,7 @@ Status parse_header(const uint8_t* b, size_t size, const uint8_t* payload, size_
     case MsgType::kResultInfo:
       break;
   }
-  if (get<uint64_t>(b, kChecksumOffset) != message_checksum(b, payload, payload_size)) {
+  if (get<uint64_t>(b, kChecksumOffset) != message_checksum(b, checksum_payload(payload, payload_size))) {
     return bad("checksum mismatch");
   }
   return Status::ok();
@@ -174,6 +202,12 @@ std::vector<uint8_t> encode_result_info(const ResultInfoBody& rb) {
     put<int32_t>(out.data(), 24 + 4 * i, rb.contributors[i]);
   }
   return out;
+}
+
+size_t result_info_size(const uint8_t* p, size_t n) {
+  if (n < 24) return 0;
+  const uint32_t count = get<uint32_t>(p, 4);
+  return count == 0 || count > kMaxMembers ? 0 : 24 + 4 * size_t{count};
 }
 
 Status parse_result_info(const uint8_t* p, size_t n, ResultInfoBody* rb) {

@@ -8,13 +8,14 @@
 //   magic "ATLD" | version u8 = 2 | type u8 | flags u8 | reserved u8 = 0 | sender i32
 //   | step u32 | epoch u64 | seq u64 | link_seq u64 | done_below u64 | chunk u32 | piece u32
 //   | pieces u32 | payload_len u32 | offset u64 | total u64
-//   | checksum u64 = XXH3_64bits_withSeed(payload, payload_len, XXH3_64bits(header[0, 80)))
+//   | checksum u64 = XXH3_64bits_withSeed(header[0, 80), 80, XXH3_64bits(payload, payload_len))
 //
 // The payload of a data piece is a compression frame (compression/frame.h); with kSplit, the
 // byte range [offset, offset + payload_len) of one frame of `total` bytes; with kRaw (the
 // empty pipeline: lossless fp32), the piece's elements as little-endian fp32, no frame around
 // them. Every piece is checksummed here, so a damaged piece is caught before it is
-// acknowledged; for a raw piece this checksum is the only one (version 2 added kRaw).
+// acknowledged; for a raw piece this checksum is the only one (version 2 added kRaw and
+// seeds the header's hash with the payload's).
 //
 // Ids of MsgType are frozen: never renumbered, only appended; a new field or a changed layout
 // means a new version. Pure functions; thread-safe; parse never reads outside its input.
@@ -77,6 +78,9 @@ struct Header {
 
 // Writes the 88 header bytes (checksum over them and `payload`) into `out`.
 void encode_header(const Header& h, const uint8_t* payload, uint8_t out[kHeaderBytes]);
+// The same with the payload's checksum_payload() already known (the header changes per
+// transmission, the payload's hash does not).
+void encode_header_hashed(const Header& h, uint64_t payload_hash, uint8_t out[kHeaderBytes]);
 // Validates and parses a header frame and its payload (nullptr/0 when there is none).
 // kCorrupt naming the field for: wrong size, magic, version, type, flags, reserved byte,
 // sender out of range, payload length disagreeing with the payload frame, a piece index not
@@ -85,8 +89,13 @@ void encode_header(const Header& h, const uint8_t* payload, uint8_t out[kHeaderB
 Status parse_header(const uint8_t* bytes, size_t size, const uint8_t* payload,
                     size_t payload_size, Header* h);
 
-// Checksum of a message: XXH3-64 of the payload seeded with XXH3-64 of header[0, 80).
-uint64_t message_checksum(const uint8_t* header80, const uint8_t* payload, size_t payload_len);
+// Checksum of a message: XXH3-64 of header[0, 80) seeded with the payload's XXH3-64, so that
+// a payload is hashed once however often its header is rewritten (link_seq, done_below).
+uint64_t message_checksum(const uint8_t* header80, uint64_t payload_hash);
+uint64_t checksum_payload(const uint8_t* payload, size_t payload_len);
+// memcpy(dst, src, n) that returns checksum_payload(dst, n), hashing each block while it is
+// still in cache: a sender's copy and hash of a payload in one pass over memory.
+uint64_t copy_and_checksum(uint8_t* dst, const uint8_t* src, size_t n);
 
 // HELLO body: what every member must agree on before data moves (40 bytes).
 struct HelloBody {
@@ -109,6 +118,10 @@ struct ResultInfoBody {
 };
 std::vector<uint8_t> encode_result_info(const ResultInfoBody& b);
 Status parse_result_info(const uint8_t* p, size_t n, ResultInfoBody* b);
+// Bytes of the RESULT_INFO body that starts at p[0, n) (from its count field), or 0 when
+// fewer than 24 bytes are there or the count is out of range. For bodies followed by more
+// (the star all-reduce's result: transport/zmq/star_reducer.h).
+size_t result_info_size(const uint8_t* p, size_t n);
 
 // Counts rejected messages by reason and logs the first of each reason once (ATOLL_WARN);
 // later ones are counted only (ATOLL_DEBUG). Thread-safe.

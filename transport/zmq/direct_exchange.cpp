@@ -80,6 +80,7 @@ class DirectExchange final : public Exchange {
       bytes_in_ += kHeaderBytes + m.size();
       if (!in1_[q].complete()) return;
       at::Tensor dst = chunk(s_.buffer, q);
+      save(q);
       if (!decode(in1_[q], dst, h.sender)) return;
       ++got1_;
     } else {
@@ -100,6 +101,10 @@ class DirectExchange final : public Exchange {
   int64_t len(int c) const {
     auto [b, e] = ring::chunk_bounds(s_.buffer.numel(), w_, c);
     return e - b;
+  }
+  void save(int c) {  // before chunk c of the buffer is overwritten (for a restart)
+    auto [b, e] = ring::chunk_bounds(s_.buffer.numel(), w_, c);
+    s_.backup->save(b, e);
   }
   at::Tensor chunk(const at::Tensor& t, int c) const {
     auto [b, e] = ring::chunk_bounds(s_.buffer.numel(), w_, c);
@@ -131,6 +136,7 @@ class DirectExchange final : public Exchange {
     for (int q = 0; q < w_; ++q) sum.add_(q == r ? own : decoded_[q]);
     sum.div_(s_.divisor);
     decoded_.assign(w_, at::Tensor());
+    save(r);
     auto frame = ctx.frame_buffer();
     s_.codec->encode(sum, *frame, direct_seed(s_.seq, s_.members[r], r, 1));
     Status st = s_.codec->decode(frame->data(), frame->size(), own);  // what the others decode

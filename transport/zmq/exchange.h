@@ -22,6 +22,7 @@
 
 #include "compression/pipeline.h"
 #include "transport/ring.h"
+#include "transport/zmq/input_backup.h"
 #include "transport/zmq/op.h"
 
 namespace atl::transport::dataplane {
@@ -32,6 +33,7 @@ struct ExchangeSetup {
   std::vector<int> members;   // participants, ascending ids (= ring order)
   int pos = 0;                // this island's index in `members`
   at::Tensor buffer;          // [n] float32: the (weighted) contribution in, the mean out
+  InputBackup* backup = nullptr;  // saves a region of `buffer` before its first write
   at::Tensor transmitted;     // optional [n]: this member's contribution as others decode it
   const compression::Pipeline* codec = nullptr;
   double divisor = 1;         // W for uniform weights, else the sum of the weights

@@ -61,7 +61,7 @@ class GroupIo final : public OpContext {
   std::shared_ptr<Bytes> frame_buffer() override { return pool_->bytes(); }
   std::shared_ptr<Bytes> payload_buffer(size_t size) override { return pool_->bytes(size); }
   void recycle(at::Tensor t) override { pool_->give(std::move(t)); }
-  // Thread-safe: the island thread takes all-reduce input copies from here.
+  // Thread-safe: the island thread takes the tensors for all-reduces' saved inputs from here.
   BufferPool& pool() { return *pool_; }
 
  private:

@@ -165,7 +165,8 @@ void PeerLinks::pump(OutLink& l) {
     m.header.link_seq = s.link_seq;
     m.header.done_below = done_below_;
     m.header.payload_len = static_cast<uint32_t>(s.length);
-    encode_header(m.header, s.length ? s.buffer->data() + s.offset : nullptr, s.header);
+    if (m.hashed) encode_header_hashed(m.header, m.payload_hash, s.header);
+    else encode_header(m.header, s.length ? s.buffer->data() + s.offset : nullptr, s.header);
     raw_sent_ += m.raw_bytes;
     l.waiting.pop_front();
     const bool first = l.unacked.empty();

@@ -55,6 +55,8 @@ struct Outbound {
   size_t offset = 0;                    // payload = buffer[offset, offset + length)
   size_t length = 0;
   uint64_t raw_bytes = 0;               // fp32 bytes it stands for (ByteCounters::raw_sent)
+  bool hashed = false;                  // payload_hash = checksum_payload(payload) is known
+  uint64_t payload_hash = 0;
 };
 
 // One accepted message (header and checksum valid, in link order).

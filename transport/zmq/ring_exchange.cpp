@@ -69,6 +69,7 @@ class RingExchange final : public Exchange {
     auto [pb, pe] = ring::chunk_bounds(ce - cb, static_cast<int>(pieces), static_cast<int>(h.piece));
     if (h.offset != static_cast<uint64_t>(pb)) return reject("piece offset disagrees");
     at::Tensor dst = s_.buffer.narrow(0, cb + pb, pe - pb);
+    s_.backup->save(cb + pb, cb + pe);  // for a restart: this piece is about to change
     Status st;
     if (t < w_ - 1) {  // reduce-scatter: own chunk += incoming (raw pieces: read in place)
       StatusOr<at::Tensor> incoming = piece_values(*s_.codec, m, pe - pb, scratch_);

@@ -28,19 +28,22 @@ bool raw_pieces(const compression::Pipeline& codec) { return codec.stages().empt
 
 namespace {
 
-// One piece's payload: its values copied as raw fp32 (a copy, not a view of `values`: the
-// buffer changes while the message may still wait for a retransmission), or one frame.
-std::shared_ptr<Bytes> piece_payload(OpContext& ctx, const at::Tensor& values, const compression::Pipeline& codec,
-                                     uint64_t seed) {
+// One piece's payload and its checksum_payload(), hashed while it is in cache: its values
+// copied as raw fp32 (a copy, not a view of `values`: the buffer changes while the message
+// may still wait for a retransmission), or one frame.
+std::pair<std::shared_ptr<Bytes>, uint64_t> piece_payload(OpContext& ctx, const at::Tensor& values,
+                                                          const compression::Pipeline& codec, uint64_t seed) {
   if (!raw_pieces(codec)) {
     auto frame = ctx.frame_buffer();
     codec.encode(values, *frame, seed);
-    return frame;
+    const uint64_t hash = checksum_payload(frame->data(), frame->size());
+    return {std::move(frame), hash};
   }
   const size_t bytes = static_cast<size_t>(values.numel()) * sizeof(float);
   auto raw = ctx.payload_buffer(bytes);
-  if (bytes) std::memcpy(raw->data(), values.data_ptr<float>(), bytes);
-  return raw;
+  const uint64_t hash =
+      copy_and_checksum(raw->data(), reinterpret_cast<const uint8_t*>(bytes ? values.data_ptr<float>() : nullptr), bytes);
+  return {std::move(raw), hash};
 }
 
 Status raw_size_check(const Inbound& m, int64_t n) {
@@ -84,14 +87,14 @@ void send_piece(OpContext& ctx, int to, Header h, const at::Tensor& values, uint
                 uint32_t pieces, const compression::Pipeline& codec, uint64_t seed) {
   const int64_t n = values.numel();
   auto [b, e] = ring::chunk_bounds(n, static_cast<int>(pieces), static_cast<int>(piece));
-  auto frame = piece_payload(ctx, values.narrow(0, b, e - b), codec, seed);
+  auto [frame, hash] = piece_payload(ctx, values.narrow(0, b, e - b), codec, seed);
   h.flags = raw_pieces(codec) ? kFlagRaw : 0;
   h.piece = piece;
   h.pieces = pieces;
   h.offset = static_cast<uint64_t>(b);
   h.total = static_cast<uint64_t>(n);
   const size_t size = frame->size();
-  ctx.send(to, Outbound{h, std::move(frame), 0, size, static_cast<uint64_t>(e - b) * 4});
+  ctx.send(to, Outbound{h, std::move(frame), 0, size, static_cast<uint64_t>(e - b) * 4, true, hash});
 }
 
 void send_pieces(OpContext& ctx, const std::vector<int>& to, Header h, const at::Tensor& values,
@@ -100,7 +103,7 @@ void send_pieces(OpContext& ctx, const std::vector<int>& to, Header h, const at:
   const uint32_t pieces = piece_count(n, piece_elems);
   for (uint32_t k = 0; k < pieces; ++k) {
     auto [b, e] = ring::chunk_bounds(n, static_cast<int>(pieces), static_cast<int>(k));
-    auto frame = piece_payload(ctx, values.narrow(0, b, e - b), codec, seed);
+    auto [frame, hash] = piece_payload(ctx, values.narrow(0, b, e - b), codec, seed);
     h.flags = raw_pieces(codec) ? kFlagRaw : 0;
     h.piece = k;
     h.pieces = pieces;
@@ -108,7 +111,7 @@ void send_pieces(OpContext& ctx, const std::vector<int>& to, Header h, const at:
     h.total = static_cast<uint64_t>(n);
     std::shared_ptr<const Bytes> shared = std::move(frame);
     for (int peer : to) {
-      ctx.send(peer, Outbound{h, shared, 0, shared->size(), static_cast<uint64_t>(e - b) * 4});
+      ctx.send(peer, Outbound{h, shared, 0, shared->size(), static_cast<uint64_t>(e - b) * 4, true, hash});
     }
   }
 }

@@ -8,6 +8,7 @@
 #include "transport/zmq/allreduce_op.h"
 #include "transport/zmq/broadcast_op.h"
 #include "transport/zmq/group_io.h"
+#include "transport/zmq/star_client.h"
 
 namespace atl::transport {
 
@@ -22,7 +23,16 @@ void check_buffer(const at::Tensor& t) {
 
 ZmqGroup::ZmqGroup(ControlPlane& control, ZmqGroupOptions options)
     : control_(control), options_(std::move(options)), server_(control_),
-      io_(std::make_unique<dataplane::GroupIo>(control_, options_)), next_seq_(options_.first_seq) {}
+      io_(std::make_unique<dataplane::GroupIo>(control_, options_)), next_seq_(options_.first_seq) {
+  if (options_.star) {
+    StarClientOptions so;
+    so.first_seq = options_.first_seq;
+    so.bandwidth_mbps = options_.bandwidth_mbps;
+    so.timeout_slack = options_.timeout_slack;
+    so.latency_s = options_.latency_ms / 1e3;
+    star_ = std::make_unique<StarClient>(control_, so);
+  }
+}
 
 ZmqGroup::~ZmqGroup() = default;
 
@@ -37,9 +47,10 @@ std::unique_ptr<Handle> ZmqGroup::allreduce_mean(at::Tensor buffer, const compre
                     transmitted.scalar_type() == at::kFloat,
                 "allreduce_mean: `transmitted` must match the buffer");
   }
+  if (star_) return star_->allreduce_mean(next_seq_++, std::move(buffer), codec, weight, std::move(transmitted));
   auto done = std::make_shared<Completion>();
+  // The input is saved as the data phase overwrites it (input_backup.h), not copied here.
   at::Tensor input = io_->pool().tensor(buffer.numel());
-  input.copy_(buffer);
   io_->submit(std::make_unique<dataplane::AllreduceOp>(next_seq_++, std::move(buffer), std::move(input), codec,
                                                        weight, std::move(transmitted), options_.chunk_bytes, done));
   return std::make_unique<CompletionHandle>(std::move(done));
@@ -68,6 +79,12 @@ ByteCounters ZmqGroup::bytes() const {
   c.sent += server.sent;
   c.received += server.received;
   c.raw_sent += server.raw_sent;
+  if (star_) {
+    const ByteCounters star = star_->bytes();
+    c.sent += star.sent;
+    c.received += star.received;
+    c.raw_sent += star.raw_sent;
+  }
   return c;
 }
 

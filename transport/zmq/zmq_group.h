@@ -15,13 +15,16 @@
 // of transport/ring.h, lossy codecs the direct scheme (exchange.h). A collective that loses
 // a member restarts among the survivors from its original inputs when the ControlPlane
 // announces the new epoch, and completes with the survivors as contributors and kPeerLost.
-// push/pull go to the server role through ControlPlane::push/pull.
+// push/pull go to the server role through ControlPlane::push/pull. With options.star,
+// all-reduces go through the coordinator instead (StarClient, star_client.h: the same results
+// as InprocHub::set_star), still numbered in the same sequence as broadcasts.
 //
 // Thread model. The ZmqGroup belongs to one island thread (like every Group). It owns one
 // background I/O thread that owns every socket and runs every collective's state machine:
-// encoding, decoding and the fp32 arithmetic happen there. Collective calls copy their input
-// and return at once; Handle::wait blocks on a condition variable. push/pull run on the
-// calling thread (they block until the control plane answers). The destructor stops the I/O
+// encoding, decoding and the fp32 arithmetic happen there. Collective calls return at once
+// (the I/O thread saves the input a restart needs as it overwrites the buffer); Handle::wait
+// blocks on a condition variable. push/pull run on the calling thread (they block until the
+// control plane answers). The destructor stops the I/O
 // thread after delivering what is queued (up to linger_ms) and joins it; collectives still
 // running then complete with kUnavailable.
 //
@@ -46,6 +49,7 @@ namespace atl::transport {
 namespace dataplane {
 class GroupIo;
 }
+class StarClient;
 
 struct ZmqGroupOptions {
   std::string bind;               // endpoint to bind ("" = this island's membership endpoint)
@@ -65,6 +69,8 @@ struct ZmqGroupOptions {
   bool curve = false;             // CurveZMQ on the data sockets: encrypted, members' keys only
   std::string curve_public_key;   // with curve: this island's Z85 pair (curve::load_keypair);
   std::string curve_secret_key;   // peers' keys come from the membership (Peer::public_key)
+  bool star = false;              // all-reduce through the coordinator (transport.collective: star;
+                                  // star_client.h), not peer to peer; broadcasts stay peer to peer
 };
 
 class ZmqGroup final : public Group {
@@ -102,6 +108,7 @@ class ZmqGroup final : public Group {
   ZmqGroupOptions options_;
   ServerLink server_;  // push / pull
   std::unique_ptr<dataplane::GroupIo> io_;
+  std::unique_ptr<StarClient> star_;  // options.star only; stopped before io_
   uint64_t next_seq_;
 };
 
