@@ -372,9 +372,11 @@ TEST(ZmqGroup, MemberLostMidDataPhaseRestartsFromTheInputs) {
   inproc_allreduce(ref, compression::Pipeline(), {1, 1});
   std::vector<std::unique_ptr<Handle>> handles;
   for (int i = 0; i < 3; ++i) handles.push_back(c.groups[i]->allreduce_mean(got[i], compression::Pipeline(), 1.0));
-  // Island 0 receives from island 2 and adds in place: wait until several pieces are in.
+  // Island 0 receives from island 2 and adds in place: wait until several pieces are in and
+  // the first of them has been added (a piece is counted when it arrives, added just after).
   const auto deadline = Clock::now() + std::chrono::seconds(20);
-  while (c.groups[0]->bytes().received < 4 * uint64_t(64 << 10) && Clock::now() < deadline) {
+  while ((c.groups[0]->bytes().received < 4 * uint64_t(64 << 10) || at::equal(got[0], inputs[0])) &&
+         Clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   ASSERT_FALSE(handles[0]->done()) << "the data phase ended before island 2 could die in it";
