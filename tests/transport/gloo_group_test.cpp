@@ -26,25 +26,6 @@ compression::Pipeline make_pipeline(compression::StageId id) {
   return compression::Pipeline::make({s}).value();
 }
 
-std::vector<at::Tensor> random_inputs(int w, int64_t n, uint64_t seed) {
-  at::manual_seed(seed);
-  std::vector<at::Tensor> v;
-  for (int i = 0; i < w; ++i) v.push_back(at::randn({n}));
-  return v;
-}
-
-std::vector<at::Tensor> clones(const std::vector<at::Tensor>& v) {
-  std::vector<at::Tensor> out;
-  for (const auto& t : v) out.push_back(t.clone());
-  return out;
-}
-
-std::vector<int> iota_ids(int w) {
-  std::vector<int> ids(w);
-  for (int i = 0; i < w; ++i) ids[i] = i;
-  return ids;
-}
-
 // Runs body(i) on one thread per island and joins them; rethrows the first exception.
 void run_islands(int w, const std::function<void(int)>& body) {
   std::vector<std::thread> threads;

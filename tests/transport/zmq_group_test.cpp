@@ -27,25 +27,6 @@ compression::Pipeline make_pipeline(compression::StageId id) {
   return compression::Pipeline::make({s}).value();
 }
 
-std::vector<at::Tensor> random_inputs(int w, int64_t n, uint64_t seed) {
-  at::manual_seed(seed);
-  std::vector<at::Tensor> v;
-  for (int i = 0; i < w; ++i) v.push_back(at::randn({n}));
-  return v;
-}
-
-std::vector<at::Tensor> clones(const std::vector<at::Tensor>& v) {
-  std::vector<at::Tensor> out;
-  for (const auto& t : v) out.push_back(t.clone());
-  return out;
-}
-
-std::vector<int> iota_ids(int w) {
-  std::vector<int> ids(w);
-  for (int i = 0; i < w; ++i) ids[i] = i;
-  return ids;
-}
-
 // One allreduce_mean per island on `c`; each island's buffer/transmitted are filled in.
 std::vector<CollectiveResult> zmq_allreduce(ZmqCluster& c, std::vector<at::Tensor>& buffers,
                                             const compression::Pipeline& codec, const std::vector<double>& weights,

@@ -188,6 +188,26 @@ inline void inproc_allreduce(std::vector<at::Tensor>& buffers, const compression
   });
 }
 
+// W random [n] inputs from `seed`; deep copies; ids 0..W-1.
+inline std::vector<at::Tensor> random_inputs(int w, int64_t n, uint64_t seed) {
+  at::manual_seed(seed);
+  std::vector<at::Tensor> v;
+  for (int i = 0; i < w; ++i) v.push_back(at::randn({n}));
+  return v;
+}
+
+inline std::vector<at::Tensor> clones(const std::vector<at::Tensor>& v) {
+  std::vector<at::Tensor> out;
+  for (const auto& t : v) out.push_back(t.clone());
+  return out;
+}
+
+inline std::vector<int> iota_ids(int w) {
+  std::vector<int> ids(w);
+  for (int i = 0; i < w; ++i) ids[i] = i;
+  return ids;
+}
+
 inline Deadline in_seconds(double s) {
   return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
 }
