@@ -668,6 +668,7 @@ void check_environment(const Config& c) {
   check_readable(c, "data.labels_path", d.labels_path);
   check_readable(c, "data.val_path", d.val_path);
   check_readable(c, "data.val_labels_path", d.val_labels_path);
+  check_readable(c, "model.init_from", c.model.init_from);
 }
 
 }  // namespace atl::config

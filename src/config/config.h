@@ -29,6 +29,11 @@ struct ModelConfig {
   int vocab = 256;              // vocabulary size (256 for byte-level text)
   double dropout = 0.0;         // dropout on attention and residual paths
   bool tie_embeddings = true;   // share token embedding and output head
+  // Warm start: every island (and the coordinator) starts from the parameters in this
+  // runs/<name>/final_params.bin of an earlier run with the same model shape, instead of
+  // the seeded initialisation. Only parameters: optimizer states and the step count start
+  // fresh (the DiLoCo paper's "pre-trained then distributed" protocol).
+  std::string init_from;
   // mlp
   std::vector<int> hidden = {200, 200};  // hidden layer widths (ReLU between)
   int classes = 0;              // output classes; 0 = from the data set

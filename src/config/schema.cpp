@@ -37,6 +37,7 @@ std::vector<Section> build() {
                 field("vocab", &Config::model, &ModelConfig::vocab, positive_int),
                 field("dropout", &Config::model, &ModelConfig::dropout, unit_open),
                 field("tie_embeddings", &Config::model, &ModelConfig::tie_embeddings),
+                field("init_from", &Config::model, &ModelConfig::init_from),
                 field("hidden", &Config::model, &ModelConfig::hidden, positive_int),
                 field("classes", &Config::model, &ModelConfig::classes, nonneg),
                 field("input_dim", &Config::model, &ModelConfig::input_dim, nonneg)}});

@@ -1,8 +1,10 @@
 #include "src/sim/island_parts.h"
 
 #include <ATen/ATen.h>
+#include <torch/csrc/autograd/grad_mode.h>
 
 #include "src/sim/json.h"
+#include "src/sim/params_file.h"
 
 namespace atl::sim {
 
@@ -17,12 +19,34 @@ RunData load_run_data(const config::Config& config) {
   return d;
 }
 
+namespace {
+
+// model.init_from: overwrite the seeded initialisation with an earlier run's final
+// parameters. A missing, corrupt or differently shaped file is the user's error.
+void warm_start(const config::ModelConfig& model_config, models::Model& model) {
+  if (model_config.init_from.empty()) return;
+  const std::string& path = model_config.init_from;
+  StatusOr<at::Tensor> params = read_params(path);
+  if (!params.is_ok())
+    throw UserError("model.init_from: cannot load '" + path + "': " + params.status().to_string());
+  at::Tensor& flat = model.params();
+  if (params->numel() != flat.numel())
+    throw UserError("model.init_from: '" + path + "' holds " + std::to_string(params->numel()) +
+                    " parameters but this model has " + std::to_string(flat.numel()) +
+                    " (a different model shape?)");
+  at::NoGradGuard no_grad;
+  flat.copy_(*params);
+}
+
+}  // namespace
+
 IslandParts make_island_parts(const config::Config& config, const RunData& data,
                               const algorithms::AlgorithmOptions& options, int island) {
   const uint64_t seed = config.run.seed;
   IslandParts p;
   // Same seed on every island: all start from bitwise the same parameters.
   p.model = models::make_model(config.model, data.shape, c10::Device(config.run.device), seed);
+  warm_start(config.model, *p.model);
   p.sampler = std::make_unique<data::Sampler>(data.splits.train, data.shards.at(island),
                                               seed * 1000003ULL + static_cast<uint64_t>(island));
   p.optimizer = train::make_inner_optimizer(config.train);

@@ -202,6 +202,56 @@ TEST(Simulate, DdpSendsHTimesMoreThanDiLoCoAndBothLearn) {
   EXPECT_LT(ddp.final_val_loss, uniform);
 }
 
+// model.init_from: a run that starts from an earlier run's final_params.bin evaluates, at
+// step 0, exactly to the earlier run's final validation loss (same validation batches).
+TEST(Simulate, WarmStartFromAnEarlierRunsFinalParams) {
+  TempDir tmp;
+  config::Config c = tiny_text_config(tmp.path, "diloco");
+  c.model.dropout = 0;
+  const RunSummary first = simulate(c, {false, true});
+  const fs::path params = tmp.path / "runs/t/final_params.bin";
+  ASSERT_TRUE(fs::exists(params));
+  auto step0_val_loss = [&](const std::string& run) {
+    const std::string metrics = read(tmp.path / "runs" / run / "metrics.jsonl");
+    std::smatch m;
+    EXPECT_TRUE(std::regex_search(metrics, m, std::regex(R"(\{"event":"eval","step":0,[^}]*"val_loss":([-0-9.e+]+))")))
+        << metrics.substr(0, 400);
+    return m.size() > 1 ? std::stod(m[1]) : -1.0;
+  };
+  c.run.name = "cold";
+  simulate(c, {false, true});
+  c.run.name = "warm";
+  c.model.init_from = params.string();
+  simulate(c, {false, true});
+  EXPECT_DOUBLE_EQ(step0_val_loss("warm"), first.final_val_loss);
+  EXPECT_NE(step0_val_loss("cold"), first.final_val_loss);
+  // DDP evaluates an island's own parameters: they came from the file as well
+  c.run.name = "warm-ddp";
+  c.algorithm.name = "ddp";
+  simulate(c, {false, true});
+  EXPECT_DOUBLE_EQ(step0_val_loss("warm-ddp"), first.final_val_loss);
+
+  // a different model shape, and a corrupt file: a clear user error naming the key
+  c.run.name = "wide";
+  c.model.dim = 64;
+  try {
+    simulate(c, {false, true});
+    ADD_FAILURE() << "a file for another model shape was accepted";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("model.init_from"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("parameters"), std::string::npos) << e.what();
+  }
+  c.model.dim = 32;
+  c.run.name = "corrupt";
+  {
+    std::string bytes = read(params);
+    bytes[bytes.size() / 2] ^= 0x5a;
+    std::ofstream(tmp.path / "corrupt.bin", std::ios::binary) << bytes;
+  }
+  c.model.init_from = (tmp.path / "corrupt.bin").string();
+  EXPECT_THROW(simulate(c, {false, true}), UserError);
+}
+
 TEST(Simulate, FedAvgOnSyntheticClassification) {
   TempDir tmp;
   std::ostringstream y;
