@@ -530,12 +530,13 @@ void check_cross_field(const Config& c) {
 }
 
 // A data file must exist, be a file, and open for reading.
-void check_readable(const Config& c, const std::string& key, const std::string& path) {
+void check_readable(const Config& c, const std::string& key, const std::string& path,
+                    const std::string& hint = "") {
   if (path.empty()) return;
   const std::string where = origin_of(c, key);
   std::error_code ec;
   const auto status = std::filesystem::status(path, ec);
-  if (!std::filesystem::exists(status)) fail(where, key, "file '" + path + "' does not exist");
+  if (!std::filesystem::exists(status)) fail(where, key, "file '" + path + "' does not exist" + hint);
   if (std::filesystem::is_directory(status))
     fail(where, key, "'" + path + "' is a directory, not a file");
   std::ifstream in(path, std::ios::binary);
@@ -668,7 +669,8 @@ void check_environment(const Config& c) {
   check_readable(c, "data.labels_path", d.labels_path);
   check_readable(c, "data.val_path", d.val_path);
   check_readable(c, "data.val_labels_path", d.val_labels_path);
-  check_readable(c, "model.init_from", c.model.init_from);
+  check_readable(c, "model.init_from", c.model.init_from,
+                 " (the final_params.bin of an earlier run: run that config first)");
 }
 
 }  // namespace atl::config
