@@ -109,6 +109,10 @@ class Algorithm {
   // handed over (a joiner starts it fresh). Default: nothing beyond the global model.
   virtual AlgorithmState export_state() const { return {}; }
   virtual void import_state(IslandContext& ctx, const AlgorithmState& state) {}
+  // Whether a hand-over may be made at this step boundary. False while this island waits on
+  // an exchange whose result a joiner could not apply (it joins from the next collective on):
+  // the donor then hands over at a later boundary. Default: any boundary.
+  virtual bool can_hand_over() const { return true; }
 };
 
 // Registry (algorithms/registry.cpp). Throws atl::UserError for an unknown name, listing

@@ -20,6 +20,7 @@
 //   residual for lossy codecs.
 // State per island: anchor [N], per fragment an outer optimizer (momentum [n_p]), the
 //   exchange buffer [n_p] (CPU) and the error-feedback residual [n_p].
+// Hand-over to a joiner (rejoin / add): see can_hand_over() below.
 // Bytes on the wire per fragment sync (ring): 2 (W-1)/W * n_p * b per island; per H steps
 //   the same as DiLoCo, with a peak P times lower.
 #include "algorithms/streaming_diloco.h"
@@ -180,6 +181,36 @@ class StreamingDiLoCo final : public Algorithm {
   }
 
   at::Tensor global_params() const override { return anchor_; }
+
+  // A joiner gets the anchor as its parameters (global_params) and, here, every fragment's
+  // outer optimizer (momentum, step count) and the sync count. [impl choice] The hand-over
+  // waits for a step boundary with no fragment in flight (at most overlap_steps later), so
+  // the joiner's anchor and outer state equal the donor's exactly and it takes part from the
+  // next fragment send on. Error-feedback residuals start at zero (they are the joiner's own).
+  bool can_hand_over() const override {
+    return std::none_of(fragments_.begin(), fragments_.end(), [](const Fragment& f) { return f.handle != nullptr; });
+  }
+
+  AlgorithmState export_state() const override {
+    TORCH_CHECK(can_hand_over(), "streaming_diloco: state exported with a fragment in flight");
+    AlgorithmState s;
+    s.rounds = round_;
+    for (const Fragment& f : fragments_) {
+      for (const at::Tensor& t : f.outer.state()) s.tensors.push_back(t);
+      s.tensors.push_back(at::scalar_tensor(static_cast<double>(f.outer.steps()), at::kDouble));
+    }
+    return s;
+  }
+
+  void import_state(IslandContext&, const AlgorithmState& state) override {
+    TORCH_CHECK(state.tensors.size() == 3 * fragments_.size(), "streaming_diloco state: expected ",
+                3 * fragments_.size(), " tensors (3 per fragment), got ", state.tensors.size());
+    round_ = state.rounds;
+    for (size_t p = 0; p < fragments_.size(); ++p) {
+      const at::Tensor* t = &state.tensors[3 * p];
+      fragments_[p].outer.load(t[2].item<int64_t>(), {t[0], t[1]});
+    }
+  }
 
  private:
   struct Fragment {

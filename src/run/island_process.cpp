@@ -5,7 +5,6 @@
 // waits for a live island's state hand-over (src/run/handover.h) and goes on from there.
 #include <ATen/ATen.h>
 #include <torch/torch.h>
-#include <xxhash.h>
 
 #include <algorithm>
 #include <chrono>
@@ -65,18 +64,9 @@ const char kStartedKey[] = "atoll/run/started";
 Status check_rejoin(const config::Config& config, const algorithms::Algorithm& algorithm) {
   std::string why;
   if (config.transport.kind != "zmq") why = "transport.kind " + config.transport.kind + " (use zmq)";
-  else if (config.algorithm.name == "streaming_diloco") why = "streaming_diloco (its per-fragment state is not handed over)";
   else if (algorithm.global_on_server()) why = config.algorithm.name + " (its global model lives in the coordinator's server role)";
   if (why.empty()) return Status::ok();
   return Status(StatusCode::kUnavailable, "rejoining a running run is not supported with " + why);
-}
-
-std::string xxh64_hex(const at::Tensor& t) {
-  const at::Tensor c = t.detach().to(at::kCPU).contiguous();
-  char text[17];
-  std::snprintf(text, sizeof text, "%016llx",
-                static_cast<unsigned long long>(XXH64(c.data_ptr(), c.nbytes(), 0)));
-  return text;
 }
 
 }  // namespace
@@ -325,7 +315,7 @@ int run_island(const config::Config& config, int island, const ProcessOptions& o
     state.last_loss = loss;
     state.bytes = group.bytes().sent;
     progress.update(state);
-    if (donor) donor->at_step_boundary();
+    if (donor && parts.algorithm->can_hand_over()) donor->at_step_boundary();
   };
   sim::run_island(loop);
   progress.finish(state);
@@ -341,7 +331,7 @@ int run_island(const config::Config& config, int island, const ProcessOptions& o
                      .add("wall_time_s", seconds_since(t0))
                      .add("global_xxh64", parts.algorithm->global_on_server()
                                               ? std::string()
-                                              : xxh64_hex(parts.algorithm->global_params()))
+                                              : sim::params_xxh64_hex(parts.algorithm->global_params()))
                      .str());
   if (island == 0 && !parts.algorithm->global_on_server()) {
     const std::string dir = config.run.out_dir + "/" + config.run.name;

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <xxhash.h>
 
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -49,6 +50,14 @@ StatusOr<at::Tensor> read_params(const std::string& path) {
   at::Tensor t = at::empty({static_cast<int64_t>(n)}, at::kFloat);
   std::memcpy(t.data_ptr<float>(), bytes.data() + 16, n * sizeof(float));
   return t;
+}
+
+std::string params_xxh64_hex(const at::Tensor& params) {
+  const at::Tensor c = params.detach().to(at::kCPU).contiguous();
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx",
+                static_cast<unsigned long long>(XXH64(c.data_ptr(), c.nbytes(), 0)));
+  return text;
 }
 
 }  // namespace atl::sim

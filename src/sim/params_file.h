@@ -15,5 +15,8 @@ namespace atl::sim {
 void write_params(const std::string& path, const at::Tensor& params);
 // kNotFound / kCorrupt (bad magic, version, size or checksum).
 StatusOr<at::Tensor> read_params(const std::string& path);
+// xxhash64 of the parameters' bytes as 16 hex digits: the `global_xxh64` of `island_end`
+// records (simulator and real runs), equal on islands that hold bitwise the same model.
+std::string params_xxh64_hex(const at::Tensor& params);
 
 }  // namespace atl::sim

@@ -112,9 +112,6 @@ void check_events(const config::Config& config) {
   for (size_t i = 0; i < config.islands.events.size(); ++i) {
     const auto& e = config.islands.events[i];
     const std::string where = config.source + ": key 'islands.events[" + std::to_string(i) + "]': ";
-    if ((e.rejoin >= 0 || e.add > 0) && config.algorithm.name == "streaming_diloco")
-      throw UserError(where + "rejoin and add events are not supported with streaming_diloco yet "
-                              "(its per-fragment state is not handed over)");
     if ((e.kill >= 0 || e.rejoin >= 0 || e.add > 0) && config.algorithm.name == "fedavg")
       throw UserError(where + "kill, rejoin and add events need an algorithm without a round barrier on the "
                               "server (fedavg waits for every selected client)");
@@ -404,7 +401,8 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
         progress.update(state);
         // Joiners wait for this step boundary; those earlier on the clock must have asked.
         if (joins_planned) scheduler.yield(i);
-        if (!pending.empty() && i == evaluator_island()) hand_over(i, step);
+        if (!pending.empty() && i == evaluator_island() && is.parts.algorithm->can_hand_over())
+          hand_over(i, step);
         for (auto& kill : kills[static_cast<size_t>(i)])
           if (!kill.fired && kill.event.at_step == step) die(i, kill, "at_step");
       };
@@ -418,6 +416,17 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
             end_time[i] = scheduler.time(i);
             const bool donor = i == evaluator_island();
             is.finished = true;
+            // As in real runs: each island's final global model, by hash (equal on islands
+            // that agree bitwise, e.g. after an exact state hand-over).
+            if (!is.parts.algorithm->global_on_server()) {
+              dir.record(JsonObject()
+                             .add("event", "island_end")
+                             .add("island", i)
+                             .add("steps", is.steps)
+                             .add("global_xxh64", params_xxh64_hex(is.parts.algorithm->global_params()))
+                             .add("sim_time_s", scheduler.time(i))
+                             .str());
+            }
             // Joiners still waiting get the final state (they have no steps left to run).
             if (donor && !pending.empty()) hand_over(i, is.steps);
             return;

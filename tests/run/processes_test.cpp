@@ -393,4 +393,11 @@ TEST_F(Processes, RestartedIslandRejoinsTheRunningRunOverTheStar) {
   restarted_island_rejoins(*this, {"transport.collective=star"});
 }
 
+// Streaming DiLoCo: the donor hands over at a step boundary with no fragment in flight, with
+// every fragment's outer state; the joiner is in every fragment sync after it.
+TEST_F(Processes, RestartedIslandRejoinsAStreamingDiLoCoRun) {
+  restarted_island_rejoins(*this, {"algorithm.name=streaming_diloco", "model.layers=2", "algorithm.inner_steps=8",
+                                   "algorithm.fragments=2", "algorithm.overlap_steps=2"});
+}
+
 }  // namespace

@@ -4,7 +4,9 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <regex>
+#include <set>
 #include <sstream>
 
 #include "compression/frame.h"
@@ -40,6 +42,24 @@ struct TempDir {
   fs::path path;
   static inline int counter = 0;
 };
+
+// island -> global_xxh64 of the island_end records in a metrics.jsonl.
+std::map<int, std::string> final_hashes(const std::string& jsonl) {
+  std::map<int, std::string> out;
+  std::istringstream lines(jsonl);
+  for (std::string line; std::getline(lines, line);) {
+    if (json_find_string(line, "event") != "island_end") continue;
+    out[static_cast<int>(json_find_number(line, "island").value_or(-1))] =
+        json_find_string(line, "global_xxh64").value_or("");
+  }
+  return out;
+}
+
+size_t distinct(const std::map<int, std::string>& hashes) {
+  std::set<std::string> values;
+  for (const auto& [island, hash] : hashes) values.insert(hash);
+  return values.size();
+}
 
 config::Config tiny_text_config(const fs::path& dir, const std::string& algorithm) {
   // A small corpus with structure, written to disk (the real text reader reads it).
@@ -127,6 +147,53 @@ TEST(Simulate, VirtualClockWithChurnIsDeterministic) {
   EXPECT_LT(util, 1.0);
   // 24 steps of >= 0.1/1.5 s each, plus a 5 s failure detection.
   EXPECT_GT(*json_find_number(summary, "sim_time_s"), 24 * 0.1 / 1.5 + 5);
+  // The hand-overs were exact: all four islands end on bitwise the same global model.
+  EXPECT_EQ(final_hashes(first).size(), 4u);
+  EXPECT_EQ(distinct(final_hashes(first)), 1u) << first;
+}
+
+// Streaming DiLoCo hands every fragment's outer state to a joiner, at a step boundary with
+// no fragment in flight (H = 8, P = 2, tau = 3: fragments are sent at steps 8, 12, 16, 20
+// and received 3 steps later, so only boundaries before 8 or at 11, 15, 19, 23 qualify).
+TEST(Simulate, StreamingDiLoCoRejoinAndAddHandOverEveryFragment) {
+  TempDir tmp;
+  config::Config c = tiny_text_config(tmp.path, "streaming_diloco");
+  c.model.layers = 2;
+  c.algorithm.fragments = 2;
+  c.algorithm.overlap_steps = 3;
+  c.islands.events = config::parse_config(
+      "islands:\n  count: 3\n  events:\n"
+      "    - {kill: 2, at_step: 10}\n"
+      "    - {rejoin: 2, at_time_s: 6.0}\n"
+      "    - {add: 1, at_time_s: 0.85}\n",
+      "events.yaml").islands.events;
+  c.compute.step_time_s = 0.1;
+  c.compute.jitter = 0.1;
+  c.network.bandwidth_mbps = 50;
+  c.network.latency_ms = 30;
+  SimulateOptions quiet{false, true};
+  simulate(c, quiet);
+  const std::string first = read(tmp.path / "runs/t/metrics.jsonl");
+  c.run.name = "t2";
+  simulate(c, quiet);
+  EXPECT_EQ(strip_wall(first), strip_wall(read(tmp.path / "runs/t2/metrics.jsonl")));
+
+  std::istringstream lines(first);
+  int joins = 0;
+  for (std::string line; std::getline(lines, line);) {
+    if (line.find(R"("change":"rejoined")") == std::string::npos &&
+        line.find(R"("change":"added")") == std::string::npos)
+      continue;
+    ++joins;
+    const int64_t step = static_cast<int64_t>(*json_find_number(line, "step"));
+    EXPECT_TRUE(step < 8 || step % 4 == 3) << "hand-over with a fragment in flight: " << line;
+  }
+  EXPECT_EQ(joins, 2) << first;
+  // the added island was asked for at 0.85 s, after step 8's send: its hand-over waited
+  EXPECT_NE(first.find(R"("island":3,"change":"added","reason":"event","step":11)"), std::string::npos) << first;
+  EXPECT_NE(first.find(R"("contributors":4)"), std::string::npos);
+  EXPECT_EQ(final_hashes(first).size(), 4u);
+  EXPECT_EQ(distinct(final_hashes(first)), 1u) << first;
 }
 
 // Async local-SGD: arrivals at the server are ordered by the virtual clock, so heterogeneous
