@@ -185,6 +185,9 @@ struct TransportConfig {
   int base_port = 29510;        // island k listens on base_port + k
   int64_t heartbeat_ms = 500;   // island -> coordinator heartbeat period
   int64_t heartbeat_timeout_ms = 5000;  // silence after which an island is declared dead
+  int max_rejoins = 3;          // an island declared dead while cut off that comes back joins
+                                // the run again with a state hand-over, at most this often
+                                // (0: it fails instead); zmq, non-server algorithms
   double bandwidth_mbps = 1000; // assumed link bandwidth for transfer timeouts (refined by
                                 // observed throughput)
   double timeout_slack = 4.0;   // timeout = slack * (latency + bytes / bandwidth) + 1 s

@@ -129,6 +129,7 @@ std::vector<Section> build() {
         field("base_port", &Config::transport, &TransportConfig::base_port, closed(1, 65535)),
         field("heartbeat_ms", &Config::transport, &TransportConfig::heartbeat_ms, at_least(1)),
         field("heartbeat_timeout_ms", &Config::transport, &TransportConfig::heartbeat_timeout_ms, at_least(1)),
+        field("max_rejoins", &Config::transport, &TransportConfig::max_rejoins, at_least(0)),
         field("bandwidth_mbps", &Config::transport, &TransportConfig::bandwidth_mbps, above(0)),
         field("timeout_slack", &Config::transport, &TransportConfig::timeout_slack, at_least(1)),
         field("chunk_bytes", &Config::transport, &TransportConfig::chunk_bytes, at_least(1024)),

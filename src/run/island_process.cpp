@@ -86,7 +86,13 @@ void check_real_run(const config::Config& config) {
   }
 }
 
-int run_island(const config::Config& config, int island, const ProcessOptions& options) {
+namespace {
+
+// run_island_once's result when the island was declared dead while cut off and came back
+// into a run that went on without it: it is to join again (with a state hand-over).
+constexpr int kJoinAgain = -1;
+
+int run_island_once(const config::Config& config, int island, const ProcessOptions& options) {
   const auto t0 = Clock::now();
   const int k = config.islands.count;
   if (island < 0 || island >= k) {
@@ -208,14 +214,14 @@ int run_island(const config::Config& config, int island, const ProcessOptions& o
   ctx.grads = parts.model->grads();
   // Round records' sync_s is the wall time blocked in the exchange. An island the coordinator
   // declared dead while it was cut off comes back (its client joins again) into a run that
-  // went on without it: it fails instead of waiting for collectives the others finished
-  // (restarted, the process would rejoin with a state hand-over).
+  // went on without it: its waits are abandoned instead of waiting for collectives the
+  // others finished, and run_island() joins the run again with a state hand-over (or, where
+  // that is not possible, the island fails).
   auto in_run = [&joined, island]() -> Status {
     if (!joined.status().is_ok()) return joined.status();
     if (joined.joins() > 1) {
       return Status(StatusCode::kPeerLost, "island " + std::to_string(island) +
-                                               " was declared dead while cut off from the run, which went on without it "
-                                               "(started again, it rejoins with the state of a live island)");
+                                               " was declared dead while cut off from the run, which went on without it");
     }
     return Status::ok();
   };
@@ -317,7 +323,17 @@ int run_island(const config::Config& config, int island, const ProcessOptions& o
     progress.update(state);
     if (donor && parts.algorithm->can_hand_over()) donor->at_step_boundary();
   };
-  sim::run_island(loop);
+  try {
+    sim::run_island(loop);
+  } catch (const std::exception& e) {
+    // Everything here unwinds (the control client LEAVEs) before the island joins again.
+    if (joined.joins() > 1 && config.transport.max_rejoins > 0 && check_rejoin(config, *parts.algorithm).is_ok()) {
+      ATOLL_WARN("island " << island << ": declared dead while cut off from the run at step " << steps
+                           << " (" << e.what() << "); joining it again");
+      return kJoinAgain;
+    }
+    throw;
+  }
   progress.finish(state);
 
   const auto bytes = group.bytes();
@@ -338,6 +354,21 @@ int run_island(const config::Config& config, int island, const ProcessOptions& o
     sim::write_params(dir + "/final_params.bin", parts.algorithm->global_params());
   }
   return 0;
+}
+
+}  // namespace
+
+int run_island(const config::Config& config, int island, const ProcessOptions& options) {
+  for (int rejoins = 0;; ++rejoins) {
+    const int rc = run_island_once(config, island, options);
+    if (rc != kJoinAgain) return rc;
+    if (rejoins == config.transport.max_rejoins) {
+      ATOLL_ERROR("island " << island << ": declared dead while cut off from the run "
+                            << rejoins + 1 << " times (transport.max_rejoins = "
+                            << config.transport.max_rejoins << "); giving up");
+      return 1;
+    }
+  }
 }
 
 }  // namespace atl::run
