@@ -234,8 +234,8 @@ int main(int argc, char** argv) {
     if (*island) return atl::run::run_island(config, island_id, popts);
     if (*launch) return atl::run::launch(config, popts);
     if (*validate) {
-      std::printf("%s: ok (%s, %d islands, %s)\n", config_path.c_str(), config.algorithm.name.c_str(),
-                  config.islands.count, config.model.name.c_str());
+      std::printf("%s: ok (%s, %d island%s, %s)\n", config_path.c_str(), config.algorithm.name.c_str(),
+                  config.islands.count, config.islands.count == 1 ? "" : "s", config.model.name.c_str());
       return 0;
     }
     atl::sim::SimulateOptions options;

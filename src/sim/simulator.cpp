@@ -157,7 +157,7 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
   RunDir dir(config, options.force);
   Progress progress(options.quiet ? Progress::Mode::kQuiet : Progress::Mode::kAuto);
   progress.message("atoll simulate: " + config.run.name + ": " + config.algorithm.name + ", " +
-                   std::to_string(k) + " islands, " + config.model.name + " " +
+                   std::to_string(k) + (k == 1 ? " island, " : " islands, ") + config.model.name + " " +
                    std::to_string(n_params) + " params, " + splits.train->describe() + ", " +
                    std::to_string(threads) + " threads -> " + dir.path());
 
