@@ -17,34 +17,6 @@
 namespace atl::transport::testing {
 namespace {
 
-compression::Pipeline make_pipeline(compression::StageId id) {
-  compression::StageConfig s;
-  s.id = id;
-  s.block = 64;
-  s.rounding = compression::Rounding::kStochastic;
-  s.level = 1;
-  return compression::Pipeline::make({s}).value();
-}
-
-// Runs body(i) on one thread per island and joins them; rethrows the first exception.
-void run_islands(int w, const std::function<void(int)>& body) {
-  std::vector<std::thread> threads;
-  std::vector<std::exception_ptr> errors(w);
-  for (int i = 0; i < w; ++i) {
-    threads.emplace_back([&, i] {
-      try {
-        body(i);
-      } catch (...) {
-        errors[i] = std::current_exception();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (auto& e : errors) {
-    if (e) std::rethrow_exception(e);
-  }
-}
-
 // W islands with a fixed membership (StaticControlPlane: its in-process store is the
 // rendezvous store), each a GlooGroup.
 struct GlooCluster {
@@ -150,44 +122,10 @@ TEST(GlooGroup, BroadcastFromRootMatchesInproc) {
   }
 }
 
-// Each island issues five collectives before waiting for any (island 2 a while later),
-// mixing codecs and a broadcast; waits in reverse order.
+// Five collectives in flight per island, bitwise the in-process results.
 TEST(GlooGroup, SeveralCollectivesInFlight) {
-  const int w = 3;
-  GlooCluster c(w);
-  const compression::Pipeline fp32, int8 = make_pipeline(compression::StageId::kInt8);
-  const std::vector<const compression::Pipeline*> codecs = {&fp32, &int8, &fp32, &int8, &fp32};
-  std::vector<std::vector<at::Tensor>> inputs;  // [collective][island]
-  for (size_t k = 0; k < codecs.size(); ++k) inputs.push_back(random_inputs(w, 5000 + 17 * k, k));
-  auto issue = [&](Group& g, int i, std::vector<std::vector<at::Tensor>>& bufs) {
-    std::vector<std::unique_ptr<Handle>> handles;
-    for (size_t k = 0; k < codecs.size(); ++k) {
-      if (k == 2) handles.push_back(g.broadcast(1, bufs[k][i], *codecs[k]));
-      else handles.push_back(g.allreduce_mean(bufs[k][i], *codecs[k], 1.0 + i));
-    }
-    std::vector<CollectiveResult> r(handles.size());
-    for (size_t k = handles.size(); k-- > 0;) r[k] = handles[k]->wait(in_seconds(30));
-    return r;
-  };
-  std::vector<std::vector<at::Tensor>> ref, got;
-  for (auto& v : inputs) {
-    ref.push_back(clones(v));
-    got.push_back(clones(v));
-  }
-  {
-    Scheduler scheduler(w);
-    InprocHub hub(w, scheduler);
-    std::vector<std::unique_ptr<Group>> groups;
-    for (int i = 0; i < w; ++i) groups.push_back(hub.make_group(i));
-    scheduler.run([&](int i) { issue(*groups[i], i, ref); });
-  }
-  c.run([&](int i) {
-    if (i == 2) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    for (const CollectiveResult& r : issue(*c.groups[i], i, got)) EXPECT_TRUE(r.status.is_ok()) << r.status.to_string();
-  });
-  for (size_t k = 0; k < codecs.size(); ++k) {
-    for (int i = 0; i < w; ++i) EXPECT_TRUE(at::equal(got[k][i], ref[k][i])) << "collective " << k << " island " << i;
-  }
+  GlooCluster c(3);
+  expect_several_collectives_in_flight_match_inproc(c);
 }
 
 // Members that issued different collectives (sizes) complete with kInternal, unchanged.

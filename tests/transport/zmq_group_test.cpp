@@ -18,15 +18,6 @@
 namespace atl::transport::testing {
 namespace {
 
-compression::Pipeline make_pipeline(compression::StageId id) {
-  compression::StageConfig s;
-  s.id = id;
-  s.block = 64;
-  s.rounding = compression::Rounding::kStochastic;
-  s.level = 1;
-  return compression::Pipeline::make({s}).value();
-}
-
 // One allreduce_mean per island on `c`; each island's buffer/transmitted are filled in.
 std::vector<CollectiveResult> zmq_allreduce(ZmqCluster& c, std::vector<at::Tensor>& buffers,
                                             const compression::Pipeline& codec, const std::vector<double>& weights,
@@ -127,44 +118,10 @@ TEST(ZmqGroup, LargeBufferInSmallChunksWithFewCredits) {
   std::cout << "64 MB all-reduce, 4 islands, 64 KB chunks, 2 credits: " << secs << " s\n";
 }
 
-// Each island issues five collectives before waiting for any (island 2 a while later, so
-// the others' messages wait for it), mixing codecs and a broadcast; waits in reverse order.
+// Five collectives in flight per island, bitwise the in-process results.
 TEST(ZmqGroup, SeveralCollectivesInFlight) {
-  const int w = 3;
-  ZmqCluster c(w);
-  const compression::Pipeline fp32, int8 = make_pipeline(compression::StageId::kInt8);
-  const std::vector<const compression::Pipeline*> codecs = {&fp32, &int8, &fp32, &int8, &fp32};
-  std::vector<std::vector<at::Tensor>> inputs;  // [collective][island]
-  for (size_t k = 0; k < codecs.size(); ++k) inputs.push_back(random_inputs(w, 5000 + 17 * k, k));
-  auto issue = [&](Group& g, int i, std::vector<std::vector<at::Tensor>>& bufs) {
-    std::vector<std::unique_ptr<Handle>> handles;
-    for (size_t k = 0; k < codecs.size(); ++k) {
-      if (k == 2) handles.push_back(g.broadcast(1, bufs[k][i], *codecs[k]));
-      else handles.push_back(g.allreduce_mean(bufs[k][i], *codecs[k], 1.0 + i));
-    }
-    std::vector<CollectiveResult> r(handles.size());
-    for (size_t k = handles.size(); k-- > 0;) r[k] = handles[k]->wait(in_seconds(30));
-    return r;
-  };
-  std::vector<std::vector<at::Tensor>> ref, got;
-  for (auto& v : inputs) {
-    ref.push_back(clones(v));
-    got.push_back(clones(v));
-  }
-  {
-    Scheduler scheduler(w);
-    InprocHub hub(w, scheduler);
-    std::vector<std::unique_ptr<Group>> groups;
-    for (int i = 0; i < w; ++i) groups.push_back(hub.make_group(i));
-    scheduler.run([&](int i) { issue(*groups[i], i, ref); });
-  }
-  c.run([&](int i) {
-    if (i == 2) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    for (const CollectiveResult& r : issue(*c.groups[i], i, got)) EXPECT_TRUE(r.status.is_ok()) << r.status.to_string();
-  });
-  for (size_t k = 0; k < codecs.size(); ++k) {
-    for (int i = 0; i < w; ++i) EXPECT_TRUE(at::equal(got[k][i], ref[k][i])) << "collective " << k << " island " << i;
-  }
+  ZmqCluster c(3);
+  expect_several_collectives_in_flight_match_inproc(c);
 }
 
 TEST(ZmqGroup, BroadcastFromRootMatchesInproc) {

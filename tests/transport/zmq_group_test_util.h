@@ -1,14 +1,18 @@
-// Helpers for the ZeroMQ data-plane tests (zmq_group_test): free loopback ports, a control
-// plane whose membership a test can change, W islands as threads, the in-process reference.
+// Helpers for the data-plane tests (zmq_group_test, gloo_group_test, zmq_star_test): free
+// loopback ports, a control plane whose membership a test can change, W islands as threads,
+// the in-process reference, and checks that every Group implementation must pass.
 #pragma once
 
 #include <ATen/ATen.h>
 #include <arpa/inet.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <condition_variable>
+#include <exception>
 #include <functional>
 #include <map>
 #include <memory>
@@ -18,12 +22,42 @@
 #include <thread>
 #include <vector>
 
+#include "compression/pipeline.h"
 #include "transport/control_plane.h"
 #include "transport/inproc/inproc_group.h"
 #include "transport/static_control_plane.h"
 #include "transport/zmq/zmq_group.h"
 
 namespace atl::transport::testing {
+
+// A one-stage pipeline (block 64, stochastic rounding, zstd level 1 where it applies).
+inline compression::Pipeline make_pipeline(compression::StageId id) {
+  compression::StageConfig s;
+  s.id = id;
+  s.block = 64;
+  s.rounding = compression::Rounding::kStochastic;
+  s.level = 1;
+  return compression::Pipeline::make({s}).value();
+}
+
+// Runs body(i) on one thread per island and joins them; rethrows the first exception.
+inline void run_islands(int w, const std::function<void(int)>& body) {
+  std::vector<std::thread> threads;
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(w));
+  for (int i = 0; i < w; ++i) {
+    threads.emplace_back([&, i] {
+      try {
+        body(i);
+      } catch (...) {
+        errors[static_cast<size_t>(i)] = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (auto& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+}
 
 // `n` distinct loopback ports that were free a moment ago (all held open while choosing).
 inline std::vector<int> free_ports(int n) {
@@ -145,23 +179,7 @@ struct ZmqCluster {
   }
   int size() const { return static_cast<int>(groups.size()); }
   // Runs body(i) on one thread per island and joins them; rethrows the first exception.
-  void run(const std::function<void(int)>& body) {
-    std::vector<std::thread> threads;
-    std::vector<std::exception_ptr> errors(groups.size());
-    for (int i = 0; i < size(); ++i) {
-      threads.emplace_back([&, i] {
-        try {
-          body(i);
-        } catch (...) {
-          errors[i] = std::current_exception();
-        }
-      });
-    }
-    for (auto& t : threads) t.join();
-    for (auto& e : errors) {
-      if (e) std::rethrow_exception(e);
-    }
-  }
+  void run(const std::function<void(int)>& body) { run_islands(size(), body); }
   std::vector<Peer> peers;
   std::unique_ptr<StaticCluster> cluster;
   std::vector<std::unique_ptr<ControlPlane>> planes;
@@ -210,6 +228,47 @@ inline std::vector<int> iota_ids(int w) {
 
 inline Deadline in_seconds(double s) {
   return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+}
+
+// Each island of `c` (3 islands) issues five collectives before waiting for any (island 2 a
+// while later, so the others' messages wait for it), mixing codecs and a broadcast, and waits
+// in reverse order: every result is bitwise the in-process one.
+template <typename Cluster>
+void expect_several_collectives_in_flight_match_inproc(Cluster& c) {
+  const int w = c.size();
+  const compression::Pipeline fp32, int8 = make_pipeline(compression::StageId::kInt8);
+  const std::vector<const compression::Pipeline*> codecs = {&fp32, &int8, &fp32, &int8, &fp32};
+  std::vector<std::vector<at::Tensor>> inputs;  // [collective][island]
+  for (size_t k = 0; k < codecs.size(); ++k) inputs.push_back(random_inputs(w, 5000 + 17 * k, k));
+  auto issue = [&](Group& g, int i, std::vector<std::vector<at::Tensor>>& bufs) {
+    std::vector<std::unique_ptr<Handle>> handles;
+    for (size_t k = 0; k < codecs.size(); ++k) {
+      if (k == 2) handles.push_back(g.broadcast(1, bufs[k][i], *codecs[k]));
+      else handles.push_back(g.allreduce_mean(bufs[k][i], *codecs[k], 1.0 + i));
+    }
+    std::vector<CollectiveResult> r(handles.size());
+    for (size_t k = handles.size(); k-- > 0;) r[k] = handles[k]->wait(in_seconds(30));
+    return r;
+  };
+  std::vector<std::vector<at::Tensor>> ref, got;
+  for (auto& v : inputs) {
+    ref.push_back(clones(v));
+    got.push_back(clones(v));
+  }
+  {
+    Scheduler scheduler(w);
+    InprocHub hub(w, scheduler);
+    std::vector<std::unique_ptr<Group>> groups;
+    for (int i = 0; i < w; ++i) groups.push_back(hub.make_group(i));
+    scheduler.run([&](int i) { issue(*groups[i], i, ref); });
+  }
+  c.run([&](int i) {
+    if (i == 2) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    for (const CollectiveResult& r : issue(*c.groups[i], i, got)) EXPECT_TRUE(r.status.is_ok()) << r.status.to_string();
+  });
+  for (size_t k = 0; k < codecs.size(); ++k) {
+    for (int i = 0; i < w; ++i) EXPECT_TRUE(at::equal(got[k][i], ref[k][i])) << "collective " << k << " island " << i;
+  }
 }
 
 }  // namespace atl::transport::testing

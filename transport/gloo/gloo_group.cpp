@@ -108,6 +108,18 @@ MembershipView GlooGroup::view() const {
   return {m.epoch, ids_of(m), control_.self()};
 }
 
+// Hands an op to the worker thread; its handle completes when the worker is done with it.
+std::unique_ptr<Handle> GlooGroup::enqueue(std::unique_ptr<Op> op) {
+  op->done = std::make_shared<Completion>();
+  auto handle = std::make_unique<CompletionHandle>(op->done);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.push_back(std::move(op));
+  }
+  cv_.notify_all();
+  return handle;
+}
+
 std::unique_ptr<Handle> GlooGroup::allreduce_mean(at::Tensor buffer, const compression::Pipeline& codec,
                                                   double weight, at::Tensor transmitted) {
   TORCH_CHECK(weight > 0 && std::isfinite(weight), "allreduce_mean weight must be finite and > 0");
@@ -123,14 +135,7 @@ std::unique_ptr<Handle> GlooGroup::allreduce_mean(at::Tensor buffer, const compr
   op->transmitted = std::move(transmitted);
   op->codec = codec;
   op->weight = weight;
-  op->done = std::make_shared<Completion>();
-  auto handle = std::make_unique<CompletionHandle>(op->done);
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    queue_.push_back(std::move(op));
-  }
-  cv_.notify_all();
-  return handle;
+  return enqueue(std::move(op));
 }
 
 std::unique_ptr<Handle> GlooGroup::broadcast(int root, at::Tensor buffer, const compression::Pipeline& codec) {
@@ -141,14 +146,7 @@ std::unique_ptr<Handle> GlooGroup::broadcast(int root, at::Tensor buffer, const 
   op->root = root;
   op->buffer = std::move(buffer);
   op->codec = codec;
-  op->done = std::make_shared<Completion>();
-  auto handle = std::make_unique<CompletionHandle>(op->done);
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    queue_.push_back(std::move(op));
-  }
-  cv_.notify_all();
-  return handle;
+  return enqueue(std::move(op));
 }
 
 std::unique_ptr<Handle> GlooGroup::push(uint64_t tag, at::Tensor buffer, const compression::Pipeline& codec,

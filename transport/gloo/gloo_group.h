@@ -124,6 +124,7 @@ class GlooGroup final : public Group {
   struct Op;
   struct Retained;
 
+  std::unique_ptr<Handle> enqueue(std::unique_ptr<Op> op);
   void work();    // worker thread
   void watch();   // watchdog thread
   void run(Op& op);
