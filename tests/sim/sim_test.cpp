@@ -43,6 +43,18 @@ struct TempDir {
   static inline int counter = 0;
 };
 
+// Simulates `c` twice (runs t and t2 under dir/runs), expects identical metrics.jsonl apart
+// from wall_* fields, and returns the first run's.
+std::string metrics_of_two_identical_runs(config::Config c, const fs::path& dir) {
+  const SimulateOptions quiet{false, true};
+  simulate(c, quiet);
+  const std::string first = read(dir / "runs/t/metrics.jsonl");
+  c.run.name = "t2";
+  simulate(c, quiet);
+  EXPECT_EQ(strip_wall(first), strip_wall(read(dir / "runs/t2/metrics.jsonl")));
+  return first;
+}
+
 // island -> global_xxh64 of the island_end records in a metrics.jsonl.
 std::map<int, std::string> final_hashes(const std::string& jsonl) {
   std::map<int, std::string> out;
@@ -115,12 +127,7 @@ TEST(Simulate, VirtualClockWithChurnIsDeterministic) {
   c.network.bandwidth_mbps = 50;
   c.network.latency_ms = 30;
   c.network.jitter_ms = 5;
-  SimulateOptions quiet{false, true};
-  simulate(c, quiet);
-  const std::string first = read(tmp.path / "runs/t/metrics.jsonl");
-  c.run.name = "t2";
-  simulate(c, quiet);
-  EXPECT_EQ(strip_wall(first), strip_wall(read(tmp.path / "runs/t2/metrics.jsonl")));
+  const std::string first = metrics_of_two_identical_runs(c, tmp.path);
 
   // The churn is visible: island 3 added, island 2 killed and back, rounds with fewer
   // contributors in between, and every record on the virtual clock.
@@ -171,12 +178,7 @@ TEST(Simulate, StreamingDiLoCoRejoinAndAddHandOverEveryFragment) {
   c.compute.jitter = 0.1;
   c.network.bandwidth_mbps = 50;
   c.network.latency_ms = 30;
-  SimulateOptions quiet{false, true};
-  simulate(c, quiet);
-  const std::string first = read(tmp.path / "runs/t/metrics.jsonl");
-  c.run.name = "t2";
-  simulate(c, quiet);
-  EXPECT_EQ(strip_wall(first), strip_wall(read(tmp.path / "runs/t2/metrics.jsonl")));
+  const std::string first = metrics_of_two_identical_runs(c, tmp.path);
 
   std::istringstream lines(first);
   int joins = 0;
@@ -208,12 +210,7 @@ TEST(Simulate, AsyncLocalSgdOnAJitteryWanIsDeterministic) {
   c.network.latency_ms = 40;
   c.network.jitter_ms = 30;
   c.algorithm.grace_s = 0.05;
-  SimulateOptions quiet{false, true};
-  simulate(c, quiet);
-  const std::string first = read(tmp.path / "runs/t/metrics.jsonl");
-  c.run.name = "t2";
-  simulate(c, quiet);
-  EXPECT_EQ(strip_wall(first), strip_wall(read(tmp.path / "runs/t2/metrics.jsonl")));
+  const std::string first = metrics_of_two_identical_runs(c, tmp.path);
   EXPECT_NE(first.find(R"("event":"eval")"), std::string::npos);
 }
 
