@@ -20,41 +20,21 @@
 #include <vector>
 
 #include "src/sim/json.h"
+#include "tests/run/process_test_util.h"
 
 namespace fs = std::filesystem;
 using atl::sim::json_find_number;
 using atl::sim::json_find_string;
+using atl::testing::alive;
+using atl::testing::children_of;
+using atl::testing::lines;
+using atl::testing::read;
 
 namespace {
-
-std::string read(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 int run(const std::string& args) {
   const int status = std::system((std::string(ATOLL_BINARY) + " " + args + " >/dev/null 2>&1").c_str());
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
-// Direct children of `pid` (Linux /proc).
-std::set<pid_t> children_of(pid_t pid) {
-  std::set<pid_t> out;
-  std::ifstream in("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/children");
-  pid_t c;
-  while (in >> c) out.insert(c);
-  return out;
-}
-
-bool alive(pid_t pid) { return kill(pid, 0) == 0; }
-
-std::vector<std::string> lines(const fs::path& p) {
-  std::vector<std::string> out;
-  std::ifstream in(p);
-  for (std::string l; std::getline(in, l);) out.push_back(l);
-  return out;
 }
 
 // Starts ATOLL_BINARY with `args`, its output into `log`.
@@ -241,30 +221,8 @@ TEST_F(Processes, FedAvgServerInCoordinatorMatchesSimulateBitwise) {
 
 TEST_F(Processes, CtrlCLeavesNoProcessBehind) {
   const std::string cfg = config(2, 100000);  // would run for a long time
-  const pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    execl(ATOLL_BINARY, "atoll", "launch", cfg.c_str(), "--quiet", static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  std::set<pid_t> kids;
-  for (int i = 0; i < 100 && kids.size() < 3; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    kids = children_of(pid);
-  }
-  ASSERT_EQ(kids.size(), 3u) << "coordinator + 2 islands";
-  std::this_thread::sleep_for(std::chrono::seconds(1));
-  kill(pid, SIGINT);
-  int status = 0;
-  ASSERT_EQ(waitpid(pid, &status, 0), pid);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0);
-  for (int i = 0; i < 50; ++i) {
-    bool any = false;
-    for (pid_t k : kids) any = any || alive(k);
-    if (!any) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  for (pid_t k : kids) EXPECT_FALSE(alive(k)) << "child " << k << " survived";
+  atl::testing::expect_ctrl_c_leaves_no_process_behind({"launch", cfg, "--quiet"}, 3, "coordinator + 2 islands",
+                                                       std::chrono::seconds(1));
 }
 
 // Island 2 is killed with SIGKILL mid-run: the coordinator declares it dead, the survivors'

@@ -26,6 +26,7 @@
 #include "src/config/config.h"
 #include "src/sim/json.h"
 #include "src/sim/network_profile.h"
+#include "tests/run/process_test_util.h"
 
 namespace fs = std::filesystem;
 
@@ -33,20 +34,8 @@ namespace {
 
 using atl::sim::json_find_number;
 using atl::sim::json_find_string;
-
-std::vector<std::string> lines(const fs::path& p) {
-  std::ifstream in(p);
-  std::vector<std::string> out;
-  for (std::string l; std::getline(in, l);) out.push_back(l);
-  return out;
-}
-
-std::string read(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using atl::testing::lines;
+using atl::testing::read;
 
 // Runs `atoll launch` with a wall-clock bound; its exit code, or -1 when it had to be killed.
 int launch_bounded(const std::vector<std::string>& args, const fs::path& log, int seconds) {
@@ -68,14 +57,6 @@ int launch_bounded(const std::vector<std::string>& args, const fs::path& log, in
   kill(pid, SIGINT);  // launch forwards it and its children die with it
   waitpid(pid, &status, 0);
   return -1;
-}
-
-// Direct children of `pid` (Linux /proc).
-std::vector<pid_t> children_of(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/children");
-  std::vector<pid_t> out;
-  for (pid_t c; in >> c;) out.push_back(c);
-  return out;
 }
 
 class Wan : public ::testing::Test {
@@ -183,31 +164,9 @@ TEST_F(Wan, CtrlCLeavesNoProcessBehind) {
       "train: {steps: 1000000, eval_every: 0, log_every: 1000}\n"
       "islands: {count: 2}\n"
       "network: {latency_ms: 20, bandwidth_mbps: 20}\n");
-  const pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    std::freopen("/dev/null", "w", stderr);
-    execl(ATOLL_BINARY, "atoll", "launch", cfg.c_str(), "--emulate-wan", "--quiet", static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  std::vector<pid_t> kids;
-  for (int i = 0; i < 100 && kids.size() < 3; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    kids = children_of(pid);
-  }
-  ASSERT_EQ(kids.size(), 3u) << "coordinator + 2 islands, no relay processes";
-  std::this_thread::sleep_for(std::chrono::seconds(2));
-  kill(pid, SIGINT);
-  int status = 0;
-  ASSERT_EQ(waitpid(pid, &status, 0), pid);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0);
-  for (int i = 0; i < 50; ++i) {
-    bool any = false;
-    for (pid_t k : kids) any = any || kill(k, 0) == 0;
-    if (!any) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  for (pid_t k : kids) EXPECT_NE(kill(k, 0), 0) << "child " << k << " survived";
+  atl::testing::expect_ctrl_c_leaves_no_process_behind({"launch", cfg, "--emulate-wan", "--quiet"}, 3,
+                                                       "coordinator + 2 islands, no relay processes",
+                                                       std::chrono::seconds(2));
 }
 
 // Island 2 sits alone in region b; a partition [a, b] cuts all its links (to the peers and to

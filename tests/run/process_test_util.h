@@ -1,0 +1,82 @@
+// Helpers for the tests that run real atoll processes (processes_test, wan_test): files,
+// /proc children, and the Ctrl-C check of `atoll launch`.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace atl::testing {
+
+inline std::string read(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+inline std::vector<std::string> lines(const std::filesystem::path& p) {
+  std::vector<std::string> out;
+  std::ifstream in(p);
+  for (std::string l; std::getline(in, l);) out.push_back(l);
+  return out;
+}
+
+// Direct children of `pid` (Linux /proc); ascending, so the newest child is the last.
+inline std::set<pid_t> children_of(pid_t pid) {
+  std::set<pid_t> out;
+  std::ifstream in("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/children");
+  for (pid_t c; in >> c;) out.insert(c);
+  return out;
+}
+
+inline bool alive(pid_t pid) { return kill(pid, 0) == 0; }
+
+// `atoll launch` ARGS (with `launch` first) is started with stderr to /dev/null; once it has
+// `children` child processes (`what` names them) and ran `settle` longer, SIGINT: it exits
+// non-zero and every child is gone within 5 s.
+inline void expect_ctrl_c_leaves_no_process_behind(const std::vector<std::string>& args, size_t children,
+                                                   const std::string& what, std::chrono::milliseconds settle) {
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    std::freopen("/dev/null", "w", stderr);
+    std::vector<char*> argv = {const_cast<char*>("atoll")};
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv(ATOLL_BINARY, argv.data());
+    _exit(127);
+  }
+  std::set<pid_t> kids;
+  for (int i = 0; i < 100 && kids.size() < children; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    kids = children_of(pid);
+  }
+  if (kids.size() != children) kill(pid, SIGKILL);
+  ASSERT_EQ(kids.size(), children) << what;
+  std::this_thread::sleep_for(settle);
+  kill(pid, SIGINT);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0);
+  for (int i = 0; i < 50; ++i) {
+    bool any = false;
+    for (pid_t k : kids) any = any || alive(k);
+    if (!any) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  for (pid_t k : kids) EXPECT_FALSE(alive(k)) << "child " << k << " survived";
+}
+
+}  // namespace atl::testing
