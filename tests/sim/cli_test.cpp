@@ -8,27 +8,14 @@
 #include <fstream>
 #include <string>
 
+#include "tests/cli_test_util.h"
+
 namespace fs = std::filesystem;
 
 namespace {
 
-struct Result {
-  int code = -1;
-  std::string output;
-};
-
-// Runs the atoll binary with ARGS (in directory CWD when given); output is stdout + stderr.
-Result run(const std::string& args, const std::string& cwd = "") {
-  const std::string cd = cwd.empty() ? "" : "cd '" + cwd + "' && ";
-  const std::string cmd = cd + std::string(ATOLL_BINARY) + " " + args + " 2>&1";
-  Result r;
-  FILE* p = popen(cmd.c_str(), "r");
-  std::array<char, 4096> buf{};
-  while (fgets(buf.data(), buf.size(), p)) r.output += buf.data();
-  const int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+using atl::testing::Result;
+using atl::testing::run;
 
 int lines(const std::string& s) {
   int n = 0;

@@ -18,27 +18,16 @@
 #include <string>
 #include <thread>
 
+#include "tests/cli_test_util.h"
+
 extern char** environ;
 
 namespace {
 
 namespace fs = std::filesystem;
 
-struct Result {
-  int code = -1;
-  std::string output;
-};
-
-Result run(const std::string& args) {
-  const std::string cmd = std::string(ATOLL_BINARY) + " " + args + " 2>&1";
-  Result r;
-  FILE* p = popen(cmd.c_str(), "r");
-  std::array<char, 4096> buf{};
-  while (fgets(buf.data(), buf.size(), p)) r.output += buf.data();
-  const int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+using atl::testing::Result;
+using atl::testing::run;
 
 std::string read(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
