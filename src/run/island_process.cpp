@@ -229,7 +229,7 @@ int run_island_once(const config::Config& config, int island, const ProcessOptio
   ctx.group = &timed;
   ctx.codec = &codec;
   ctx.shard_size = data.shard_sizes[island];
-  for (const auto& s : parts.model->layout()) ctx.layout.push_back({s.offset, s.numel, s.block});
+  for (const auto& s : parts.model->layout()) ctx.layout.push_back({s.offset, s.numel, s.block, s.shape});
   sim::WallTime wall_time;
   ctx.time = &wall_time;
   ctx.on_round = [&](const algorithms::RoundInfo& r) {

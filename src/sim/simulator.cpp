@@ -233,7 +233,7 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
     is.context.group = is.group.get();
     is.context.codec = &codec;
     is.context.shard_size = run_data.shard_sizes[i];
-    for (const auto& s : is.parts.model->layout()) is.context.layout.push_back({s.offset, s.numel, s.block});
+    for (const auto& s : is.parts.model->layout()) is.context.layout.push_back({s.offset, s.numel, s.block, s.shape});
     is.time = std::make_unique<VirtualTime>(scheduler, i);
     is.context.time = is.time.get();
     is.context.speed = cost.speeds()[static_cast<size_t>(i)];
