@@ -8,6 +8,7 @@
 #include <cmath>
 #include <csignal>
 #include <mutex>
+#include <set>
 
 #include "algorithms/algorithm.h"
 #include "src/base/log.h"
@@ -33,21 +34,31 @@ void on_signal(int) { g_stop = true; }
 // What summary.json needs, gathered from the islands' records as they arrive.
 struct Totals {
   std::mutex mu;
-  double final_val_loss = NAN, best_val_loss = INFINITY, final_val_accuracy = -1;
+  // The eval of the highest step so far (islands may send steps out of order when the lead
+  // role moves).
+  double last_val_loss = NAN, best_val_loss = INFINITY, last_val_accuracy = -1;
+  int64_t last_eval_step = -1;
+  std::set<int64_t> eval_steps;  // steps with an eval record in metrics.jsonl
   uint64_t bytes_sent = 0, bytes_recv = 0, raw_sent = 0;
   int64_t steps = 0, rounds = 0;
   int finished = 0;
 
-  void add(const std::string& json) {
+  // False for a record that must not be written: a second eval record of a step (the lead
+  // died between recording it and marking it, and the next island evaluated it again).
+  bool add(const std::string& json) {
     std::lock_guard<std::mutex> lock(mu);
     const auto event = sim::json_find_string(json, "event");
-    if (!event) return;
+    if (!event) return true;
     if (*event == "eval") {
-      if (auto v = sim::json_find_number(json, "val_loss")) {
-        final_val_loss = *v;
-        best_val_loss = std::min(best_val_loss, *v);
+      const auto step = static_cast<int64_t>(sim::json_find_number(json, "step").value_or(-1));
+      if (!eval_steps.insert(step).second) return false;
+      const auto v = sim::json_find_number(json, "val_loss");
+      if (v) best_val_loss = std::min(best_val_loss, *v);
+      if (step >= last_eval_step) {
+        last_eval_step = step;
+        last_val_loss = v.value_or(NAN);
+        last_val_accuracy = sim::json_find_number(json, "val_accuracy").value_or(-1);
       }
-      if (auto a = sim::json_find_number(json, "val_accuracy")) final_val_accuracy = *a;
     } else if (*event == "round") {
       if (auto r = sim::json_find_number(json, "round")) rounds = std::max(rounds, static_cast<int64_t>(*r));
     } else if (*event == "island_end") {
@@ -57,6 +68,7 @@ struct Totals {
       raw_sent += static_cast<uint64_t>(sim::json_find_number(json, "raw_sent").value_or(0));
       steps = std::max(steps, static_cast<int64_t>(sim::json_find_number(json, "steps").value_or(0)));
     }
+    return true;
   }
 };
 
@@ -73,8 +85,7 @@ int run_coordinator(const config::Config& config, const ProcessOptions& options)
   sim::RunDir dir(config, options.force);
   Totals totals;
   auto sink = [&](const std::string& json) {
-    dir.record(json);
-    totals.add(json);
+    if (totals.add(json)) dir.record(json);
   };
 
   // The server role (fedavg, async_local_sgd): it holds the global model, so it is
@@ -83,16 +94,19 @@ int run_coordinator(const config::Config& config, const ProcessOptions& options)
   std::unique_ptr<sim::ServerEvalSchedule> evals;
   at::Tensor server_global;
   std::unique_ptr<transport::OuterServer> server;
+  int64_t server_round = 0;
+  auto server_eval = [&](int64_t step, const at::Tensor& global) {
+    sim::EvalResult r = evaluator->evaluate(global);
+    sink(sim::eval_record(step, r, data.classifier, 0, std::chrono::duration<double>(Clock::now() - t0).count()));
+  };
   if (algorithms::make_server(algo_options, at::zeros({1}), nullptr) != nullptr) {
     auto init = sim::make_island_parts(config, data, algo_options, 0);
     evaluator = sim::make_evaluator(config, data);
     evals = std::make_unique<sim::ServerEvalSchedule>(algo_options, config.train, data.splits.train->size());
     server = algorithms::make_server(algo_options, init.model->params(), [&](int64_t round, const at::Tensor& global) {
       server_global = global;
-      if (const int64_t step = evals->after_round(round); step >= 0) {
-        sim::EvalResult r = evaluator->evaluate(global);
-        sink(sim::eval_record(step, r, data.classifier, 0, std::chrono::duration<double>(Clock::now() - t0).count()));
-      }
+      server_round = round;
+      if (const int64_t step = evals->after_round(round); step >= 0) server_eval(step, global);
     });
   }
 
@@ -134,9 +148,24 @@ int run_coordinator(const config::Config& config, const ProcessOptions& options)
     if (all_joined && view.members.empty()) break;
   }
   coordinator.value()->stop();
+  // As in simulate: the server's final model is evaluated even when churn kept the last round
+  // from being the planned one (a step already evaluated is not evaluated again).
+  int64_t final_step = -1;  // the step whose eval is the run's final one
+  if (server_global.defined()) {
+    final_step = evals->label(server_round);
+    bool done;
+    {
+      std::lock_guard<std::mutex> lock(totals.mu);
+      done = totals.eval_steps.count(final_step) > 0;
+    }
+    if (!done) server_eval(final_step, server_global);
+  }
 
   const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
   std::lock_guard<std::mutex> lock(totals.mu);
+  // Islands' global model: the final eval is the one at the last step an island finished.
+  if (!server_global.defined() && totals.finished > 0) final_step = totals.steps;
+  const bool final_eval = final_step >= 0 && totals.last_eval_step == final_step;
   sim::JsonObject s;
   s.add("algorithm", config.algorithm.name)
       .add("islands", k)
@@ -146,9 +175,11 @@ int run_coordinator(const config::Config& config, const ProcessOptions& options)
       .add("steps", totals.steps)
       .add("rounds", totals.rounds)
       .add("islands_finished", totals.finished)
-      .add("final_val_loss", totals.final_val_loss)
+      .add("final_val_loss", final_eval ? totals.last_val_loss : NAN)
+      .add("last_val_loss", totals.last_val_loss)
+      .add("last_eval_step", totals.last_eval_step)
       .add("best_val_loss", totals.best_val_loss);
-  if (data.classifier) s.add("final_val_accuracy", totals.final_val_accuracy);
+  if (data.classifier) s.add("final_val_accuracy", final_eval ? totals.last_val_accuracy : NAN);
   s.add("bytes_sent_total", totals.bytes_sent)
       .add("bytes_recv_total", totals.bytes_recv)
       .add("compression_ratio", totals.bytes_sent > 0 ? static_cast<double>(totals.raw_sent) / static_cast<double>(totals.bytes_sent) : 1.0)

@@ -17,6 +17,7 @@
 #include "src/run/processes.h"
 #include "src/run/wan_routes.h"
 #include "src/sim/components.h"
+#include "src/sim/eval_role.h"
 #include "src/sim/island_loop.h"
 #include "src/sim/island_parts.h"
 #include "src/sim/json.h"
@@ -59,6 +60,10 @@ transport::GlooGroupOptions gloo_options(const config::TransportConfig& t) {
 // Set in the store by every island before its first step: an island that finds it when it
 // joins comes into a run that is already going.
 const char kStartedKey[] = "atoll/run/started";
+// Set by the island that evaluated step S once its eval record is sent (src/sim/eval_role.h).
+std::string eval_key(int64_t step) { return "atoll/eval/" + std::to_string(step); }
+// Set by the island that wrote final_params.bin.
+const char kFinalParamsKey[] = "atoll/run/final_params";
 
 // Rejoining hands over the global model and Algorithm::export_state(); these setups keep more.
 Status check_rejoin(const config::Config& config, const algorithms::Algorithm& algorithm) {
@@ -88,11 +93,20 @@ void check_real_run(const config::Config& config) {
 
 namespace {
 
-// run_island_once's result when the island was declared dead while cut off and came back
-// into a run that went on without it: it is to join again (with a state hand-over).
-constexpr int kJoinAgain = -1;
+// How one life of an island in the run ended: it ran all its steps, or it was declared dead
+// while cut off and came back into a run that went on without it, and is to join again
+// (with a state hand-over).
+enum class IslandEnd { kFinished, kJoinAgain };
 
-int run_island_once(const config::Config& config, int island, const ProcessOptions& options) {
+// Prefixes "island K: " to a failure's message.
+Status failed(int island, const Status& st, const std::string& what = "") {
+  return Status(st.code(), "island " + std::to_string(island) + ": " + what + st.message());
+}
+
+// One life of island `island` in the run. Expected failures (the coordinator cannot be
+// reached, nobody can hand the state over, the islands do not all join) are returned;
+// user errors throw atl::UserError; a failure of the run itself mid-way throws.
+StatusOr<IslandEnd> run_island_once(const config::Config& config, int island, const ProcessOptions& options) {
   const auto t0 = Clock::now();
   const int k = config.islands.count;
   if (island < 0 || island >= k) {
@@ -106,8 +120,9 @@ int run_island_once(const config::Config& config, int island, const ProcessOptio
   const auto algo_options = sim::algorithm_options(config, data.shard_sizes);
   const compression::Pipeline codec = sim::make_pipeline(config);
   sim::IslandParts parts = sim::make_island_parts(config, data, algo_options, island);
+  // Any island may have to evaluate: the lead's role moves when it dies (see below).
   std::unique_ptr<sim::Evaluator> evaluator;
-  if (island == 0) evaluator = sim::make_evaluator(config, data);
+  if (!parts.algorithm->global_on_server()) evaluator = sim::make_evaluator(config, data);
 
   const auto& t = config.transport;
   transport::ControlClientOptions cc;
@@ -129,10 +144,7 @@ int run_island_once(const config::Config& config, int island, const ProcessOptio
     cc.curve_server_key = server.value();
   }
   auto client = transport::ZmqControlClient::connect(cc, Clock::now() + std::chrono::seconds(120));
-  if (!client.is_ok()) {
-    ATOLL_ERROR("island " << island << ": cannot join " << t.coordinator << ": " << client.status().to_string());
-    return 1;
-  }
+  if (!client.is_ok()) return failed(island, client.status(), "cannot join " + t.coordinator + ": ");
   transport::ZmqControlClient& joined = *client.value();
   const uint64_t join_epoch = joined.membership().epoch;
   // With launch --emulate-wan, peers are dialled through the relays of this island's links.
@@ -140,15 +152,11 @@ int run_island_once(const config::Config& config, int island, const ProcessOptio
 
   // A run that is already going: wait for a live island to hand its state over.
   auto started = joined.store_peek(kStartedKey);
-  if (!started.is_ok()) {
-    ATOLL_ERROR("island " << island << ": " << started.status().to_string());
-    return 1;
-  }
+  if (!started.is_ok()) return failed(island, started.status());
   std::optional<Handover> handover;
   if (started.value()) {
     if (Status st = check_rejoin(config, *parts.algorithm); !st.is_ok()) {
-      ATOLL_ERROR("island " << island << ": the run is already going: " << st.message());
-      return 1;
+      return failed(island, st, "the run is already going: ");
     }
     ATOLL_INFO("island " << island << ": the run is already going; waiting for a live island's state");
     auto got = fetch_handover(control, island, join_epoch, Clock::now() + std::chrono::seconds(300), [&]() -> Status {
@@ -158,10 +166,7 @@ int run_island_once(const config::Config& config, int island, const ProcessOptio
       }
       return Status(StatusCode::kPeerLost, "no live island is left to hand its state over (the run has ended)");
     });
-    if (!got.is_ok()) {
-      ATOLL_ERROR("island " << island << ": cannot rejoin the run: " << got.status().to_string());
-      return 1;
-    }
+    if (!got.is_ok()) return failed(island, got.status(), "cannot rejoin the run: ");
     handover = std::move(got.value());
   }
 
@@ -183,8 +188,7 @@ int run_island_once(const config::Config& config, int island, const ProcessOptio
   else data_plane = std::make_unique<transport::ZmqGroup>(control, go);
   transport::Group& group = *data_plane;
   if (Status st = joined.publish_endpoint(endpoint, Clock::now() + std::chrono::seconds(60)); !st.is_ok()) {
-    ATOLL_ERROR("island " << island << ": " << st.to_string());
-    return 1;
+    return failed(island, st);
   }
 
   if (!handover) {
@@ -198,14 +202,11 @@ int run_island_once(const config::Config& config, int island, const ProcessOptio
       view = control.wait_for_change(view.epoch, Clock::now() + std::chrono::milliseconds(500));
     }
     if (!ready()) {
-      ATOLL_ERROR("island " << island << ": only " << view.members.size() << " of " << k
-                            << " islands joined within 300 s");
-      return 1;
+      return Status(StatusCode::kTimeout, "island " + std::to_string(island) + ": only " +
+                                              std::to_string(view.members.size()) + " of " + std::to_string(k) +
+                                              " islands joined within 300 s");
     }
-    if (Status st = control.store_set(kStartedKey, {1}); !st.is_ok()) {
-      ATOLL_ERROR("island " << island << ": " << st.to_string());
-      return 1;
-    }
+    if (Status st = control.store_set(kStartedKey, {1}); !st.is_ok()) return failed(island, st);
   }
 
   algorithms::IslandContext ctx;
@@ -238,14 +239,50 @@ int run_island_once(const config::Config& config, int island, const ProcessOptio
     control.record(record + ",\"sync_s\":" + sim::json_number(timed.take_blocked_s()) + "}");
   };
 
-  sim::Progress progress(options.quiet || island != 0 ? sim::Progress::Mode::kQuiet
-                                                      : sim::Progress::Mode::kAuto);
+  // The lead: the live island with the lowest id among those that hold the model (joiners
+  // count from their hand-over on). It evaluates the global model, shows the progress line
+  // and writes final_params.bin; when it dies the next island takes over
+  // (src/sim/eval_role.h: every eval step is recorded exactly once).
+  auto is_lead = [&] {
+    for (const auto& p : control.membership().members) {
+      if (p.id < island && transport::in_collectives(p)) return false;
+    }
+    return true;
+  };
+  // Whether the store holds `key`; a coordinator that does not answer counts as yes (records
+  // could not reach it either), so that an island never waits on it for ever.
+  auto in_store = [&](const std::string& key) {
+    auto v = joined.store_peek(key);
+    if (!v.is_ok()) {
+      ATOLL_WARN("island " << island << ": " << v.status().to_string());
+      return true;
+    }
+    return v.value().has_value();
+  };
+  sim::Progress progress(options.quiet ? sim::Progress::Mode::kQuiet : sim::Progress::Mode::kAuto);
   sim::ProgressState state;
-  auto evaluate = [&](int64_t step, const at::Tensor& params) {
+  sim::EvalRole::Hooks eval_hooks;
+  eval_hooks.is_lead = is_lead;
+  eval_hooks.recorded = [&](int64_t step) { return in_store(eval_key(step)); };
+  eval_hooks.evaluate = [&](int64_t step, const at::Tensor& params) {
     sim::EvalResult r = evaluator->evaluate(params);
     state.val_loss = r.loss;
-    control.record(sim::eval_record(step, r, data.classifier, group.bytes().sent, seconds_since(t0)));
+    std::string record = sim::eval_record(step, r, data.classifier, group.bytes().sent, seconds_since(t0));
+    record.pop_back();  // the closing brace: the evaluating island joins the record
+    control.record(record + ",\"island\":" + std::to_string(island) + "}");
+    // After the record on the same connection: a step marked recorded is in metrics.jsonl.
+    if (Status st = joined.store_set(eval_key(step), {1}); !st.is_ok()) {
+      ATOLL_WARN("island " << island << ": " << st.to_string());
+    }
   };
+  eval_hooks.now_s = [&] { return seconds_since(t0); };
+  eval_hooks.wait = [&](double deadline_s) {
+    const auto deadline = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(deadline_s));
+    control.wait_for_change(control.membership().epoch, deadline);
+  };
+  // A kept step waits this long for a live lower island before this one evaluates it.
+  const double eval_patience_s = 30.0 + 2e-3 * static_cast<double>(t.heartbeat_timeout_ms);
+  sim::EvalRole eval_role(std::move(eval_hooks), eval_patience_s);
 
   const auto& train = config.train;
   sim::IslandLoop loop;
@@ -281,8 +318,8 @@ int run_island_once(const config::Config& config, int island, const ProcessOptio
                        .add("epoch", handover->epoch)
                        .add("wall_time_s", seconds_since(t0))
                        .str());
-  } else if (evaluator && !parts.algorithm->global_on_server()) {
-    evaluate(0, parts.model->params());
+  } else if (evaluator) {
+    eval_role.at_eval_step(0, parts.model->params());
   }
   // Hands this island's state to islands that rejoin, when it is the donor (zmq only).
   std::optional<HandoverDonor> donor;
@@ -311,16 +348,19 @@ int run_island_once(const config::Config& config, int island, const ProcessOptio
       loss_acc = 0;
       loss_n = 0;
     }
-    if (evaluator && !parts.algorithm->global_on_server() &&
-        ((train.eval_every > 0 && step % train.eval_every == 0) || step == total)) {
-      evaluate(step, parts.algorithm->global_params());
-      parts.model->set_training(true);
+    if (evaluator) {
+      if ((train.eval_every > 0 && step % train.eval_every == 0) || step == total) {
+        eval_role.at_eval_step(step, parts.algorithm->global_params());
+        parts.model->set_training(true);
+      } else {
+        eval_role.settle();
+      }
     }
     state.steps_done = step;
     state.steps_total = total;
     state.last_loss = loss;
     state.bytes = group.bytes().sent;
-    progress.update(state);
+    if (!options.quiet && is_lead()) progress.update(state);
     if (donor && parts.algorithm->can_hand_over()) donor->at_step_boundary();
   };
   try {
@@ -330,11 +370,14 @@ int run_island_once(const config::Config& config, int island, const ProcessOptio
     if (joined.joins() > 1 && config.transport.max_rejoins > 0 && check_rejoin(config, *parts.algorithm).is_ok()) {
       ATOLL_WARN("island " << island << ": declared dead while cut off from the run at step " << steps
                            << " (" << e.what() << "); joining it again");
-      return kJoinAgain;
+      return IslandEnd::kJoinAgain;
     }
     throw;
   }
-  progress.finish(state);
+  // Steps this island kept for a lead that may have died: recorded by someone before it leaves.
+  eval_role.drain();
+  const bool lead = is_lead();
+  if (lead) progress.finish(state);
 
   const auto bytes = group.bytes();
   control.record(sim::JsonObject()
@@ -349,24 +392,30 @@ int run_island_once(const config::Config& config, int island, const ProcessOptio
                                               ? std::string()
                                               : sim::params_xxh64_hex(parts.algorithm->global_params()))
                      .str());
-  if (island == 0 && !parts.algorithm->global_on_server()) {
+  // The lowest island that finishes writes the final global model (every finishing island
+  // holds the same one); the coordinator writes the server's.
+  if (lead && !parts.algorithm->global_on_server() && !in_store(kFinalParamsKey)) {
     const std::string dir = config.run.out_dir + "/" + config.run.name;
     sim::write_params(dir + "/final_params.bin", parts.algorithm->global_params());
+    if (Status st = joined.store_set(kFinalParamsKey, {1}); !st.is_ok()) {
+      ATOLL_WARN("island " << island << ": " << st.to_string());
+    }
   }
-  return 0;
+  return IslandEnd::kFinished;
 }
 
 }  // namespace
 
-int run_island(const config::Config& config, int island, const ProcessOptions& options) {
+Status run_island(const config::Config& config, int island, const ProcessOptions& options) {
   for (int rejoins = 0;; ++rejoins) {
-    const int rc = run_island_once(config, island, options);
-    if (rc != kJoinAgain) return rc;
+    StatusOr<IslandEnd> end = run_island_once(config, island, options);
+    if (!end.is_ok()) return end.status();
+    if (end.value() == IslandEnd::kFinished) return Status::ok();
     if (rejoins == config.transport.max_rejoins) {
-      ATOLL_ERROR("island " << island << ": declared dead while cut off from the run "
-                            << rejoins + 1 << " times (transport.max_rejoins = "
-                            << config.transport.max_rejoins << "); giving up");
-      return 1;
+      return Status(StatusCode::kPeerLost, "island " + std::to_string(island) +
+                                               ": declared dead while cut off from the run " +
+                                               std::to_string(rejoins + 1) + " times (transport.max_rejoins = " +
+                                               std::to_string(config.transport.max_rejoins) + "); giving up");
     }
   }
 }

@@ -486,10 +486,20 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
   // the planned one (evaluate() skips a step it has already done).
   if (server_global.defined()) evaluate(server_evals.label(server_round), server_global, server_time);
 
+  // The final eval is the one at the step the run ended on: the server's last round, or the
+  // last step of the islands that finished. Anything else (every island died or diverged)
+  // leaves final_val_loss null and says where the last eval was.
+  int64_t final_step = -1;
+  if (server_global.defined()) final_step = server_evals.label(server_round);
+  for (const Island& is : islands)
+    if (!server_global.defined() && is.finished) final_step = std::max(final_step, is.steps);
+  const bool final_eval = final_step >= 0 && last_eval_step == final_step;
   summary.run_dir = dir.path();
-  summary.final_val_loss = final_val;
+  summary.final_val_loss = final_eval ? final_val : NAN;
+  summary.last_val_loss = final_val;
+  summary.last_eval_step = last_eval_step;
   summary.best_val_loss = best_val;
-  summary.final_val_accuracy = final_acc;
+  summary.final_val_accuracy = final_eval ? final_acc : NAN;
   double sim_time = 0, busy = 0;
   double member_total = 0;
   for (int i = 0; i < n; ++i) {
@@ -516,6 +526,8 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
       .add("steps", summary.steps)
       .add("rounds", summary.rounds)
       .add("final_val_loss", summary.final_val_loss)
+      .add("last_val_loss", summary.last_val_loss)
+      .add("last_eval_step", summary.last_eval_step)
       .add("best_val_loss", summary.best_val_loss);
   if (classifier) s.add("final_val_accuracy", summary.final_val_accuracy);
   uint64_t raw_sent = 0;
