@@ -18,6 +18,7 @@
 #include "src/sim/island_parts.h"
 #include "src/sim/json.h"
 #include "src/sim/params_file.h"
+#include "src/sim/records.h"
 #include "src/sim/run_dir.h"
 #include "transport/zmq/coordinator.h"
 #include "transport/zmq/curve.h"
@@ -97,7 +98,8 @@ int run_coordinator(const config::Config& config, const ProcessOptions& options)
   int64_t server_round = 0;
   auto server_eval = [&](int64_t step, const at::Tensor& global) {
     sim::EvalResult r = evaluator->evaluate(global);
-    sink(sim::eval_record(step, r, data.classifier, 0, std::chrono::duration<double>(Clock::now() - t0).count()));
+    sink(sim::eval_record(-1, step, r, data.classifier, 0,
+                          sim::RecordTime{std::chrono::duration<double>(Clock::now() - t0).count(), NAN}));
   };
   if (algorithms::make_server(algo_options, at::zeros({1}), nullptr) != nullptr) {
     auto init = sim::make_island_parts(config, data, algo_options, 0);

@@ -17,11 +17,8 @@
 #include "src/run/processes.h"
 #include "src/run/wan_routes.h"
 #include "src/sim/components.h"
-#include "src/sim/eval_role.h"
-#include "src/sim/island_loop.h"
+#include "src/sim/island_runtime.h"
 #include "src/sim/island_parts.h"
-#include "src/sim/json.h"
-#include "src/sim/params_file.h"
 #include "src/sim/progress.h"
 #include "src/sim/wall_time.h"
 #include "transport/gloo/gloo_group.h"
@@ -209,15 +206,10 @@ StatusOr<IslandEnd> run_island_once(const config::Config& config, int island, co
     if (Status st = control.store_set(kStartedKey, {1}); !st.is_ok()) return failed(island, st);
   }
 
-  algorithms::IslandContext ctx;
-  ctx.island = island;
-  ctx.params = parts.model->params();
-  ctx.grads = parts.model->grads();
-  // Round records' sync_s is the wall time blocked in the exchange. An island the coordinator
-  // declared dead while it was cut off comes back (its client joins again) into a run that
-  // went on without it: its waits are abandoned instead of waiting for collectives the
-  // others finished, and run_island() joins the run again with a state hand-over (or, where
-  // that is not possible, the island fails).
+  // An island the coordinator declared dead while it was cut off comes back (its client
+  // joins again) into a run that went on without it: its waits are abandoned instead of
+  // waiting for collectives the others finished, and run_island() joins the run again with
+  // a state hand-over (or, where that is not possible, the island fails).
   auto in_run = [&joined, island]() -> Status {
     if (!joined.status().is_ok()) return joined.status();
     if (joined.joins() > 1) {
@@ -226,18 +218,8 @@ StatusOr<IslandEnd> run_island_once(const config::Config& config, int island, co
     }
     return Status::ok();
   };
+  // Round records' sync_s is the wall time blocked in the exchange.
   WatchedGroup timed(group, in_run);
-  ctx.group = &timed;
-  ctx.codec = &codec;
-  ctx.shard_size = data.shard_sizes[island];
-  for (const auto& s : parts.model->layout()) ctx.layout.push_back({s.offset, s.numel, s.block});
-  sim::WallTime wall_time;
-  ctx.time = &wall_time;
-  ctx.on_round = [&](const algorithms::RoundInfo& r) {
-    std::string record = sim::round_record(island, r, seconds_since(t0));
-    record.pop_back();  // the closing brace: sync_s joins the record
-    control.record(record + ",\"sync_s\":" + sim::json_number(timed.take_blocked_s()) + "}");
-  };
 
   // The lead: the live island with the lowest id among those that hold the model (joiners
   // count from their hand-over on). It evaluates the global model, shows the progress line
@@ -261,101 +243,36 @@ StatusOr<IslandEnd> run_island_once(const config::Config& config, int island, co
   };
   sim::Progress progress(options.quiet ? sim::Progress::Mode::kQuiet : sim::Progress::Mode::kAuto);
   sim::ProgressState state;
-  sim::EvalRole::Hooks eval_hooks;
-  eval_hooks.is_lead = is_lead;
-  eval_hooks.recorded = [&](int64_t step) { return in_store(eval_key(step)); };
-  eval_hooks.evaluate = [&](int64_t step, const at::Tensor& params) {
-    sim::EvalResult r = evaluator->evaluate(params);
+  sim::WallTime wall_time;
+  std::optional<HandoverDonor> donor;  // set below, once the runtime exists
+
+  sim::IslandHost host;
+  host.time = &wall_time;
+  host.wall_s = [&] { return seconds_since(t0); };
+  host.record = [&](const std::string& json) { control.record(json); };
+  host.is_lead = is_lead;
+  host.eval_recorded = [&](int64_t step) { return in_store(eval_key(step)); };
+  host.after_eval = [&](int64_t step, const sim::EvalResult& r) {
     state.val_loss = r.loss;
-    std::string record = sim::eval_record(step, r, data.classifier, group.bytes().sent, seconds_since(t0));
-    record.pop_back();  // the closing brace: the evaluating island joins the record
-    control.record(record + ",\"island\":" + std::to_string(island) + "}");
     // After the record on the same connection: a step marked recorded is in metrics.jsonl.
     if (Status st = joined.store_set(eval_key(step), {1}); !st.is_ok()) {
       ATOLL_WARN("island " << island << ": " << st.to_string());
     }
   };
-  eval_hooks.now_s = [&] { return seconds_since(t0); };
-  eval_hooks.wait = [&](double deadline_s) {
-    const auto deadline = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(deadline_s));
+  host.wait = [&](double deadline_s) {  // deadline_s on wall_time's clock
+    const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                             std::chrono::duration<double>(std::max(0.0, deadline_s - wall_time.now_s())));
     control.wait_for_change(control.membership().epoch, deadline);
   };
   // A kept step waits this long for a live lower island before this one evaluates it.
-  const double eval_patience_s = 30.0 + 2e-3 * static_cast<double>(t.heartbeat_timeout_ms);
-  sim::EvalRole eval_role(std::move(eval_hooks), eval_patience_s);
-
-  const auto& train = config.train;
-  sim::IslandLoop loop;
-  loop.algorithm = parts.algorithm.get();
-  loop.context = &ctx;
-  loop.optimizer = parts.optimizer.get();
-  loop.train = &train;
-  parts.model->set_training(true);
-  loop.forward_backward = [&](int64_t) { return sim::forward_backward(parts, train); };
-  double loss_acc = 0;
-  int64_t loss_n = 0, steps = 0;
-  if (handover) {
-    // As the simulator's joiners: the global model, a fresh inner optimizer and algorithm, the
-    // donor's outer state after setup, and the steps after the donor's.
-    {
-      at::NoGradGuard no_grad;
-      parts.model->params().copy_(handover->global);
-    }
-    // The hand-over travels on the CPU; the donor kept its outer state beside its parameters.
-    for (at::Tensor& t : handover->state.tensors) {
-      if (t.defined()) t = t.to(parts.model->params().device());
-    }
-    loop.first_step = handover->step + 1;
-    loop.after_setup = [&] { parts.algorithm->import_state(ctx, handover->state); };
-    steps = handover->step;
-    control.record(sim::JsonObject()
-                       .add("event", "rejoin")
-                       .add("island", island)
-                       .add("donor", handover->donor)
-                       .add("step", handover->step)
-                       .add("round", handover->state.rounds)
-                       .add("first_seq", handover->first_seq)
-                       .add("epoch", handover->epoch)
-                       .add("wall_time_s", seconds_since(t0))
-                       .str());
-  } else if (evaluator) {
-    eval_role.at_eval_step(0, parts.model->params());
-  }
-  // Hands this island's state to islands that rejoin, when it is the donor (zmq only).
-  std::optional<HandoverDonor> donor;
-  if (check_rejoin(config, *parts.algorithm).is_ok()) {
-    auto& zmq_group = static_cast<transport::ZmqGroup&>(group);
-    donor.emplace(
-        control,
-        [&] {
-          Handover h;
-          h.donor = island;
-          h.step = steps;
-          h.first_seq = zmq_group.next_seq();
-          h.global = parts.algorithm->global_params();
-          h.state = parts.algorithm->export_state();
-          return h;
-        },
-        [&](const std::string& json) { control.record(json); }, in_run);
-  }
-  loop.on_step = [&](int64_t step, int64_t total, double loss, double lr) {
-    steps = step;
-    loss_acc += loss;
-    ++loss_n;
-    if (step % train.log_every == 0 || step == total) {
-      control.record(sim::train_record(island, step, loss_acc / static_cast<double>(loss_n), lr,
-                                       seconds_since(t0)));
-      loss_acc = 0;
-      loss_n = 0;
-    }
-    if (evaluator) {
-      if ((train.eval_every > 0 && step % train.eval_every == 0) || step == total) {
-        eval_role.at_eval_step(step, parts.algorithm->global_params());
-        parts.model->set_training(true);
-      } else {
-        eval_role.settle();
-      }
-    }
+  host.eval_patience_s = 30.0 + 2e-3 * static_cast<double>(t.heartbeat_timeout_ms);
+  host.eval_bytes = [&] { return group.bytes().sent; };
+  host.round_times = [&] {
+    sim::RoundTimes times;
+    times.sync_s = timed.take_blocked_s();
+    return times;
+  };
+  host.after_step = [&](int64_t step, int64_t total, double loss, double) {
     state.steps_done = step;
     state.steps_total = total;
     state.last_loss = loss;
@@ -363,40 +280,57 @@ StatusOr<IslandEnd> run_island_once(const config::Config& config, int island, co
     if (!options.quiet && is_lead()) progress.update(state);
     if (donor && parts.algorithm->can_hand_over()) donor->at_step_boundary();
   };
+  sim::IslandRuntime runtime(island, parts, config.train, &timed, &codec, data.shard_sizes[island], evaluator.get(),
+                             data.classifier, std::move(host));
+  if (handover) {
+    // As the simulator's joiners: the global model, a fresh inner optimizer and algorithm, the
+    // donor's outer state after setup, and the steps after the donor's.
+    sim::JoinState join;
+    join.donor = handover->donor;
+    join.step = handover->step;
+    join.first_seq = handover->first_seq;
+    join.epoch = handover->epoch;
+    join.global = handover->global;
+    join.state = std::move(handover->state);
+    runtime.join(std::move(join), &timed);
+  } else {
+    runtime.evaluate_start();
+  }
+  // Hands this island's state to islands that rejoin, when it is the donor (zmq only).
+  if (check_rejoin(config, *parts.algorithm).is_ok()) {
+    auto& zmq_group = static_cast<transport::ZmqGroup&>(group);
+    donor.emplace(
+        control,
+        [&] {
+          Handover h;
+          h.donor = island;
+          h.step = runtime.steps();
+          h.first_seq = zmq_group.next_seq();
+          h.global = parts.algorithm->global_params();
+          h.state = parts.algorithm->export_state();
+          return h;
+        },
+        [&](const std::string& json) { control.record(json); }, in_run);
+  }
   try {
-    sim::run_island(loop);
+    runtime.run();
   } catch (const std::exception& e) {
     // Everything here unwinds (the control client LEAVEs) before the island joins again.
     if (joined.joins() > 1 && config.transport.max_rejoins > 0 && check_rejoin(config, *parts.algorithm).is_ok()) {
-      ATOLL_WARN("island " << island << ": declared dead while cut off from the run at step " << steps
+      ATOLL_WARN("island " << island << ": declared dead while cut off from the run at step " << runtime.steps()
                            << " (" << e.what() << "); joining it again");
       return IslandEnd::kJoinAgain;
     }
     throw;
   }
-  // Steps this island kept for a lead that may have died: recorded by someone before it leaves.
-  eval_role.drain();
+  // Steps kept for a lead that may have died are recorded by someone before island_end.
+  runtime.finish();
   const bool lead = is_lead();
   if (lead) progress.finish(state);
-
-  const auto bytes = group.bytes();
-  control.record(sim::JsonObject()
-                     .add("event", "island_end")
-                     .add("island", island)
-                     .add("steps", steps)
-                     .add("bytes_sent", bytes.sent)
-                     .add("bytes_recv", bytes.received)
-                     .add("raw_sent", bytes.raw_sent)
-                     .add("wall_time_s", seconds_since(t0))
-                     .add("global_xxh64", parts.algorithm->global_on_server()
-                                              ? std::string()
-                                              : sim::params_xxh64_hex(parts.algorithm->global_params()))
-                     .str());
   // The lowest island that finishes writes the final global model (every finishing island
   // holds the same one); the coordinator writes the server's.
   if (lead && !parts.algorithm->global_on_server() && !in_store(kFinalParamsKey)) {
-    const std::string dir = config.run.out_dir + "/" + config.run.name;
-    sim::write_params(dir + "/final_params.bin", parts.algorithm->global_params());
+    runtime.write_final_params(config.run.out_dir + "/" + config.run.name + "/final_params.bin");
     if (Status st = joined.store_set(kFinalParamsKey, {1}); !st.is_ok()) {
       ATOLL_WARN("island " << island << ": " << st.to_string());
     }

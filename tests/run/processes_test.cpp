@@ -14,6 +14,7 @@
 #include <fstream>
 #include <map>
 #include <optional>
+#include <regex>
 #include <set>
 #include <sstream>
 #include <string>
@@ -121,6 +122,35 @@ TEST_F(Processes, LaunchMatchesSimulateBitwise) {
   const std::string summary = read(dir_ / "runs/real/summary.json");
   EXPECT_NE(summary.find("\"islands_finished\":3"), std::string::npos) << summary;
   EXPECT_NE(summary.find("\"rounds\":4"), std::string::npos) << summary;
+}
+
+// The island runtime writes the same record types in both modes with the same keys, in the
+// same order (docs/metrics.md); what a mode does not measure is null.
+TEST_F(Processes, IslandRecordsHaveTheSameKeysInLaunchAndSimulate) {
+  const std::string cfg = config(3, 20, "");
+  const std::string evals = " --quiet --set train.eval_every=10";
+  ASSERT_EQ(run("simulate " + cfg + evals + " --set run.name=sim"), 0);
+  ASSERT_EQ(run("launch " + cfg + evals + " --set run.name=real"), 0);
+  // event -> its keys in order, from every record of that event (all must agree).
+  auto keys_by_event = [](const fs::path& metrics) {
+    static const std::regex key(R"re([{,]"([a-z_0-9]+)":)re");
+    std::map<std::string, std::set<std::string>> out;
+    for (const auto& l : lines(metrics)) {
+      std::string keys;
+      for (std::sregex_iterator it(l.begin(), l.end(), key), end; it != end; ++it) keys += (*it)[1].str() + " ";
+      out[json_find_string(l, "event").value_or("?")].insert(keys);
+    }
+    return out;
+  };
+  auto sim = keys_by_event(dir_ / "runs/sim/metrics.jsonl");
+  auto real = keys_by_event(dir_ / "runs/real/metrics.jsonl");
+  for (const char* event : {"train", "round", "eval", "island_end"}) {
+    ASSERT_EQ(sim[event].size(), 1u) << event;
+    EXPECT_EQ(sim[event], real[event]) << event;
+  }
+  for (const auto& l : lines(dir_ / "runs/real/metrics.jsonl")) {
+    if (json_find_string(l, "event") == "round") EXPECT_NE(l.find("\"sim_time_s\":null"), std::string::npos) << l;
+  }
 }
 
 // model.init_from in a real run: islands (and the coordinator's copy) start from the file,
