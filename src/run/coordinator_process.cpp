@@ -110,6 +110,7 @@ int run_coordinator(const config::Config& config, const ProcessOptions& options)
       server_round = round;
       if (const int64_t step = evals->after_round(round); step >= 0) server_eval(step, global);
     });
+    server_eval(0, init.model->params());  // step 0, the initial model, as simulate does
   }
 
   const auto& t = config.transport;

@@ -248,6 +248,17 @@ TEST_F(Processes, FedAvgServerInCoordinatorMatchesSimulateBitwise) {
   ASSERT_GT(sim.size(), 100u);
   EXPECT_TRUE(sim == read(dir_ / "runs/real/final_params.bin"));
   EXPECT_NE(read(dir_ / "runs/real/summary.json").find("\"rounds\":6"), std::string::npos);
+  // The server role is evaluated at the same steps, from step 0 on, in both modes.
+  auto eval_steps = [](const fs::path& metrics) {
+    std::vector<double> steps;
+    for (const auto& l : lines(metrics))
+      if (json_find_string(l, "event") == "eval") steps.push_back(json_find_number(l, "step").value_or(-1));
+    return steps;
+  };
+  const auto sim_evals = eval_steps(dir_ / "runs/sim/metrics.jsonl");
+  ASSERT_FALSE(sim_evals.empty());
+  EXPECT_EQ(sim_evals.front(), 0);
+  EXPECT_EQ(sim_evals, eval_steps(dir_ / "runs/real/metrics.jsonl"));
 }
 
 TEST_F(Processes, CtrlCLeavesNoProcessBehind) {
