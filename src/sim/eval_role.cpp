@@ -7,8 +7,8 @@
 
 namespace atl::sim {
 
-EvalRole::EvalRole(Hooks hooks, double patience_s, bool keep)
-    : hooks_(std::move(hooks)), patience_s_(patience_s), keep_(keep) {}
+EvalRole::EvalRole(Hooks hooks, double patience_s, double settle_every_s)
+    : hooks_(std::move(hooks)), patience_s_(patience_s), settle_every_s_(settle_every_s) {}
 
 void EvalRole::at_eval_step(int64_t step, const at::Tensor& global) {
   settle(/*force=*/true);
@@ -18,13 +18,13 @@ void EvalRole::at_eval_step(int64_t step, const at::Tensor& global) {
     if (!hooks_.recorded(step)) hooks_.evaluate(step, global);
     return;
   }
-  if (keep_) kept_.push_back({step, global.clone(), hooks_.now_s()});
+  kept_.push_back({step, global.clone(), hooks_.now_s()});
 }
 
 void EvalRole::settle(bool force) {
   if (kept_.empty()) return;
   const double now = hooks_.now_s();
-  if (!force && now - last_settle_s_ < 1.0) return;
+  if (!force && now - last_settle_s_ < settle_every_s_) return;
   last_settle_s_ = now;
   // Oldest first: once one is evaluated here, the later ones are too (this island's
   // records keep step order).

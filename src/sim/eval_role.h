@@ -14,8 +14,9 @@
 //     rejoined after that step);
 //   - the lead may die between recording a step and marking it, so the record sink keeps
 //     the first eval record of a step and drops any later one.
-// The simulator has no such race (the lead is known exactly at every step); it uses the same
-// class with hooks that answer from its own state.
+// The simulator knows the lead exactly at every step, but an island ahead of a slow lead
+// passes eval steps the lead may die before reaching: it keeps them the same way, with hooks
+// that answer from the simulator's own state.
 //
 // Not thread-safe: used by the island's training thread.
 #pragma once
@@ -44,15 +45,16 @@ class EvalRole {
     std::function<void(double deadline_s)> wait;
   };
 
-  // `patience_s`: how long a kept step waits for the lead before this island evaluates it.
-  // `keep` false: steps are never kept (the host knows the lead exactly: the simulator).
-  EvalRole(Hooks hooks, double patience_s, bool keep = true);
+  // `patience_s`: how long a kept step waits for the lead before this island evaluates it
+  // (infinity: until the lead records it or dies). `settle_every_s`: settle() without
+  // force does its work at most this often (recorded() may cost a round trip).
+  EvalRole(Hooks hooks, double patience_s, double settle_every_s = 1.0);
 
   // The island reached eval step `step` with global model `global` (not retained: copied
   // when kept). Settles earlier kept steps first, so records go out in step order.
   void at_eval_step(int64_t step, const at::Tensor& global);
-  // Resolves kept steps (see above). Without `force` at most once per second; cheap when
-  // nothing is kept.
+  // Resolves kept steps (see above). Without `force` at most once per settle_every_s; cheap
+  // when nothing is kept.
   void settle(bool force = false);
   // At the end of this island's run: settles until nothing is kept (bounded by patience_s).
   void drain();
@@ -66,7 +68,7 @@ class EvalRole {
   };
   Hooks hooks_;
   double patience_s_;
-  bool keep_;
+  double settle_every_s_;
   double last_settle_s_ = -1e300;
   std::vector<Kept> kept_;  // ascending steps
 };

@@ -32,7 +32,7 @@ IslandRuntime::IslandRuntime(int island, IslandParts& parts, const config::Train
   h.evaluate = [this](int64_t step, const at::Tensor& global) { evaluate(step, global); };
   h.now_s = [this] { return host_.time->now_s(); };
   h.wait = host_.wait;
-  eval_role_ = std::make_unique<EvalRole>(std::move(h), host_.eval_patience_s, host_.keep_evals);
+  eval_role_ = std::make_unique<EvalRole>(std::move(h), host_.eval_patience_s, host_.eval_settle_every_s);
 
   loop_.context = &context_;
   loop_.train = &train_;

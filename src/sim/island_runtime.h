@@ -60,11 +60,10 @@ struct IslandHost {
   std::function<bool(int64_t step)> eval_recorded;
   std::function<void(int64_t step, const EvalResult& r)> after_eval;
   std::function<void(double deadline_s)> wait;
-  // Whether an island that is not the lead keeps eval steps for a lead that may die before
-  // recording them (real runs, where deaths are learnt late); the simulator knows the lead
-  // exactly and does not.
-  bool keep_evals = true;
+  // How long an eval step kept for the lead waits before this island evaluates it, and how
+  // often (at most) kept steps are looked at between eval steps (EvalRole).
   double eval_patience_s = 30;
+  double eval_settle_every_s = 1.0;
   // eval records' bytes_sent_total.
   std::function<uint64_t()> eval_bytes;
 

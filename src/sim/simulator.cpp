@@ -276,6 +276,12 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
       if (islands[j].alive && !islands[j].finished) return j;
     return -1;
   };
+  // Whether island i evaluates now: no island below it is running (alive and unfinished).
+  auto lead_for_evals = [&](int i) {
+    for (int j = 0; j < i; ++j)
+      if (islands[j].alive && !islands[j].finished) return false;
+    return islands[i].alive;
+  };
   // A joiner waits at its join time for a live island's next step boundary; that island
   // fills in its Handover and makes it a member from its own next collective on.
   struct Handover {
@@ -322,12 +328,20 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
     host.wall_s = [t0] { return seconds_since(t0); };
     host.record = [&dir](const std::string& json) { dir.record(json); };
     // The lowest live island evaluates the global model for algorithms that keep it on the
-    // islands.
-    host.is_lead = [&, i] { return i == evaluator_island(); };
+    // islands (while running: evaluator_island(); once finished, it evaluates steps it kept
+    // only when no lower island is still running).
+    host.is_lead = [&, i] { return lead_for_evals(i); };
     host.eval_recorded = [&](int64_t step) { return evaluated.count(step) > 0; };
     host.after_eval = [&, i](int64_t step, const EvalResult& r) { after_eval(step, r, scheduler.time(i)); };
-    host.wait = [](double) {};
-    host.keep_evals = false;  // a death is known at once: the next lead evaluates the next step
+    // A finished island with kept steps waits for the lead to record them or to die.
+    host.wait = [&, i](double) {
+      const size_t recorded = evaluated.size();
+      scheduler.block_until(
+          i, [&, i, recorded] { return evaluated.size() != recorded || lead_for_evals(i); },
+          "eval steps kept for a slower lead");
+    };
+    host.eval_patience_s = INFINITY;  // the lead is known exactly: no timeout
+    host.eval_settle_every_s = 0;     // recorded() is a set lookup
     host.eval_bytes = total_bytes;
     host.after_round = [&, i](const algorithms::RoundInfo& r) {
       islands[i].rounds = r.round;
