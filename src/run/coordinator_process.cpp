@@ -8,12 +8,12 @@
 #include <cmath>
 #include <csignal>
 #include <mutex>
-#include <set>
 
 #include "algorithms/algorithm.h"
 #include "src/base/log.h"
 #include "src/base/status.h"
 #include "src/run/processes.h"
+#include "src/run/run_totals.h"
 #include "src/sim/components.h"
 #include "src/sim/island_parts.h"
 #include "src/sim/json.h"
@@ -32,47 +32,6 @@ namespace {
 std::atomic<bool> g_stop{false};
 void on_signal(int) { g_stop = true; }
 
-// What summary.json needs, gathered from the islands' records as they arrive.
-struct Totals {
-  std::mutex mu;
-  // The eval of the highest step so far (islands may send steps out of order when the lead
-  // role moves).
-  double last_val_loss = NAN, best_val_loss = INFINITY, last_val_accuracy = -1;
-  int64_t last_eval_step = -1;
-  std::set<int64_t> eval_steps;  // steps with an eval record in metrics.jsonl
-  uint64_t bytes_sent = 0, bytes_recv = 0, raw_sent = 0;
-  int64_t steps = 0, rounds = 0;
-  int finished = 0;
-
-  // False for a record that must not be written: a second eval record of a step (the lead
-  // died between recording it and marking it, and the next island evaluated it again).
-  bool add(const std::string& json) {
-    std::lock_guard<std::mutex> lock(mu);
-    const auto event = sim::json_find_string(json, "event");
-    if (!event) return true;
-    if (*event == "eval") {
-      const auto step = static_cast<int64_t>(sim::json_find_number(json, "step").value_or(-1));
-      if (!eval_steps.insert(step).second) return false;
-      const auto v = sim::json_find_number(json, "val_loss");
-      if (v) best_val_loss = std::min(best_val_loss, *v);
-      if (step >= last_eval_step) {
-        last_eval_step = step;
-        last_val_loss = v.value_or(NAN);
-        last_val_accuracy = sim::json_find_number(json, "val_accuracy").value_or(-1);
-      }
-    } else if (*event == "round") {
-      if (auto r = sim::json_find_number(json, "round")) rounds = std::max(rounds, static_cast<int64_t>(*r));
-    } else if (*event == "island_end") {
-      ++finished;
-      bytes_sent += static_cast<uint64_t>(sim::json_find_number(json, "bytes_sent").value_or(0));
-      bytes_recv += static_cast<uint64_t>(sim::json_find_number(json, "bytes_recv").value_or(0));
-      raw_sent += static_cast<uint64_t>(sim::json_find_number(json, "raw_sent").value_or(0));
-      steps = std::max(steps, static_cast<int64_t>(sim::json_find_number(json, "steps").value_or(0)));
-    }
-    return true;
-  }
-};
-
 }  // namespace
 
 int run_coordinator(const config::Config& config, const ProcessOptions& options) {
@@ -84,7 +43,7 @@ int run_coordinator(const config::Config& config, const ProcessOptions& options)
   const auto algo_options = sim::algorithm_options(config, data.shard_sizes);
   const compression::Pipeline codec = sim::make_pipeline(config);
   sim::RunDir dir(config, options.force);
-  Totals totals;
+  RunTotals totals;
   auto sink = [&](const std::string& json) {
     if (totals.add(json)) dir.record(json);
   };
@@ -156,37 +115,18 @@ int run_coordinator(const config::Config& config, const ProcessOptions& options)
   int64_t final_step = -1;  // the step whose eval is the run's final one
   if (server_global.defined()) {
     final_step = evals->label(server_round);
-    bool done;
-    {
-      std::lock_guard<std::mutex> lock(totals.mu);
-      done = totals.eval_steps.count(final_step) > 0;
-    }
-    if (!done) server_eval(final_step, server_global);
+    if (!totals.evaluated(final_step)) server_eval(final_step, server_global);
   }
 
   const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
-  std::lock_guard<std::mutex> lock(totals.mu);
-  // Islands' global model: the final eval is the one at the last step an island finished.
-  if (!server_global.defined() && totals.finished > 0) final_step = totals.steps;
-  const bool final_eval = final_step >= 0 && totals.last_eval_step == final_step;
   sim::JsonObject s;
   s.add("algorithm", config.algorithm.name)
       .add("islands", k)
       .add("model", config.model.name)
       .add("mode", "processes")
-      .add("compression", codec.describe())
-      .add("steps", totals.steps)
-      .add("rounds", totals.rounds)
-      .add("islands_finished", totals.finished)
-      .add("final_val_loss", final_eval ? totals.last_val_loss : NAN)
-      .add("last_val_loss", totals.last_val_loss)
-      .add("last_eval_step", totals.last_eval_step)
-      .add("best_val_loss", totals.best_val_loss);
-  if (data.classifier) s.add("final_val_accuracy", final_eval ? totals.last_val_accuracy : NAN);
-  s.add("bytes_sent_total", totals.bytes_sent)
-      .add("bytes_recv_total", totals.bytes_recv)
-      .add("compression_ratio", totals.bytes_sent > 0 ? static_cast<double>(totals.raw_sent) / static_cast<double>(totals.bytes_sent) : 1.0)
-      .add("wall_time_s", wall);
+      .add("compression", codec.describe());
+  totals.add_summary(s, final_step, data.classifier);
+  s.add("wall_time_s", wall);
   dir.write_summary(s.str());
   if (server_global.defined()) sim::write_params(dir.path() + "/final_params.bin", server_global);
   if (g_stop) {
@@ -194,7 +134,7 @@ int run_coordinator(const config::Config& config, const ProcessOptions& options)
     return 1;
   }
   // A run that lost islands but finished with the survivors succeeded (summary says how many).
-  return totals.finished > 0 ? 0 : 1;
+  return totals.finished() > 0 ? 0 : 1;
 }
 
 int keygen(const std::string& dir, const std::string& name) {

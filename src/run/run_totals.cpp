@@ -1,0 +1,63 @@
+#include "src/run/run_totals.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace atl::run {
+
+bool RunTotals::add(const std::string& json) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto event = sim::json_find_string(json, "event");
+  if (!event) return true;
+  if (*event == "eval") {
+    const auto step = static_cast<int64_t>(sim::json_find_number(json, "step").value_or(-1));
+    if (!eval_steps_.insert(step).second) return false;
+    const auto v = sim::json_find_number(json, "val_loss");
+    if (v) best_val_loss_ = std::min(best_val_loss_, *v);
+    if (step >= last_eval_step_) {
+      last_eval_step_ = step;
+      last_val_loss_ = v.value_or(NAN);
+      last_val_accuracy_ = sim::json_find_number(json, "val_accuracy").value_or(-1);
+    }
+  } else if (*event == "round") {
+    if (auto r = sim::json_find_number(json, "round")) rounds_ = std::max(rounds_, static_cast<int64_t>(*r));
+  } else if (*event == "island_end") {
+    ++finished_;
+    bytes_sent_ += static_cast<uint64_t>(sim::json_find_number(json, "bytes_sent").value_or(0));
+    bytes_recv_ += static_cast<uint64_t>(sim::json_find_number(json, "bytes_recv").value_or(0));
+    raw_sent_ += static_cast<uint64_t>(sim::json_find_number(json, "raw_sent").value_or(0));
+    steps_ = std::max(steps_, static_cast<int64_t>(sim::json_find_number(json, "steps").value_or(0)));
+  }
+  return true;
+}
+
+bool RunTotals::evaluated(int64_t step) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return eval_steps_.count(step) > 0;
+}
+
+int RunTotals::finished() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return finished_;
+}
+
+void RunTotals::add_summary(sim::JsonObject& s, int64_t final_step, bool classifier) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  // The islands' global model: the final eval is the one at the last step an island finished.
+  if (final_step < 0 && finished_ > 0) final_step = steps_;
+  const bool final_eval = final_step >= 0 && last_eval_step_ == final_step;
+  s.add("steps", steps_)
+      .add("rounds", rounds_)
+      .add("islands_finished", finished_)
+      .add("final_val_loss", final_eval ? last_val_loss_ : NAN)
+      .add("last_val_loss", last_val_loss_)
+      .add("last_eval_step", last_eval_step_)
+      .add("best_val_loss", best_val_loss_);
+  if (classifier) s.add("final_val_accuracy", final_eval ? last_val_accuracy_ : NAN);
+  s.add("bytes_sent_total", bytes_sent_)
+      .add("bytes_recv_total", bytes_recv_)
+      .add("compression_ratio",
+           bytes_sent_ > 0 ? static_cast<double>(raw_sent_) / static_cast<double>(bytes_sent_) : 1.0);
+}
+
+}  // namespace atl::run
