@@ -10,15 +10,9 @@ bool RunTotals::add(const std::string& json) {
   const auto event = sim::json_find_string(json, "event");
   if (!event) return true;
   if (*event == "eval") {
-    const auto step = static_cast<int64_t>(sim::json_find_number(json, "step").value_or(-1));
-    if (!eval_steps_.insert(step).second) return false;
-    const auto v = sim::json_find_number(json, "val_loss");
-    if (v) best_val_loss_ = std::min(best_val_loss_, *v);
-    if (step >= last_eval_step_) {
-      last_eval_step_ = step;
-      last_val_loss_ = v.value_or(NAN);
-      last_val_accuracy_ = sim::json_find_number(json, "val_accuracy").value_or(-1);
-    }
+    return evals_.add(static_cast<int64_t>(sim::json_find_number(json, "step").value_or(-1)),
+                      sim::json_find_number(json, "val_loss").value_or(NAN),
+                      sim::json_find_number(json, "val_accuracy").value_or(-1));
   } else if (*event == "round") {
     if (auto r = sim::json_find_number(json, "round")) rounds_ = std::max(rounds_, static_cast<int64_t>(*r));
   } else if (*event == "island_end") {
@@ -33,7 +27,7 @@ bool RunTotals::add(const std::string& json) {
 
 bool RunTotals::evaluated(int64_t step) const {
   std::lock_guard<std::mutex> lock(mu_);
-  return eval_steps_.count(step) > 0;
+  return evals_.evaluated(step);
 }
 
 int RunTotals::finished() const {
@@ -45,15 +39,8 @@ void RunTotals::add_summary(sim::JsonObject& s, int64_t final_step, bool classif
   std::lock_guard<std::mutex> lock(mu_);
   // The islands' global model: the final eval is the one at the last step an island finished.
   if (final_step < 0 && finished_ > 0) final_step = steps_;
-  const bool final_eval = final_step >= 0 && last_eval_step_ == final_step;
-  s.add("steps", steps_)
-      .add("rounds", rounds_)
-      .add("islands_finished", finished_)
-      .add("final_val_loss", final_eval ? last_val_loss_ : NAN)
-      .add("last_val_loss", last_val_loss_)
-      .add("last_eval_step", last_eval_step_)
-      .add("best_val_loss", best_val_loss_);
-  if (classifier) s.add("final_val_accuracy", final_eval ? last_val_accuracy_ : NAN);
+  s.add("steps", steps_).add("rounds", rounds_).add("islands_finished", finished_);
+  evals_.add_fields(s, final_step, classifier);
   s.add("bytes_sent_total", bytes_sent_)
       .add("bytes_recv_total", bytes_recv_)
       .add("compression_ratio",

@@ -12,9 +12,9 @@
 
 #include <cstdint>
 #include <mutex>
-#include <set>
 #include <string>
 
+#include "src/sim/eval_summary.h"
 #include "src/sim/json.h"
 
 namespace atl::run {
@@ -35,9 +35,7 @@ class RunTotals {
 
  private:
   mutable std::mutex mu_;
-  double last_val_loss_ = NAN, best_val_loss_ = INFINITY, last_val_accuracy_ = -1;
-  int64_t last_eval_step_ = -1;
-  std::set<int64_t> eval_steps_;  // steps with an eval record in metrics.jsonl
+  sim::EvalSummary evals_;  // the eval records in metrics.jsonl
   uint64_t bytes_sent_ = 0, bytes_recv_ = 0, raw_sent_ = 0;
   int64_t steps_ = 0, rounds_ = 0;
   int finished_ = 0;

@@ -10,7 +10,6 @@
 #include <fstream>
 #include <string>
 #include <mutex>
-#include <set>
 #include <thread>
 #include <utility>
 
@@ -22,6 +21,7 @@
 #include "src/sim/components.h"
 #include "src/sim/cost_model.h"
 #include "src/sim/network_profile.h"
+#include "src/sim/eval_summary.h"
 #include "src/sim/evaluator.h"
 #include "src/sim/island_parts.h"
 #include "src/sim/island_runtime.h"
@@ -168,8 +168,7 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
   // --- shared run state (touched only by the island holding the scheduler's turn)
   ProgressState state;
   state.steps_total = static_cast<int64_t>(k) * config.train.steps;
-  double final_val = NAN, best_val = INFINITY, final_acc = -1;
-  int64_t last_eval_step = -1;
+  EvalSummary evals;  // the run's eval records
   double target_time = NAN, target_bytes = NAN;
   int64_t target_step = -1;
   auto total_bytes = [&] {
@@ -177,14 +176,9 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
     for (auto& is : islands) if (is.group) b += is.group->bytes().sent;
     return b;
   };
-  std::set<int64_t> evaluated;  // steps with an eval record
   // After each eval record (an island's, or the server role's).
   auto after_eval = [&](int64_t step, const EvalResult& r, double sim_time) {
-    evaluated.insert(step);
-    last_eval_step = step;
-    final_val = r.loss;
-    best_val = std::min(best_val, r.loss);
-    final_acc = r.accuracy;
+    evals.add(step, r.loss, r.accuracy);
     state.val_loss = r.loss;
     if (config.train.target_loss > 0 && target_step < 0 && r.loss <= config.train.target_loss) {
       target_step = step;
@@ -194,7 +188,7 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
   };
   // The server role's global model (islands evaluate theirs through their runtime).
   auto server_evaluate = [&](int64_t step, const at::Tensor& params, double sim_time) {
-    if (evaluated.count(step) > 0) return;
+    if (evals.evaluated(step)) return;
     EvalResult r = evaluator->evaluate(params);
     dir.record(eval_record(-1, step, r, classifier, total_bytes(), RecordTime{seconds_since(t0), sim_time}));
     after_eval(step, r, sim_time);
@@ -331,13 +325,13 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
     // islands (while running: evaluator_island(); once finished, it evaluates steps it kept
     // only when no lower island is still running).
     host.is_lead = [&, i] { return lead_for_evals(i); };
-    host.eval_recorded = [&](int64_t step) { return evaluated.count(step) > 0; };
+    host.eval_recorded = [&](int64_t step) { return evals.evaluated(step); };
     host.after_eval = [&, i](int64_t step, const EvalResult& r) { after_eval(step, r, scheduler.time(i)); };
     // A finished island with kept steps waits for the lead to record them or to die.
     host.wait = [&, i](double) {
-      const size_t recorded = evaluated.size();
+      const size_t recorded = evals.count();
       scheduler.block_until(
-          i, [&, i, recorded] { return evaluated.size() != recorded || lead_for_evals(i); },
+          i, [&, i, recorded] { return evals.count() != recorded || lead_for_evals(i); },
           "eval steps kept for a slower lead");
     };
     host.eval_patience_s = INFINITY;  // the lead is known exactly: no timeout
@@ -482,13 +476,12 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
   if (server_global.defined()) final_step = server_evals.label(server_round);
   for (const Island& is : islands)
     if (!server_global.defined() && is.finished) final_step = std::max(final_step, is.runtime->steps());
-  const bool final_eval = final_step >= 0 && last_eval_step == final_step;
   summary.run_dir = dir.path();
-  summary.final_val_loss = final_eval ? final_val : NAN;
-  summary.last_val_loss = final_val;
-  summary.last_eval_step = last_eval_step;
-  summary.best_val_loss = best_val;
-  summary.final_val_accuracy = final_eval ? final_acc : NAN;
+  summary.final_val_loss = evals.final_loss(final_step);
+  summary.last_val_loss = evals.last_loss();
+  summary.last_eval_step = evals.last_step();
+  summary.best_val_loss = evals.best_loss();
+  summary.final_val_accuracy = evals.final_accuracy(final_step);
   double sim_time = 0, busy = 0;
   double member_total = 0;
   for (int i = 0; i < n; ++i) {
@@ -513,12 +506,8 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
       .add("params", n_params)
       .add("compression", codec.describe())
       .add("steps", summary.steps)
-      .add("rounds", summary.rounds)
-      .add("final_val_loss", summary.final_val_loss)
-      .add("last_val_loss", summary.last_val_loss)
-      .add("last_eval_step", summary.last_eval_step)
-      .add("best_val_loss", summary.best_val_loss);
-  if (classifier) s.add("final_val_accuracy", summary.final_val_accuracy);
+      .add("rounds", summary.rounds);
+  evals.add_fields(s, final_step, classifier);
   uint64_t raw_sent = 0;
   for (auto& is : islands) raw_sent += is.group->bytes().raw_sent;
   s.add("bytes_sent_total", summary.bytes_sent_total)
