@@ -1,8 +1,10 @@
 // `atoll island CONFIG --id K`: one island of a real run. Builds exactly what the
 // simulator's island K builds (src/sim/island_parts.h), joins the coordinator, waits until
-// every configured island is present, then runs the island loop over ZeroMQ or Gloo
-// (transport.kind). Started again while the run is going (after a crash), it rejoins: it
-// waits for a live island's state hand-over (src/run/handover.h) and goes on from there.
+// every configured island is present, then runs the same island runtime as the simulator
+// (src/sim/island_runtime.h) over ZeroMQ or Gloo (transport.kind), with the wall clock, the
+// coordinator as record sink and its membership deciding the lead. Started again while the
+// run is going (after a crash), it rejoins: it waits for a live island's state hand-over
+// (src/run/handover.h) and goes on from there.
 #include <ATen/ATen.h>
 #include <torch/torch.h>
 
