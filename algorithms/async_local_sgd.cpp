@@ -1,4 +1,4 @@
-// Asynchronous local-SGD (Liu et al., arXiv 2401.09135, Algorithms 2 and 3; ALGORITHMS.md §5).
+// Asynchronous local-SGD (Liu et al., arXiv 2401.09135, Algorithms 2 and 3; docs/algorithms.md §5).
 //
 // Worker (an Algorithm per island), one task after another until its steps are done:
 //   pull theta from the server; theta_start <- theta

@@ -1,5 +1,5 @@
 // Streaming DiLoCo with overlapping communication (Douillard, Donchev et al., arXiv
-// 2501.18512, Algorithm 2; ALGORITHMS.md §2).
+// 2501.18512, Algorithm 2; docs/algorithms.md §2).
 //
 // Update rule, per island, for each fragment p (P fragments of transformer blocks, see
 // streaming_diloco.h for the assignment and the schedule):
