@@ -12,18 +12,10 @@
 #include "algorithms/builtin.h"
 #include "algorithms/outer_optimizer.h"
 #include "algorithms/exchange.h"
+#include "src/base/hash.h"
 
 namespace atl::algorithms {
 namespace fedavg {
-
-namespace {
-uint64_t splitmix64(uint64_t& x) {
-  uint64_t z = (x += 0x9e3779b97f4a7c15ULL);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-}  // namespace
 
 int clients_per_round(double fraction, int clients) {
   const int m = static_cast<int>(std::floor(fraction * clients + 1e-9));
@@ -36,7 +28,7 @@ std::vector<int> select_clients(uint64_t seed, int64_t round, int clients, int m
   uint64_t state = seed * 0x2545f4914f6cdd1dULL + static_cast<uint64_t>(round) + 0x51ed27ULL;
   // Partial Fisher-Yates: the first m entries are a uniform sample without replacement.
   for (int i = 0; i < m; ++i) {
-    const int j = i + static_cast<int>(splitmix64(state) % static_cast<uint64_t>(clients - i));
+    const int j = i + static_cast<int>(splitmix64_next(state) % static_cast<uint64_t>(clients - i));
     std::swap(all[i], all[j]);
   }
   all.resize(static_cast<size_t>(m));

@@ -1,11 +1,11 @@
 #include "transport/gloo/collectives.h"
 
 #include <ATen/ATen.h>
-#include <xxhash.h>
 
 #include <algorithm>
 #include <cstring>
 
+#include "src/base/hash.h"
 #include "transport/ring.h"
 
 namespace atl::transport::gloo_mesh {
@@ -65,7 +65,7 @@ at::Tensor chunk(const at::Tensor& t, int w, int c) {
 uint64_t codec_fingerprint(const compression::Pipeline& codec) {
   Bytes frame;
   codec.encode(at::empty({0}, at::kFloat), frame, 0);
-  return XXH3_64bits(frame.data(), frame.size());
+  return xxh3_64(frame.data(), frame.size());
 }
 
 std::vector<Hello> exchange_hello(Wire& wire, const std::vector<int>& parts, const Hello& mine) {

@@ -357,8 +357,7 @@ void InprocHub::run_direct(std::vector<Contribution*>& parts, std::vector<int>& 
   const int64_t n = parts[0]->buffer.numel();
   const auto& codec = *parts[0]->codec;
   auto seed = [&](int sender, int chunk, int phase) {
-    return (seq * 0x9e3779b97f4a7c15ULL) ^ (static_cast<uint64_t>(ids[sender]) << 32) ^
-           (static_cast<uint64_t>(chunk) << 8) ^ static_cast<uint64_t>(phase);
+    return ring::direct_seed(seq, ids[sender], chunk, phase);
   };
   std::vector<at::Tensor> sums(static_cast<size_t>(w));
   at::Tensor decoded;

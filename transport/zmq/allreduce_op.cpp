@@ -1,11 +1,11 @@
 #include "transport/zmq/allreduce_op.h"
 
 #include <ATen/ATen.h>
-#include <xxhash.h>
 
 #include <algorithm>
 #include <sstream>
 
+#include "src/base/hash.h"
 #include "src/base/log.h"
 
 namespace atl::transport::dataplane {
@@ -25,7 +25,7 @@ std::string ids_text(const std::vector<int>& ids) {
 uint64_t codec_fingerprint(const compression::Pipeline& codec) {
   Bytes frame;
   codec.encode(at::empty({0}, at::kFloat), frame, 0);
-  return XXH3_64bits(frame.data(), frame.size());
+  return xxh3_64(frame.data(), frame.size());
 }
 
 }  // namespace
