@@ -29,21 +29,6 @@ std::string json_escape(const std::string& s) {
 }
 }  // namespace
 
-bool LogLimiter::allow(Clock::time_point now, uint64_t* suppressed) {
-  if (now - window_start_ > kWindow) {
-    window_start_ = now;
-    used_ = 0;
-  }
-  if (used_ >= kBurst) {
-    ++suppressed_;
-    return false;
-  }
-  ++used_;
-  *suppressed = suppressed_;
-  suppressed_ = 0;
-  return true;
-}
-
 CoordinatorState::CoordinatorState(const CoordinatorOptions& options)
     : options_(options), star_(options.pipeline, options.max_push_elements) {}
 
