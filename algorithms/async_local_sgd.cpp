@@ -139,7 +139,7 @@ class AsyncWorker final : public Algorithm {
     meter_ = RoundMeter(*ctx.group);
     at::Tensor incoming = at::empty_like(delta_);
     auto result = ctx.group->pull(static_cast<uint64_t>(tasks_), incoming, raw_)->wait();
-    TORCH_CHECK(result.status.is_ok(), "async_local_sgd pull failed: ", result.status.to_string());
+    require_usable(result, ctx, "async_local_sgd pull", step, /*survivors_ok=*/false);
     global_.copy_(incoming);
     ctx.params.copy_(global_);
   }
@@ -152,7 +152,7 @@ class AsyncWorker final : public Algorithm {
     at::Tensor transmitted = feedback_.compensate(delta_, *ctx.codec);
     auto result = ctx.group->push(static_cast<uint64_t>(tasks_), delta_, *ctx.codec,
                                   static_cast<double>(local_steps), transmitted)->wait();
-    TORCH_CHECK(result.status.is_ok(), "async_local_sgd push failed: ", result.status.to_string());
+    require_usable(result, ctx, "async_local_sgd push", step, /*survivors_ok=*/false);
     feedback_.update();
     ++tasks_;
     if (options_.grace_s > 0) pushed_at_ = ctx.time->now_s();

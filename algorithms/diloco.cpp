@@ -143,8 +143,7 @@ class DiLoCo final : public Algorithm {
   transport::CollectiveResult complete(IslandContext& ctx, int64_t step) {
     transport::CollectiveResult result = handle_->wait();
     handle_.reset();
-    TORCH_CHECK(result.status.is_ok() || !result.contributors.empty(),
-                "diloco all-reduce failed: ", result.status.to_string());
+    require_usable(result, ctx, "diloco all-reduce", step);
     feedback_.update();
     ++round_;
     if (ctx.on_round) {

@@ -80,7 +80,7 @@ class FedAvgClient final : public Algorithm {
     at::Tensor incoming = at::empty_like(delta_);
     // The global model travels uncompressed; the codec applies to the clients' updates.
     auto result = ctx.group->pull(static_cast<uint64_t>(plan_[next_].round), incoming, raw_)->wait();
-    TORCH_CHECK(result.status.is_ok(), "fedavg pull failed: ", result.status.to_string());
+    require_usable(result, ctx, "fedavg pull", step, /*survivors_ok=*/false);
     global_.copy_(incoming);
     ctx.params.copy_(global_);
   }
@@ -94,7 +94,7 @@ class FedAvgClient final : public Algorithm {
     auto result = ctx.group->push(static_cast<uint64_t>(p.round), delta_, *ctx.codec,
                                   static_cast<double>(std::max<int64_t>(ctx.shard_size, 1)),
                                   transmitted)->wait();
-    TORCH_CHECK(result.status.is_ok(), "fedavg push failed: ", result.status.to_string());
+    require_usable(result, ctx, "fedavg push", step, /*survivors_ok=*/false);
     feedback_.update();
     if (ctx.on_round) ctx.on_round(meter_.finish(*ctx.group, p.round + 1, step, 1, delta_.norm().item<double>()));
   }

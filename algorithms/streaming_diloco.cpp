@@ -246,8 +246,7 @@ class StreamingDiLoCo final : public Algorithm {
                 " without a send (an island joined while it was in flight)");
     auto result = f.handle->wait();
     f.handle.reset();
-    TORCH_CHECK(result.status.is_ok() || !result.contributors.empty(),
-                "streaming_diloco all-reduce failed: ", result.status.to_string());
+    require_usable(result, ctx, "streaming_diloco all-reduce", step);
     f.feedback.update();
     at::Tensor global = gather(anchor_, f.runs);
     f.outer.step(global, f.buffer.to(global.device()));
