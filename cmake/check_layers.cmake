@@ -58,7 +58,14 @@ foreach(folder IN LISTS ATOLL_LAYERS)
       continue()  # e.g. transport/zmq/* is checked as transport/zmq, not as transport
     endif()
     math(EXPR checked "${checked} + 1")
-    file(STRINGS "${ROOT}/${f}" lines)
+    # One list element per line. CMake lists split on ";" and treat "[", "]" and "\\"
+    # specially, so those are masked first (include lines never need them).
+    file(READ "${ROOT}/${f}" text)
+    string(REPLACE "\\" "<bs>" text "${text}")
+    string(REPLACE ";" "<sc>" text "${text}")
+    string(REPLACE "[" "<lb>" text "${text}")
+    string(REPLACE "]" "<rb>" text "${text}")
+    string(REPLACE "\n" ";" lines "${text}")
     set(lineno 0)
     foreach(line IN LISTS lines)
       math(EXPR lineno "${lineno} + 1")

@@ -16,7 +16,9 @@ file(WRITE "${WORK}/algorithms/ok.cpp"
      "#include \"algorithms/options.h\"\n#include \"transport/group.h\"\n#include <ATen/ATen.h>\n")
 # Violations, one per rule.
 file(WRITE "${WORK}/src/base/bad.cpp" "// first line\n#include \"compression/frame.h\"\n")
-file(WRITE "${WORK}/compression/bad.cpp" "#include <vector>\n#include \"transport/group.h\"\n")
+# Lines with ";", "[", "]" or a backslash (which CMake lists treat specially) before it.
+file(WRITE "${WORK}/compression/bad.cpp"
+     "#include <vector>\n// x[0, n) and a; b\nint a[3]; \\\n\n#include \"transport/group.h\"\n")
 file(WRITE "${WORK}/transport/bad.cpp" "#include \"algorithms/algorithm.h\"\n#include \"src/sim/json.h\"\n#include \"transport/zmq/zmq_group.h\"\n#include <zmq.hpp>\n")
 file(WRITE "${WORK}/transport/zmq/bad.cpp" "#include <gloo/context.h>\n")
 file(WRITE "${WORK}/transport/gloo/bad.cpp" "#include \"transport/zmq/curve.h\"\n")
@@ -32,7 +34,7 @@ if(rc EQUAL 0)
 endif()
 set(expected
   "src/base/bad.cpp:2: includes \"compression/frame.h\": src/base/ may include only"
-  "compression/bad.cpp:2: includes \"transport/group.h\": compression/ may include only"
+  "compression/bad.cpp:5: includes \"transport/group.h\": compression/ may include only"
   "transport/bad.cpp:1: includes \"algorithms/algorithm.h\": transport/ may include only"
   "transport/bad.cpp:2: includes \"src/sim/json.h\""
   "transport/bad.cpp:3: includes \"transport/zmq/zmq_group.h\""
