@@ -1,4 +1,4 @@
-// Asynchronous local-SGD (Liu et al., arXiv 2401.09135, Algorithms 2 and 3; ALGORITHMS.md §5).
+// Asynchronous local-SGD (Liu et al., arXiv 2401.09135, Algorithms 2 and 3; docs/algorithms.md §5).
 //
 // Worker (an Algorithm per island), one task after another until its steps are done:
 //   pull theta from the server; theta_start <- theta
@@ -139,7 +139,7 @@ class AsyncWorker final : public Algorithm {
     meter_ = RoundMeter(*ctx.group);
     at::Tensor incoming = at::empty_like(delta_);
     auto result = ctx.group->pull(static_cast<uint64_t>(tasks_), incoming, raw_)->wait();
-    TORCH_CHECK(result.status.is_ok(), "async_local_sgd pull failed: ", result.status.to_string());
+    require_usable(result, ctx, "async_local_sgd pull", step, /*survivors_ok=*/false);
     global_.copy_(incoming);
     ctx.params.copy_(global_);
   }
@@ -152,7 +152,7 @@ class AsyncWorker final : public Algorithm {
     at::Tensor transmitted = feedback_.compensate(delta_, *ctx.codec);
     auto result = ctx.group->push(static_cast<uint64_t>(tasks_), delta_, *ctx.codec,
                                   static_cast<double>(local_steps), transmitted)->wait();
-    TORCH_CHECK(result.status.is_ok(), "async_local_sgd push failed: ", result.status.to_string());
+    require_usable(result, ctx, "async_local_sgd push", step, /*survivors_ok=*/false);
     feedback_.update();
     ++tasks_;
     if (options_.grace_s > 0) pushed_at_ = ctx.time->now_s();

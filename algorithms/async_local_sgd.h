@@ -1,5 +1,5 @@
 // Asynchronous local-SGD with Delayed Nesterov and Dynamic Local Updates (Liu et al., arXiv
-// 2401.09135; ALGORITHMS.md §5): the planning rules and the server's update, exposed for
+// 2401.09135; docs/algorithms.md §5): the planning rules and the server's update, exposed for
 // tests and for the simulator. The workers and the server role are in async_local_sgd.cpp.
 #pragma once
 

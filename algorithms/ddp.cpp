@@ -24,7 +24,7 @@ class Ddp final : public Algorithm {
     const RoundMeter meter(*ctx.group);
     at::Tensor g = ctx.grads.device().is_cpu() ? ctx.grads : ctx.grads.to(at::kCPU);
     auto result = ctx.group->allreduce_mean(g, *ctx.codec, 1.0)->wait();
-    TORCH_CHECK(result.status.is_ok(), "ddp all-reduce failed: ", result.status.to_string());
+    require_usable(result, ctx, "ddp all-reduce", step);
     if (!g.is_same(ctx.grads)) ctx.grads.copy_(g);
     ++round_;
     if (ctx.on_round) {

@@ -1,6 +1,6 @@
 // DiLoCo — Distributed Low-Communication training (Douillard et al., arXiv 2311.08105).
 //
-// Update rule (ALGORITHMS.md §1): every H inner steps
+// Update rule (docs/algorithms.md §1): every H inner steps
 //   delta_i = theta_g - theta_i                     (old minus new)
 //   Delta   = sum_i w_i delta_i / sum_i w_i          (w_i = 1, or shard size n_i)
 //   theta_g <- OuterOpt(theta_g, Delta)              (Nesterov 0.7 / 0.9 by default)
@@ -13,7 +13,7 @@
 //   delta_i before sending and keeps e - decode(encode(e)) for the next round.
 //
 // Overlapped variants (algorithm.overlap; eager updates, Kale, Douillard, Donchev, arXiv
-// 2502.12996; ALGORITHMS.md §3): the all-reduce of round t is started at the end of round t
+// 2502.12996; docs/algorithms.md §3): the all-reduce of round t is started at the end of round t
 // and completed at the end of round t+1, overlapping H inner steps.
 //   delayed: theta_g <- OuterOpt(theta_g, Delta(t-1))               (one round stale)
 //   eager:   theta_g <- OuterOpt(theta_g, Delta(t-1) + w_i/sum w * (delta_i(t) - delta_i(t-1)))
@@ -143,8 +143,7 @@ class DiLoCo final : public Algorithm {
   transport::CollectiveResult complete(IslandContext& ctx, int64_t step) {
     transport::CollectiveResult result = handle_->wait();
     handle_.reset();
-    TORCH_CHECK(result.status.is_ok() || !result.contributors.empty(),
-                "diloco all-reduce failed: ", result.status.to_string());
+    require_usable(result, ctx, "diloco all-reduce", step);
     feedback_.update();
     ++round_;
     if (ctx.on_round) {

@@ -1,12 +1,12 @@
-// DiLoCo (arXiv 2311.08105; ALGORITHMS.md §1) and its overlapped variants (eager updates,
-// arXiv 2502.12996; §3): the pieces exposed for tests. The algorithm is in diloco.cpp.
+// DiLoCo (arXiv 2311.08105; docs/algorithms.md §1) and its overlapped variants (eager updates,
+// arXiv 2502.12996; docs/algorithms.md §3): the pieces exposed for tests. The algorithm is in diloco.cpp.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
 namespace atl::algorithms::diloco {
 
-// The eager outer gradient of island m (ALGORITHMS.md §3):
+// The eager outer gradient of island m (docs/algorithms.md §3):
 //   Delta(t-1) + share * (delta_m(t) - delta_m(t-1))
 // i.e. the last completed average with this island's stale contribution replaced by its
 // fresh one; share = w_m / sum_i w_i (1/M for uniform weights). Evaluated as

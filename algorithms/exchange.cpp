@@ -2,6 +2,11 @@
 
 #include <ATen/ATen.h>
 
+#include <string>
+#include <utility>
+
+#include "src/base/status.h"
+
 namespace atl::algorithms {
 
 at::Tensor Feedback::compensate(at::Tensor& delta, const compression::Pipeline& codec) {
@@ -18,6 +23,13 @@ at::Tensor Feedback::compensate(at::Tensor& delta, const compression::Pipeline& 
 
 void Feedback::update() {
   if (active_) ef_.update(sent_, transmitted_);
+}
+
+void require_usable(const transport::CollectiveResult& result, const IslandContext& ctx,
+                    const char* what, int64_t step, bool survivors_ok) {
+  if (result.status.is_ok() || (survivors_ok && !result.contributors.empty())) return;
+  throw StatusError("island " + std::to_string(ctx.island) + ": " + what + " at step " + std::to_string(step),
+                    result.status);
 }
 
 RoundInfo RoundMeter::finish(const transport::Group& group, int64_t round, int64_t step,

@@ -30,6 +30,15 @@ class Feedback {
   at::Tensor sent_, transmitted_;
 };
 
+// Checks the outcome of an exchange this island's round depends on. Usable: ok, or, for
+// collectives (`survivors_ok`), any result with at least one contributor (kPeerLost: the
+// survivors' average; docs/algorithms.md §1, §8). Anything else (a timeout, every member
+// lost, a failed push or pull) is an expected WAN outcome that ends this island's run: it
+// is thrown as atl::StatusError with the context "island I: WHAT at step S" (one line, see
+// docs/errors.md), never as a TORCH_CHECK.
+void require_usable(const transport::CollectiveResult& result, const IslandContext& ctx,
+                    const char* what, int64_t step, bool survivors_ok = true);
+
 // Measures one round on a group: construct before the exchange, finish() after.
 class RoundMeter {
  public:

@@ -12,18 +12,10 @@
 #include "algorithms/builtin.h"
 #include "algorithms/outer_optimizer.h"
 #include "algorithms/exchange.h"
+#include "src/base/hash.h"
 
 namespace atl::algorithms {
 namespace fedavg {
-
-namespace {
-uint64_t splitmix64(uint64_t& x) {
-  uint64_t z = (x += 0x9e3779b97f4a7c15ULL);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-}  // namespace
 
 int clients_per_round(double fraction, int clients) {
   const int m = static_cast<int>(std::floor(fraction * clients + 1e-9));
@@ -36,7 +28,7 @@ std::vector<int> select_clients(uint64_t seed, int64_t round, int clients, int m
   uint64_t state = seed * 0x2545f4914f6cdd1dULL + static_cast<uint64_t>(round) + 0x51ed27ULL;
   // Partial Fisher-Yates: the first m entries are a uniform sample without replacement.
   for (int i = 0; i < m; ++i) {
-    const int j = i + static_cast<int>(splitmix64(state) % static_cast<uint64_t>(clients - i));
+    const int j = i + static_cast<int>(splitmix64_next(state) % static_cast<uint64_t>(clients - i));
     std::swap(all[i], all[j]);
   }
   all.resize(static_cast<size_t>(m));
@@ -88,7 +80,7 @@ class FedAvgClient final : public Algorithm {
     at::Tensor incoming = at::empty_like(delta_);
     // The global model travels uncompressed; the codec applies to the clients' updates.
     auto result = ctx.group->pull(static_cast<uint64_t>(plan_[next_].round), incoming, raw_)->wait();
-    TORCH_CHECK(result.status.is_ok(), "fedavg pull failed: ", result.status.to_string());
+    require_usable(result, ctx, "fedavg pull", step, /*survivors_ok=*/false);
     global_.copy_(incoming);
     ctx.params.copy_(global_);
   }
@@ -102,7 +94,7 @@ class FedAvgClient final : public Algorithm {
     auto result = ctx.group->push(static_cast<uint64_t>(p.round), delta_, *ctx.codec,
                                   static_cast<double>(std::max<int64_t>(ctx.shard_size, 1)),
                                   transmitted)->wait();
-    TORCH_CHECK(result.status.is_ok(), "fedavg push failed: ", result.status.to_string());
+    require_usable(result, ctx, "fedavg push", step, /*survivors_ok=*/false);
     feedback_.update();
     if (ctx.on_round) ctx.on_round(meter_.finish(*ctx.group, p.round + 1, step, 1, delta_.norm().item<double>()));
   }

@@ -8,11 +8,11 @@
 namespace atl::algorithms {
 
 enum class OuterKind : uint8_t { kNesterov, kSgd, kAdam };
-// diloco: how the outer all-reduce overlaps the next round (ALGORITHMS.md §3).
+// diloco: how the outer all-reduce overlaps the next round (docs/algorithms.md §3).
 enum class Overlap : uint8_t { kNone, kDelayed, kEager };
-// streaming_diloco: how transformer blocks are dealt to fragments (ALGORITHMS.md §2.1).
+// streaming_diloco: how transformer blocks are dealt to fragments (docs/algorithms.md §2.1).
 enum class FragmentMode : uint8_t { kStrided, kSequential };
-// async_local_sgd: what the server does with each arriving pseudo-gradient (§5).
+// async_local_sgd: what the server does with each arriving pseudo-gradient (docs/algorithms.md §5).
 enum class AsyncUpdate : uint8_t { kDelayedNesterov, kNaive };
 
 struct OuterOptimizerOptions {

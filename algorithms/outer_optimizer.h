@@ -1,5 +1,5 @@
 // The outer optimizer: treats the averaged pseudo-gradient Δ as a gradient of θ_g.
-// ALGORITHMS.md §0: Nesterov exactly as torch.optim.SGD(momentum=mu, nesterov=True):
+// docs/algorithms.md §0: Nesterov exactly as torch.optim.SGD(momentum=mu, nesterov=True):
 //   buf <- mu*buf + Δ;  θ_g <- θ_g - lr*(Δ + mu*buf)
 // SGD (momentum mu, no nesterov): buf <- mu*buf + Δ; θ_g <- θ_g - lr*buf (mu = 0: -lr*Δ).
 // Adam: standard bias-corrected Adam with eps (DiLoCo: large eps, e.g. 0.1).

@@ -1,5 +1,5 @@
 // Streaming DiLoCo with overlapping communication (Douillard, Donchev et al., arXiv
-// 2501.18512, Algorithm 2; ALGORITHMS.md §2).
+// 2501.18512, Algorithm 2; docs/algorithms.md §2).
 //
 // Update rule, per island, for each fragment p (P fragments of transformer blocks, see
 // streaming_diloco.h for the assignment and the schedule):
@@ -246,8 +246,7 @@ class StreamingDiLoCo final : public Algorithm {
                 " without a send (an island joined while it was in flight)");
     auto result = f.handle->wait();
     f.handle.reset();
-    TORCH_CHECK(result.status.is_ok() || !result.contributors.empty(),
-                "streaming_diloco all-reduce failed: ", result.status.to_string());
+    require_usable(result, ctx, "streaming_diloco all-reduce", step);
     f.feedback.update();
     at::Tensor global = gather(anchor_, f.runs);
     f.outer.step(global, f.buffer.to(global.device()));

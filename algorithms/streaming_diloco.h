@@ -1,4 +1,4 @@
-// Streaming DiLoCo (Douillard, Donchev et al., arXiv 2501.18512; ALGORITHMS.md §2): the
+// Streaming DiLoCo (Douillard, Donchev et al., arXiv 2501.18512; docs/algorithms.md §2): the
 // fragment layout and the sync schedule, exposed for tests. The algorithm itself is in
 // streaming_diloco.cpp.
 #pragma once

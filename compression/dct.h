@@ -1,4 +1,4 @@
-// Chunked orthonormal DCT-II (ALGORITHMS.md §4.2) over flat fp32 buffers: the "transform"
+// Chunked orthonormal DCT-II (docs/algorithms.md §4.2) over flat fp32 buffers: the "transform"
 // slot of a pipeline, and the matrices DeMo's per-tensor chunking uses.
 //
 //   C_n[f, j] = sqrt(2/n) * c_f * cos(pi * (2j + 1) * f / (2n)),  c_0 = 1/sqrt(2), c_f = 1

@@ -1,11 +1,10 @@
 #include "compression/frame.h"
 
-#define XXH_STATIC_LINKING_ONLY  // XXH64_state_t on the stack: no allocation per frame
-#include <xxhash.h>
-
 #include <bit>
 #include <cstring>
 #include <string>
+
+#include "src/base/hash.h"
 
 namespace atl::compression {
 
@@ -213,11 +212,7 @@ Status parse_header(const uint8_t* bytes, size_t size, FrameHeader* h, size_t* h
 
 uint64_t frame_checksum(const uint8_t* frame, size_t header_size, const uint8_t* payload,
                         size_t payload_size) {
-  XXH64_state_t state;
-  XXH64_reset(&state, 0);
-  XXH64_update(&state, frame, header_size - 8);
-  if (payload_size) XXH64_update(&state, payload, payload_size);
-  return XXH64_digest(&state);
+  return xxh64(frame, header_size - 8, payload, payload_size);
 }
 
 }  // namespace

@@ -2,7 +2,7 @@
 // functions over float arrays. Pure and thread-safe.
 //
 // Formats: fp16, bf16 (casts, round to nearest even); int8, int4 (blockwise absmax scaling);
-// fp4 = E3M0 (ALGORITHMS.md §2.4, blockwise exponent); fp8 = E4M3 (blockwise scaling).
+// fp4 = E3M0 (docs/algorithms.md §2.4, blockwise exponent); fp8 = E4M3 (blockwise scaling).
 // Stochastic rounding draws from a counter-based generator keyed by (seed, element index),
 // so encoding a buffer in pieces or in parallel gives the same bits as in one piece.
 //

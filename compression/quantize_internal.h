@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "src/base/hash.h"
 #include "src/base/status.h"
 
 namespace atl::compression::quant::detail {
@@ -108,13 +109,6 @@ class Noise {
   uint64_t seed_;
   uint64_t offset_;
 };
-
-inline uint64_t splitmix64(uint64_t z) {
-  z += 0x9e3779b97f4a7c15ull;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
 
 // A 32-bit integer finalizer (two multiply-xorshift rounds; a bijection).
 inline uint32_t mix32(uint32_t x) {

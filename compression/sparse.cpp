@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "src/base/hash.h"
+
 namespace atl::compression {
 
 namespace {
@@ -26,13 +28,6 @@ uint32_t find_bucket(const uint32_t* hist, uint64_t need, uint64_t* above) {
   }
   *above = acc;  // unreachable when need <= total
   return 0;
-}
-
-inline uint64_t splitmix64(uint64_t& state) {
-  uint64_t z = (state += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
 }
 
 // Salts the frame seed so randk's stream differs from a quantizer's keyed by the same seed.
@@ -83,7 +78,7 @@ void randk_indices(uint64_t seed, int64_t n, int64_t k, uint32_t* idx) {
       break;
     }
     // Uniform draw in [0, remaining) by multiply-shift (bias <= remaining / 2^64).
-    const uint64_t r = splitmix64(state);
+    const uint64_t r = splitmix64_next(state);
     const uint64_t u = static_cast<uint64_t>((static_cast<unsigned __int128>(r) * remaining) >> 64);
     if (u < needed) idx[m++] = static_cast<uint32_t>(i);
   }

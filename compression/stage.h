@@ -28,7 +28,7 @@ enum class StageId : uint8_t {
   kBf16 = 5,
   kInt8 = 6,
   kInt4 = 7,
-  kFp4 = 8,    // E3M0 (ALGORITHMS.md §2.4)
+  kFp4 = 8,    // E3M0 (docs/algorithms.md §2.4)
   kFp8 = 9,    // E4M3
   kZstd = 10,
 };

@@ -68,6 +68,21 @@ class [[nodiscard]] StatusOr {
   std::optional<T> value_;
 };
 
+// An expected failure that ends what the caller was doing, carried across a layer that has
+// no Status return channel (an Algorithm's hooks, which return void) up to the loop that
+// reports it. what() is one line: "<context>: <status.to_string()>", e.g.
+// "island 2: ddp all-reduce at step 17: timeout: the collective did not complete before the
+// deadline". main() prints it as a runtime failure (exit 1), without a backtrace.
+class StatusError : public std::runtime_error {
+ public:
+  StatusError(const std::string& context, Status status)
+      : std::runtime_error(context + ": " + status.to_string()), status_(std::move(status)) {}
+  const Status& status() const { return status_; }
+
+ private:
+  Status status_;
+};
+
 // A mistake of the user's (bad config, missing file, bad CLI). main() prints what() as one
 // line and exits with code 2. Thrown only while a run is being set up, never mid-run.
 class UserError : public std::runtime_error {

@@ -159,14 +159,14 @@ struct AlgorithmConfig {
   int local_epochs = 1;         // fedavg: used when local_steps == 0: E passes over the shard
   bool error_feedback = true;   // lossy compression: carry each island's compression error
                                 // into its next exchange (residual added before encoding)
-  // diloco: overlap of the outer exchange with the next round (ALGORITHMS.md section 3)
+  // diloco: overlap of the outer exchange with the next round (docs/algorithms.md §3)
   std::string overlap = "none"; // none | delayed | eager
-  // streaming_diloco (ALGORITHMS.md section 2)
+  // streaming_diloco (docs/algorithms.md §2)
   int fragments = 2;            // P: fragments of transformer blocks
   std::string fragment_mode = "strided";  // strided | sequential
   int64_t overlap_steps = 1;    // tau: inner steps a fragment's exchange overlaps
   double mix_alpha = 0.5;       // alpha: merge = alpha * local + (1 - alpha) * global
-  // async_local_sgd (ALGORITHMS.md section 5)
+  // async_local_sgd (docs/algorithms.md §5)
   std::string async_update = "delayed_nesterov";  // delayed_nesterov | naive
   int buffer_size = 0;          // DN: N arrivals per momentum update; 0 = islands.count
   double dn_c = 0;              // DN: activation c in [0, 1/N]

@@ -5,27 +5,16 @@
 #include <numeric>
 #include <stdexcept>
 
-namespace atl::data {
+#include "src/base/hash.h"
 
-uint64_t mix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
+namespace atl::data {
 
 uint64_t derive_seed(uint64_t seed, SeedStream stream, uint64_t index) {
   // Chained mixes: changing any of the three inputs changes every output bit pattern.
-  return mix64(mix64(mix64(seed) ^ static_cast<uint64_t>(stream)) ^ index);
+  return splitmix64(splitmix64(splitmix64(seed) ^ static_cast<uint64_t>(stream)) ^ index);
 }
 
-uint64_t Rng::next_u64() {
-  state_ += 0x9e3779b97f4a7c15ULL;
-  uint64_t z = state_;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
+uint64_t Rng::next_u64() { return splitmix64_next(state_); }
 
 uint64_t Rng::uniform_int(uint64_t n) {
   if (n == 0) throw std::invalid_argument("Rng::uniform_int: n must be positive");

@@ -21,13 +21,10 @@ enum class SeedStream : uint64_t {
   kSamplerEpoch = 5,     // Sampler: one order per epoch
 };
 
-// splitmix64 finaliser: a bijective 64-bit mix.
-uint64_t mix64(uint64_t x);
-
 // Independent seed for (seed, stream, index), e.g. the sampler's order of epoch 7.
 uint64_t derive_seed(uint64_t seed, SeedStream stream, uint64_t index = 0);
 
-// splitmix64 generator (Steele, Lea, Flood 2014): 64-bit state, passes BigCrush, plenty for
+// The splitmix64 generator (src/base/hash.h): 64-bit state, passes BigCrush, plenty for
 // shuffles and sampling.
 class Rng {
  public:

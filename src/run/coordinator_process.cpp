@@ -8,6 +8,7 @@
 #include <cmath>
 #include <csignal>
 #include <mutex>
+#include <string>
 
 #include "algorithms/algorithm.h"
 #include "src/base/log.h"
@@ -31,6 +32,23 @@ namespace {
 
 std::atomic<bool> g_stop{false};
 void on_signal(int) { g_stop = true; }
+
+// One record per membership change (docs/protocol.md):
+// {"event":"membership","epoch":E,"members":[ids],"size":N,"reason":"...","wall_time":T},
+// T in Unix seconds.
+std::string membership_record(const transport::Membership& view, const std::string& reason) {
+  std::string ids;
+  for (const transport::Peer& p : view.members) ids += (ids.empty() ? "" : ",") + std::to_string(p.id);
+  const double wall = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  return sim::JsonObject()
+      .add("event", "membership")
+      .add("epoch", view.epoch)
+      .add_raw("members", "[" + ids + "]")
+      .add("size", static_cast<int64_t>(view.members.size()))
+      .add("reason", reason)
+      .add("wall_time", wall)
+      .str();
+}
 
 }  // namespace
 
@@ -81,6 +99,9 @@ int run_coordinator(const config::Config& config, const ProcessOptions& options)
   co.server = server.get();
   co.pipeline = codec;
   co.record_sink = sink;
+  co.on_membership = [&](const transport::Membership& view, const std::string& reason) {
+    sink(membership_record(view, reason));
+  };
   if (t.curve) {
     auto keys = transport::curve::load_keypair(t.keys_dir, "coordinator");
     if (!keys.is_ok()) throw UserError("transport.keys_dir: " + keys.status().message());

@@ -1,13 +1,13 @@
 #include "src/run/handover.h"
 
 #include <ATen/ATen.h>
-#include <xxhash.h>
 
 #include <algorithm>
 #include <bit>
 #include <cstring>
 #include <thread>
 
+#include "src/base/hash.h"
 #include "src/base/log.h"
 #include "src/sim/json.h"
 
@@ -211,7 +211,7 @@ Status publish_handover(transport::ControlPlane& control, int joiner, const Hand
   x.epoch = h.epoch;
   x.step = h.step;
   x.bytes = blob.size();
-  x.checksum = XXH64(blob.data(), blob.size(), 0);
+  x.checksum = xxh64(blob.data(), blob.size());
   x.parts = static_cast<uint32_t>((blob.size() + kPartBytes - 1) / kPartBytes);
   for (uint32_t i = 0; i < x.parts; ++i) {
     const size_t begin = i * kPartBytes, end = std::min(blob.size(), begin + kPartBytes);
@@ -237,7 +237,7 @@ StatusOr<Handover> fetch_handover(transport::ControlPlane& control, int joiner, 
         st = part.status();
         if (st.is_ok()) blob.insert(blob.end(), part.value().begin(), part.value().end());
       }
-      if (st.is_ok() && (blob.size() != x.bytes || XXH64(blob.data(), blob.size(), 0) != x.checksum)) {
+      if (st.is_ok() && (blob.size() != x.bytes || xxh64(blob.data(), blob.size()) != x.checksum)) {
         st = corrupt("checksum mismatch");
       }
       Handover h;

@@ -1,7 +1,6 @@
 #include "src/sim/params_file.h"
 
 #include <ATen/ATen.h>
-#include <xxhash.h>
 
 #include <cstdio>
 #include <cstring>
@@ -9,6 +8,7 @@
 #include <iterator>
 #include <vector>
 
+#include "src/base/hash.h"
 #include "src/sim/run_dir.h"
 
 namespace atl::sim {
@@ -28,7 +28,7 @@ void write_params(const std::string& path, const at::Tensor& params) {
   put(out, kVersion);
   put(out, n);
   out.append(reinterpret_cast<const char*>(p.data_ptr<float>()), n * sizeof(float));
-  put(out, static_cast<uint64_t>(XXH64(p.data_ptr<float>(), n * sizeof(float), 0)));
+  put(out, static_cast<uint64_t>(xxh64(p.data_ptr<float>(), n * sizeof(float))));
   write_file_atomic(path, out);
 }
 
@@ -46,7 +46,7 @@ StatusOr<at::Tensor> read_params(const std::string& path) {
     return corrupt(path + ": size does not match the declared count");
   }
   std::memcpy(&sum, bytes.data() + 16 + n * sizeof(float), 8);
-  if (XXH64(bytes.data() + 16, n * sizeof(float), 0) != sum) return corrupt(path + ": checksum mismatch");
+  if (xxh64(bytes.data() + 16, n * sizeof(float)) != sum) return corrupt(path + ": checksum mismatch");
   at::Tensor t = at::empty({static_cast<int64_t>(n)}, at::kFloat);
   std::memcpy(t.data_ptr<float>(), bytes.data() + 16, n * sizeof(float));
   return t;
@@ -56,7 +56,7 @@ std::string params_xxh64_hex(const at::Tensor& params) {
   const at::Tensor c = params.detach().to(at::kCPU).contiguous();
   char text[17];
   std::snprintf(text, sizeof text, "%016llx",
-                static_cast<unsigned long long>(XXH64(c.data_ptr(), c.nbytes(), 0)));
+                static_cast<unsigned long long>(xxh64(c.data_ptr(), c.nbytes())));
   return text;
 }
 

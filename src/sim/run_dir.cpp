@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #include <cerrno>
 #include <cinttypes>
@@ -11,6 +10,7 @@
 #include <filesystem>
 #include <stdexcept>
 
+#include "src/base/hash.h"
 #include "src/base/status.h"
 
 namespace fs = std::filesystem;
@@ -20,7 +20,7 @@ namespace atl::sim {
 std::string config_hash(const config::Config& config) {
   const std::string yaml = config::to_yaml(config);
   char hex[17];
-  std::snprintf(hex, sizeof hex, "%016" PRIx64, static_cast<uint64_t>(XXH64(yaml.data(), yaml.size(), 0)));
+  std::snprintf(hex, sizeof hex, "%016" PRIx64, static_cast<uint64_t>(xxh64(yaml.data(), yaml.size())));
   return hex;
 }
 

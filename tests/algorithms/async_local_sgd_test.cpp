@@ -1,4 +1,4 @@
-// ALGORITHMS.md §9 oracles 21–24 (asynchronous local-SGD: Delayed Nesterov, DyLU), and the
+// docs/algorithms.md §9 oracles 21–24 (asynchronous local-SGD: Delayed Nesterov, DyLU), and the
 // workers + server role through the real island loop, in-process group and a virtual clock.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>

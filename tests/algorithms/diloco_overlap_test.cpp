@@ -1,4 +1,4 @@
-// ALGORITHMS.md §9 oracle 13 (eager updates) and the delayed / eager DiLoCo variants (§3),
+// docs/algorithms.md §9 oracle 13 (eager updates) and the delayed / eager DiLoCo variants (§3),
 // through the real island loop and in-process group.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>

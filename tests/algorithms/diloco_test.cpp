@@ -1,4 +1,4 @@
-// ALGORITHMS.md §9 oracles 2–7 (DiLoCo), through the real island loop and in-process group.
+// docs/algorithms.md §9 oracles 2–7 (DiLoCo), through the real island loop and in-process group.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
@@ -166,7 +166,7 @@ TEST(DiLoCo, OneRoundCostsOneAllReduceOfNElements) {
   EXPECT_EQ(total_received, total);
 }
 
-// Anchors stay bitwise identical on every island (replicated outer state, ALGORITHMS.md §0).
+// Anchors stay bitwise identical on every island (replicated outer state, docs/algorithms.md §0).
 TEST(DiLoCo, AnchorsBitwiseIdenticalAcrossIslands) {
   const int k = 5;
   auto c = targets(k, 300);

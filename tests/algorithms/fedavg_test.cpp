@@ -1,4 +1,4 @@
-// ALGORITHMS.md §9 oracles 25–26 (FedAvg), through the real island loop and server role.
+// docs/algorithms.md §9 oracles 25–26 (FedAvg), through the real island loop and server role.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-// ALGORITHMS.md §9 oracle 1: outer Nesterov against its closed form, over two steps.
+// docs/algorithms.md §9 oracle 1: outer Nesterov against its closed form, over two steps.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-// ALGORITHMS.md §9 oracles 8–11 (Streaming DiLoCo), through the real island loop and
+// docs/algorithms.md §9 oracles 8–11 (Streaming DiLoCo), through the real island loop and
 // in-process group.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>

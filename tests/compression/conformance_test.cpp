@@ -132,7 +132,7 @@ std::vector<uint32_t> oracle_topk(const std::vector<float>& x, int64_t k) {
   return order;
 }
 
-// DCT coefficients in double, straight from the §4.2 formula (fixed chunks + tail).
+// DCT coefficients in double, straight from the docs/algorithms.md §4.2 formula (fixed chunks + tail).
 std::vector<double> oracle_dct(const std::vector<float>& x, int64_t s) {
   const int64_t n = static_cast<int64_t>(x.size());
   std::vector<double> c(x.size());

@@ -1,4 +1,4 @@
-// ALGORITHMS.md §9 oracles for compression: 14 (DCT matrices orthonormal, round trip),
+// docs/algorithms.md §9 oracles for compression: 14 (DCT matrices orthonormal, round trip),
 // 15 (sc(d)), 18 (error feedback identity), 20 (topk payload bytes, adapted to varint
 // indices: payload = sum of varint lengths of the index gaps + value bytes). Oracle 19 is
 // DeMo's all-gather averaging, tested with DeMo. Plus the sparsifiers' own contracts.

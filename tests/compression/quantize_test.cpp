@@ -1,6 +1,6 @@
 // Value quantizers (compression/quantize.h): golden byte layouts, independent reference
 // conversions for fp16 / bf16 / fp8, documented error bounds over many inputs and shapes,
-// ALGORITHMS.md §9 oracle 12 for fp4 (E3M0), the NaN/Inf rule, stochastic rounding
+// docs/algorithms.md §9 oracle 12 for fp4 (E3M0), the NaN/Inf rule, stochastic rounding
 // (unbiased, deterministic, piecewise), and hostile bytes on decode.
 #include <gtest/gtest.h>
 
@@ -417,7 +417,7 @@ void check_round_trip(StageId f, Rounding r, const std::vector<float>& x, int64_
                                  : std::max(std::ldexp(std::fabs(xi), -4), std::ldexp(s8, -10))) *
                                  (1 + 1e-4) + slack;
         ASSERT_LE(err, bound) << "j=" << j << " x=" << xi << " y=" << yi << " a=" << am;
-      } else {  // fp4: ALGORITHMS.md §9 oracle 12
+      } else {  // fp4: docs/algorithms.md §9 oracle 12
         const int e = exps[static_cast<size_t>(bi)];
         if (am >= std::ldexp(1.0, -128) && am <= std::ldexp(1.0, 127)) {
           ASSERT_EQ(e, static_cast<int>(std::ceil(std::log2(am)))) << "a=" << am;

@@ -305,6 +305,18 @@ void killed_island_run_completes_with_survivors(Processes& t, const std::string&
   const std::string m = read(metrics);
   EXPECT_NE(m.find("\"contributors\":2"), std::string::npos) << "no round completed with the survivors";
   EXPECT_NE(m.find("\"event\":\"membership\""), std::string::npos);
+  // The coordinator's membership records, written by src/run through the JSON writer: the
+  // documented fields in the documented order (docs/protocol.md).
+  const std::regex membership(
+      R"(\{"event":"membership","epoch":[0-9]+,"members":\[[0-9,]*\],"size":[0-9]+,"reason":"[^"]+","wall_time":[0-9.e+]+\})");
+  int membership_records = 0;
+  std::istringstream lines(m);
+  for (std::string l; std::getline(lines, l);) {
+    if (l.find("\"event\":\"membership\"") == std::string::npos) continue;
+    ++membership_records;
+    EXPECT_TRUE(std::regex_match(l, membership)) << l;
+  }
+  EXPECT_GT(membership_records, 0);
   const std::string summary = read(t.dir_ / "runs/r/summary.json");
   EXPECT_NE(summary.find("\"islands_finished\":2"), std::string::npos) << summary;
   EXPECT_NE(summary.find("\"steps\":400"), std::string::npos) << summary;

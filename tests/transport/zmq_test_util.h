@@ -18,6 +18,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "compression/pipeline.h"
@@ -159,6 +160,45 @@ class RecordSink {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::vector<std::string> lines_;
+};
+
+// Collects the coordinator's membership changes (CoordinatorOptions::on_membership);
+// thread-safe.
+class MembershipLog {
+ public:
+  std::function<void(const Membership&, const std::string&)> callback() {
+    return [this](const Membership& view, const std::string& reason) {
+      std::lock_guard<std::mutex> lock(mu_);
+      changes_.emplace_back(view, reason);
+      cv_.notify_all();
+    };
+  }
+  // True once a change to exactly this epoch and these member ids arrived (waits up to
+  // timeout_ms).
+  bool wait_for(uint64_t epoch, const std::vector<int>& ids, int64_t timeout_ms = 3000) {
+    return wait([&](const Membership& m, const std::string&) {
+      std::vector<int> got;
+      for (const Peer& p : m.members) got.push_back(p.id);
+      return m.epoch == epoch && got == ids;
+    }, timeout_ms);
+  }
+  // True once a change whose reason contains `text` arrived.
+  bool wait_for_reason(const std::string& text, int64_t timeout_ms = 3000) {
+    return wait([&](const Membership&, const std::string& r) { return r.find(text) != std::string::npos; },
+                timeout_ms);
+  }
+
+ private:
+  template <typename Pred>
+  bool wait(Pred pred, int64_t timeout_ms) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_until(lock, *in_ms(timeout_ms), [&] {
+      return std::any_of(changes_.begin(), changes_.end(), [&](const auto& c) { return pred(c.first, c.second); });
+    });
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::pair<Membership, std::string>> changes_;
 };
 
 inline std::vector<uint8_t> encode_tensor(const compression::Pipeline& codec, const at::Tensor& t) {

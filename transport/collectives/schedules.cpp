@@ -1,12 +1,12 @@
 #include "transport/collectives/schedules.h"
 
 #include <ATen/ATen.h>
-#include <xxhash.h>
 
 #include <algorithm>
 #include <cstring>
 #include <string>
 
+#include "src/base/hash.h"
 #include "transport/ring.h"
 
 namespace atl::transport::collectives {
@@ -73,7 +73,7 @@ at::Tensor raw_view(const Payload& p, int64_t n, int from, const char* what) {
 uint64_t codec_fingerprint(const compression::Pipeline& codec) {
   Bytes frame;
   codec.encode(at::empty({0}, at::kFloat), frame, 0);
-  return XXH3_64bits(frame.data(), frame.size());
+  return xxh3_64(frame.data(), frame.size());
 }
 
 double expected_bytes(const AllreduceSetup& s) {

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <sstream>
 
+#include "src/base/hash.h"
 #include "src/base/log.h"
 #include "transport/collectives/schedules.h"
 

@@ -11,8 +11,8 @@
 #include <random>
 
 #include "src/base/log.h"
+#include "src/base/log_limiter.h"
 #include "transport/zmq/control_client.h"
-#include "transport/zmq/coordinator_state.h"
 #include "transport/zmq/zmq_message.h"
 
 namespace atl::transport {

@@ -18,31 +18,7 @@ namespace {
 int64_t ms_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(b - a).count();
 }
-
-std::string json_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    if (static_cast<unsigned char>(c) >= 0x20) out += c;
-  }
-  return out;
-}
 }  // namespace
-
-bool LogLimiter::allow(Clock::time_point now, uint64_t* suppressed) {
-  if (now - window_start_ > kWindow) {
-    window_start_ = now;
-    used_ = 0;
-  }
-  if (used_ >= kBurst) {
-    ++suppressed_;
-    return false;
-  }
-  ++used_;
-  *suppressed = suppressed_;
-  suppressed_ = 0;
-  return true;
-}
 
 CoordinatorState::CoordinatorState(const CoordinatorOptions& options)
     : options_(options), star_(options.pipeline, options.max_push_elements) {}
@@ -289,15 +265,7 @@ void CoordinatorState::membership_changed(const std::string& reason, int skip, s
   ATOLL_INFO("coordinator: epoch " << epoch_ << ", members [" << ids.str() << "]: " << reason);
   star_.on_membership(collective_members());  // star all-reduces no longer waiting for anyone complete
   answer_pulls(out, /*star_only=*/true);
-  if (options_.record_membership && options_.record_sink) {
-    const double wall = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-    std::ostringstream json;
-    json.precision(15);
-    json << "{\"event\":\"membership\",\"epoch\":" << epoch_ << ",\"members\":[" << ids.str()
-         << "],\"size\":" << body.membership.members.size() << ",\"reason\":\"" << json_escape(reason)
-         << "\",\"wall_time\":" << wall << "}";
-    options_.record_sink(json.str());
-  }
+  if (options_.on_membership) options_.on_membership(body.membership, reason);
 }
 
 bool CoordinatorState::add_pending(Pending p, uint32_t wait_ms, Clock::time_point now) {

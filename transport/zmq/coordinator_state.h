@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "src/base/log_limiter.h"
 #include "transport/zmq/coordinator.h"
 #include "transport/zmq/protocol.h"
 #include "transport/zmq/star_reducer.h"
@@ -29,22 +30,6 @@ namespace atl::transport {
 struct Outgoing {
   std::string routing_id;
   std::vector<uint8_t> bytes;
-};
-
-// Lets through at most `burst` log lines per window, then counts the rest and reports the
-// count with the next line let through. Keeps a flood of garbage from flooding the log.
-class LogLimiter {
- public:
-  // True when a line may be written now; *suppressed receives how many were held back since
-  // the last line written.
-  bool allow(Clock::time_point now, uint64_t* suppressed);
-
- private:
-  static constexpr int kBurst = 20;
-  static constexpr auto kWindow = std::chrono::seconds(10);
-  Clock::time_point window_start_{};
-  int used_ = 0;
-  uint64_t suppressed_ = 0;
 };
 
 class CoordinatorState {

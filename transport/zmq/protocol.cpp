@@ -1,12 +1,11 @@
 #include "transport/zmq/protocol.h"
 
-#define XXH_STATIC_LINKING_ONLY  // XXH64_state_t on the stack
-#include <xxhash.h>
-
 #include <bit>
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
+
+#include "src/base/hash.h"
 
 namespace atl::transport::proto {
 
@@ -73,11 +72,7 @@ void put_str8(std::vector<uint8_t>& out, const std::string& s) {
 }
 
 uint64_t checksum(const uint8_t* msg, size_t size) {
-  XXH64_state_t state;
-  XXH64_reset(&state, 0);
-  XXH64_update(&state, msg, kChecksumOffset);
-  if (size > kHeaderBytes) XXH64_update(&state, msg + kHeaderBytes, size - kHeaderBytes);
-  return XXH64_digest(&state);
+  return xxh64(msg, kChecksumOffset, msg + kHeaderBytes, size > kHeaderBytes ? size - kHeaderBytes : 0);
 }
 
 // ---- bounds-checked reading --------------------------------------------------------------
