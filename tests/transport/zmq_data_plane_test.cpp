@@ -6,6 +6,7 @@
 
 #include <cstring>
 #include <deque>
+#include <functional>
 
 #include "transport/inproc/inproc_group.h"
 #include "transport/zmq/allreduce_op.h"
@@ -227,26 +228,17 @@ Inbound to_inbound(const Outbound& o) {
   return m;
 }
 
-// W = 2 ring: island 0 finishes, island 1 misses 0's last piece and restarts in epoch 1;
-// island 0 answers the new HELLO with its result, which island 1 takes over bitwise.
-TEST(AllreduceOp, RestartedPeerTakesOverTheFinishedResult) {
-  const compression::Pipeline fp32;
-  at::manual_seed(3);
-  std::vector<at::Tensor> in = {at::randn({1001}), at::randn({1001})};
-  std::vector<at::Tensor> buf = {in[0].clone(), in[1].clone()};
-  std::vector<std::shared_ptr<Completion>> done = {std::make_shared<Completion>(), std::make_shared<Completion>()};
-  AllreduceOp a(0, buf[0], in[0].clone(), fp32, 1.0, {}, 1 << 20, done[0]);
-  AllreduceOp b(0, buf[1], in[1].clone(), fp32, 1.0, {}, 1 << 20, done[1]);
-  FakeContext ca(0), cb(1);
-  a.start(ca, 0, {0, 1});
-  b.start(cb, 0, {0, 1});
-  std::vector<Outbound> withheld;  // 0's all-gather piece to 1 (the last ring step)
+// Delivers what ops `a` (island 0) and `b` (island 1) send each other until neither sends
+// more, except 0's messages that `withhold` picks, which are returned undelivered.
+std::vector<Outbound> exchange_until_quiet(AllreduceOp& a, FakeContext& ca, AllreduceOp& b, FakeContext& cb,
+                                           const std::function<bool(const Header&)>& withhold) {
+  std::vector<Outbound> withheld;
   for (bool moved = true; moved;) {
     moved = false;
     while (!ca.out.empty()) {
       Outbound o = std::move(ca.out.front().second);
       ca.out.pop_front();
-      if (o.header.type == MsgType::kRing && o.header.step == 1) {
+      if (withhold(o.header)) {
         withheld.push_back(std::move(o));
         continue;
       }
@@ -261,6 +253,26 @@ TEST(AllreduceOp, RestartedPeerTakesOverTheFinishedResult) {
       moved = true;
     }
   }
+  return withheld;
+}
+
+// W = 2 ring: island 0 finishes, island 1 misses 0's last piece and restarts in epoch 1;
+// island 0 answers the new HELLO with its result, which island 1 takes over bitwise.
+TEST(AllreduceOp, RestartedPeerTakesOverTheFinishedResult) {
+  const compression::Pipeline fp32;
+  at::manual_seed(3);
+  std::vector<at::Tensor> in = {at::randn({1001}), at::randn({1001})};
+  std::vector<at::Tensor> buf = {in[0].clone(), in[1].clone()};
+  std::vector<std::shared_ptr<Completion>> done = {std::make_shared<Completion>(), std::make_shared<Completion>()};
+  AllreduceOp a(0, buf[0], in[0].clone(), fp32, 1.0, {}, 1 << 20, done[0]);
+  AllreduceOp b(0, buf[1], in[1].clone(), fp32, 1.0, {}, 1 << 20, done[1]);
+  FakeContext ca(0), cb(1);
+  a.start(ca, 0, {0, 1});
+  b.start(cb, 0, {0, 1});
+  // 0's all-gather piece to 1 (the last ring step)
+  std::vector<Outbound> withheld = exchange_until_quiet(a, ca, b, cb, [](const Header& h) {
+    return h.type == MsgType::kRing && h.step == 1;
+  });
   ASSERT_TRUE(a.done());
   ASSERT_FALSE(b.done());
   ASSERT_EQ(withheld.size(), 1u);
@@ -299,27 +311,9 @@ TEST(AllreduceOp, RestartedPeerTakesOverAFinishedAllgather) {
   FakeContext ca(0), cb(1);
   a.start(ca, 0, {0, 1});
   b.start(cb, 0, {0, 1});
-  std::vector<Outbound> withheld;  // 0's bytes to 1
-  for (bool moved = true; moved;) {
-    moved = false;
-    while (!ca.out.empty()) {
-      Outbound o = std::move(ca.out.front().second);
-      ca.out.pop_front();
-      if (o.header.type == MsgType::kGather) {
-        withheld.push_back(std::move(o));
-        continue;
-      }
-      Inbound m = to_inbound(o);
-      b.on_message(cb, m);
-      moved = true;
-    }
-    while (!cb.out.empty()) {
-      Inbound m = to_inbound(cb.out.front().second);
-      cb.out.pop_front();
-      a.on_message(ca, m);
-      moved = true;
-    }
-  }
+  // 0's bytes to 1
+  std::vector<Outbound> withheld =
+      exchange_until_quiet(a, ca, b, cb, [](const Header& h) { return h.type == MsgType::kGather; });
   ASSERT_TRUE(a.done());
   ASSERT_FALSE(b.done());
   ASSERT_EQ(withheld.size(), 1u);

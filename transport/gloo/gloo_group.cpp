@@ -349,13 +349,7 @@ CollectiveResult GlooGroup::run_allreduce(Op& op, const std::vector<int>& parts)
   const int self = mesh_->self();
   if (op.dirty) op.buffer.copy_(op.input);
   op.dirty = false;
-  std::vector<int> lost;
-  for (int p : op.first_members) {
-    if (!contains(mesh_->ids(), p)) lost.push_back(p);
-  }
-  Status status = lost.empty() ? Status::ok()
-                               : Status(StatusCode::kPeerLost, "islands [" + ids_text(lost) +
-                                                                   "] left during collective #" + std::to_string(op.seq));
+  Status status = lost_status(op, "collective");
   if (parts.size() == 1) {  // the mean of one buffer is that buffer, bitwise
     if (op.transmitted.defined()) op.transmitted.copy_(op.buffer);
     op.transmitted_filled = op.transmitted.defined();
@@ -396,9 +390,7 @@ CollectiveResult GlooGroup::run_allreduce(Op& op, const std::vector<int>& parts)
   s.codec = &op.codec;
   s.divisor = uniform ? static_cast<double>(parts.size()) : weight_sum;
   s.piece_elems = static_cast<int64_t>(mine.piece_elems);
-  const double bandwidth = std::max(1.0, options_.bandwidth_mbps * 1e6 / 8);
-  set_suspect_deadline(std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
-      options_.timeout_slack * (options_.latency_ms / 1000 + collectives::expected_bytes(s) / bandwidth) + 1.0)));
+  set_data_deadline(collectives::expected_bytes(s));
   gloo_mesh::GlooWire program_wire(wire);
   gloo_mesh::run(collectives::allreduce(program_wire, std::move(s)), op.seq);
   op.transmitted_filled = op.transmitted.defined();
@@ -414,13 +406,7 @@ CollectiveResult GlooGroup::run_broadcast(Op& op, const std::vector<int>& parts)
                                               std::to_string(op.root) + " is not a member"),
             {}, 0};
   }
-  std::vector<int> lost;
-  for (int p : op.first_members) {
-    if (!contains(mesh_->ids(), p)) lost.push_back(p);
-  }
-  Status status = lost.empty() ? Status::ok()
-                               : Status(StatusCode::kPeerLost, "islands [" + ids_text(lost) +
-                                                                   "] left during broadcast #" + std::to_string(op.seq));
+  Status status = lost_status(op, "broadcast");
   const double count = static_cast<double>(parts.size());
   if (parts.size() == 1) return {std::move(status), parts, count};
   gloo_mesh::Hello mine;
@@ -439,11 +425,7 @@ CollectiveResult GlooGroup::run_broadcast(Op& op, const std::vector<int>& parts)
     }
   }
   op.dirty = self != op.root;
-  const double bandwidth = std::max(1.0, options_.bandwidth_mbps * 1e6 / 8);
-  set_suspect_deadline(std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
-      options_.timeout_slack *
-          (options_.latency_ms / 1000 + static_cast<double>(op.codec.max_encoded_size(op.buffer.numel())) / bandwidth) +
-      1.0)));
+  set_data_deadline(static_cast<double>(op.codec.max_encoded_size(op.buffer.numel())));
   gloo_mesh::GlooWire program_wire(wire);
   gloo_mesh::run(collectives::broadcast(program_wire, {parts, op.root, op.buffer, &op.codec}), op.seq);
   return {std::move(status), parts, count};
@@ -451,13 +433,7 @@ CollectiveResult GlooGroup::run_broadcast(Op& op, const std::vector<int>& parts)
 
 CollectiveResult GlooGroup::run_allgather(Op& op, const std::vector<int>& parts) {
   const int self = mesh_->self();
-  std::vector<int> lost;
-  for (int p : op.first_members) {
-    if (!contains(mesh_->ids(), p)) lost.push_back(p);
-  }
-  Status status = lost.empty() ? Status::ok()
-                               : Status(StatusCode::kPeerLost, "islands [" + ids_text(lost) +
-                                                                   "] left during allgather #" + std::to_string(op.seq));
+  Status status = lost_status(op, "allgather");
   const double count = static_cast<double>(parts.size());
   if (parts.size() == 1) {
     *op.gather_out = {op.gather_in};
@@ -482,9 +458,7 @@ CollectiveResult GlooGroup::run_allgather(Op& op, const std::vector<int>& parts)
     sizes.push_back(hellos[q].numel);
     total += static_cast<double>(hellos[q].numel);
   }
-  const double bandwidth = std::max(1.0, options_.bandwidth_mbps * 1e6 / 8);
-  set_suspect_deadline(std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
-      options_.timeout_slack * (options_.latency_ms / 1000 + total / bandwidth) + 1.0)));
+  set_data_deadline(total);
   gloo_mesh::GlooWire program_wire(wire);
   const int pos = static_cast<int>(std::find(parts.begin(), parts.end(), self) - parts.begin());
   gloo_mesh::run(collectives::allgather(program_wire, {parts, pos, &op.gather_in, sizes, op.gather_out}), op.seq);
@@ -510,6 +484,22 @@ void GlooGroup::complete(Op& op, CollectiveResult result) {
   }
   op.input = at::Tensor();
   op.done->finish(std::move(result));
+}
+
+Status GlooGroup::lost_status(const Op& op, const std::string& what) const {
+  std::vector<int> lost;
+  for (int p : op.first_members) {
+    if (!contains(mesh_->ids(), p)) lost.push_back(p);
+  }
+  if (lost.empty()) return Status::ok();
+  return Status(StatusCode::kPeerLost,
+                "islands [" + ids_text(lost) + "] left during " + what + " #" + std::to_string(op.seq));
+}
+
+void GlooGroup::set_data_deadline(double expected_bytes) {
+  const double bandwidth = std::max(1.0, options_.bandwidth_mbps * 1e6 / 8);
+  set_suspect_deadline(std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
+      options_.timeout_slack * (options_.latency_ms / 1000 + expected_bytes / bandwidth) + 1.0)));
 }
 
 void GlooGroup::set_suspect_deadline(std::optional<Clock::duration> timeout) {

@@ -140,6 +140,11 @@ class GlooGroup final : public Group {
   CollectiveResult run_allgather(Op& op, const std::vector<int>& parts);
   void complete(Op& op, CollectiveResult result);
   void set_suspect_deadline(std::optional<Clock::duration> timeout);
+  // The data phase's timeout for `expected_bytes` received (slack * (latency + bytes /
+  // bandwidth) + 1 s), from now.
+  void set_data_deadline(double expected_bytes);
+  // ok, or kPeerLost naming the members of `op`'s first attempt missing from the mesh.
+  Status lost_status(const Op& op, const std::string& what) const;
   at::Tensor take_tensor(int64_t n);
   void give_tensor(at::Tensor t);
 

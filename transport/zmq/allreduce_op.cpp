@@ -139,18 +139,11 @@ void AllreduceOp::begin_data(OpContext& ctx, const std::vector<int>& parts) {
     for (int p : parts) sizes.push_back(answers_[p]->numel);
     weight_sum_ = static_cast<double>(parts.size());
     const int pos = static_cast<int>(std::find(parts.begin(), parts.end(), ctx.self()) - parts.begin());
-    exchange_ = make_gather_exchange(seq_, epoch_, parts, pos, &gather_in_, std::move(sizes), gather_out_, chunk_bytes_);
-    data_start_ = Clock::now();
-    const Tuning& t = ctx.tuning();
     double expected = 0;
     for (int p : parts) expected += static_cast<double>(answers_[p]->numel);
-    timeout_ = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
-        t.timeout_slack * (t.latency_s + expected / std::max(1.0, ctx.bandwidth())) + 1.0));
-    deadline_ = data_start_ + timeout_;
-    exchange_->start(ctx);
-    std::vector<Inbound> early = std::move(early_);
-    early_.clear();
-    for (Inbound& m : early) on_message(ctx, m);
+    start_exchange(ctx, make_gather_exchange(seq_, epoch_, parts, pos, &gather_in_, std::move(sizes), gather_out_,
+                                             chunk_bytes_),
+                   expected);
     return;
   }
   backup_->restore();
@@ -178,11 +171,15 @@ void AllreduceOp::begin_data(OpContext& ctx, const std::vector<int>& parts) {
   s.piece_elems = static_cast<int64_t>(hello_.piece_elems);
   s.chunk_bytes = chunk_bytes_;
   const double expected = Exchange::expected_bytes(s);
-  exchange_ = make_exchange(std::move(s));
+  start_exchange(ctx, make_exchange(std::move(s)), expected);
+}
+
+void AllreduceOp::start_exchange(OpContext& ctx, std::unique_ptr<Exchange> exchange, double expected_bytes) {
+  exchange_ = std::move(exchange);
   data_start_ = Clock::now();
   const Tuning& t = ctx.tuning();
   timeout_ = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
-      t.timeout_slack * (t.latency_s + expected / std::max(1.0, ctx.bandwidth())) + 1.0));
+      t.timeout_slack * (t.latency_s + expected_bytes / std::max(1.0, ctx.bandwidth())) + 1.0));
   deadline_ = data_start_ + timeout_;
   exchange_->start(ctx);
   std::vector<Inbound> early = std::move(early_);

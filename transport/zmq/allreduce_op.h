@@ -72,6 +72,9 @@ class AllreduceOp final : public Op {
   void attempt(OpContext& ctx, uint64_t epoch, const std::vector<int>& members);
   void maybe_begin_data(OpContext& ctx);
   void begin_data(OpContext& ctx, const std::vector<int>& participants);
+  // Runs `exchange` (the data phase) with a timeout for `expected_bytes`, and feeds it the
+  // messages that came early.
+  void start_exchange(OpContext& ctx, std::unique_ptr<Exchange> exchange, double expected_bytes);
   void on_adoption(OpContext& ctx, Inbound& m);
   void complete(OpContext& ctx, Status status, std::vector<int> contributors, double weight_sum);
 
