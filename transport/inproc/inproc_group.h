@@ -1,8 +1,9 @@
 // In-process transport: all islands of a simulation live in one process and exchange
 // encoded bytes through shared memory. It is a product feature (the simulator's network),
-// not a test double: payloads go through the same codecs, collectives run the same ring
-// schedule as the networked transports (transport/ring.h), and the bytes each island sends
-// and receives are counted from the encoded messages themselves.
+// not a test double: payloads go through the same codecs, collectives run the same
+// schedules as the networked transports (transport/collectives/schedules.h: the hub, which
+// sees every member, runs one program per member round by round over InprocWire), and the
+// bytes each island sends and receives are counted from the encoded messages themselves.
 //
 // Blocking waits go through the cooperative Scheduler, so exactly one island runs at a time
 // and results are deterministic.
@@ -38,9 +39,10 @@ class InprocHub {
 
   // Virtual clock: with a network model, every collective, push and pull costs virtual time
   // on the scheduler's clock (island ids = scheduler participants): a collective starts when
-  // its last member posts, runs its real message pattern as phases (ring: 2(W-1) steps of
-  // one chunk per member; lossy: reduce-scatter then all-gather; broadcast: the root sends
-  // to all), each phase costing NetworkModel::phase_time; a member that waits for it is
+  // its last member posts, runs its real message pattern as phases (the messages the
+  // members' programs send in one round: ring, 2(W-1) steps of one chunk per member; lossy,
+  // reduce-scatter then all-gather; broadcast and allgather, one), each phase costing
+  // NetworkModel::phase_time; a member that waits for it is
   // advanced to its completion. `detect_s`: how long survivors take to notice a lost member.
   // Without a model (the default) communication is instantaneous.
   void set_network(const NetworkModel* network, uint64_t seed, double detect_s);
