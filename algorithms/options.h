@@ -2,8 +2,11 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "src/base/status.h"
 
 namespace atl::algorithms {
 
@@ -57,5 +60,13 @@ struct AlgorithmOptions {
   int64_t train_steps = 0;           // train.steps (async: each island's share of it)
   std::vector<double> speeds;        // compute speed factor of every island; empty = all 1
 };
+
+// A rule of the options that does not hold ("algorithm.fragments", what is wrong).
+using OptionProblem = KeyProblem;
+
+// The rules make_algorithm and make_server would throw for, checked on the options alone
+// (algorithms/registry.cpp: each algorithm's check). Empty when they hold; an unknown name
+// is a problem of "algorithm.name" that lists the valid names. Pure.
+std::optional<OptionProblem> check_options(const AlgorithmOptions& options);
 
 }  // namespace atl::algorithms

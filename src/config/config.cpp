@@ -653,6 +653,13 @@ std::string to_yaml(const Config& config) {
   return std::string("# atoll config, fully resolved\n") + out.c_str() + "\n";
 }
 
+std::string origin(const Config& config, const std::string& key) { return origin_of(config, key); }
+
+void fail_key(const Config& config, const std::string& key, const std::string& problem,
+              const std::string& origin_key) {
+  fail(origin_of(config, origin_key.empty() ? key : origin_key), key, problem);
+}
+
 void check_environment(const Config& c) {
   const DataConfig& d = c.data;
   const bool needs_path = d.kind == "text" || d.kind == "tokens" || d.kind == "idx";

@@ -271,6 +271,16 @@ Config parse_config(const std::string& yaml_text, const std::string& source_name
 // (except `source` and `origins`), and to_yaml of that is byte-identical.
 std::string to_yaml(const Config& config);
 
+// Where `key` ("section.key", "islands.events", "compression") was set: "FILE:LINE" or
+// "--set key=value"; the config's source name when the text left it at its default.
+std::string origin(const Config& config, const std::string& key);
+
+// The one-line user error about `key`, for checks made after parsing: throws atl::UserError
+// "ORIGIN: key 'KEY': PROBLEM", ORIGIN as origin() gives it for `origin_key` ("" = `key`;
+// e.g. "islands.events" for key "islands.events[2]").
+[[noreturn]] void fail_key(const Config& config, const std::string& key, const std::string& problem,
+                           const std::string& origin_key = "");
+
 // Checks what depends on the machine rather than the text, after parse_config:
 // - data.kind text|tokens|idx needs data.path; idx also needs data.labels_path, and
 //   data.val_labels_path when data.val_path is set;

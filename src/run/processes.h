@@ -33,9 +33,7 @@ struct ProcessOptions {
                                               // of the one it published (the link's relay)
 };
 
-// Settings that real runs do not support yet: atl::UserError naming the key.
-void check_real_run(const config::Config& config);
-
+// Each starts with sim::validate_config for its target (src/sim/validate.h).
 int run_coordinator(const config::Config& config, const ProcessOptions& options);
 int run_island(const config::Config& config, int island, const ProcessOptions& options);
 int launch(const config::Config& config, const ProcessOptions& options);

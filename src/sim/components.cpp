@@ -67,16 +67,15 @@ algorithms::AlgorithmOptions algorithm_options(const config::Config& c,
     // Also checked against the model's layout at setup; here it fails before the run starts.
     const int blocks = c.model.name == "gpt" ? c.model.layers : 0;
     if (a.fragments > std::max(blocks, 1)) {
-      auto it = c.origins.find("algorithm.fragments");
-      throw UserError((it != c.origins.end() ? it->second : c.source) + ": key 'algorithm.fragments': " +
-                      std::to_string(a.fragments) + " fragments but model " + c.model.name + " has " +
-                      std::to_string(blocks) + " transformer blocks (a fragment is made of whole blocks)");
+      config::fail_key(c, "algorithm.fragments", std::to_string(a.fragments) + " fragments but model " +
+                      c.model.name + " has " + std::to_string(blocks) +
+                      " transformer blocks (a fragment is made of whole blocks)");
     }
   }
   if (a.name == "fedavg" && o.rounds == 0) {
     if (a.local_steps == 0) {
-      throw UserError(c.source + ": key 'algorithm.rounds': fedavg with local_epochs needs "
-                      "algorithm.rounds (or set algorithm.local_steps)");
+      config::fail_key(c, "algorithm.rounds", "fedavg with local_epochs needs algorithm.rounds (or set "
+                      "algorithm.local_steps)", "algorithm.name");
     }
     o.rounds = std::max<int64_t>(1, c.train.steps / a.local_steps);
   }
