@@ -26,7 +26,24 @@ bool real_run(Target t) {
   return t == Target::kLaunch || t == Target::kIsland || t == Target::kCoordinator;
 }
 
-void fail(const config::Config& c, const KeyProblem& p) { config::fail_key(c, p.key, p.message); }
+// A component's problem at the place its key was set; a key left at its default points at
+// its section's name key (model.name, algorithm.name) or any key of its section the text set.
+void fail(const config::Config& c, const KeyProblem& p) {
+  std::string where = p.key;
+  if (!c.origins.count(where)) {
+    const std::string section = p.key.substr(0, p.key.find('.'));
+    if (c.origins.count(section + ".name")) {
+      where = section + ".name";
+    } else {
+      for (const auto& [key, place] : c.origins)
+        if (key.rfind(section + ".", 0) == 0) {
+          where = key;
+          break;
+        }
+    }
+  }
+  config::fail_key(c, p.key, p.message, where);
+}
 
 void check_device(const config::Config& c) {
   const std::string& d = c.run.device;

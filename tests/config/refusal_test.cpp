@@ -13,9 +13,11 @@
 #include <torch/cuda.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/cli_test_util.h"
@@ -152,57 +154,93 @@ class Refusal : public ::testing::Test {
   fs::path dir_;
 };
 
+// Runs every (command, arguments) of `jobs` on a few threads: each is a process of its own.
+std::vector<Result> run_all(const std::vector<std::string>& jobs) {
+  std::vector<Result> results(jobs.size());
+  std::atomic<size_t> next{0};
+  std::vector<std::thread> workers;
+  for (int w = 0; w < 4; ++w) {
+    workers.emplace_back([&] {
+      for (size_t j = next++; j < jobs.size(); j = next++) results[j] = run(jobs[j]);
+    });
+  }
+  for (auto& t : workers) t.join();
+  return results;
+}
+
 TEST_F(Refusal, EveryCommandRefusesWithTheSameLine) {
-  int n = 0;
+  struct Case {
+    Row row;
+    std::string path, sweep, expected;  // config, sweep file, "atoll: error: FILE:LINE: key 'K': "
+    std::vector<std::string> commands;   // what each job runs
+    std::vector<size_t> jobs;            // their indices in `all`
+  };
+  std::vector<Case> cases;
+  std::vector<std::string> all;
   for (const Row& row : rows()) {
-    SCOPED_TRACE(row.name);
+    Case c{row, {}, {}, {}, {}, {}};
+    const std::string n = std::to_string(cases.size());
     const std::string yaml = replace_all(row.yaml, "DIR", dir_.string());
-    const std::string path = (dir_ / ("c" + std::to_string(n) + ".yaml")).string();
-    const std::string sweep = (dir_ / ("s" + std::to_string(n) + ".yaml")).string();
-    ++n;
-    std::ofstream(path) << yaml;
-    std::ofstream(sweep) << yaml << "sweep:\n  name: s" << n << "\n";
+    c.path = (dir_ / ("c" + n + ".yaml")).string();
+    c.sweep = (dir_ / ("s" + n + ".yaml")).string();
+    std::ofstream(c.path) << yaml;
+    std::ofstream(c.sweep) << yaml << "sweep:\n  name: s" << n << "\n";
     // FILE:LINE of the key: the first line holding the row's mark.
-    std::string where = path;
+    std::string where = c.path;
     if (!row.mark.empty()) {
       const size_t at = yaml.find(row.mark);
       ASSERT_NE(at, std::string::npos) << row.mark;
       where += ":" + std::to_string(count_lines(yaml.substr(0, at)) + 1);
     }
-    const std::string expected = "atoll: error: " + where + ": key '" + row.key + "': ";
+    c.expected = "atoll: error: " + where + ": key '" + row.key + "': ";
+    c.commands = {"validate " + c.path};
+    if (row.who == Who::kAll) {
+      c.commands.push_back("simulate " + c.path);
+      c.commands.push_back("sweep " + c.sweep + " --out " + (dir_ / "sweeps").string());
+    }
+    c.commands.push_back("launch " + c.path);
+    c.commands.push_back("island " + c.path + " --id 0");
+    c.commands.push_back("coordinator " + c.path);
+    for (const auto& command : c.commands) {
+      c.jobs.push_back(all.size());
+      all.push_back(command);
+    }
+    cases.push_back(std::move(c));
+  }
+  const std::vector<Result> results = run_all(all);
 
-    // The reference: the first refusing command's line. Every other command gives the same.
-    std::string line;
-    auto refused = [&](const std::string& command, const std::string& args) {
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.row.name);
+    std::string line;  // the first refusing command's; every other one gives the same
+    for (size_t k = 0; k < c.commands.size(); ++k) {
+      const std::string& command = c.commands[k];
+      const Result& r = results[c.jobs[k]];
       SCOPED_TRACE(command);
-      Result r = run(command + " " + args);
+      if (c.row.who == Who::kRealOnly && k == 0) {
+        EXPECT_EQ(r.code, 0) << "validate checks what simulate needs: " << r.output;
+        continue;
+      }
       EXPECT_EQ(r.code, 2) << r.output;
       EXPECT_EQ(count_lines(r.output), 1) << r.output;
-      EXPECT_EQ(r.output.rfind(expected, 0), 0u) << "expected it to start with: " << expected << "\n" << r.output;
-      EXPECT_NE(r.output.find(row.message), std::string::npos) << row.message << "\n" << r.output;
+      EXPECT_NE(r.output.find(c.row.message), std::string::npos) << c.row.message << "\n" << r.output;
+      if (command.rfind("sweep ", 0) == 0) {
+        // The same line about the sweep file (whose first lines are the config's), after
+        // the run it belongs to when the error is in one run's resolved config.
+        const std::string tail = replace_all(line, "atoll: error: " + c.path, c.sweep);
+        EXPECT_EQ(r.output.rfind("atoll: error: ", 0), 0u) << r.output;
+        EXPECT_TRUE(r.output.ends_with(tail)) << "expected it to end with: " << tail << r.output;
+        continue;
+      }
+      EXPECT_EQ(r.output.rfind(c.expected, 0), 0u) << "expected it to start with: " << c.expected << "\n" << r.output;
       if (line.empty()) line = r.output;
-      if (row.same_line) EXPECT_EQ(r.output, line);
-    };
-    if (row.who == Who::kAll) {
-      refused("validate", path);
-      refused("simulate", path);
-      Result s = run("sweep " + sweep + " --out " + (dir_ / "sweeps").string());
-      EXPECT_EQ(s.code, 2) << s.output;
-      EXPECT_EQ(count_lines(s.output), 1) << s.output;
-      const std::string tail = replace_all(line, "atoll: error: " + path, sweep);
-      EXPECT_NE(s.output.find("atoll: error: sweep run '"), std::string::npos) << s.output;
-      EXPECT_TRUE(s.output.ends_with(tail)) << "expected it to end with: " << tail << s.output;
-      EXPECT_FALSE(fs::exists(dir_ / "sweeps")) << "the sweep started something";
-    } else {
-      Result v = run("validate " + path);
-      EXPECT_EQ(v.code, 0) << "validate checks what simulate needs: " << v.output;
+      if (c.row.same_line) {
+        EXPECT_EQ(r.output, line);
+      }
     }
-    refused("launch", path);
-    refused("island", path + " --id 0");
-    refused("coordinator", path);
-    EXPECT_FALSE(fs::exists(dir_ / "runs")) << "a refused config started a run";
   }
-  EXPECT_GE(n, 18);
+  EXPECT_FALSE(fs::exists(dir_ / "runs")) << "a refused config started a run";
+  EXPECT_FALSE(fs::exists(dir_ / "sweeps")) << "a refused sweep started something";
+  EXPECT_GE(cases.size(), 18u);
 }
 
 }  // namespace
