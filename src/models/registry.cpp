@@ -41,8 +41,9 @@ std::optional<KeyProblem> check_gpt(const config::ModelConfig& c, const DataShap
                             {"seq_len", c.seq_len}, {"vocab", c.vocab}})
     if (auto p = positive(key, value)) return p;
   if (c.dim % c.heads != 0) {
-    return KeyProblem{"model.dim", "(" + std::to_string(c.dim) + ") must be a multiple of model.heads (" +
-                                       std::to_string(c.heads) + ")"};
+    std::string message = "(";  // built step by step: GCC 12 warns on "(" + std::to_string()
+    message += std::to_string(c.dim) + ") must be a multiple of model.heads (" + std::to_string(c.heads) + ")";
+    return KeyProblem{"model.dim", message};
   }
   if (c.dropout < 0.0 || c.dropout >= 1.0)
     return KeyProblem{"model.dropout", "must be in [0, 1), got " + std::to_string(c.dropout)};

@@ -147,22 +147,22 @@ MemoryEstimate estimate_memory(const config::Config& c, Target target) {
   models::DataShape shape;
   static_shape(c.data, shape);
   m.params = models::estimate_numel(c.model, shape);
-  std::vector<std::string> parts = {"parameters"};
+  m.copies_text = "parameters";
   m.copies = 1;
   if (target == Target::kCoordinator) {
     m.islands = 1;  // the global model it evaluates (and the server role's)
   } else {
-    parts.push_back("gradients");
+    m.copies_text += ", gradients";
     m.copies += 1;
     int inner = 0;
     if (c.train.optimizer == "adamw") inner = 2;
     else if (c.train.momentum > 0) inner = 1;
     if (inner > 0) {
-      parts.push_back(c.train.optimizer + " state x" + std::to_string(inner));
+      m.copies_text += ", " + c.train.optimizer + " state x" + std::to_string(inner);
       m.copies += inner;
     }
     if (c.algorithm.name != "ddp") {
-      parts.push_back("global model");
+      m.copies_text += ", global model";
       m.copies += 1;
     }
     m.islands = c.islands.count;
@@ -172,9 +172,6 @@ MemoryEstimate estimate_memory(const config::Config& c, Target target) {
       for (const auto& h : c.hosts.islands) m.islands += h.empty();
     }
   }
-  std::string text;
-  for (const auto& p : parts) text += (text.empty() ? "" : ", ") + p;
-  m.copies_text = text;
   m.bytes = static_cast<double>(m.params) * 4.0 * m.copies * m.islands;
   return m;
 }

@@ -76,7 +76,7 @@ std::vector<Row> rows() {
        "algorithm.name", "unknown algorithm 'dilogo' (valid: ddp, diloco, fedavg, streaming_diloco, async_local_sgd)",
        "algorithm:"},
       {"unknown codec stage", synthetic() + "compression:\n  - {quantise: int8}\n", "compression[0]",
-       "a stage needs one of quantize, topk, randk, dct, zstd (did you mean 'quantize'?)", "quantise"},
+       "a stage needs one of dct, topk, randk, quantize, zstd (did you mean 'quantize'?)", "quantise"},
       {"codec stages out of order", synthetic() + "compression:\n  - {zstd: 3}\n  - {quantize: int8}\n",
        "compression", "", "compression:"},
       {"out-of-range option", synthetic("{name: mlp, hidden: [8]}", "{name: diloco, outer_lr: -1}"),
