@@ -189,7 +189,10 @@ void validate_config(const config::Config& c, Target target) {
     check_events(c, target);
     return;
   }
-  check_device(c);
+  // launch with hosts: the processes on other machines check their own device at start.
+  bool remote = !c.hosts.coordinator.empty();
+  for (const auto& h : c.hosts.islands) remote = remote || !h.empty();
+  if (!(target == Target::kLaunch && remote)) check_device(c);
   if (auto p = models::check_model(c.model, shape, shape_known)) fail(c, *p);
   if (auto p = algorithms::check_options(algorithm_options(c, {}))) fail(c, *p);
   check_events(c, target);

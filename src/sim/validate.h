@@ -27,7 +27,8 @@ enum class Target : uint8_t {
 // 1. files the config names exist (config::check_environment);
 // 2. algorithm.name and model.name are registered (the message lists the valid names);
 // 3. the compression pipeline builds (stage order and parameters);
-// 4. run.device parses and exists here (cuda needs a libtorch built with CUDA and a device);
+// 4. run.device parses and exists here (cuda needs a libtorch built with CUDA and a device;
+//    not for kLaunch with a hosts: section, whose processes check their own machines);
 // 5. the model's size rules, with what the config says about the data (text: 256 tokens;
 //    synthetic: its dim and classes; tokens and idx files are not read here);
 // 6. the algorithm's rules (algorithms::check_options: fragments vs blocks and H, overlap

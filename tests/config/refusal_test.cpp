@@ -243,4 +243,24 @@ TEST_F(Refusal, EveryCommandRefusesWithTheSameLine) {
   EXPECT_GE(cases.size(), 18u);
 }
 
+// launch with a hosts: section only prints (or starts over ssh) processes of other machines:
+// each of them checks its own device when it starts, so launch does not refuse a device this
+// machine lacks, while the island process on a machine without CUDA does.
+TEST_F(Refusal, LaunchOnHostsLeavesTheDeviceCheckToEachProcess) {
+  if (torch::cuda::is_available()) GTEST_SKIP() << "this machine has CUDA";
+  std::string yaml = synthetic();
+  yaml.replace(0, yaml.find('\n'), "run: {name: refusal, threads: 1, out_dir: DIR/runs, device: cuda}");
+  yaml = replace_all(yaml, "DIR", dir_.string()) + "hosts: {coordinator: gpu0, islands: [gpu1, gpu2]}\n"
+                                                  "transport: {coordinator: \"tcp://gpu0:29500\"}\n";
+  const std::string path = (dir_ / "hosts.yaml").string();
+  std::ofstream(path) << yaml;
+  Result launch = run("launch " + path);
+  EXPECT_EQ(launch.code, 0) << launch.output;
+  EXPECT_NE(launch.output.find("ssh gpu1"), std::string::npos) << launch.output;
+  Result island = run("island " + path + " --id 0");
+  EXPECT_EQ(island.code, 2) << island.output;
+  EXPECT_EQ(island.output, "atoll: error: " + path + ":1: key 'run.device': 'cuda' needs CUDA, but this atoll's "
+                                                     "libtorch was built without CUDA (use cpu)\n");
+}
+
 }  // namespace
