@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "algorithms/options.h"
+#include "src/data/partition_rules.h"
 #include "src/models/model.h"
 #include "src/sim/components.h"
 
@@ -194,6 +195,7 @@ void validate_config(const config::Config& c, Target target) {
   for (const auto& h : c.hosts.islands) remote = remote || !h.empty();
   if (!(target == Target::kLaunch && remote)) check_device(c);
   if (auto p = models::check_model(c.model, shape, shape_known)) fail(c, *p);
+  if (auto p = data::check_partition(c.data)) fail(c, *p);
   if (auto p = algorithms::check_options(algorithm_options(c, {}))) fail(c, *p);
   check_events(c, target);
   if (real_run(target)) check_transport(c);

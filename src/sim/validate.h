@@ -30,7 +30,8 @@ enum class Target : uint8_t {
 // 4. run.device parses and exists here (cuda needs a libtorch built with CUDA and a device;
 //    not for kLaunch with a hosts: section, whose processes check their own machines);
 // 5. the model's size rules, with what the config says about the data (text: 256 tokens;
-//    synthetic: its dim and classes; tokens and idx files are not read here);
+//    synthetic: its dim and classes; tokens and idx files are not read here), and the
+//    partition's (dirichlet and shards need labelled data);
 // 6. the algorithm's rules (algorithms::check_options: fragments vs blocks and H, overlap
 //    steps, dn_c, fedavg rounds);
 // 7. islands.events: kill, rejoin and add need an algorithm without a server round barrier

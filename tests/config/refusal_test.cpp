@@ -59,10 +59,11 @@ std::string synthetic(const std::string& model = "{name: mlp, hidden: [8]}",
 }
 
 // A tiny language model on DIR/corpus.txt (byte-level text: 256 tokens).
-std::string text(const std::string& model, const std::string& algorithm, const std::string& extra = "") {
+std::string text(const std::string& model, const std::string& algorithm, const std::string& extra = "",
+                 const std::string& partition = "iid") {
   return "run: {name: refusal, threads: 1, out_dir: DIR/runs}\n"
          "model: " + model + "\n"
-         "data: {kind: text, path: DIR/corpus.txt}\n"
+         "data: {kind: text, path: DIR/corpus.txt, partition: " + partition + "}\n"
          "train: {steps: 4, batch_size: 2, warmup_steps: 0, eval_every: 0}\n"
          "islands: {count: 2}\n"
          "algorithm: " + algorithm + "\n" + extra;
@@ -106,6 +107,10 @@ std::vector<Row> rows() {
       {"gpt vocabulary smaller than the data's", text("{name: gpt, layers: 1, heads: 2, dim: 16, seq_len: 16, vocab: 64}",
                                                      "{name: diloco, inner_steps: 2}"),
        "model.vocab", "is 64 but the data set has 256 tokens", "model:"},
+      {"a label partition of language-model data",
+       text(kGpt, "{name: diloco, inner_steps: 2}", "", "dirichlet"),
+       "data.partition", "dirichlet needs labels (classification data); use iid or contiguous for language models",
+       "data:"},
       {"mlp on text without an input size", text("{name: mlp, hidden: [8]}", "{name: diloco, inner_steps: 2}"),
        "model.input_dim", "is unknown: set model.input_dim or use a classification data set", "model:"},
       {"a model that cannot fit in memory",
