@@ -9,8 +9,9 @@
 //   for step in 1..steps:
 //     before_step(ctx, step)                     fedavg: pull the global model
 //     forward/backward -> ctx.grads
+//     ctx.lr = the step's learning rate
 //     after_backward(ctx, step)                  ddp: average gradients
-//     inner optimizer step (clip, AdamW/SGD)
+//     clip; inner_step(ctx, step) if replaces_inner_step(), else the inner optimizer
 //     after_inner_step(ctx, step)                diloco: every H steps, outer sync
 //   finish(ctx)
 //
@@ -62,6 +63,9 @@ struct ParamRange {
   int64_t offset = 0;  // first element in params
   int64_t numel = 0;
   int block = -1;      // transformer block index; -1 for embeddings, final norm, head
+  std::vector<int64_t> shape;  // the tensor's shape (product = numel); empty = [numel]
+  int module = 0;      // the module it belongs to (DiPaCo: shared between the paths through
+                       // it); 0 for a model that is not modular
 };
 
 struct IslandContext {
@@ -77,6 +81,11 @@ struct IslandContext {
   TimeSource* time = nullptr;                // never null while the island loop runs
   std::vector<ParamRange> layout;            // every parameter, ascending offsets; empty =
                                              // one range without a block (tests)
+  double lr = 0;                             // the current inner step's learning rate (set by
+                                             // the island loop before after_backward)
+  int path = 0;                              // the path this island trains (DiPaCo; the run
+                                             // holds one parameter vector per path, and
+                                             // `params` is this island's); 0 otherwise
 };
 
 // What a live island hands to a joiner besides the global model (see Algorithm).
@@ -94,6 +103,11 @@ class Algorithm {
   virtual int64_t planned_steps(int64_t configured) { return configured; }
   virtual void before_step(IslandContext& ctx, int64_t step) {}
   virtual void after_backward(IslandContext& ctx, int64_t step) {}
+  // An algorithm that updates the parameters itself (DeMo: decoupled momentum and a sign
+  // step from the exchanged components) says so here; the island loop then calls
+  // inner_step() instead of the inner optimizer, after clipping, with ctx.lr set.
+  virtual bool replaces_inner_step() const { return false; }
+  virtual void inner_step(IslandContext& ctx, int64_t step) {}
   virtual void after_inner_step(IslandContext& ctx, int64_t step) {}
   virtual void finish(IslandContext& ctx) {}
   // The model this island regards as "the" model (evaluated and saved): the global copy

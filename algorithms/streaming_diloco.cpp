@@ -43,7 +43,7 @@ namespace streaming_diloco {
 
 std::vector<std::vector<Run>> assign_fragments(const std::vector<ParamRange>& layout,
                                                int64_t numel, int fragments, FragmentMode mode) {
-  const std::vector<ParamRange> whole = {{0, numel, -1}};
+  const std::vector<ParamRange> whole = {{0, numel, -1, {}}};
   const std::vector<ParamRange>& ranges = layout.empty() ? whole : layout;
   int blocks = 0;
   for (const auto& r : ranges) blocks = std::max(blocks, r.block + 1);

@@ -92,6 +92,22 @@ class Group {
   virtual std::unique_ptr<Handle> broadcast(int root, at::Tensor buffer,
                                             const compression::Pipeline& codec) = 0;
 
+  // Every contributor's `bytes` (any length, may differ between members): on completion
+  // (*out)[i] holds the bytes of result.contributors[i] (ascending ids), this member's own
+  // among them. `out` must stay alive and untouched until the handle is done. Like the other
+  // collectives, a member lost mid-way is left out and the result says so (kPeerLost).
+  virtual std::unique_ptr<Handle> allgather(std::vector<uint8_t> bytes,
+                                            std::vector<std::vector<uint8_t>>* out) = 0;
+
+  // The group of the islands in `ids` (ascending, containing this island) that share
+  // something, e.g. DiPaCo's islands whose paths go through one module. Its collectives
+  // involve only those islands (live members among them), are numbered and matched on their
+  // own (every island of `ids` must issue the same sequence on its sub-group), and may be in
+  // flight together with those of the parent group and of other sub-groups. `key` (> 0)
+  // names the sub-group on the wire: islands agree on key <-> ids. The sub-group uses its
+  // parent's transport and must not outlive it; bytes() counts the parent's traffic.
+  virtual std::unique_ptr<Group> subgroup(uint32_t key, std::vector<int> ids) = 0;
+
   // Server role (OuterServer, see algorithms/outer_server.h). push delivers `buffer` with
   // `weight` under `tag` (`transmitted` as in allreduce_mean); pull fills `out` with the
   // server's answer to `tag`, waiting until the server has one.

@@ -218,7 +218,13 @@ int main(int argc, char** argv) {
       popts.peer_endpoints[std::stoi(p.substr(0, eq))] = p.substr(eq + 1);
     }
     if (*coordinator) return atl::run::run_coordinator(config, popts);
-    if (*island) return atl::run::run_island(config, island_id, popts);
+    if (*island) {
+      if (atl::Status st = atl::run::run_island(config, island_id, popts); !st.is_ok()) {
+        ATOLL_ERROR(st.message() << " (" << atl::status_code_name(st.code()) << ")");
+        return 1;
+      }
+      return 0;
+    }
     if (*launch) return atl::run::launch(config, popts);
     if (*validate) {
       std::printf("%s: ok (%s, %d island%s, %s)\n", config_path.c_str(), config.algorithm.name.c_str(),

@@ -13,10 +13,12 @@
 #include "src/base/log.h"
 #include "src/base/status.h"
 #include "src/run/processes.h"
+#include "src/run/run_totals.h"
 #include "src/sim/components.h"
 #include "src/sim/island_parts.h"
 #include "src/sim/json.h"
 #include "src/sim/params_file.h"
+#include "src/sim/records.h"
 #include "src/sim/run_dir.h"
 #include "src/sim/validate.h"
 #include "transport/zmq/coordinator.h"
@@ -31,36 +33,6 @@ namespace {
 std::atomic<bool> g_stop{false};
 void on_signal(int) { g_stop = true; }
 
-// What summary.json needs, gathered from the islands' records as they arrive.
-struct Totals {
-  std::mutex mu;
-  double final_val_loss = NAN, best_val_loss = INFINITY, final_val_accuracy = -1;
-  uint64_t bytes_sent = 0, bytes_recv = 0, raw_sent = 0;
-  int64_t steps = 0, rounds = 0;
-  int finished = 0;
-
-  void add(const std::string& json) {
-    std::lock_guard<std::mutex> lock(mu);
-    const auto event = sim::json_find_string(json, "event");
-    if (!event) return;
-    if (*event == "eval") {
-      if (auto v = sim::json_find_number(json, "val_loss")) {
-        final_val_loss = *v;
-        best_val_loss = std::min(best_val_loss, *v);
-      }
-      if (auto a = sim::json_find_number(json, "val_accuracy")) final_val_accuracy = *a;
-    } else if (*event == "round") {
-      if (auto r = sim::json_find_number(json, "round")) rounds = std::max(rounds, static_cast<int64_t>(*r));
-    } else if (*event == "island_end") {
-      ++finished;
-      bytes_sent += static_cast<uint64_t>(sim::json_find_number(json, "bytes_sent").value_or(0));
-      bytes_recv += static_cast<uint64_t>(sim::json_find_number(json, "bytes_recv").value_or(0));
-      raw_sent += static_cast<uint64_t>(sim::json_find_number(json, "raw_sent").value_or(0));
-      steps = std::max(steps, static_cast<int64_t>(sim::json_find_number(json, "steps").value_or(0)));
-    }
-  }
-};
-
 }  // namespace
 
 int run_coordinator(const config::Config& config, const ProcessOptions& options) {
@@ -72,10 +44,9 @@ int run_coordinator(const config::Config& config, const ProcessOptions& options)
   const auto algo_options = sim::algorithm_options(config, data.shard_sizes);
   const compression::Pipeline codec = sim::make_pipeline(config);
   sim::RunDir dir(config, options.force);
-  Totals totals;
+  RunTotals totals;
   auto sink = [&](const std::string& json) {
-    dir.record(json);
-    totals.add(json);
+    if (totals.add(json)) dir.record(json);
   };
 
   // The server role (fedavg, async_local_sgd): it holds the global model, so it is
@@ -84,17 +55,22 @@ int run_coordinator(const config::Config& config, const ProcessOptions& options)
   std::unique_ptr<sim::ServerEvalSchedule> evals;
   at::Tensor server_global;
   std::unique_ptr<transport::OuterServer> server;
+  int64_t server_round = 0;
+  auto server_eval = [&](int64_t step, const at::Tensor& global) {
+    sim::EvalResult r = evaluator->evaluate(global);
+    sink(sim::eval_record(-1, step, r, data.classifier, 0,
+                          sim::RecordTime{std::chrono::duration<double>(Clock::now() - t0).count(), NAN}));
+  };
   if (algorithms::make_server(algo_options, at::zeros({1}), nullptr) != nullptr) {
     auto init = sim::make_island_parts(config, data, algo_options, 0);
     evaluator = sim::make_evaluator(config, data);
     evals = std::make_unique<sim::ServerEvalSchedule>(algo_options, config.train, data.splits.train->size());
     server = algorithms::make_server(algo_options, init.model->params(), [&](int64_t round, const at::Tensor& global) {
       server_global = global;
-      if (const int64_t step = evals->after_round(round); step >= 0) {
-        sim::EvalResult r = evaluator->evaluate(global);
-        sink(sim::eval_record(step, r, data.classifier, 0, std::chrono::duration<double>(Clock::now() - t0).count()));
-      }
+      server_round = round;
+      if (const int64_t step = evals->after_round(round); step >= 0) server_eval(step, global);
     });
+    server_eval(0, init.model->params());  // step 0, the initial model, as simulate does
   }
 
   const auto& t = config.transport;
@@ -135,25 +111,23 @@ int run_coordinator(const config::Config& config, const ProcessOptions& options)
     if (all_joined && view.members.empty()) break;
   }
   coordinator.value()->stop();
+  // As in simulate: the server's final model is evaluated even when churn kept the last round
+  // from being the planned one (a step already evaluated is not evaluated again).
+  int64_t final_step = -1;  // the step whose eval is the run's final one
+  if (server_global.defined()) {
+    final_step = evals->label(server_round);
+    if (!totals.evaluated(final_step)) server_eval(final_step, server_global);
+  }
 
   const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
-  std::lock_guard<std::mutex> lock(totals.mu);
   sim::JsonObject s;
   s.add("algorithm", config.algorithm.name)
       .add("islands", k)
       .add("model", config.model.name)
       .add("mode", "processes")
-      .add("compression", codec.describe())
-      .add("steps", totals.steps)
-      .add("rounds", totals.rounds)
-      .add("islands_finished", totals.finished)
-      .add("final_val_loss", totals.final_val_loss)
-      .add("best_val_loss", totals.best_val_loss);
-  if (data.classifier) s.add("final_val_accuracy", totals.final_val_accuracy);
-  s.add("bytes_sent_total", totals.bytes_sent)
-      .add("bytes_recv_total", totals.bytes_recv)
-      .add("compression_ratio", totals.bytes_sent > 0 ? static_cast<double>(totals.raw_sent) / static_cast<double>(totals.bytes_sent) : 1.0)
-      .add("wall_time_s", wall);
+      .add("compression", codec.describe());
+  totals.add_summary(s, final_step, data.classifier);
+  s.add("wall_time_s", wall);
   dir.write_summary(s.str());
   if (server_global.defined()) sim::write_params(dir.path() + "/final_params.bin", server_global);
   if (g_stop) {
@@ -161,7 +135,7 @@ int run_coordinator(const config::Config& config, const ProcessOptions& options)
     return 1;
   }
   // A run that lost islands but finished with the survivors succeeded (summary says how many).
-  return totals.finished > 0 ? 0 : 1;
+  return totals.finished() > 0 ? 0 : 1;
 }
 
 int keygen(const std::string& dir, const std::string& name) {

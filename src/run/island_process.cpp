@@ -1,8 +1,10 @@
 // `atoll island CONFIG --id K`: one island of a real run. Builds exactly what the
 // simulator's island K builds (src/sim/island_parts.h), joins the coordinator, waits until
-// every configured island is present, then runs the island loop over ZeroMQ or Gloo
-// (transport.kind). Started again while the run is going (after a crash), it rejoins: it
-// waits for a live island's state hand-over (src/run/handover.h) and goes on from there.
+// every configured island is present, then runs the same island runtime as the simulator
+// (src/sim/island_runtime.h) over ZeroMQ or Gloo (transport.kind), with the wall clock, the
+// coordinator as record sink and its membership deciding the lead. Started again while the
+// run is going (after a crash), it rejoins: it waits for a live island's state hand-over
+// (src/run/handover.h) and goes on from there.
 #include <ATen/ATen.h>
 #include <torch/torch.h>
 
@@ -17,10 +19,8 @@
 #include "src/run/processes.h"
 #include "src/run/wan_routes.h"
 #include "src/sim/components.h"
-#include "src/sim/island_loop.h"
+#include "src/sim/island_runtime.h"
 #include "src/sim/island_parts.h"
-#include "src/sim/json.h"
-#include "src/sim/params_file.h"
 #include "src/sim/progress.h"
 #include "src/sim/validate.h"
 #include "src/sim/wall_time.h"
@@ -60,6 +60,10 @@ transport::GlooGroupOptions gloo_options(const config::TransportConfig& t) {
 // Set in the store by every island before its first step: an island that finds it when it
 // joins comes into a run that is already going.
 const char kStartedKey[] = "atoll/run/started";
+// Set by the island that evaluated step S once its eval record is sent (src/sim/eval_role.h).
+std::string eval_key(int64_t step) { return "atoll/eval/" + std::to_string(step); }
+// Set by the island that wrote final_params.bin.
+const char kFinalParamsKey[] = "atoll/run/final_params";
 
 // Rejoining hands over the global model and Algorithm::export_state(); these setups keep more.
 Status check_rejoin(const config::Config& config, const algorithms::Algorithm& algorithm) {
@@ -74,11 +78,20 @@ Status check_rejoin(const config::Config& config, const algorithms::Algorithm& a
 
 namespace {
 
-// run_island_once's result when the island was declared dead while cut off and came back
-// into a run that went on without it: it is to join again (with a state hand-over).
-constexpr int kJoinAgain = -1;
+// How one life of an island in the run ended: it ran all its steps, or it was declared dead
+// while cut off and came back into a run that went on without it, and is to join again
+// (with a state hand-over).
+enum class IslandEnd { kFinished, kJoinAgain };
 
-int run_island_once(const config::Config& config, int island, const ProcessOptions& options) {
+// Prefixes "island K: " to a failure's message.
+Status failed(int island, const Status& st, const std::string& what = "") {
+  return Status(st.code(), "island " + std::to_string(island) + ": " + what + st.message());
+}
+
+// One life of island `island` in the run. Expected failures (the coordinator cannot be
+// reached, nobody can hand the state over, the islands do not all join) are returned;
+// user errors throw atl::UserError; a failure of the run itself mid-way throws.
+StatusOr<IslandEnd> run_island_once(const config::Config& config, int island, const ProcessOptions& options) {
   const auto t0 = Clock::now();
   const int k = config.islands.count;
   if (island < 0 || island >= k) {
@@ -92,8 +105,9 @@ int run_island_once(const config::Config& config, int island, const ProcessOptio
   const auto algo_options = sim::algorithm_options(config, data.shard_sizes);
   const compression::Pipeline codec = sim::make_pipeline(config);
   sim::IslandParts parts = sim::make_island_parts(config, data, algo_options, island);
+  // Any island may have to evaluate: the lead's role moves when it dies (see below).
   std::unique_ptr<sim::Evaluator> evaluator;
-  if (island == 0) evaluator = sim::make_evaluator(config, data);
+  if (!parts.algorithm->global_on_server()) evaluator = sim::make_evaluator(config, data);
 
   const auto& t = config.transport;
   transport::ControlClientOptions cc;
@@ -115,10 +129,7 @@ int run_island_once(const config::Config& config, int island, const ProcessOptio
     cc.curve_server_key = server.value();
   }
   auto client = transport::ZmqControlClient::connect(cc, Clock::now() + std::chrono::seconds(120));
-  if (!client.is_ok()) {
-    ATOLL_ERROR("island " << island << ": cannot join " << t.coordinator << ": " << client.status().to_string());
-    return 1;
-  }
+  if (!client.is_ok()) return failed(island, client.status(), "cannot join " + t.coordinator + ": ");
   transport::ZmqControlClient& joined = *client.value();
   const uint64_t join_epoch = joined.membership().epoch;
   // With launch --emulate-wan, peers are dialled through the relays of this island's links.
@@ -126,15 +137,11 @@ int run_island_once(const config::Config& config, int island, const ProcessOptio
 
   // A run that is already going: wait for a live island to hand its state over.
   auto started = joined.store_peek(kStartedKey);
-  if (!started.is_ok()) {
-    ATOLL_ERROR("island " << island << ": " << started.status().to_string());
-    return 1;
-  }
+  if (!started.is_ok()) return failed(island, started.status());
   std::optional<Handover> handover;
   if (started.value()) {
     if (Status st = check_rejoin(config, *parts.algorithm); !st.is_ok()) {
-      ATOLL_ERROR("island " << island << ": the run is already going: " << st.message());
-      return 1;
+      return failed(island, st, "the run is already going: ");
     }
     ATOLL_INFO("island " << island << ": the run is already going; waiting for a live island's state");
     auto got = fetch_handover(control, island, join_epoch, Clock::now() + std::chrono::seconds(300), [&]() -> Status {
@@ -144,10 +151,7 @@ int run_island_once(const config::Config& config, int island, const ProcessOptio
       }
       return Status(StatusCode::kPeerLost, "no live island is left to hand its state over (the run has ended)");
     });
-    if (!got.is_ok()) {
-      ATOLL_ERROR("island " << island << ": cannot rejoin the run: " << got.status().to_string());
-      return 1;
-    }
+    if (!got.is_ok()) return failed(island, got.status(), "cannot rejoin the run: ");
     handover = std::move(got.value());
   }
 
@@ -169,8 +173,7 @@ int run_island_once(const config::Config& config, int island, const ProcessOptio
   else data_plane = std::make_unique<transport::ZmqGroup>(control, go);
   transport::Group& group = *data_plane;
   if (Status st = joined.publish_endpoint(endpoint, Clock::now() + std::chrono::seconds(60)); !st.is_ok()) {
-    ATOLL_ERROR("island " << island << ": " << st.to_string());
-    return 1;
+    return failed(island, st);
   }
 
   if (!handover) {
@@ -184,25 +187,17 @@ int run_island_once(const config::Config& config, int island, const ProcessOptio
       view = control.wait_for_change(view.epoch, Clock::now() + std::chrono::milliseconds(500));
     }
     if (!ready()) {
-      ATOLL_ERROR("island " << island << ": only " << view.members.size() << " of " << k
-                            << " islands joined within 300 s");
-      return 1;
+      return Status(StatusCode::kTimeout, "island " + std::to_string(island) + ": only " +
+                                              std::to_string(view.members.size()) + " of " + std::to_string(k) +
+                                              " islands joined within 300 s");
     }
-    if (Status st = control.store_set(kStartedKey, {1}); !st.is_ok()) {
-      ATOLL_ERROR("island " << island << ": " << st.to_string());
-      return 1;
-    }
+    if (Status st = control.store_set(kStartedKey, {1}); !st.is_ok()) return failed(island, st);
   }
 
-  algorithms::IslandContext ctx;
-  ctx.island = island;
-  ctx.params = parts.model->params();
-  ctx.grads = parts.model->grads();
-  // Round records' sync_s is the wall time blocked in the exchange. An island the coordinator
-  // declared dead while it was cut off comes back (its client joins again) into a run that
-  // went on without it: its waits are abandoned instead of waiting for collectives the
-  // others finished, and run_island() joins the run again with a state hand-over (or, where
-  // that is not possible, the island fails).
+  // An island the coordinator declared dead while it was cut off comes back (its client
+  // joins again) into a run that went on without it: its waits are abandoned instead of
+  // waiting for collectives the others finished, and run_island() joins the run again with
+  // a state hand-over (or, where that is not possible, the island fails).
   auto in_run = [&joined, island]() -> Status {
     if (!joined.status().is_ok()) return joined.status();
     if (joined.joins() > 1) {
@@ -211,67 +206,85 @@ int run_island_once(const config::Config& config, int island, const ProcessOptio
     }
     return Status::ok();
   };
+  // Round records' sync_s is the wall time blocked in the exchange.
   WatchedGroup timed(group, in_run);
-  ctx.group = &timed;
-  ctx.codec = &codec;
-  ctx.shard_size = data.shard_sizes[island];
-  for (const auto& s : parts.model->layout()) ctx.layout.push_back({s.offset, s.numel, s.block});
-  sim::WallTime wall_time;
-  ctx.time = &wall_time;
-  ctx.on_round = [&](const algorithms::RoundInfo& r) {
-    std::string record = sim::round_record(island, r, seconds_since(t0));
-    record.pop_back();  // the closing brace: sync_s joins the record
-    control.record(record + ",\"sync_s\":" + sim::json_number(timed.take_blocked_s()) + "}");
-  };
 
-  sim::Progress progress(options.quiet || island != 0 ? sim::Progress::Mode::kQuiet
-                                                      : sim::Progress::Mode::kAuto);
+  // The lead: the live island with the lowest id among those that hold the model (joiners
+  // count from their hand-over on). It evaluates the global model, shows the progress line
+  // and writes final_params.bin; when it dies the next island takes over
+  // (src/sim/eval_role.h: every eval step is recorded exactly once).
+  auto is_lead = [&] {
+    for (const auto& p : control.membership().members) {
+      if (p.id < island && transport::in_collectives(p)) return false;
+    }
+    return true;
+  };
+  // Whether the store holds `key`; a coordinator that does not answer counts as yes (records
+  // could not reach it either), so that an island never waits on it for ever.
+  auto in_store = [&](const std::string& key) {
+    auto v = joined.store_peek(key);
+    if (!v.is_ok()) {
+      ATOLL_WARN("island " << island << ": " << v.status().to_string());
+      return true;
+    }
+    return v.value().has_value();
+  };
+  sim::Progress progress(options.quiet ? sim::Progress::Mode::kQuiet : sim::Progress::Mode::kAuto);
   sim::ProgressState state;
-  auto evaluate = [&](int64_t step, const at::Tensor& params) {
-    sim::EvalResult r = evaluator->evaluate(params);
-    state.val_loss = r.loss;
-    control.record(sim::eval_record(step, r, data.classifier, group.bytes().sent, seconds_since(t0)));
-  };
+  sim::WallTime wall_time;
+  std::optional<HandoverDonor> donor;  // set below, once the runtime exists
 
-  const auto& train = config.train;
-  sim::IslandLoop loop;
-  loop.algorithm = parts.algorithm.get();
-  loop.context = &ctx;
-  loop.optimizer = parts.optimizer.get();
-  loop.train = &train;
-  parts.model->set_training(true);
-  loop.forward_backward = [&](int64_t) { return sim::forward_backward(parts, train); };
-  double loss_acc = 0;
-  int64_t loss_n = 0, steps = 0;
+  sim::IslandHost host;
+  host.time = &wall_time;
+  host.wall_s = [&] { return seconds_since(t0); };
+  host.record = [&](const std::string& json) { control.record(json); };
+  host.is_lead = is_lead;
+  host.eval_recorded = [&](int64_t step) { return in_store(eval_key(step)); };
+  host.after_eval = [&](int64_t step, const sim::EvalResult& r) {
+    state.val_loss = r.loss;
+    // After the record on the same connection: a step marked recorded is in metrics.jsonl.
+    if (Status st = joined.store_set(eval_key(step), {1}); !st.is_ok()) {
+      ATOLL_WARN("island " << island << ": " << st.to_string());
+    }
+  };
+  host.wait = [&](double deadline_s) {  // deadline_s on wall_time's clock
+    const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                             std::chrono::duration<double>(std::max(0.0, deadline_s - wall_time.now_s())));
+    control.wait_for_change(control.membership().epoch, deadline);
+  };
+  // A kept step waits this long for a live lower island before this one evaluates it.
+  host.eval_patience_s = 30.0 + 2e-3 * static_cast<double>(t.heartbeat_timeout_ms);
+  host.eval_bytes = [&] { return group.bytes().sent; };
+  host.round_times = [&] {
+    sim::RoundTimes times;
+    times.sync_s = timed.take_blocked_s();
+    return times;
+  };
+  host.after_step = [&](int64_t step, int64_t total, double loss, double) {
+    state.steps_done = step;
+    state.steps_total = total;
+    state.last_loss = loss;
+    state.bytes = group.bytes().sent;
+    if (!options.quiet && is_lead()) progress.update(state);
+    if (donor && parts.algorithm->can_hand_over()) donor->at_step_boundary();
+  };
+  sim::IslandRuntime runtime(island, parts, config.train, &timed, &codec, data.shard_sizes[island], evaluator.get(),
+                             data.classifier, std::move(host));
   if (handover) {
     // As the simulator's joiners: the global model, a fresh inner optimizer and algorithm, the
     // donor's outer state after setup, and the steps after the donor's.
-    {
-      at::NoGradGuard no_grad;
-      parts.model->params().copy_(handover->global);
-    }
-    // The hand-over travels on the CPU; the donor kept its outer state beside its parameters.
-    for (at::Tensor& t : handover->state.tensors) {
-      if (t.defined()) t = t.to(parts.model->params().device());
-    }
-    loop.first_step = handover->step + 1;
-    loop.after_setup = [&] { parts.algorithm->import_state(ctx, handover->state); };
-    steps = handover->step;
-    control.record(sim::JsonObject()
-                       .add("event", "rejoin")
-                       .add("island", island)
-                       .add("donor", handover->donor)
-                       .add("step", handover->step)
-                       .add("round", handover->state.rounds)
-                       .add("first_seq", handover->first_seq)
-                       .add("epoch", handover->epoch)
-                       .add("wall_time_s", seconds_since(t0))
-                       .str());
-  } else if (evaluator && !parts.algorithm->global_on_server()) {
-    evaluate(0, parts.model->params());
+    sim::JoinState join;
+    join.donor = handover->donor;
+    join.step = handover->step;
+    join.first_seq = handover->first_seq;
+    join.epoch = handover->epoch;
+    join.global = handover->global;
+    join.state = std::move(handover->state);
+    runtime.join(std::move(join), &timed);
+  } else {
+    runtime.evaluate_start();
   }
   // Hands this island's state to islands that rejoin, when it is the donor (zmq only).
-  std::optional<HandoverDonor> donor;
   if (check_rejoin(config, *parts.algorithm).is_ok()) {
     auto& zmq_group = static_cast<transport::ZmqGroup&>(group);
     donor.emplace(
@@ -279,7 +292,7 @@ int run_island_once(const config::Config& config, int island, const ProcessOptio
         [&] {
           Handover h;
           h.donor = island;
-          h.step = steps;
+          h.step = runtime.steps();
           h.first_seq = zmq_group.next_seq();
           h.global = parts.algorithm->global_params();
           h.state = parts.algorithm->export_state();
@@ -287,72 +300,44 @@ int run_island_once(const config::Config& config, int island, const ProcessOptio
         },
         [&](const std::string& json) { control.record(json); }, in_run);
   }
-  loop.on_step = [&](int64_t step, int64_t total, double loss, double lr) {
-    steps = step;
-    loss_acc += loss;
-    ++loss_n;
-    if (step % train.log_every == 0 || step == total) {
-      control.record(sim::train_record(island, step, loss_acc / static_cast<double>(loss_n), lr,
-                                       seconds_since(t0)));
-      loss_acc = 0;
-      loss_n = 0;
-    }
-    if (evaluator && !parts.algorithm->global_on_server() &&
-        ((train.eval_every > 0 && step % train.eval_every == 0) || step == total)) {
-      evaluate(step, parts.algorithm->global_params());
-      parts.model->set_training(true);
-    }
-    state.steps_done = step;
-    state.steps_total = total;
-    state.last_loss = loss;
-    state.bytes = group.bytes().sent;
-    progress.update(state);
-    if (donor && parts.algorithm->can_hand_over()) donor->at_step_boundary();
-  };
   try {
-    sim::run_island(loop);
+    runtime.run();
   } catch (const std::exception& e) {
     // Everything here unwinds (the control client LEAVEs) before the island joins again.
     if (joined.joins() > 1 && config.transport.max_rejoins > 0 && check_rejoin(config, *parts.algorithm).is_ok()) {
-      ATOLL_WARN("island " << island << ": declared dead while cut off from the run at step " << steps
+      ATOLL_WARN("island " << island << ": declared dead while cut off from the run at step " << runtime.steps()
                            << " (" << e.what() << "); joining it again");
-      return kJoinAgain;
+      return IslandEnd::kJoinAgain;
     }
     throw;
   }
-  progress.finish(state);
-
-  const auto bytes = group.bytes();
-  control.record(sim::JsonObject()
-                     .add("event", "island_end")
-                     .add("island", island)
-                     .add("steps", steps)
-                     .add("bytes_sent", bytes.sent)
-                     .add("bytes_recv", bytes.received)
-                     .add("raw_sent", bytes.raw_sent)
-                     .add("wall_time_s", seconds_since(t0))
-                     .add("global_xxh64", parts.algorithm->global_on_server()
-                                              ? std::string()
-                                              : sim::params_xxh64_hex(parts.algorithm->global_params()))
-                     .str());
-  if (island == 0 && !parts.algorithm->global_on_server()) {
-    const std::string dir = config.run.out_dir + "/" + config.run.name;
-    sim::write_params(dir + "/final_params.bin", parts.algorithm->global_params());
+  // Steps kept for a lead that may have died are recorded by someone before island_end.
+  runtime.finish();
+  const bool lead = is_lead();
+  if (lead) progress.finish(state);
+  // The lowest island that finishes writes the final global model (every finishing island
+  // holds the same one); the coordinator writes the server's.
+  if (lead && !parts.algorithm->global_on_server() && !in_store(kFinalParamsKey)) {
+    runtime.write_final_params(config.run.out_dir + "/" + config.run.name + "/final_params.bin");
+    if (Status st = joined.store_set(kFinalParamsKey, {1}); !st.is_ok()) {
+      ATOLL_WARN("island " << island << ": " << st.to_string());
+    }
   }
-  return 0;
+  return IslandEnd::kFinished;
 }
 
 }  // namespace
 
-int run_island(const config::Config& config, int island, const ProcessOptions& options) {
+Status run_island(const config::Config& config, int island, const ProcessOptions& options) {
   for (int rejoins = 0;; ++rejoins) {
-    const int rc = run_island_once(config, island, options);
-    if (rc != kJoinAgain) return rc;
+    StatusOr<IslandEnd> end = run_island_once(config, island, options);
+    if (!end.is_ok()) return end.status();
+    if (end.value() == IslandEnd::kFinished) return Status::ok();
     if (rejoins == config.transport.max_rejoins) {
-      ATOLL_ERROR("island " << island << ": declared dead while cut off from the run "
-                            << rejoins + 1 << " times (transport.max_rejoins = "
-                            << config.transport.max_rejoins << "); giving up");
-      return 1;
+      return Status(StatusCode::kPeerLost, "island " + std::to_string(island) +
+                                               ": declared dead while cut off from the run " +
+                                               std::to_string(rejoins + 1) + " times (transport.max_rejoins = " +
+                                               std::to_string(config.transport.max_rejoins) + "); giving up");
     }
   }
 }

@@ -7,14 +7,16 @@
 // zmq_group.h) or Gloo (transport/gloo/gloo_group.h, transport.kind gloo). `launch`
 // starts all of them on this machine as child processes.
 //
-// Each function returns the process exit code (0 ok, 1 runtime failure); user errors
-// throw atl::UserError (exit code 2 in main).
+// run_coordinator and launch return the process exit code (0 ok, 1 runtime failure);
+// run_island returns its outcome as a Status (main exits 1 on a failure). User errors throw
+// atl::UserError (exit code 2 in main).
 #pragma once
 
 #include <map>
 #include <string>
 #include <vector>
 
+#include "src/base/status.h"
 #include "src/config/config.h"
 #include "src/run/wan.h"
 
@@ -35,7 +37,12 @@ struct ProcessOptions {
 
 // Each starts with sim::validate_config for its target (src/sim/validate.h).
 int run_coordinator(const config::Config& config, const ProcessOptions& options);
-int run_island(const config::Config& config, int island, const ProcessOptions& options);
+// Runs island `island` until it finished its steps. Rejoins the run (with a state
+// hand-over) when it was declared dead while cut off, up to transport.max_rejoins times.
+// Errors: cannot reach the coordinator, cannot join or rejoin (kTimeout, kPeerLost,
+// kUnavailable...); each message starts with "island K: ". Failures of the run itself
+// mid-way (a collective that cannot complete) throw.
+Status run_island(const config::Config& config, int island, const ProcessOptions& options);
 int launch(const config::Config& config, const ProcessOptions& options);
 
 // Writes a CurveZMQ key pair <dir>/<name>.key (secret, 0600) and <dir>/<name>.pub.

@@ -72,6 +72,16 @@ std::unique_ptr<transport::Handle> WatchedGroup::broadcast(int root, at::Tensor 
   return watched(t0, inner_.broadcast(root, std::move(buffer), codec));
 }
 
+std::unique_ptr<transport::Handle> WatchedGroup::allgather(std::vector<uint8_t> bytes,
+                                                           std::vector<std::vector<uint8_t>>* out) {
+  const auto t0 = Clock::now();
+  return watched(t0, inner_.allgather(std::move(bytes), out));
+}
+
+std::unique_ptr<transport::Group> WatchedGroup::subgroup(uint32_t key, std::vector<int> ids) {
+  return std::make_unique<WatchedGroup>(inner_.subgroup(key, std::move(ids)), dropped_);
+}
+
 std::unique_ptr<transport::Handle> WatchedGroup::push(uint64_t tag, at::Tensor buffer, const compression::Pipeline& codec,
                                                       double weight, at::Tensor transmitted) {
   const auto t0 = Clock::now();

@@ -67,12 +67,18 @@ class WatchedGroup final : public transport::Group {
  public:
   WatchedGroup(transport::Group& inner, std::function<Status()> dropped)
       : inner_(inner), dropped_(std::move(dropped)) {}
+  WatchedGroup(std::unique_ptr<transport::Group> inner, std::function<Status()> dropped)
+      : owned_(std::move(inner)), inner_(*owned_), dropped_(std::move(dropped)) {}
 
   transport::MembershipView view() const override { return inner_.view(); }
   std::unique_ptr<transport::Handle> allreduce_mean(at::Tensor buffer, const compression::Pipeline& codec,
                                                     double weight, at::Tensor transmitted) override;
   std::unique_ptr<transport::Handle> broadcast(int root, at::Tensor buffer,
                                                const compression::Pipeline& codec) override;
+  std::unique_ptr<transport::Handle> allgather(std::vector<uint8_t> bytes,
+                                               std::vector<std::vector<uint8_t>>* out) override;
+  // The inner group's sub-group, watched the same way.
+  std::unique_ptr<transport::Group> subgroup(uint32_t key, std::vector<int> ids) override;
   std::unique_ptr<transport::Handle> push(uint64_t tag, at::Tensor buffer, const compression::Pipeline& codec,
                                           double weight, at::Tensor transmitted) override;
   std::unique_ptr<transport::Handle> pull(uint64_t tag, at::Tensor out,
@@ -87,6 +93,7 @@ class WatchedGroup final : public transport::Group {
   std::unique_ptr<transport::Handle> watched(transport::Clock::time_point start,
                                              std::unique_ptr<transport::Handle> handle);
 
+  std::unique_ptr<transport::Group> owned_;  // a sub-group: the inner one it wraps
   transport::Group& inner_;
   std::function<Status()> dropped_;
   double blocked_s_ = 0;

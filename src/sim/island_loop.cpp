@@ -20,10 +20,12 @@ int64_t run_island(IslandLoop& loop) {
     }
     const double loss = loop.forward_backward(step);
     if (loop.after_compute) loop.after_compute(step);
+    const double lr = train::learning_rate(train, step, total);
+    ctx.lr = lr;
     algo.after_backward(ctx, step);
     train::clip_grad_norm(ctx.grads, train.grad_clip);
-    const double lr = train::learning_rate(train, step, total);
-    loop.optimizer->step(ctx.params, ctx.grads, lr);
+    if (algo.replaces_inner_step()) algo.inner_step(ctx, step);
+    else loop.optimizer->step(ctx.params, ctx.grads, lr);
     algo.after_inner_step(ctx, step);
     if (loop.on_step) loop.on_step(step, total, loss, lr);
   }

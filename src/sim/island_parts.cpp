@@ -3,7 +3,6 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/grad_mode.h>
 
-#include "src/sim/json.h"
 #include "src/sim/params_file.h"
 
 namespace atl::sim {
@@ -71,43 +70,6 @@ std::unique_ptr<Evaluator> make_evaluator(const config::Config& config, const Ru
       models::make_model(config.model, data.shape, c10::Device(config.run.device), seed),
       data::validation_batches(*data.splits.val, config.train.batch_size, config.train.eval_batches, seed),
       data.classifier);
-}
-
-std::string round_record(int island, const algorithms::RoundInfo& r, double wall_time_s) {
-  const double ratio = r.bytes_sent > 0 ? static_cast<double>(r.raw_bytes_sent) / static_cast<double>(r.bytes_sent) : 1.0;
-  return JsonObject()
-      .add("event", "round")
-      .add("island", island)
-      .add("round", r.round)
-      .add("step", r.step)
-      .add("contributors", r.contributors)
-      .add("members", r.members)
-      .add("bytes_sent", r.bytes_sent)
-      .add("bytes_recv", r.bytes_received)
-      .add("compression_ratio", ratio)
-      .add("outer_grad_norm", r.outer_grad_norm)
-      .add("wall_time_s", wall_time_s)
-      .str();
-}
-
-std::string train_record(int island, int64_t step, double loss, double lr, double wall_time_s) {
-  return JsonObject()
-      .add("event", "train")
-      .add("island", island)
-      .add("step", step)
-      .add("loss", loss)
-      .add("lr", lr)
-      .add("wall_time_s", wall_time_s)
-      .str();
-}
-
-std::string eval_record(int64_t step, const EvalResult& r, bool classifier, uint64_t bytes_sent_total,
-                        double wall_time_s) {
-  JsonObject rec;
-  rec.add("event", "eval").add("step", step).add("val_loss", r.loss);
-  if (classifier) rec.add("val_accuracy", r.accuracy);
-  rec.add("bytes_sent_total", bytes_sent_total).add("wall_time_s", wall_time_s);
-  return rec.str();
 }
 
 }  // namespace atl::sim

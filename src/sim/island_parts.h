@@ -1,6 +1,6 @@
 // What every process of a run builds the same way from the config: the data splits and
-// shards, one island's compute parts, the evaluator, and the metrics records. Shared by
-// `atoll simulate` (all islands in one process) and real island processes.
+// shards, one island's compute parts and the evaluator. Shared by `atoll simulate` (all
+// islands in one process) and real island processes (src/sim/island_runtime.h runs them).
 #pragma once
 
 #include <cstdint>
@@ -46,11 +46,5 @@ double forward_backward(IslandParts& parts, const config::TrainConfig& train);
 
 // The evaluator of the global model: its own model instance and the fixed validation batches.
 std::unique_ptr<Evaluator> make_evaluator(const config::Config& config, const RunData& data);
-
-// metrics.jsonl records.
-std::string round_record(int island, const algorithms::RoundInfo& r, double wall_time_s);
-std::string train_record(int island, int64_t step, double loss, double lr, double wall_time_s);
-std::string eval_record(int64_t step, const EvalResult& r, bool classifier, uint64_t bytes_sent_total,
-                        double wall_time_s);
 
 }  // namespace atl::sim

@@ -1,5 +1,6 @@
 // The final global parameters of a run, runs/<name>/final_params.bin, written by the
-// simulator and by island 0 of a real run so that two runs can be compared bitwise.
+// simulator and by the lead island of a real run (the lowest that finishes), or by the coordinator
+// for server-role algorithms, so that two runs can be compared bitwise.
 // Format (little-endian): "ATLP", u32 version = 1, u64 count, count float32 values,
 // u64 xxhash64 of the values. Written atomically (temp file + fsync + rename).
 #pragma once

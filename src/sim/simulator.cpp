@@ -21,9 +21,10 @@
 #include "src/sim/components.h"
 #include "src/sim/cost_model.h"
 #include "src/sim/network_profile.h"
+#include "src/sim/eval_summary.h"
 #include "src/sim/evaluator.h"
 #include "src/sim/island_parts.h"
-#include "src/sim/island_loop.h"
+#include "src/sim/island_runtime.h"
 #include "src/sim/json.h"
 #include "src/sim/params_file.h"
 #include "src/sim/progress.h"
@@ -60,8 +61,8 @@ struct Island {
   IslandParts parts;
   std::unique_ptr<transport::Group> group;
   std::unique_ptr<VirtualTime> time;
-  algorithms::IslandContext context;
-  int64_t steps = 0;
+  std::unique_ptr<IslandRuntime> runtime;  // context, loop, records (src/sim/island_runtime.h)
+  bool planned = false;  // its planned steps are in the progress total
   int64_t rounds = 0;
   double compute_s = 0;  // virtual seconds spent computing inner steps
   bool alive = true;      // a member (not killed, not waiting to be added)
@@ -91,14 +92,6 @@ struct Diverged : std::runtime_error {
 
 // Thrown inside a killed island's thread to unwind its loop.
 struct IslandKilled {};
-
-// Appends the fields of `more` to the JSON object `record`.
-std::string extend(std::string record, const JsonObject& more) {
-  const std::string m = more.str();
-  if (m.size() <= 2) return record;
-  record.pop_back();
-  return record + "," + m.substr(1);
-}
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -161,8 +154,7 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
   // --- shared run state (touched only by the island holding the scheduler's turn)
   ProgressState state;
   state.steps_total = static_cast<int64_t>(k) * config.train.steps;
-  double final_val = NAN, best_val = INFINITY, final_acc = -1;
-  int64_t last_eval_step = -1;
+  EvalSummary evals;  // the run's eval records
   double target_time = NAN, target_bytes = NAN;
   int64_t target_step = -1;
   auto total_bytes = [&] {
@@ -170,22 +162,22 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
     for (auto& is : islands) if (is.group) b += is.group->bytes().sent;
     return b;
   };
-  auto evaluate = [&](int64_t step, const at::Tensor& params, double sim_time) {
-    if (step == last_eval_step) return;
-    last_eval_step = step;
-    EvalResult r = evaluator->evaluate(params);
-    final_val = r.loss;
-    best_val = std::min(best_val, r.loss);
-    final_acc = r.accuracy;
+  // After each eval record (an island's, or the server role's).
+  auto after_eval = [&](int64_t step, const EvalResult& r, double sim_time) {
+    evals.add(step, r.loss, r.accuracy);
     state.val_loss = r.loss;
-    const uint64_t bytes = total_bytes();
     if (config.train.target_loss > 0 && target_step < 0 && r.loss <= config.train.target_loss) {
       target_step = step;
       target_time = sim_time;
-      target_bytes = static_cast<double>(bytes);
+      target_bytes = static_cast<double>(total_bytes());
     }
-    dir.record(extend(eval_record(step, r, classifier, bytes, seconds_since(t0)),
-                      JsonObject().add("sim_time_s", sim_time)));
+  };
+  // The server role's global model (islands evaluate theirs through their runtime).
+  auto server_evaluate = [&](int64_t step, const at::Tensor& params, double sim_time) {
+    if (evals.evaluated(step)) return;
+    EvalResult r = evaluator->evaluate(params);
+    dir.record(eval_record(-1, step, r, classifier, total_bytes(), RecordTime{seconds_since(t0), sim_time}));
+    after_eval(step, r, sim_time);
   };
 
   // Survivors notice a dead island after the heartbeat timeout, as in real runs.
@@ -202,51 +194,18 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
         server_time = scheduler.time(scheduler.current());  // the pusher runs the server
         server_round = round;
         const int64_t step = server_evals.after_round(round);
-        if (step >= 0) evaluate(step, global, server_time);
+        if (step >= 0) server_evaluate(step, global, server_time);
         if (server_evals.counts_rounds()) state.rounds = std::max(state.rounds, round);
         server_global = global;
       });
   hub.set_server(server.get());
 
-  evaluate(0, islands[0].parts.model->params(), 0.0);
-
   for (int i = 0; i < n; ++i) {
-    Island& is = islands[i];
-    is.group = hub.make_group(i);
-    is.context.island = i;
-    is.context.params = is.parts.model->params();
-    is.context.grads = is.parts.model->grads();
-    is.context.group = is.group.get();
-    is.context.codec = &codec;
-    is.context.shard_size = run_data.shard_sizes[i];
-    for (const auto& s : is.parts.model->layout()) is.context.layout.push_back({s.offset, s.numel, s.block});
-    is.time = std::make_unique<VirtualTime>(scheduler, i);
-    is.context.time = is.time.get();
-    is.context.speed = cost.speeds()[static_cast<size_t>(i)];
-    is.context.on_round = [&, i](const algorithms::RoundInfo& r) {
-      Island& me = islands[i];
-      me.rounds = r.round;
-      state.rounds = std::max(state.rounds, r.round);
-      const auto waits = hub.wait_time(i);
-      const double comm = waits.comm_s - me.last_comm_s;
-      const double waited = waits.idle_s - me.last_waited_s;  // blocked on the others
-      const double slept = me.time->slept_s - me.last_slept_s;  // chosen by the algorithm
-      dir.record(extend(round_record(i, r, seconds_since(t0)),
-                        JsonObject()
-                            .add("sim_time_s", scheduler.time(i))
-                            .add("compute_s", me.compute_s - me.last_compute_s)
-                            .add("comm_s", comm)
-                            .add("idle_s", waited + slept)
-                            .add("sync_s", comm + waited)));  // as real runs measure it
-      me.last_compute_s = me.compute_s;
-      me.last_comm_s = waits.comm_s;
-      me.last_waited_s = waits.idle_s;
-      me.last_slept_s = me.time->slept_s;
-    };
+    islands[i].group = hub.make_group(i);
+    islands[i].time = std::make_unique<VirtualTime>(scheduler, i);
   }
 
   const auto& train = config.train;
-  const int64_t log_every = train.log_every;
   // Membership events of each island (islands.events): kills, and the times it (re)joins.
   struct Kill {
     config::IslandEvent event;
@@ -274,7 +233,7 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
                    .add("island", i)
                    .add("change", change)
                    .add("reason", why)
-                   .add("step", islands[i].steps)
+                   .add("step", islands[i].runtime->steps())
                    .add("members", static_cast<int64_t>(islands[i].group->view().members.size()))
                    .add("sim_time_s", scheduler.time(i))
                    .str());
@@ -297,12 +256,19 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
       if (islands[j].alive && !islands[j].finished) return j;
     return -1;
   };
+  // Whether island i evaluates now: no island below it is running (alive and unfinished).
+  auto lead_for_evals = [&](int i) {
+    for (int j = 0; j < i; ++j)
+      if (islands[j].alive && !islands[j].finished) return false;
+    return islands[i].alive;
+  };
   // A joiner waits at its join time for a live island's next step boundary; that island
   // fills in its Handover and makes it a member from its own next collective on.
   struct Handover {
     bool ready = false;
     int donor = -1;
     int64_t step = 0;
+    uint64_t first_seq = 0;  // the donor's next collective
     double arrival = 0;
     at::Tensor global;
     algorithms::AlgorithmState state;
@@ -324,79 +290,105 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
         bytes += static_cast<uint64_t>(t.numel()) * t.element_size();
       }
       h.arrival = hub.hand_over(donor, j, bytes, scheduler.time(donor));
-      hub.add_member(j, hub.next_seq(donor));
+      h.first_seq = hub.next_seq(donor);
+      hub.add_member(j, h.first_seq);
       h.ready = true;
     }
     pending.clear();
   };
+
+  // Each island's runtime: the simulator supplies the virtual clock, the in-process group,
+  // the run directory as record sink, the exact membership (the lead is the lowest live
+  // island), and at step boundaries the cost model, kills, scheduling and hand-overs.
+  for (int i = 0; i < n; ++i) {
+    Island& is = islands[i];
+    IslandHost host;
+    host.time = is.time.get();
+    host.virtual_clock = true;
+    host.wall_s = [t0] { return seconds_since(t0); };
+    host.record = [&dir](const std::string& json) { dir.record(json); };
+    // The lowest live island evaluates the global model for algorithms that keep it on the
+    // islands (while running: evaluator_island(); once finished, it evaluates steps it kept
+    // only when no lower island is still running).
+    host.is_lead = [&, i] { return lead_for_evals(i); };
+    host.eval_recorded = [&](int64_t step) { return evals.evaluated(step); };
+    host.after_eval = [&, i](int64_t step, const EvalResult& r) { after_eval(step, r, scheduler.time(i)); };
+    // A finished island with kept steps waits for the lead to record them or to die.
+    host.wait = [&, i](double) {
+      const size_t recorded = evals.count();
+      scheduler.block_until(
+          i, [&, i, recorded] { return evals.count() != recorded || lead_for_evals(i); },
+          "eval steps kept for a slower lead");
+    };
+    host.eval_patience_s = INFINITY;  // the lead is known exactly: no timeout
+    host.eval_settle_every_s = 0;     // recorded() is a set lookup
+    host.eval_bytes = total_bytes;
+    host.after_round = [&, i](const algorithms::RoundInfo& r) {
+      islands[i].rounds = r.round;
+      state.rounds = std::max(state.rounds, r.round);
+    };
+    host.round_times = [&, i] {
+      Island& me = islands[i];
+      const auto waits = hub.wait_time(i);
+      RoundTimes t;
+      t.compute_s = me.compute_s - me.last_compute_s;
+      t.comm_s = waits.comm_s - me.last_comm_s;
+      const double waited = waits.idle_s - me.last_waited_s;    // blocked on the others
+      const double slept = me.time->slept_s - me.last_slept_s;  // chosen by the algorithm
+      t.idle_s = waited + slept;
+      t.sync_s = t.comm_s + waited;  // as real runs measure it
+      me.last_compute_s = me.compute_s;
+      me.last_comm_s = waits.comm_s;
+      me.last_waited_s = waits.idle_s;
+      me.last_slept_s = me.time->slept_s;
+      return t;
+    };
+    host.after_compute = [&, i](int64_t) {
+      const double dt = cost.next_step_s(i);
+      islands[i].compute_s += dt;
+      scheduler.advance(i, scheduler.time(i) + dt);
+      for (auto& kill : kills[static_cast<size_t>(i)])
+        if (!kill.fired && kill.event.at_time_s >= 0 && scheduler.time(i) >= kill.event.at_time_s)
+          die(i, kill, "at_time_s");
+    };
+    host.before_records = [&, i](int64_t step, int64_t total, double loss) {
+      if (!std::isfinite(loss)) throw Diverged(i, step, loss);
+      if (!islands[i].planned) {
+        state.steps_total += total - train.steps;
+        islands[i].planned = true;
+      }
+    };
+    host.after_step = [&, i](int64_t step, int64_t, double loss, double) {
+      Island& me = islands[i];
+      ++state.steps_done;
+      state.last_loss = loss;
+      state.bytes = total_bytes();
+      progress.update(state);
+      // Joiners wait for this step boundary; those earlier on the clock must have asked.
+      if (joins_planned) scheduler.yield(i);
+      if (!pending.empty() && i == evaluator_island() && me.parts.algorithm->can_hand_over()) hand_over(i, step);
+      for (auto& kill : kills[static_cast<size_t>(i)])
+        if (!kill.fired && kill.event.at_step == step) die(i, kill, "at_step");
+    };
+    is.runtime = std::make_unique<IslandRuntime>(i, is.parts, train, is.group.get(), &codec, run_data.shard_sizes[i],
+                                                 evaluator.get(), classifier, std::move(host));
+    is.runtime->context().speed = cost.speeds()[static_cast<size_t>(i)];
+  }
+
+  // Step 0: the initial model (the server role's, or island 0's as the lead).
+  if (islands[0].parts.algorithm->global_on_server()) server_evaluate(0, islands[0].parts.model->params(), 0.0);
+  else islands[0].runtime->evaluate_start();
 
   RunSummary summary;
   try {
     scheduler.run([&](int i) {
       at::init_num_threads();
       Island& is = islands[i];
-
-      IslandLoop loop;
-      loop.algorithm = is.parts.algorithm.get();
-      loop.context = &is.context;
-      loop.optimizer = is.parts.optimizer.get();
-      loop.train = &train;
-      is.parts.model->set_training(true);
-      loop.forward_backward = [&](int64_t) {
-    
-        return forward_backward(is.parts, train);
-      };
-      loop.after_compute = [&](int64_t step) {
-        const double dt = cost.next_step_s(i);
-        is.compute_s += dt;
-        scheduler.advance(i, scheduler.time(i) + dt);
-    
-        for (auto& kill : kills[static_cast<size_t>(i)])
-          if (!kill.fired && kill.event.at_time_s >= 0 && scheduler.time(i) >= kill.event.at_time_s)
-            die(i, kill, "at_time_s");
-        (void)step;
-      };
-      double loss_acc = 0;
-      int64_t loss_n = 0;
-      bool planned = false;
-      loop.on_step = [&](int64_t step, int64_t total, double loss, double lr) {
-        if (!std::isfinite(loss)) throw Diverged(i, step, loss);
-        if (!planned) {
-          state.steps_total += total - train.steps;
-          planned = true;
-        }
-        is.steps = step;
-        ++state.steps_done;
-        state.last_loss = loss;
-        loss_acc += loss;
-        ++loss_n;
-        if (step % log_every == 0 || step == total) {
-          dir.record(train_record(i, step, loss_acc / static_cast<double>(loss_n), lr, seconds_since(t0)));
-          loss_acc = 0;
-          loss_n = 0;
-        }
-    
-        // The lowest live island evaluates the global model for algorithms that keep it on
-        // the islands.
-        if (i == evaluator_island() && !is.parts.algorithm->global_on_server() &&
-            ((train.eval_every > 0 && step % train.eval_every == 0) || step == total)) {
-          evaluate(step, is.parts.algorithm->global_params(), scheduler.time(i));
-          is.parts.model->set_training(true);
-        }
-        state.bytes = total_bytes();
-        progress.update(state);
-        // Joiners wait for this step boundary; those earlier on the clock must have asked.
-        if (joins_planned) scheduler.yield(i);
-        if (!pending.empty() && i == evaluator_island() && is.parts.algorithm->can_hand_over())
-          hand_over(i, step);
-        for (auto& kill : kills[static_cast<size_t>(i)])
-          if (!kill.fired && kill.event.at_step == step) die(i, kill, "at_step");
-      };
       size_t next_join = 0;
       for (bool member = is.alive;;) {
         if (member) {
           try {
-            run_island(loop);
+            is.runtime->run();
             scheduler.yield(i);  // finish() may have moved the clock
             member_s[i] += scheduler.time(i) - member_since[i];
             end_time[i] = scheduler.time(i);
@@ -404,17 +396,9 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
             is.finished = true;
             // As in real runs: each island's final global model, by hash (equal on islands
             // that agree bitwise, e.g. after an exact state hand-over).
-            if (!is.parts.algorithm->global_on_server()) {
-              dir.record(JsonObject()
-                             .add("event", "island_end")
-                             .add("island", i)
-                             .add("steps", is.steps)
-                             .add("global_xxh64", params_xxh64_hex(is.parts.algorithm->global_params()))
-                             .add("sim_time_s", scheduler.time(i))
-                             .str());
-            }
+            is.runtime->finish();
             // Joiners still waiting get the final state (they have no steps left to run).
-            if (donor && !pending.empty()) hand_over(i, is.steps);
+            if (donor && !pending.empty()) hand_over(i, is.runtime->steps());
             return;
           } catch (const IslandKilled&) {
             // Unwound; its collectives completed without it. Drop the algorithm now: it may
@@ -438,24 +422,23 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
           return;
         }
         Handover& h = handovers[i];
-        // Fresh inner optimizer and algorithm on the global model, then the donor's state.
-        {
-          at::NoGradGuard no_grad;
-          is.parts.model->params().copy_(h.global);
-        }
+        // Fresh inner optimizer and algorithm on the global model, then the donor's state
+        // (the runtime imports it after setup and goes on after the donor's step).
         is.parts.optimizer = train::make_inner_optimizer(config.train);
         is.parts.algorithm = algorithms::make_algorithm(algo_options, i);
         is.group = hub.make_group(i);
-        is.context.group = is.group.get();
-        loop.algorithm = is.parts.algorithm.get();
-        loop.optimizer = is.parts.optimizer.get();
-        loop.first_step = h.step + 1;
-        loop.after_setup = [&is, &h] { is.parts.algorithm->import_state(is.context, h.state); };
-        is.steps = h.step;
         is.time->sleep_until_s(h.arrival);
         scheduler.yield(i);  // others earlier on the clock do not see it yet
         is.alive = true;
         member_since[i] = scheduler.time(i);
+        JoinState join;
+        join.donor = h.donor;
+        join.step = h.step;
+        join.first_seq = h.first_seq;
+        join.epoch = is.group->view().epoch;
+        join.global = h.global;
+        join.state = h.state;
+        is.runtime->join(std::move(join), is.group.get());
         membership_record(i, i < k ? "rejoined" : "added", "event");
         member = true;
       }
@@ -470,12 +453,21 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
 
   // The server's final model is evaluated even when churn kept the last round from being
   // the planned one (evaluate() skips a step it has already done).
-  if (server_global.defined()) evaluate(server_evals.label(server_round), server_global, server_time);
+  if (server_global.defined()) server_evaluate(server_evals.label(server_round), server_global, server_time);
 
+  // The final eval is the one at the step the run ended on: the server's last round, or the
+  // last step of the islands that finished. Anything else (every island died or diverged)
+  // leaves final_val_loss null and says where the last eval was.
+  int64_t final_step = -1;
+  if (server_global.defined()) final_step = server_evals.label(server_round);
+  for (const Island& is : islands)
+    if (!server_global.defined() && is.finished) final_step = std::max(final_step, is.runtime->steps());
   summary.run_dir = dir.path();
-  summary.final_val_loss = final_val;
-  summary.best_val_loss = best_val;
-  summary.final_val_accuracy = final_acc;
+  summary.final_val_loss = evals.final_loss(final_step);
+  summary.last_val_loss = evals.last_loss();
+  summary.last_eval_step = evals.last_step();
+  summary.best_val_loss = evals.best_loss();
+  summary.final_val_accuracy = evals.final_accuracy(final_step);
   double sim_time = 0, busy = 0;
   double member_total = 0;
   for (int i = 0; i < n; ++i) {
@@ -483,7 +475,7 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
     member_total += member_s[i];
     summary.bytes_sent_total += is.group->bytes().sent;
     summary.bytes_recv_total += is.group->bytes().received;
-    summary.steps = std::max(summary.steps, is.steps);
+    summary.steps = std::max(summary.steps, is.runtime->steps());
     summary.rounds = std::max(summary.rounds, is.rounds);
     sim_time = std::max(sim_time, end_time[i]);
     busy += is.compute_s;
@@ -500,10 +492,8 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
       .add("params", n_params)
       .add("compression", codec.describe())
       .add("steps", summary.steps)
-      .add("rounds", summary.rounds)
-      .add("final_val_loss", summary.final_val_loss)
-      .add("best_val_loss", summary.best_val_loss);
-  if (classifier) s.add("final_val_accuracy", summary.final_val_accuracy);
+      .add("rounds", summary.rounds);
+  evals.add_fields(s, final_step, classifier);
   uint64_t raw_sent = 0;
   for (auto& is : islands) raw_sent += is.group->bytes().raw_sent;
   s.add("bytes_sent_total", summary.bytes_sent_total)
@@ -528,8 +518,9 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
   for (int j = n - 1; j >= 0; --j)
     if (islands[j].alive && islands[j].parts.algorithm) last = j;
   if (server_global.defined() || last >= 0) {
-    write_params(dir.path() + "/final_params.bin",
-                 server_global.defined() ? server_global : islands[last].parts.algorithm->global_params());
+    const std::string path = dir.path() + "/final_params.bin";
+    if (server_global.defined()) write_params(path, server_global);
+    else islands[last].runtime->write_final_params(path);
   }
   dir.record(JsonObject().add("event", "end").add("final_val_loss", summary.final_val_loss).str());
   return summary;

@@ -17,9 +17,13 @@ struct SimulateOptions {
 
 struct RunSummary {
   std::string run_dir;
+  // The eval at the step the run ended on (NaN when the last eval is not at that step, e.g.
+  // every island died: see last_*); the latest eval, wherever it was; the best one.
   double final_val_loss = 0;
+  double last_val_loss = 0;
+  int64_t last_eval_step = -1;
   double best_val_loss = 0;
-  double final_val_accuracy = -1;
+  double final_val_accuracy = -1;  // classifiers; NaN when final_val_loss is
   uint64_t bytes_sent_total = 0;
   uint64_t bytes_recv_total = 0;
   int64_t steps = 0;          // inner steps per island (max over islands)

@@ -70,6 +70,7 @@ RunMetrics read_run_metrics(const std::string& run_dir) {
   m.config_hash = sim::json_find_string(summary, "config_hash").value_or("");
   m.steps = static_cast<int64_t>(sim::json_find_number(summary, "steps").value_or(-1));
   m.final_val_loss = number(summary, "final_val_loss");
+  m.last_eval_step = static_cast<int64_t>(sim::json_find_number(summary, "last_eval_step").value_or(-1));
   if (summary.find("\"diverged\":true") != std::string::npos)
     m.diverged_step = static_cast<int64_t>(sim::json_find_number(summary, "diverged_step").value_or(0));
   if (auto best = sim::json_find_number(summary, "best_val_loss")) m.best_val_loss = *best;
@@ -88,6 +89,11 @@ std::string summary_status(const RunMetrics& m, std::string* reason) {
     return "diverged";
   }
   if (std::isfinite(m.final_val_loss)) return "ok";
+  if (m.last_eval_step >= 0 && m.last_eval_step != m.steps) {
+    // summary.json's final_val_loss is null when no eval was at the run's last step.
+    *reason = "no evaluation at the final step (the last was at step " + std::to_string(m.last_eval_step) + ")";
+    return "incomplete";
+  }
   *reason = "final validation loss is not finite";
   return "diverged";
 }

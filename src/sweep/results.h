@@ -42,11 +42,13 @@ struct RunMetrics {
   double time_to_target_s = kUnknown;     // virtual time to reach train.target_loss
   double wall_time_s = kUnknown;
   int64_t diverged_step = -1;             // the simulator stopped at a non-finite loss (-1: no)
+  int64_t last_eval_step = -1;            // the step of the latest eval (-1: none or unknown)
   std::vector<EvalPoint> evals;
 };
 
-// How a run with a summary ended: "ok", or "diverged" with the reason (the simulator stopped
-// at a non-finite training loss, or the final validation loss is not finite).
+// How a run with a summary ended: "ok", "incomplete" (no eval at the final step: every island
+// died before it) or "diverged", with the reason (the simulator stopped at a non-finite
+// training loss, or the final validation loss is not finite).
 std::string summary_status(const RunMetrics& m, std::string* reason);
 
 // The metrics in table order, with their summary.csv column names.

@@ -27,7 +27,7 @@ std::pair<std::vector<ParamRange>, int64_t> toy_layout(int blocks) {
   std::vector<ParamRange> layout;
   int64_t at = 0;
   auto add = [&](int64_t n, int block) {
-    layout.push_back({at, n, block});
+    layout.push_back({at, n, block, {}});
     at += n;
   };
   add(10, -1);

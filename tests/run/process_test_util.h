@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -42,6 +43,17 @@ inline std::set<pid_t> children_of(pid_t pid) {
 }
 
 inline bool alive(pid_t pid) { return kill(pid, 0) == 0; }
+
+// The child of `launch` that runs `atoll island ... --id ID` (from /proc/PID/cmdline); -1 if none.
+inline pid_t island_child(pid_t launch, int id) {
+  for (pid_t c : children_of(launch)) {
+    std::string cmdline = read("/proc/" + std::to_string(c) + "/cmdline");
+    std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
+    if (cmdline.find(" island ") != std::string::npos && cmdline.find(" --id " + std::to_string(id) + " ") != std::string::npos)
+      return c;
+  }
+  return -1;
+}
 
 // `atoll launch` ARGS (with `launch` first) is started with stderr to /dev/null; once it has
 // `children` child processes (`what` names them) and ran `settle` longer, SIGINT: it exits

@@ -8,11 +8,13 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <optional>
+#include <regex>
 #include <set>
 #include <sstream>
 #include <string>
@@ -122,6 +124,35 @@ TEST_F(Processes, LaunchMatchesSimulateBitwise) {
   EXPECT_NE(summary.find("\"rounds\":4"), std::string::npos) << summary;
 }
 
+// The island runtime writes the same record types in both modes with the same keys, in the
+// same order (docs/metrics.md); what a mode does not measure is null.
+TEST_F(Processes, IslandRecordsHaveTheSameKeysInLaunchAndSimulate) {
+  const std::string cfg = config(3, 20, "");
+  const std::string evals = " --quiet --set train.eval_every=10";
+  ASSERT_EQ(run("simulate " + cfg + evals + " --set run.name=sim"), 0);
+  ASSERT_EQ(run("launch " + cfg + evals + " --set run.name=real"), 0);
+  // event -> its keys in order, from every record of that event (all must agree).
+  auto keys_by_event = [](const fs::path& metrics) {
+    static const std::regex key(R"re([{,]"([a-z_0-9]+)":)re");
+    std::map<std::string, std::set<std::string>> out;
+    for (const auto& l : lines(metrics)) {
+      std::string keys;
+      for (std::sregex_iterator it(l.begin(), l.end(), key), end; it != end; ++it) keys += (*it)[1].str() + " ";
+      out[json_find_string(l, "event").value_or("?")].insert(keys);
+    }
+    return out;
+  };
+  auto sim = keys_by_event(dir_ / "runs/sim/metrics.jsonl");
+  auto real = keys_by_event(dir_ / "runs/real/metrics.jsonl");
+  for (const char* event : {"train", "round", "eval", "island_end"}) {
+    ASSERT_EQ(sim[event].size(), 1u) << event;
+    EXPECT_EQ(sim[event], real[event]) << event;
+  }
+  for (const auto& l : lines(dir_ / "runs/real/metrics.jsonl")) {
+    if (json_find_string(l, "event") == "round") EXPECT_NE(l.find("\"sim_time_s\":null"), std::string::npos) << l;
+  }
+}
+
 // model.init_from in a real run: islands (and the coordinator's copy) start from the file,
 // so launch and simulate from the same warm start still agree bitwise, and differ from the
 // cold run they started from.
@@ -217,6 +248,17 @@ TEST_F(Processes, FedAvgServerInCoordinatorMatchesSimulateBitwise) {
   ASSERT_GT(sim.size(), 100u);
   EXPECT_TRUE(sim == read(dir_ / "runs/real/final_params.bin"));
   EXPECT_NE(read(dir_ / "runs/real/summary.json").find("\"rounds\":6"), std::string::npos);
+  // The server role is evaluated at the same steps, from step 0 on, in both modes.
+  auto eval_steps = [](const fs::path& metrics) {
+    std::vector<double> steps;
+    for (const auto& l : lines(metrics))
+      if (json_find_string(l, "event") == "eval") steps.push_back(json_find_number(l, "step").value_or(-1));
+    return steps;
+  };
+  const auto sim_evals = eval_steps(dir_ / "runs/sim/metrics.jsonl");
+  ASSERT_FALSE(sim_evals.empty());
+  EXPECT_EQ(sim_evals.front(), 0);
+  EXPECT_EQ(sim_evals, eval_steps(dir_ / "runs/real/metrics.jsonl"));
 }
 
 TEST_F(Processes, CtrlCLeavesNoProcessBehind) {
@@ -282,6 +324,47 @@ TEST_F(Processes, KilledIslandRunCompletesWithSurvivorsOverTheStar) {
 // once, and the round restarts among them when the coordinator drops the island.
 TEST_F(Processes, KilledIslandRunCompletesWithSurvivorsOverGloo) {
   killed_island_run_completes_with_survivors(*this, "transport.kind=gloo");
+}
+
+// Island 0, the lead that evaluates the global model, is killed with SIGKILL mid-run: the
+// lowest survivor takes over. Every eval step is recorded exactly once up to the last step
+// (an eval step every 20 steps, which is not a round boundary with H = 8), the last one by
+// a survivor, and summary.json's final_val_loss is that of the final step.
+TEST_F(Processes, EvaluationSurvivesTheLeadsDeath) {
+  const int steps = 2000, every = 20;
+  const std::string cfg = config(3, steps);
+  const fs::path metrics = dir_ / "runs/r/metrics.jsonl";
+  const pid_t launch = spawn({"launch", cfg, "--quiet", "--set", "train.eval_every=" + std::to_string(every), "--set",
+                              "algorithm.inner_steps=8"},
+                             dir_ / "launch.log");
+  ASSERT_GT(launch, 0);
+  ASSERT_TRUE(wait_for_record(metrics, {"\"event\":\"eval\"", "\"step\":200,"}, 60)) << "no eval at step 200 within 60 s";
+  const pid_t lead = atl::testing::island_child(launch, 0);
+  ASSERT_GT(lead, 0);
+  ASSERT_EQ(kill(lead, SIGKILL), 0);
+  const int rc = wait_bounded(launch, 120);
+  ASSERT_NE(rc, -1) << "launch did not finish (a hang)\n" << read(dir_ / "launch.log");
+
+  std::map<int64_t, int> evals;  // step -> eval records of it
+  std::map<int64_t, double> val_loss;
+  int64_t killed_at = -1;  // the first eval step recorded by another island
+  for (const auto& l : lines(metrics)) {
+    if (json_find_string(l, "event") != "eval") continue;
+    const auto step = static_cast<int64_t>(json_find_number(l, "step").value_or(-1));
+    ++evals[step];
+    val_loss[step] = json_find_number(l, "val_loss").value_or(NAN);
+    if (json_find_number(l, "island").value_or(0) != 0 && killed_at < 0) killed_at = step;
+  }
+  for (int64_t s = 0; s <= steps; s += every) EXPECT_EQ(evals[s], 1) << "eval records of step " << s;
+  EXPECT_EQ(evals.size(), static_cast<size_t>(steps / every + 1)) << "eval records at steps that are not eval steps";
+  EXPECT_GT(killed_at, 200) << "no eval by a survivor";
+  const std::string summary = read(dir_ / "runs/r/summary.json");
+  EXPECT_NE(summary.find("\"islands_finished\":2"), std::string::npos) << summary;
+  EXPECT_EQ(json_find_number(summary, "steps"), steps) << summary;
+  EXPECT_EQ(json_find_number(summary, "last_eval_step"), steps) << summary;
+  ASSERT_TRUE(json_find_number(summary, "final_val_loss")) << summary;
+  EXPECT_EQ(*json_find_number(summary, "final_val_loss"), val_loss[steps]) << summary;
+  EXPECT_GT(read(dir_ / "runs/r/final_params.bin").size(), 100u) << "no final parameters from a survivor";
 }
 
 // Island 2 is killed with SIGKILL mid-run, the survivors go on with 2 contributors, and then

@@ -159,6 +159,31 @@ TEST(Simulate, VirtualClockWithChurnIsDeterministic) {
   EXPECT_EQ(distinct(final_hashes(first)), 1u) << first;
 }
 
+// Island 0, the lead, is slow; islands 1 and 2 pass eval steps 4 and 6 while it is still
+// alive, and it dies before reaching them. They kept those steps: the new lead evaluates
+// them, so every eval step has exactly one record (and the run stays deterministic).
+TEST(Simulate, EvalStepsPassedWhileTheSlowLeadDiesAreStillRecorded) {
+  TempDir tmp;
+  config::Config c = tiny_text_config(tmp.path, "diloco");
+  c.train.eval_every = 2;
+  c.islands.events = config::parse_config(
+      "islands:\n  count: 3\n  events:\n    - {kill: 0, at_time_s: 0.5}\n", "events.yaml").islands.events;
+  c.compute.step_time_s = 0.1;
+  c.compute.speeds = {0.5, 1, 1};
+  const std::string first = metrics_of_two_identical_runs(c, tmp.path);
+  std::map<int64_t, int> evals;
+  std::istringstream lines(first);
+  for (std::string line; std::getline(lines, line);) {
+    if (json_find_string(line, "event") == "eval") ++evals[static_cast<int64_t>(*json_find_number(line, "step"))];
+  }
+  std::map<int64_t, int> expected;
+  for (int64_t s = 0; s <= c.train.steps; s += 2) expected[s] = 1;
+  EXPECT_EQ(evals, expected) << first;
+  const std::string summary = read(tmp.path / "runs/t/summary.json");
+  EXPECT_EQ(json_find_number(summary, "last_eval_step"), c.train.steps) << summary;
+  EXPECT_TRUE(json_find_number(summary, "final_val_loss").has_value()) << summary;
+}
+
 // Streaming DiLoCo hands every fragment's outer state to a joiner, at a step boundary with
 // no fragment in flight (H = 8, P = 2, tau = 3: fragments are sent at steps 8, 12, 16, 20
 // and received 3 steps later, so only boundaries before 8 or at 11, 15, 19, 23 qualify).

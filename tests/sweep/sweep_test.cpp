@@ -222,6 +222,22 @@ TEST_F(SweepTest, PlanRoundTripsThroughPlanCsv) {
   EXPECT_THROW(read_plan(dir_.string()), UserError);  // no plan.csv there
 }
 
+// summary.json's final_val_loss is null when no eval was at the run's last step (every
+// island died first): the run is incomplete, not diverged.
+TEST(SummaryStatus, NoEvalAtTheFinalStepIsIncomplete) {
+  RunMetrics m;
+  m.has_summary = true;
+  m.steps = 100;
+  m.last_eval_step = 40;
+  std::string reason;
+  EXPECT_EQ(summary_status(m, &reason), "incomplete");
+  EXPECT_NE(reason.find("step 40"), std::string::npos) << reason;
+  m.last_eval_step = 100;  // an eval at the last step that is not finite
+  EXPECT_EQ(summary_status(m, &reason), "diverged");
+  m.final_val_loss = 1.5;
+  EXPECT_EQ(summary_status(m, &reason), "ok");
+}
+
 TEST_F(SweepTest, ResultsFollowSummaryHashAndOutcome) {
   const auto s = expand_text(kBase + "sweep:\n  name: res\n  grid: {train.lr: [0.001, 0.002, 0.003, 0.004]}\n");
   const SweepPlan& plan = s.plan;

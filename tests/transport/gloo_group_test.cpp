@@ -11,29 +11,12 @@
 #include "compression/frame.h"
 #include "tests/transport/zmq_group_test_util.h"
 #include "tests/transport/zmq_test_util.h"
+#include "tests/transport/gloo_cluster.h"
 #include "transport/gloo/gloo_group.h"
 #include "transport/gloo/mesh.h"
 
 namespace atl::transport::testing {
 namespace {
-
-// W islands with a fixed membership (StaticControlPlane: its in-process store is the
-// rendezvous store), each a GlooGroup.
-struct GlooCluster {
-  explicit GlooCluster(int w, GlooGroupOptions options = {}, OuterServer* server = nullptr) {
-    StaticClusterOptions so;
-    so.peers = loopback_peers(w);
-    so.server = server;
-    cluster = std::make_unique<StaticCluster>(so);
-    for (int i = 0; i < w; ++i) planes.push_back(cluster->plane(i));
-    for (int i = 0; i < w; ++i) groups.push_back(std::make_unique<GlooGroup>(*planes[i], options));
-  }
-  int size() const { return static_cast<int>(groups.size()); }
-  void run(const std::function<void(int)>& body) { run_islands(size(), body); }
-  std::unique_ptr<StaticCluster> cluster;
-  std::vector<std::unique_ptr<ControlPlane>> planes;
-  std::vector<std::unique_ptr<GlooGroup>> groups;  // destroyed first (declared last)
-};
 
 std::vector<CollectiveResult> gloo_allreduce(GlooCluster& c, std::vector<at::Tensor>& buffers,
                                              const compression::Pipeline& codec, const std::vector<double>& weights,

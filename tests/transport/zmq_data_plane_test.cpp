@@ -36,7 +36,7 @@ TEST(DataWire, HeaderRoundTripsAndRejectsDamage) {
   uint8_t b[kHeaderBytes];
   encode_header(h, payload, b);
   EXPECT_EQ(std::memcmp(b, "ATLD", 4), 0);
-  EXPECT_EQ(b[4], 2);
+  EXPECT_EQ(b[4], 3);  // data wire version 3 (docs/data_plane.md)
   EXPECT_EQ(b[5], 3);
   Header p;
   ASSERT_TRUE(parse_header(b, kHeaderBytes, payload, sizeof payload, &p).is_ok());
@@ -287,6 +287,74 @@ TEST(AllreduceOp, RestartedPeerTakesOverTheFinishedResult) {
   EXPECT_EQ(r.contributors, (std::vector<int>{0, 1}));
   EXPECT_TRUE(at::equal(buf[1], buf[0]));
   EXPECT_TRUE(at::allclose(buf[1], (in[0] + in[1]) / 2));
+}
+
+// The same for an allgather: island 1 misses island 0's bytes, restarts, and takes island
+// 0's finished result (handed over packed as fp32 words) instead of running it again.
+TEST(AllreduceOp, RestartedPeerTakesOverAFinishedAllgather) {
+  std::vector<std::vector<uint8_t>> out0, out1;
+  std::vector<std::shared_ptr<Completion>> done = {std::make_shared<Completion>(), std::make_shared<Completion>()};
+  AllreduceOp a(0, std::vector<uint8_t>{1, 2, 3, 4, 5}, &out0, 1 << 20, done[0]);
+  AllreduceOp b(0, std::vector<uint8_t>{9}, &out1, 1 << 20, done[1]);
+  FakeContext ca(0), cb(1);
+  a.start(ca, 0, {0, 1});
+  b.start(cb, 0, {0, 1});
+  std::vector<Outbound> withheld;  // 0's bytes to 1
+  for (bool moved = true; moved;) {
+    moved = false;
+    while (!ca.out.empty()) {
+      Outbound o = std::move(ca.out.front().second);
+      ca.out.pop_front();
+      if (o.header.type == MsgType::kGather) {
+        withheld.push_back(std::move(o));
+        continue;
+      }
+      Inbound m = to_inbound(o);
+      b.on_message(cb, m);
+      moved = true;
+    }
+    while (!cb.out.empty()) {
+      Inbound m = to_inbound(cb.out.front().second);
+      cb.out.pop_front();
+      a.on_message(ca, m);
+      moved = true;
+    }
+  }
+  ASSERT_TRUE(a.done());
+  ASSERT_FALSE(b.done());
+  ASSERT_EQ(withheld.size(), 1u);
+  const std::vector<std::vector<uint8_t>> want = {{1, 2, 3, 4, 5}, {9}};
+  EXPECT_EQ(out0, want);
+  std::unique_ptr<Retained> kept = a.take_retained();
+  ASSERT_TRUE(kept);
+  b.on_membership(cb, 1, {0, 1});
+  ASSERT_EQ(cb.out.size(), 1u);
+  EXPECT_EQ(cb.out.front().second.header.type, MsgType::kHello);
+  serve_result(ca, 0, 1, *kept, 1);
+  while (!ca.out.empty()) {
+    Inbound m = to_inbound(ca.out.front().second);
+    ca.out.pop_front();
+    b.on_message(cb, m);
+  }
+  ASSERT_TRUE(b.done());
+  CollectiveResult r = done[1]->wait(std::nullopt);
+  EXPECT_TRUE(r.status.is_ok()) << r.status.to_string();
+  EXPECT_EQ(r.contributors, (std::vector<int>{0, 1}));
+  EXPECT_EQ(out1, want);
+}
+
+// pack_gathered / unpack_gathered round-trip, and a damaged packing is refused.
+TEST(AllreduceOp, PackedAllgatherResultsRoundTripAndRejectDamage) {
+  const std::vector<std::vector<uint8_t>> g = {{}, {7}, {1, 2, 3, 4, 5, 6, 7, 8, 9}};
+  at::Tensor words = pack_gathered(g);
+  std::vector<std::vector<uint8_t>> back;
+  ASSERT_TRUE(unpack_gathered(words, &back).is_ok());
+  EXPECT_EQ(back, g);
+  at::Tensor bad = words.clone();
+  uint64_t huge = 1000;
+  std::memcpy(static_cast<uint8_t*>(bad.data_ptr()) + 8 + 8 * 2, &huge, 8);  // last size beyond the end
+  EXPECT_EQ(unpack_gathered(bad, &back).code(), StatusCode::kCorrupt);
+  EXPECT_EQ(unpack_gathered(at::zeros({1}), &back).code(), StatusCode::kCorrupt);
 }
 
 }  // namespace

@@ -1,12 +1,11 @@
 #include "transport/gloo/collectives.h"
 
 #include <ATen/ATen.h>
-#include <xxhash.h>
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
-#include "transport/ring.h"
 
 namespace atl::transport::gloo_mesh {
 
@@ -28,45 +27,7 @@ T get(const Bytes& in, size_t at) {
   return v;
 }
 
-// A frame as one message: u64 length, then the frame.
-Bytes encode_message(const compression::Pipeline& codec, const at::Tensor& src, uint64_t seed) {
-  Bytes out(8);
-  codec.encode(src, out, seed);
-  put<uint64_t>(out, 0, out.size() - 8);
-  return out;
-}
-
-size_t message_capacity(const compression::Pipeline& codec, int64_t n) { return 8 + codec.max_encoded_size(n); }
-
-// Decodes a received frame message into `out`; counts it. Throws CorruptMessage.
-void decode_message(Wire& wire, const compression::Pipeline& codec, const Bytes& msg, at::Tensor out, int from) {
-  const uint64_t len = get<uint64_t>(msg, 0);
-  Status st = len <= msg.size() - 8 ? codec.decode(msg.data() + 8, len, out)
-                                    : corrupt("length " + std::to_string(len) + " beyond the message");
-  if (!st.is_ok()) {
-    throw CorruptMessage("collective #" + std::to_string(wire.seq()) + ": a frame from island " +
-                         std::to_string(from) + " did not decode: " + st.to_string());
-  }
-  wire.received(8 + len);
-}
-
-int64_t chunk_len(int64_t n, int w, int c) {
-  auto [b, e] = ring::chunk_bounds(n, w, c);
-  return e - b;
-}
-
-at::Tensor chunk(const at::Tensor& t, int w, int c) {
-  auto [b, e] = ring::chunk_bounds(t.numel(), w, c);
-  return t.narrow(0, b, e - b);
-}
-
 }  // namespace
-
-uint64_t codec_fingerprint(const compression::Pipeline& codec) {
-  Bytes frame;
-  codec.encode(at::empty({0}, at::kFloat), frame, 0);
-  return XXH3_64bits(frame.data(), frame.size());
-}
 
 std::vector<Hello> exchange_hello(Wire& wire, const std::vector<int>& parts, const Hello& mine) {
   Bytes out(kHelloBytes, 0);
@@ -103,213 +64,120 @@ std::vector<Hello> exchange_hello(Wire& wire, const std::vector<int>& parts, con
   return hellos;
 }
 
-double expected_bytes(const AllreduceSetup& s) {
-  const double w = static_cast<double>(s.parts.size());
-  return 2.0 * (w - 1) / w * static_cast<double>(s.codec->max_encoded_size(s.buffer.numel()));
+// Slots within one collective: ring pieces by (step, piece), direct contributions and means
+// by (phase, chunk), broadcast and allgather messages by piece.
+namespace {
+uint32_t slot_index(const collectives::MsgKey& key) {
+  const uint32_t low = key.tag == collectives::Tag::kDirect ? key.chunk : key.piece;
+  if (key.step >= (1u << 13) || low >= (1u << 15)) {
+    throw std::logic_error("gloo mesh: message index out of range (step " + std::to_string(key.step) + ", " +
+                           std::to_string(low) + ")");
+  }
+  return (key.step << 15) | low;
 }
 
-// See the file comment of collectives.h and ring_exchange.cpp (the same schedule over ZeroMQ).
-void ring_allreduce(Wire& wire, const AllreduceSetup& s) {
-  const int w = static_cast<int>(s.parts.size());
-  const int steps = 2 * (w - 1);
-  const int r = s.pos;
-  const int next = s.parts[(r + 1) % w], prev = s.parts[(r + w - 1) % w];
-  const int64_t n = s.buffer.numel();
-  const compression::Pipeline& codec = *s.codec;
-  const bool raw = codec.stages().empty();
-  float* base = s.buffer.data_ptr<float>();
-
-  auto send_chunk = [&](int t) {
-    return t < w - 1 ? ring::reduce_scatter_chunk(r, t, w) : ring::all_gather_chunk(r, t - (w - 1), w);
-  };
-  auto recv_chunk = [&](int t) { return send_chunk(t + 1); };  // what arrives at t leaves at t + 1
-  auto pieces = [&](int c) {
-    const int64_t len = chunk_len(n, w, c);
-    return static_cast<int>((len + s.piece_elems - 1) / s.piece_elems);
-  };
-  const int64_t max_chunk = chunk_len(n, w, 0);
-  const int max_pieces = pieces(0);
-  auto index = [&](int t, int k) { return static_cast<uint32_t>(t * max_pieces + k); };
-
-  // Reduce-scatter input lands in scratch, by step parity: step t + 1's receives are posted
-  // while step t is consumed.
-  at::Tensor scratch = at::empty({2 * max_chunk}, s.buffer.options());
-  std::vector<std::vector<Bytes>> in(2), out(steps);  // encoded pipelines: [parity][piece], [step][piece]
-  std::vector<std::vector<Wire::Message>> recvs(steps), sends(steps);
-
-  auto post_recvs = [&](int t) {
-    const int c = recv_chunk(t);
-    const int64_t len = chunk_len(n, w, c);
-    const int p = pieces(c);
-    const int64_t cb = ring::chunk_bounds(n, w, c).first;
-    in[t % 2].resize(p);
-    for (int k = 0; k < p; ++k) {
-      auto [pb, pe] = ring::chunk_bounds(len, p, k);
-      if (raw) {
-        float* dst = t < w - 1 ? scratch.data_ptr<float>() + (t % 2) * max_chunk + pb : base + cb + pb;
-        recvs[t].push_back(wire.recv(prev, dst, (pe - pb) * sizeof(float), Kind::kRing, index(t, k)));
-      } else {
-        Bytes& b = in[t % 2][k];
-        b.resize(message_capacity(codec, pe - pb));
-        recvs[t].push_back(wire.recv(prev, b.data(), b.size(), Kind::kRing, index(t, k)));
-      }
-    }
-  };
-  auto send_piece = [&](int t, int k) {
-    const int c = send_chunk(t);
-    const int64_t len = chunk_len(n, w, c);
-    const int64_t cb = ring::chunk_bounds(n, w, c).first;
-    auto [pb, pe] = ring::chunk_bounds(len, pieces(c), k);
-    const uint64_t fp32 = (pe - pb) * sizeof(float);
-    if (raw) {
-      sends[t].push_back(wire.send(next, base + cb + pb, fp32, Kind::kRing, index(t, k), fp32));
-    } else {
-      out[t].push_back(encode_message(codec, s.buffer.narrow(0, cb + pb, pe - pb), 0));
-      sends[t].push_back(wire.send(next, out[t].back().data(), out[t].back().size(), Kind::kRing, index(t, k), fp32));
-    }
-  };
-
-  if (s.transmitted.defined()) s.transmitted.copy_(s.buffer);
-  post_recvs(0);
-  for (int k = 0; k < pieces(send_chunk(0)); ++k) send_piece(0, k);
-  for (int t = 0; t < steps; ++t) {
-    if (t + 1 < steps) post_recvs(t + 1);
-    const int c = recv_chunk(t);
-    const int64_t len = chunk_len(n, w, c);
-    const int64_t cb = ring::chunk_bounds(n, w, c).first;
-    const int p = pieces(c);
-    for (int k = 0; k < p; ++k) {
-      auto [pb, pe] = ring::chunk_bounds(len, p, k);
-      at::Tensor dst = s.buffer.narrow(0, cb + pb, pe - pb);
-      wire.wait(recvs[t][k]);
-      if (t < w - 1) {  // reduce-scatter: own chunk += incoming
-        at::Tensor incoming = scratch.narrow(0, (t % 2) * max_chunk + pb, pe - pb);
-        if (raw) wire.received((pe - pb) * sizeof(float));
-        else decode_message(wire, codec, in[t % 2][k], incoming, prev);
-        dst.add_(incoming);
-        if (t == w - 2) dst.div_(s.divisor);  // this member owns the chunk's sum now
-      } else if (raw) {  // all-gather: the piece landed in place
-        wire.received((pe - pb) * sizeof(float));
-      } else {
-        decode_message(wire, codec, in[t % 2][k], dst, prev);
-      }
-      if (t + 1 < steps) send_piece(t + 1, k);
-    }
+Kind kind_of(collectives::Tag tag) {
+  switch (tag) {
+    case collectives::Tag::kRing: return Kind::kRing;
+    case collectives::Tag::kDirect: return Kind::kDirect;
+    case collectives::Tag::kBroadcast: return Kind::kBroadcast;
+    case collectives::Tag::kGather: return Kind::kGather;
   }
-  for (auto& step : sends) {
-    for (auto& m : step) wire.wait(m);
-  }
+  throw std::logic_error("gloo mesh: unknown message tag");
 }
+}  // namespace
 
-void direct_allreduce(Wire& wire, const AllreduceSetup& s) {
-  const int w = static_cast<int>(s.parts.size());
-  const int r = s.pos;
-  const int64_t n = s.buffer.numel();
-  const compression::Pipeline& codec = *s.codec;
-  std::vector<Bytes> out0(w), in0(w), in1(w);
-  std::vector<Wire::Message> sends, recv0(w), recv1(w);
-  for (int q = 0; q < w; ++q) {
-    if (q == r) continue;
-    in0[q].resize(message_capacity(codec, chunk_len(n, w, r)));
-    recv0[q] = wire.recv(s.parts[q], in0[q].data(), in0[q].size(), Kind::kDirect, 0);
-    in1[q].resize(message_capacity(codec, chunk_len(n, w, q)));
-    recv1[q] = wire.recv(s.parts[q], in1[q].data(), in1[q].size(), Kind::kDirect, 1);
-  }
-  for (int c = 0; c < w; ++c) {  // phase 0: each foreign chunk, encoded once, to its owner
-    at::Tensor src = chunk(s.buffer, w, c);
-    if (c == r) {  // the owner's own chunk never leaves it
-      if (s.transmitted.defined()) chunk(s.transmitted, w, c).copy_(src);
-      continue;
-    }
-    out0[c] = encode_message(codec, src, ring::direct_seed(wire.seq(), s.parts[r], c, 0));
-    if (s.transmitted.defined()) {
-      at::Tensor t = chunk(s.transmitted, w, c);
-      Status st = codec.decode(out0[c].data() + 8, out0[c].size() - 8, t);
-      TORCH_CHECK(st.is_ok(), "direct all-reduce: own encoding failed to decode: ", st.to_string());
-    }
-    sends.push_back(wire.send(s.parts[c], out0[c].data(), out0[c].size(), Kind::kDirect, 0, src.numel() * 4));
-  }
-  // The owner's fp32 sum in member order, divided, encoded once for everyone.
-  at::Tensor own = chunk(s.buffer, w, r);
-  at::Tensor sum = at::zeros({own.numel()}, s.buffer.options());
-  at::Tensor decoded = at::empty({own.numel()}, s.buffer.options());
-  for (int q = 0; q < w; ++q) {
-    if (q == r) {
-      sum.add_(own);
-      continue;
-    }
-    wire.wait(recv0[q]);
-    decode_message(wire, codec, in0[q], decoded, s.parts[q]);
-    sum.add_(decoded);
-  }
-  sum.div_(s.divisor);
-  const Bytes mean = encode_message(codec, sum, ring::direct_seed(wire.seq(), s.parts[r], r, 1));
-  Status st = codec.decode(mean.data() + 8, mean.size() - 8, own);  // what the others decode
-  TORCH_CHECK(st.is_ok(), "direct all-reduce: own encoding failed to decode: ", st.to_string());
-  for (int q = 0; q < w; ++q) {
-    if (q != r) sends.push_back(wire.send(s.parts[q], mean.data(), mean.size(), Kind::kDirect, 1, sum.numel() * 4));
-  }
-  for (int q = 0; q < w; ++q) {  // phase 1: every owner's mean
-    if (q == r) continue;
-    wire.wait(recv1[q]);
-    decode_message(wire, codec, in1[q], chunk(s.buffer, w, q), s.parts[q]);
-  }
-  for (auto& m : sends) wire.wait(m);
-}
-
-void broadcast(Wire& wire, const std::vector<int>& parts, int root, at::Tensor buffer,
-               const compression::Pipeline& codec) {
-  const bool raw = codec.stages().empty();
-  const uint64_t fp32 = static_cast<uint64_t>(buffer.numel()) * sizeof(float);
-  if (wire.self() == root) {
-    const Bytes frame = raw ? Bytes() : encode_message(codec, buffer, 0);
-    const void* data = raw ? static_cast<const void*>(buffer.data_ptr<float>()) : frame.data();
-    const size_t size = raw ? fp32 : frame.size();
-    std::vector<Wire::Message> sends;
-    for (int q : parts) {
-      if (q != root) sends.push_back(wire.send(q, data, size, Kind::kBroadcast, 0, fp32));
-    }
-    for (auto& m : sends) wire.wait(m);
-    return;
-  }
+void GlooWire::send(int to, const collectives::MsgKey& key, const uint8_t* data, size_t size, uint64_t raw_bytes,
+                    bool raw) {
   if (raw) {
-    Wire::Message m = wire.recv(root, buffer.data_ptr<float>(), fp32, Kind::kBroadcast, 0);
-    wire.wait(m);
-    wire.received(fp32);
+    sends_.push_back(wire_.send(to, data, size, kind_of(key.tag), slot_index(key), raw_bytes));
     return;
   }
-  Bytes in(message_capacity(codec, buffer.numel()));
-  Wire::Message m = wire.recv(root, in.data(), in.size(), Kind::kBroadcast, 0);
-  wire.wait(m);
-  decode_message(wire, codec, in, buffer, root);
+  Bytes& out = framed_sends_.emplace_back(8 + size);
+  put<uint64_t>(out, 0, size);
+  if (size > 0) std::memcpy(out.data() + 8, data, size);
+  sends_.push_back(wire_.send(to, out.data(), out.size(), kind_of(key.tag), slot_index(key), raw_bytes));
+}
+
+collectives::RecvId GlooWire::post_recv(int from, const collectives::MsgKey& key, uint8_t* dst, size_t capacity,
+                                        bool raw) {
+  Recv& r = recvs_.emplace_back();
+  r.from = from;
+  r.raw = raw;
+  r.dst = dst;
+  r.capacity = capacity;
+  if (raw) {
+    r.m = wire_.recv(from, dst, capacity, kind_of(key.tag), slot_index(key));
+  } else {
+    r.framed.resize(8 + capacity);
+    r.m = wire_.recv(from, r.framed.data(), r.framed.size(), kind_of(key.tag), slot_index(key));
+  }
+  return static_cast<collectives::RecvId>(recvs_.size() - 1);
+}
+
+bool GlooWire::ready(collectives::RecvId id) {
+  Recv& r = recvs_.at(static_cast<size_t>(id));
+  if (!r.done) {
+    wire_.wait(r.m);
+    r.done = true;
+  }
+  return true;
+}
+
+collectives::Payload GlooWire::take(collectives::RecvId id) {
+  Recv& r = recvs_.at(static_cast<size_t>(id));
+  ready(id);
+  if (r.raw) {
+    wire_.received(r.capacity);
+    return {r.dst, r.capacity};
+  }
+  const uint64_t len = get<uint64_t>(r.framed, 0);
+  if (len > r.framed.size() - 8) {
+    throw CorruptMessage("collective #" + std::to_string(wire_.seq()) + ": a message from island " +
+                         std::to_string(r.from) + " says " + std::to_string(len) + " bytes, beyond the message");
+  }
+  wire_.received(8 + len);
+  return {r.framed.data() + 8, len};
+}
+
+bool GlooWire::sent() {
+  for (auto& m : sends_) wire_.wait(m);
+  sends_.clear();
+  return true;
+}
+
+void run(collectives::Program program, uint64_t seq) {
+  try {
+    program.run();
+  } catch (const collectives::CorruptFrame& e) {
+    throw CorruptMessage("collective #" + std::to_string(seq) + ": " + e.what());
+  }
 }
 
 // Outcome layout: status u8 · 3 zero bytes · count u32 · weight_sum f64 · numel u64 · ids i32 × count.
-void send_result(Wire& wire, int to, const CollectiveResult& result, const at::Tensor& values) {
+namespace {
+
+Bytes encode_outcome(const CollectiveResult& result, uint64_t numel) {
   const size_t count = result.contributors.size();
   Bytes info(24 + 4 * count, 0);
   put<uint8_t>(info, 0, static_cast<uint8_t>(result.status.code()));
   put<uint32_t>(info, 4, static_cast<uint32_t>(count));
   put<double>(info, 8, result.weight_sum);
-  put<uint64_t>(info, 16, static_cast<uint64_t>(values.numel()));
+  put<uint64_t>(info, 16, numel);
   for (size_t i = 0; i < count; ++i) put<int32_t>(info, 24 + 4 * i, result.contributors[i]);
-  const uint64_t fp32 = static_cast<uint64_t>(values.numel()) * sizeof(float);
-  Wire::Message a = wire.send(to, info.data(), info.size(), Kind::kResult, 0, 0);
-  Wire::Message b = wire.send(to, values.data_ptr<float>(), fp32, Kind::kResult, 1, fp32);
-  wire.wait(a);
-  wire.wait(b);
+  return info;
 }
 
-CollectiveResult receive_result(Wire& wire, int from, at::Tensor buffer) {
+// Receives an outcome from `from` (message kResult 0); `numel` is what it says of the
+// values' size. Throws CorruptMessage.
+CollectiveResult receive_outcome(Wire& wire, int from, uint64_t* numel) {
   Bytes info(24 + 4 * kMaxResultIds);
-  const uint64_t fp32 = static_cast<uint64_t>(buffer.numel()) * sizeof(float);
   Wire::Message a = wire.recv(from, info.data(), info.size(), Kind::kResult, 0);
-  Wire::Message b = wire.recv(from, buffer.data_ptr<float>(), fp32, Kind::kResult, 1);
   wire.wait(a);
   const uint32_t count = get<uint32_t>(info, 4);
-  if (count > kMaxResultIds || get<uint64_t>(info, 16) != static_cast<uint64_t>(buffer.numel())) {
+  if (count > kMaxResultIds) {
     throw CorruptMessage("collective #" + std::to_string(wire.seq()) + ": island " + std::to_string(from) +
-                         " handed over a result of another size");
+                         " handed over a result of " + std::to_string(count) + " contributors");
   }
   wire.received(24 + 4 * count);
   CollectiveResult r;
@@ -319,9 +187,83 @@ CollectiveResult receive_result(Wire& wire, int from, at::Tensor buffer) {
                                 std::to_string(from) + ")");
   }
   r.weight_sum = get<double>(info, 8);
+  *numel = get<uint64_t>(info, 16);
   for (uint32_t i = 0; i < count; ++i) r.contributors.push_back(get<int32_t>(info, 24 + 4 * i));
+  return r;
+}
+
+CorruptMessage wrong_size(const Wire& wire, int from) {
+  return CorruptMessage("collective #" + std::to_string(wire.seq()) + ": island " + std::to_string(from) +
+                        " handed over a result of another size");
+}
+
+}  // namespace
+
+void send_result(Wire& wire, int to, const CollectiveResult& result, const at::Tensor& values) {
+  const Bytes info = encode_outcome(result, static_cast<uint64_t>(values.numel()));
+  const uint64_t fp32 = static_cast<uint64_t>(values.numel()) * sizeof(float);
+  Wire::Message a = wire.send(to, info.data(), info.size(), Kind::kResult, 0, 0);
+  Wire::Message b = wire.send(to, values.data_ptr<float>(), fp32, Kind::kResult, 1, fp32);
+  wire.wait(a);
+  wire.wait(b);
+}
+
+CollectiveResult receive_result(Wire& wire, int from, at::Tensor buffer) {
+  const uint64_t fp32 = static_cast<uint64_t>(buffer.numel()) * sizeof(float);
+  Wire::Message b = wire.recv(from, buffer.data_ptr<float>(), fp32, Kind::kResult, 1);
+  uint64_t numel = 0;
+  CollectiveResult r = receive_outcome(wire, from, &numel);
+  if (numel != static_cast<uint64_t>(buffer.numel())) throw wrong_size(wire, from);
   wire.wait(b);
   wire.received(fp32);
+  return r;
+}
+
+// After the outcome (numel = the number of byte strings): their sizes (u64 each), then
+// all of them in one message.
+void send_gathered(Wire& wire, int to, const CollectiveResult& result,
+                   const std::vector<std::vector<uint8_t>>& gathered) {
+  const Bytes info = encode_outcome(result, gathered.size());
+  Bytes sizes(8 * gathered.size()), all;
+  for (size_t i = 0; i < gathered.size(); ++i) {
+    put<uint64_t>(sizes, 8 * i, gathered[i].size());
+    all.insert(all.end(), gathered[i].begin(), gathered[i].end());
+  }
+  Wire::Message a = wire.send(to, info.data(), info.size(), Kind::kResult, 0, 0);
+  Wire::Message b = wire.send(to, sizes.data(), sizes.size(), Kind::kResult, 1, 0);
+  std::optional<Wire::Message> c;  // nothing at all to send when every string is empty
+  if (!all.empty()) c = wire.send(to, all.data(), all.size(), Kind::kResult, 2, 0);
+  wire.wait(a);
+  wire.wait(b);
+  if (c) wire.wait(*c);
+}
+
+CollectiveResult receive_gathered(Wire& wire, int from, std::vector<std::vector<uint8_t>>& gathered) {
+  uint64_t count = 0;
+  CollectiveResult r = receive_outcome(wire, from, &count);
+  if (count != r.contributors.size()) throw wrong_size(wire, from);
+  Bytes sizes(8 * count);
+  Wire::Message b = wire.recv(from, sizes.data(), sizes.size(), Kind::kResult, 1);
+  wire.wait(b);
+  wire.received(sizes.size());
+  uint64_t total = 0;
+  for (uint64_t i = 0; i < count; ++i) {
+    total += get<uint64_t>(sizes, 8 * i);
+    if (total > (uint64_t{1} << 36)) throw wrong_size(wire, from);
+  }
+  Bytes all(total);
+  if (total > 0) {
+    Wire::Message c = wire.recv(from, all.data(), all.size(), Kind::kResult, 2);
+    wire.wait(c);
+    wire.received(total);
+  }
+  gathered.assign(count, {});
+  uint64_t at = 0;
+  for (uint64_t i = 0; i < count; ++i) {
+    const uint64_t n = get<uint64_t>(sizes, 8 * i);
+    gathered[i].assign(all.begin() + static_cast<std::ptrdiff_t>(at), all.begin() + static_cast<std::ptrdiff_t>(at + n));
+    at += n;
+  }
   return r;
 }
 

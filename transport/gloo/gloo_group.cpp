@@ -61,6 +61,9 @@ void ignore_sigpipe() {
 struct GlooGroup::Op {
   uint64_t seq = 0;
   bool is_broadcast = false;
+  bool is_allgather = false;
+  std::vector<uint8_t> gather_in;                      // allgather: this member's bytes
+  std::vector<std::vector<uint8_t>>* gather_out = nullptr;
   int root = -1;
   at::Tensor buffer, transmitted;
   at::Tensor input;                 // the caller's input, for restarts (worker: taken at start)
@@ -76,6 +79,7 @@ struct GlooGroup::Retained {
   uint64_t seq = 0;
   CollectiveResult result;
   at::Tensor values;  // [n] float32: a copy of the result
+  std::vector<std::vector<uint8_t>> gathered;  // an allgather's result instead
 };
 
 GlooGroup::GlooGroup(ControlPlane& control, GlooGroupOptions options)
@@ -149,6 +153,16 @@ std::unique_ptr<Handle> GlooGroup::broadcast(int root, at::Tensor buffer, const 
   return enqueue(std::move(op));
 }
 
+std::unique_ptr<Handle> GlooGroup::allgather(std::vector<uint8_t> bytes, std::vector<std::vector<uint8_t>>* out) {
+  TORCH_CHECK(out != nullptr, "allgather: no output");
+  auto op = std::make_unique<Op>();
+  op->seq = next_seq_++;
+  op->is_allgather = true;
+  op->gather_in = std::move(bytes);
+  op->gather_out = out;
+  return enqueue(std::move(op));
+}
+
 std::unique_ptr<Handle> GlooGroup::push(uint64_t tag, at::Tensor buffer, const compression::Pipeline& codec,
                                         double weight, at::Tensor transmitted) {
   return server_.push(tag, buffer, codec, weight, std::move(transmitted));
@@ -188,8 +202,10 @@ void GlooGroup::work() {
 
 void GlooGroup::run(Op& op) {
   const int self = control_.self();
-  op.input = take_tensor(op.buffer.numel());
-  op.input.copy_(op.buffer);
+  if (op.buffer.defined()) {
+    op.input = take_tensor(op.buffer.numel());
+    op.input.copy_(op.buffer);
+  }
   op.first_members = ids_of(control_.membership());  // a member missing from the final mesh was lost
   for (;;) {
     Status st = ensure_mesh(op);
@@ -207,14 +223,17 @@ void GlooGroup::run(Op& op) {
       if (donor >= 0) {  // a member finished this collective before the mesh broke: take its result
         Wire wire(*mesh_, *waits_, *counters_, op.seq);
         op.dirty = true;
-        CollectiveResult r = gloo_mesh::receive_result(wire, donor, op.buffer);
+        CollectiveResult r = op.is_allgather ? gloo_mesh::receive_gathered(wire, donor, *op.gather_out)
+                                             : gloo_mesh::receive_result(wire, donor, op.buffer);
         ATOLL_INFO("gloo: island " << self << " takes collective #" << op.seq << "'s result from island " << donor);
         if (op.transmitted.defined() && !op.transmitted_filled) op.transmitted.copy_(op.input);
         complete(op, std::move(r));
         return;
       }
       const std::vector<int> parts = mesh_->participants(op.seq);
-      complete(op, op.is_broadcast ? run_broadcast(op, parts) : run_allreduce(op, parts));
+      complete(op, op.is_broadcast ? run_broadcast(op, parts)
+                   : op.is_allgather ? run_allgather(op, parts)
+                                     : run_allreduce(op, parts));
       return;
     } catch (const gloo_mesh::CorruptMessage& e) {
       ATOLL_ERROR("gloo: island " << self << ": " << e.what());
@@ -317,7 +336,8 @@ void GlooGroup::serve_donations() {
   if (retained_ && mesh_->donor(retained_->seq) == mesh_->self()) {
     for (int to : mesh_->adopters(retained_->seq)) {
       Wire wire(*mesh_, *waits_, *counters_, retained_->seq);
-      gloo_mesh::send_result(wire, to, retained_->result, retained_->values);
+      if (retained_->values.defined()) gloo_mesh::send_result(wire, to, retained_->result, retained_->values);
+      else gloo_mesh::send_gathered(wire, to, retained_->result, retained_->gathered);
       ATOLL_INFO("gloo: island " << mesh_->self() << " hands collective #" << retained_->seq << "'s result to island "
                                  << to);
     }
@@ -345,7 +365,7 @@ CollectiveResult GlooGroup::run_allreduce(Op& op, const std::vector<int>& parts)
   mine.kind = 1;
   mine.numel = static_cast<uint64_t>(op.buffer.numel());
   mine.weight = op.weight;
-  mine.codec = gloo_mesh::codec_fingerprint(op.codec);
+  mine.codec = collectives::codec_fingerprint(op.codec);
   mine.piece_elems = static_cast<uint64_t>(std::max<int64_t>(1, options_.chunk_bytes / 4));
   Wire wire(*mesh_, *waits_, *counters_, op.seq);
   const std::vector<gloo_mesh::Hello> hellos = gloo_mesh::exchange_hello(wire, parts, mine);
@@ -367,8 +387,9 @@ CollectiveResult GlooGroup::run_allreduce(Op& op, const std::vector<int>& parts)
   }
   op.dirty = true;
   if (!uniform) op.buffer.mul_(op.weight);
-  gloo_mesh::AllreduceSetup s;
-  s.parts = parts;
+  collectives::AllreduceSetup s;
+  s.seq = op.seq;
+  s.members = parts;
   s.pos = static_cast<int>(std::find(parts.begin(), parts.end(), self) - parts.begin());
   s.buffer = op.buffer;
   s.transmitted = op.transmitted;
@@ -377,9 +398,9 @@ CollectiveResult GlooGroup::run_allreduce(Op& op, const std::vector<int>& parts)
   s.piece_elems = static_cast<int64_t>(mine.piece_elems);
   const double bandwidth = std::max(1.0, options_.bandwidth_mbps * 1e6 / 8);
   set_suspect_deadline(std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
-      options_.timeout_slack * (options_.latency_ms / 1000 + gloo_mesh::expected_bytes(s) / bandwidth) + 1.0)));
-  if (op.codec.lossless()) gloo_mesh::ring_allreduce(wire, s);
-  else gloo_mesh::direct_allreduce(wire, s);
+      options_.timeout_slack * (options_.latency_ms / 1000 + collectives::expected_bytes(s) / bandwidth) + 1.0)));
+  gloo_mesh::GlooWire program_wire(wire);
+  gloo_mesh::run(collectives::allreduce(program_wire, std::move(s)), op.seq);
   op.transmitted_filled = op.transmitted.defined();
   return {std::move(status), parts, weight_sum};
 }
@@ -406,7 +427,7 @@ CollectiveResult GlooGroup::run_broadcast(Op& op, const std::vector<int>& parts)
   mine.kind = 2;
   mine.root = op.root;
   mine.numel = static_cast<uint64_t>(op.buffer.numel());
-  mine.codec = gloo_mesh::codec_fingerprint(op.codec);
+  mine.codec = collectives::codec_fingerprint(op.codec);
   Wire wire(*mesh_, *waits_, *counters_, op.seq);
   const std::vector<gloo_mesh::Hello> hellos = gloo_mesh::exchange_hello(wire, parts, mine);
   for (size_t q = 0; q < parts.size(); ++q) {
@@ -423,7 +444,50 @@ CollectiveResult GlooGroup::run_broadcast(Op& op, const std::vector<int>& parts)
       options_.timeout_slack *
           (options_.latency_ms / 1000 + static_cast<double>(op.codec.max_encoded_size(op.buffer.numel())) / bandwidth) +
       1.0)));
-  gloo_mesh::broadcast(wire, parts, op.root, op.buffer, op.codec);
+  gloo_mesh::GlooWire program_wire(wire);
+  gloo_mesh::run(collectives::broadcast(program_wire, {parts, op.root, op.buffer, &op.codec}), op.seq);
+  return {std::move(status), parts, count};
+}
+
+CollectiveResult GlooGroup::run_allgather(Op& op, const std::vector<int>& parts) {
+  const int self = mesh_->self();
+  std::vector<int> lost;
+  for (int p : op.first_members) {
+    if (!contains(mesh_->ids(), p)) lost.push_back(p);
+  }
+  Status status = lost.empty() ? Status::ok()
+                               : Status(StatusCode::kPeerLost, "islands [" + ids_text(lost) +
+                                                                   "] left during allgather #" + std::to_string(op.seq));
+  const double count = static_cast<double>(parts.size());
+  if (parts.size() == 1) {
+    *op.gather_out = {op.gather_in};
+    return {std::move(status), parts, count};
+  }
+  gloo_mesh::Hello mine;
+  mine.kind = 3;
+  mine.numel = op.gather_in.size();
+  Wire wire(*mesh_, *waits_, *counters_, op.seq);
+  const std::vector<gloo_mesh::Hello> hellos = gloo_mesh::exchange_hello(wire, parts, mine);
+  std::vector<uint64_t> sizes;
+  double total = 0;
+  for (size_t q = 0; q < parts.size(); ++q) {
+    gloo_mesh::Hello h = hellos[q];
+    h.numel = mine.numel;
+    if (!(h == mine)) {
+      const std::string why = "allgather #" + std::to_string(op.seq) + ": island " + std::to_string(parts[q]) +
+                              " issued another collective";
+      ATOLL_ERROR("gloo: " << why);
+      return {Status(StatusCode::kInternal, why), {}, 0};
+    }
+    sizes.push_back(hellos[q].numel);
+    total += static_cast<double>(hellos[q].numel);
+  }
+  const double bandwidth = std::max(1.0, options_.bandwidth_mbps * 1e6 / 8);
+  set_suspect_deadline(std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
+      options_.timeout_slack * (options_.latency_ms / 1000 + total / bandwidth) + 1.0)));
+  gloo_mesh::GlooWire program_wire(wire);
+  const int pos = static_cast<int>(std::find(parts.begin(), parts.end(), self) - parts.begin());
+  gloo_mesh::run(collectives::allgather(program_wire, {parts, pos, &op.gather_in, sizes, op.gather_out}), op.seq);
   return {std::move(status), parts, count};
 }
 
@@ -434,10 +498,14 @@ void GlooGroup::complete(Op& op, CollectiveResult result) {
     // Kept until the next collective finishes: by then every member has finished this one
     // (it issued the next), so no restart can ask for it any more. The input copy's memory
     // takes it.
-    if (retained_) give_tensor(std::move(retained_->values));
-    op.input.copy_(op.buffer);
-    retained_ = std::make_unique<Retained>(Retained{op.seq, result, std::move(op.input)});
-  } else {
+    if (retained_ && retained_->values.defined()) give_tensor(std::move(retained_->values));
+    if (op.is_allgather) {
+      retained_ = std::make_unique<Retained>(Retained{op.seq, result, {}, *op.gather_out});
+    } else {
+      op.input.copy_(op.buffer);
+      retained_ = std::make_unique<Retained>(Retained{op.seq, result, std::move(op.input), {}});
+    }
+  } else if (op.input.defined()) {
     give_tensor(std::move(op.input));
   }
   op.input = at::Tensor();
@@ -525,6 +593,10 @@ void GlooGroup::give_tensor(at::Tensor t) {
   if (!t.defined()) return;
   if (spare_.size() >= 2) spare_.erase(spare_.begin());
   spare_.push_back(std::move(t));
+}
+
+std::unique_ptr<Group> GlooGroup::subgroup(uint32_t, std::vector<int>) {
+  throw std::logic_error("sub-groups are not available over gloo yet");
 }
 
 }  // namespace atl::transport

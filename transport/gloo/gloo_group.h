@@ -108,6 +108,11 @@ class GlooGroup final : public Group {
                                          double weight = 1.0, at::Tensor transmitted = {}) override;
   std::unique_ptr<Handle> broadcast(int root, at::Tensor buffer,
                                     const compression::Pipeline& codec) override;
+  // Queued like the other collectives; restarts among the survivors and hands a finished
+  // result to members that did not finish it, as all-reduces do.
+  std::unique_ptr<Handle> allgather(std::vector<uint8_t> bytes, std::vector<std::vector<uint8_t>>* out) override;
+  // Not available over gloo yet (docs/collectives.md): throws std::logic_error.
+  std::unique_ptr<Group> subgroup(uint32_t key, std::vector<int> ids) override;
   // ServerLink (server_link.h), as ZmqGroup.
   std::unique_ptr<Handle> push(uint64_t tag, at::Tensor buffer, const compression::Pipeline& codec,
                                double weight, at::Tensor transmitted = {}) override;
@@ -132,6 +137,7 @@ class GlooGroup final : public Group {
   void serve_donations();
   CollectiveResult run_allreduce(Op& op, const std::vector<int>& parts);
   CollectiveResult run_broadcast(Op& op, const std::vector<int>& parts);
+  CollectiveResult run_allgather(Op& op, const std::vector<int>& parts);
   void complete(Op& op, CollectiveResult result);
   void set_suspect_deadline(std::optional<Clock::duration> timeout);
   at::Tensor take_tensor(int64_t n);

@@ -149,7 +149,7 @@ class Mesh {
 };
 
 // What a message carries, for its gloo slot.
-enum class Kind : uint8_t { kHello = 1, kRing = 2, kDirect = 3, kBroadcast = 4, kResult = 5 };
+enum class Kind : uint8_t { kHello = 1, kRing = 2, kDirect = 3, kBroadcast = 4, kResult = 5, kGather = 6 };
 
 // The messages of one collective `seq` on a mesh, with byte counting.
 class Wire {

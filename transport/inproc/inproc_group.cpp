@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <string>
+#include <tuple>
 
+#include "transport/collectives/schedules.h"
 #include "transport/ring.h"
 #include "transport/star.h"
 
@@ -14,8 +16,8 @@ namespace atl::transport {
 // virtual clock, once the caller's time has reached the collective's completion).
 class InprocHandle final : public Handle {
  public:
-  InprocHandle(InprocHub& hub, int self, uint64_t seq)
-      : hub_(hub), self_(self), seq_(seq), posted_(hub.scheduler_.time(self)) {}
+  InprocHandle(InprocHub& hub, int self, InprocHub::CollectiveId id)
+      : hub_(hub), self_(self), id_(id), posted_(hub.scheduler_.time(self)) {}
   ~InprocHandle() override {
     // After an abort every thread unwinds at once: leave the hub alone.
     if (!collected_ && !hub_.scheduler_.aborted()) collect();
@@ -23,18 +25,18 @@ class InprocHandle final : public Handle {
   bool done() const override {
     if (collected_) return true;
     hub_.scheduler_.yield(self_);  // islands earlier on the clock may still post
-    const auto& c = hub_.collectives_.at(seq_);
+    const auto& c = hub_.collectives_.at(id_);
     return c.done && c.done_at <= hub_.scheduler_.time(self_);
   }
   CollectiveResult wait(Deadline) override {
     if (collected_) return result_;
-    auto& c = hub_.collectives_.at(seq_);
+    auto& c = hub_.collectives_.at(id_);
     if (!c.done) {
       hub_.scheduler_.block_until(
-          self_, [this] { return hub_.collectives_.at(seq_).done; },
-          "collective #" + std::to_string(seq_));
+          self_, [this] { return hub_.collectives_.at(id_).done; },
+          "collective #" + std::to_string(id_.second) + (id_.first ? " of sub-group " + std::to_string(id_.first) : ""));
     }
-    const auto& finished = hub_.collectives_.at(seq_);
+    const auto& finished = hub_.collectives_.at(id_);
     const double start = finished.start, done_at = finished.done_at;
     collect();
     hub_.resume(self_, posted_, start, done_at);
@@ -43,7 +45,7 @@ class InprocHandle final : public Handle {
 
  private:
   void collect() {
-    auto it = hub_.collectives_.find(seq_);
+    auto it = hub_.collectives_.find(id_);
     if (it == hub_.collectives_.end()) return;
     result_ = it->second.result;
     collected_ = true;
@@ -51,7 +53,7 @@ class InprocHandle final : public Handle {
   }
   InprocHub& hub_;
   int self_;
-  uint64_t seq_;
+  InprocHub::CollectiveId id_;
   double posted_;  // the caller's virtual time when it posted its contribution
   bool collected_ = false;
   CollectiveResult result_;
@@ -59,23 +61,63 @@ class InprocHandle final : public Handle {
 
 class InprocGroup final : public Group {
  public:
-  InprocGroup(InprocHub& hub, int id) : hub_(hub), id_(id), seq_(hub.next_seq_[static_cast<size_t>(id)]) {}
+  // The group of every island (key 0), or sub-group `key` of the islands `ids`.
+  InprocGroup(InprocHub& hub, int id, uint32_t key = 0, std::vector<int> ids = {})
+      : hub_(hub), id_(id), key_(key), ids_(std::move(ids)) {
+    seq_ = hub.next_seq_of(key_, id_);
+  }
 
   MembershipView view() const override {
     hub_.scheduler_.yield(id_);  // deaths earlier on the clock have happened
-    return {hub_.epoch_, hub_.members_, id_};
+    if (key_ == 0) return {hub_.epoch_, hub_.members_, id_};
+    std::vector<int> live;
+    for (int m : hub_.members_) {
+      if (std::binary_search(ids_.begin(), ids_.end(), m)) live.push_back(m);
+    }
+    return {hub_.epoch_, live, id_};
   }
 
   std::unique_ptr<Handle> allreduce_mean(at::Tensor buffer, const compression::Pipeline& codec,
                                          double weight, at::Tensor transmitted) override {
     TORCH_CHECK(weight > 0, "allreduce_mean weight must be > 0");
-    return contribute(InprocHub::Kind::kAllreduce, -1, std::move(buffer), codec, weight,
-                      std::move(transmitted));
+    check_buffer(buffer);
+    if (transmitted.defined()) {
+      TORCH_CHECK(transmitted.numel() == buffer.numel() && transmitted.is_contiguous(),
+                  "allreduce_mean: `transmitted` must match the buffer");
+    }
+    InprocHub::Contribution part;
+    part.buffer = std::move(buffer);
+    part.codec = &codec;
+    part.weight = weight;
+    part.transmitted = std::move(transmitted);
+    return contribute(InprocHub::Kind::kAllreduce, -1, std::move(part));
   }
 
   std::unique_ptr<Handle> broadcast(int root, at::Tensor buffer,
                                     const compression::Pipeline& codec) override {
-    return contribute(InprocHub::Kind::kBroadcast, root, std::move(buffer), codec, 1.0);
+    check_buffer(buffer);
+    InprocHub::Contribution part;
+    part.buffer = std::move(buffer);
+    part.codec = &codec;
+    return contribute(InprocHub::Kind::kBroadcast, root, std::move(part));
+  }
+
+  std::unique_ptr<Handle> allgather(std::vector<uint8_t> bytes,
+                                    std::vector<std::vector<uint8_t>>* out) override {
+    TORCH_CHECK(out != nullptr, "allgather: no output");
+    InprocHub::Contribution part;
+    part.bytes = std::move(bytes);
+    part.gathered = out;
+    return contribute(InprocHub::Kind::kAllgather, -1, std::move(part));
+  }
+
+  std::unique_ptr<Group> subgroup(uint32_t key, std::vector<int> ids) override {
+    TORCH_CHECK(key > 0, "subgroup: key 0 is the group of every island");
+    TORCH_CHECK(std::is_sorted(ids.begin(), ids.end()) && std::adjacent_find(ids.begin(), ids.end()) == ids.end(),
+                "subgroup: ids must be ascending and distinct");
+    TORCH_CHECK(std::binary_search(ids.begin(), ids.end(), id_), "subgroup: island ", id_, " is not in it");
+    for (int m : ids) TORCH_CHECK(m >= 0 && m < hub_.size(), "subgroup: no island ", m);
+    return std::make_unique<InprocGroup>(hub_, id_, key, std::move(ids));
   }
 
   std::unique_ptr<Handle> push(uint64_t tag, at::Tensor buffer, const compression::Pipeline& codec,
@@ -122,40 +164,86 @@ class InprocGroup final : public Group {
   ByteCounters bytes() const override { return hub_.counters_[id_]; }
 
  private:
-  std::unique_ptr<Handle> contribute(InprocHub::Kind kind, int root, at::Tensor buffer,
-                                     const compression::Pipeline& codec, double weight,
-                                     at::Tensor transmitted = {}) {
+  static void check_buffer(const at::Tensor& buffer) {
     TORCH_CHECK(buffer.is_contiguous() && buffer.scalar_type() == at::kFloat && buffer.device().is_cpu(),
                 "collectives take contiguous float32 CPU buffers");
+  }
+
+  std::unique_ptr<Handle> contribute(InprocHub::Kind kind, int root, InprocHub::Contribution part) {
     hub_.scheduler_.yield(id_);  // islands earlier on the clock post first
     const uint64_t seq = seq_++;
-    hub_.next_seq_[static_cast<size_t>(id_)] = seq_;
-    auto& c = hub_.collectives_[seq];
+    hub_.next_seq_of(key_, id_) = seq_;
+    const InprocHub::CollectiveId cid{key_, seq};
+    auto& c = hub_.collectives_[cid];
     if (c.contributions.empty()) {
       c.kind = kind;
       c.root = root;
+      c.ids = ids_;
     }
-    TORCH_CHECK(c.kind == kind && c.root == root,
+    TORCH_CHECK(c.kind == kind && c.root == root && c.ids == ids_,
                 "collective #", seq, ": members issued different collectives");
-    if (!c.contributions.empty()) {
-      TORCH_CHECK(c.contributions.begin()->second.buffer.numel() == buffer.numel(),
+    if (!c.contributions.empty() && kind != InprocHub::Kind::kAllgather) {
+      TORCH_CHECK(c.contributions.begin()->second.buffer.numel() == part.buffer.numel(),
                   "collective #", seq, ": members passed buffers of different sizes");
     }
-    if (transmitted.defined()) {
-      TORCH_CHECK(transmitted.numel() == buffer.numel() && transmitted.is_contiguous(),
-                  "allreduce_mean: `transmitted` must match the buffer");
-    }
-    c.contributions[id_] = {std::move(buffer), &codec, weight, std::move(transmitted)};
+    c.contributions[id_] = std::move(part);
     ++c.waiting;
     c.start = std::max(c.start, hub_.scheduler_.time(id_));
-    auto handle = std::make_unique<InprocHandle>(hub_, id_, seq);
-    if (c.contributions.size() == hub_.participants(seq)) hub_.complete(c, seq);
+    auto handle = std::make_unique<InprocHandle>(hub_, id_, cid);
+    if (c.contributions.size() == hub_.participants(c, key_, seq)) hub_.complete(c, seq);
     return handle;
   }
 
   InprocHub& hub_;
   int id_;
+  uint32_t key_;
+  std::vector<int> ids_;  // sub-group: its islands, ascending (empty: every island)
   uint64_t seq_ = 0;
+};
+
+// One member's wire in a collective run by InprocHub::run_programs: sends are counted and
+// join the current network phase at once, and are delivered (made visible to their
+// receiver) when the round ends. A payload is copied at send: its sender may end (and free
+// its frames) in the round before the receiver reads it.
+class InprocWire final : public collectives::Wire {
+ public:
+  using Message = std::vector<uint8_t>;
+  // (from, to, tag, step, chunk, piece)
+  using Key = std::tuple<int, int, uint8_t, uint32_t, uint32_t, uint32_t>;
+  struct Mail {
+    std::vector<std::pair<Key, Message>> pending;  // sent this round
+    std::map<Key, Message> delivered;
+  };
+
+  InprocWire(InprocHub& hub, Mail& mail, int self) : hub_(hub), mail_(mail), self_(self) {}
+
+  int self() const override { return self_; }
+  // Every message is a compression frame (the simulator counts frame bytes).
+  bool raw_fp32() const override { return false; }
+  void send(int to, const collectives::MsgKey& key, const uint8_t* data, size_t size, uint64_t raw_bytes,
+            bool) override {
+    hub_.count(self_, to, size, raw_bytes);
+    mail_.pending.emplace_back(make_key(self_, to, key), Message(data, data + size));
+  }
+  collectives::RecvId post_recv(int from, const collectives::MsgKey& key, uint8_t*, size_t, bool) override {
+    recvs_.push_back(make_key(from, self_, key));
+    return static_cast<collectives::RecvId>(recvs_.size() - 1);
+  }
+  bool ready(collectives::RecvId id) override { return mail_.delivered.count(recvs_.at(static_cast<size_t>(id))) > 0; }
+  collectives::Payload take(collectives::RecvId id) override {
+    const Message& m = mail_.delivered.at(recvs_.at(static_cast<size_t>(id)));
+    return {m.data(), m.size()};
+  }
+  bool sent() override { return true; }
+
+ private:
+  static Key make_key(int from, int to, const collectives::MsgKey& k) {
+    return {from, to, static_cast<uint8_t>(k.tag), k.step, k.chunk, k.piece};
+  }
+  InprocHub& hub_;
+  Mail& mail_;
+  int self_;
+  std::vector<Key> recvs_;
 };
 
 InprocHub::InprocHub(int islands, Scheduler& scheduler)
@@ -174,8 +262,11 @@ void InprocHub::set_network(const NetworkModel* network, uint64_t seed, double d
 void InprocHub::complete(Collective& c, uint64_t seq) {
   // Members that posted before a failure was noticed were waiting for the dead island.
   if (c.start < detected_at_ && c.contributions.size() > 0) c.start = detected_at_;
-  if (c.kind == Kind::kAllreduce) run_allreduce(c, seq);
-  else run_broadcast(c);
+  switch (c.kind) {
+    case Kind::kAllreduce: run_allreduce(c, seq); break;
+    case Kind::kBroadcast: run_broadcast(c); break;
+    case Kind::kAllgather: run_allgather(c); break;
+  }
   c.done = true;
 }
 
@@ -203,10 +294,37 @@ void InprocHub::resume(int self, double posted, double start, double ready_at) {
   scheduler_.advance(self, ready_at);
 }
 
-size_t InprocHub::participants(uint64_t seq) const {
+size_t InprocHub::participants(const Collective& c, uint32_t key, uint64_t seq) const {
   size_t n = 0;
-  for (int m : members_) n += first_seq_[static_cast<size_t>(m)] <= seq;
+  for (int m : members_) {
+    if (!c.ids.empty() && !std::binary_search(c.ids.begin(), c.ids.end(), m)) continue;
+    n += first_seq_of(key, m) <= seq;
+  }
   return n;
+}
+
+uint64_t& InprocHub::next_seq_of(uint32_t key, int id) {
+  if (key == 0) return next_seq_[static_cast<size_t>(id)];
+  auto it = sub_next_seq_.find({key, id});
+  if (it == sub_next_seq_.end()) {
+    // First use on this island: from the first collective, or, for an island that joined a
+    // running simulation, from the sub-group's next one.
+    uint64_t next = 0;
+    if (std::find(joiners_.begin(), joiners_.end(), id) != joiners_.end()) {
+      for (const auto& [k, v] : sub_next_seq_) {
+        if (k.first == key) next = std::max(next, v);
+      }
+    }
+    sub_first_seq_[{key, id}] = next;
+    it = sub_next_seq_.emplace(std::make_pair(key, id), next).first;
+  }
+  return it->second;
+}
+
+uint64_t InprocHub::first_seq_of(uint32_t key, int id) const {
+  if (key == 0) return first_seq_[static_cast<size_t>(id)];
+  auto it = sub_first_seq_.find({key, id});
+  return it == sub_first_seq_.end() ? 0 : it->second;
 }
 
 void InprocHub::add_member(int id, uint64_t first_seq) {
@@ -217,6 +335,16 @@ void InprocHub::add_member(int id, uint64_t first_seq) {
   ++epoch_;
   first_seq_[static_cast<size_t>(id)] = first_seq;
   next_seq_[static_cast<size_t>(id)] = first_seq;
+  // Its sub-groups start afresh from their next collective when it makes them again.
+  joiners_.push_back(id);
+  for (auto it = sub_next_seq_.begin(); it != sub_next_seq_.end();) {
+    if (it->first.second == id) {
+      sub_first_seq_.erase(it->first);
+      it = sub_next_seq_.erase(it);
+    } else {
+      ++it;
+    }
+  }
 }
 
 double InprocHub::hand_over(int from, int to, uint64_t bytes, double at) {
@@ -242,8 +370,8 @@ void InprocHub::remove_member(int id, double at, bool failure) {
         cit = collectives_.erase(cit);
         continue;
       }
-      if (c.contributions.size() == participants(cit->first)) {
-        complete(c, cit->first);
+      if (c.contributions.size() == participants(c, cit->first.first, cit->first.second)) {
+        complete(c, cit->first.second);
       }
     }
     ++cit;
@@ -257,6 +385,15 @@ std::unique_ptr<Group> InprocHub::make_group(int id) {
   return std::make_unique<InprocGroup>(*this, id);
 }
 
+void InprocHub::count(int from, int to, uint64_t size, uint64_t raw_bytes) {
+  if (from >= 0) {
+    counters_[static_cast<size_t>(from)].sent += size;
+    counters_[static_cast<size_t>(from)].raw_sent += raw_bytes;
+  }
+  if (to >= 0) counters_[static_cast<size_t>(to)].received += size;
+  if (network_ && (from >= 0 || to >= 0)) phase_.push_back({from, to, size});
+}
+
 void InprocHub::transfer(int from, int to, const at::Tensor& src, at::Tensor dst,
                          const compression::Pipeline& codec, uint64_t seed) {
   at::Tensor s = src.is_contiguous() ? src : src.contiguous();
@@ -267,14 +404,33 @@ void InprocHub::transfer(int from, int to, const at::Tensor& src, at::Tensor dst
 
 void InprocHub::deliver(int from, int to, const std::vector<uint8_t>& frame, int64_t raw_numel, at::Tensor dst,
                         const compression::Pipeline& codec) {
-  if (from >= 0) {
-    counters_[from].sent += frame.size();
-    counters_[from].raw_sent += static_cast<uint64_t>(raw_numel) * sizeof(float);
-  }
-  if (to >= 0) counters_[to].received += frame.size();
-  if (network_ && (from >= 0 || to >= 0)) phase_.push_back({from, to, frame.size()});
+  count(from, to, frame.size(), static_cast<uint64_t>(raw_numel) * sizeof(float));
   Status st = codec.decode(frame.data(), frame.size(), dst);
   TORCH_CHECK(st.is_ok(), "in-process transfer failed to decode its own encoding: ", st.to_string());
+}
+
+template <typename MakeProgram>
+void InprocHub::run_programs(const std::vector<int>& ids, const MakeProgram& make, double& clock) {
+  InprocWire::Mail mail;
+  std::vector<std::unique_ptr<InprocWire>> wires;
+  std::vector<collectives::Program> programs;
+  for (size_t pos = 0; pos < ids.size(); ++pos) {
+    wires.push_back(std::make_unique<InprocWire>(*this, mail, ids[pos]));
+    programs.push_back(make(*wires.back(), static_cast<int>(pos)));
+  }
+  for (;;) {
+    bool all_done = true;
+    for (size_t i = 0; i < programs.size(); ++i) {
+      if (!programs[i].done() && wires[i]->can_resume()) programs[i].resume();
+      all_done = all_done && programs[i].done();
+    }
+    const bool moved = !mail.pending.empty();
+    end_phase(clock);
+    for (auto& [key, msg] : mail.pending) mail.delivered.emplace(key, std::move(msg));
+    mail.pending.clear();
+    if (all_done) return;
+    TORCH_CHECK(moved, "in-process collective stalled: a schedule waits for a message nobody sent");
+  }
 }
 
 void InprocHub::run_allreduce(Collective& c, uint64_t seq) {
@@ -302,94 +458,20 @@ void InprocHub::run_allreduce(Collective& c, uint64_t seq) {
     for (auto* p : parts) p->buffer.mul_(p->weight);
   }
   const double divisor = uniform ? static_cast<double>(ids.size()) : weight_sum;
-  if (parts[0]->codec->lossless()) {
-    for (auto* p : parts) {
-      if (p->transmitted.defined()) p->transmitted.copy_(p->buffer);
-    }
-    run_ring(parts, ids, divisor, c.done_at);
-  } else {
-    run_direct(parts, ids, divisor, seq, c.done_at);
-  }
-}
-
-void InprocHub::run_ring(std::vector<Contribution*>& parts, std::vector<int>& ids, double divisor,
-                         double& clock) {
-  const int w = static_cast<int>(ids.size());
-  const int64_t n = parts[0]->buffer.numel();
-  const auto& codec = *parts[0]->codec;
-  auto slice = [&](int member, int chunk) {
-    auto [b, e] = ring::chunk_bounds(n, w, chunk);
-    return parts[member]->buffer.narrow(0, b, e - b);
-  };
-  at::Tensor incoming;
-  // Reduce-scatter: W-1 steps; member r sends chunk (r - s) to r+1, which accumulates it.
-  for (int s = 0; s < w - 1; ++s) {
-    for (int r = 0; r < w; ++r) {
-      const int chunk = ring::reduce_scatter_chunk(r, s, w);
-      const int next = (r + 1) % w;
-      at::Tensor src = slice(r, chunk);
-      incoming = at::empty({src.numel()}, src.options());
-      transfer(ids[r], ids[next], src, incoming, codec);
-      slice(next, chunk).add_(incoming);
-    }
-    end_phase(clock);
-  }
-  // Member r now owns the sum of chunk (r + 1); turn it into the mean.
-  for (int r = 0; r < w; ++r) slice(r, (r + 1) % w).div_(divisor);
-  // All-gather: W-1 steps; member r forwards chunk (r + 1 - s) to r+1, which copies it.
-  for (int s = 0; s < w - 1; ++s) {
-    for (int r = 0; r < w; ++r) {
-      const int chunk = ring::all_gather_chunk(r, s, w);
-      const int next = (r + 1) % w;
-      transfer(ids[r], ids[next], slice(r, chunk), slice(next, chunk), codec);
-    }
-    end_phase(clock);
-  }
-}
-
-// Lossy codecs: chunk c is owned by member c. Every member encodes its chunk c once and
-// sends it to the owner, who decodes all contributions and sums them in fp32 in member
-// order; the owner encodes the mean once and sends it to everyone, keeping the decoded
-// version itself so that all members end bitwise equal.
-void InprocHub::run_direct(std::vector<Contribution*>& parts, std::vector<int>& ids,
-                           double divisor, uint64_t seq, double& clock) {
-  const int w = static_cast<int>(ids.size());
-  const int64_t n = parts[0]->buffer.numel();
-  const auto& codec = *parts[0]->codec;
-  auto seed = [&](int sender, int chunk, int phase) {
-    return (seq * 0x9e3779b97f4a7c15ULL) ^ (static_cast<uint64_t>(ids[sender]) << 32) ^
-           (static_cast<uint64_t>(chunk) << 8) ^ static_cast<uint64_t>(phase);
-  };
-  std::vector<at::Tensor> sums(static_cast<size_t>(w));
-  at::Tensor decoded;
-  for (int c = 0; c < w; ++c) {
-    auto [b, e] = ring::chunk_bounds(n, w, c);
-    at::Tensor sum = at::zeros({e - b}, parts[0]->buffer.options());
-    for (int r = 0; r < w; ++r) {
-      at::Tensor src = parts[r]->buffer.narrow(0, b, e - b);
-      if (r == c) {
-        sum.add_(src);  // the owner's own chunk never leaves it
-        if (parts[r]->transmitted.defined()) parts[r]->transmitted.narrow(0, b, e - b).copy_(src);
-        continue;
-      }
-      decoded = at::empty({e - b}, src.options());
-      transfer(ids[r], ids[c], src, decoded, codec, seed(r, c, 0));
-      sum.add_(decoded);
-      if (parts[r]->transmitted.defined()) parts[r]->transmitted.narrow(0, b, e - b).copy_(decoded);
-    }
-    sums[c] = sum.div_(divisor);
-  }
-  end_phase(clock);
-  for (int c = 0; c < w; ++c) {
-    auto [b, e] = ring::chunk_bounds(n, w, c);
-    at::Tensor own = parts[c]->buffer.narrow(0, b, e - b);
-    for (int r = 0; r < w; ++r) {
-      if (r == c) continue;
-      transfer(ids[c], ids[r], sums[c], parts[r]->buffer.narrow(0, b, e - b), codec, seed(c, c, 1));
-    }
-    transfer(-1, -1, sums[c], own, codec, seed(c, c, 1));  // what the others decoded
-  }
-  end_phase(clock);
+  run_programs(
+      ids,
+      [&](collectives::Wire& wire, int pos) {
+        collectives::AllreduceSetup s;
+        s.seq = seq;
+        s.members = ids;
+        s.pos = pos;
+        s.buffer = parts[static_cast<size_t>(pos)]->buffer;
+        s.transmitted = parts[static_cast<size_t>(pos)]->transmitted;
+        s.codec = parts[0]->codec;
+        s.divisor = divisor;
+        return collectives::allreduce(wire, std::move(s));
+      },
+      c.done_at);
 }
 
 // Star (transport/star.h): phase 1, every member's encoded buffer to the server; the server
@@ -417,15 +499,33 @@ void InprocHub::run_star(std::vector<Contribution*>& parts, std::vector<int>& id
 void InprocHub::run_broadcast(Collective& c) {
   std::vector<int> ids;
   for (auto& [id, part] : c.contributions) ids.push_back(id);
-  auto root_it = c.contributions.find(c.root);
-  TORCH_CHECK(root_it != c.contributions.end(), "broadcast root ", c.root, " is not a member");
-  const Contribution& root = root_it->second;
+  TORCH_CHECK(c.contributions.count(c.root) > 0, "broadcast root ", c.root, " is not a member");
+  c.done_at = c.start;
+  run_programs(
+      ids,
+      [&](collectives::Wire& wire, int pos) {
+        Contribution& part = c.contributions.at(ids[static_cast<size_t>(pos)]);
+        return collectives::broadcast(wire, {ids, c.root, part.buffer, c.contributions.at(c.root).codec});
+      },
+      c.done_at);
+  c.result = {Status::ok(), ids, static_cast<double>(ids.size())};
+}
+
+void InprocHub::run_allgather(Collective& c) {
+  std::vector<int> ids;
+  std::vector<uint64_t> sizes;
   for (auto& [id, part] : c.contributions) {
-    if (id == c.root) continue;
-    transfer(c.root, id, root.buffer, part.buffer, *root.codec);
+    ids.push_back(id);
+    sizes.push_back(part.bytes.size());
   }
   c.done_at = c.start;
-  end_phase(c.done_at);
+  run_programs(
+      ids,
+      [&](collectives::Wire& wire, int pos) {
+        Contribution& part = c.contributions.at(ids[static_cast<size_t>(pos)]);
+        return collectives::allgather(wire, {ids, pos, &part.bytes, sizes, part.gathered});
+      },
+      c.done_at);
   c.result = {Status::ok(), ids, static_cast<double>(ids.size())};
 }
 

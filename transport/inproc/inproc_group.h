@@ -28,7 +28,8 @@ class InprocHub {
   InprocHub(int islands, Scheduler& scheduler);
   ~InprocHub();
 
-  // The Group of island `id`. One per island.
+  // The Group of island `id`. One per island. Its subgroup(key, ids) are groups of the same
+  // hub whose collectives involve only `ids` (matched by key and their own sequence numbers).
   std::unique_ptr<Group> make_group(int id);
   // Hosts the server role; `server` must outlive the hub's use. May be null.
   void set_server(OuterServer* server) { server_ = server; }
@@ -60,7 +61,8 @@ class InprocHub {
   // on (those of the live members' with smaller numbers complete without it). Its Group
   // must be made after this call. The state it needs travels with hand_over().
   void add_member(int id, uint64_t first_seq);
-  // The sequence number of the next collective island `id` will issue.
+  // The sequence number of the next collective island `id` will issue (in the group of
+  // every island; a joiner takes part in each sub-group from that sub-group's next one).
   uint64_t next_seq(int id) const { return next_seq_[static_cast<size_t>(id)]; }
   // Counts `bytes` sent from `from` to `to` starting at virtual time `at`; returns the
   // arrival time on the network model.
@@ -77,17 +79,24 @@ class InprocHub {
  private:
   friend class InprocGroup;
   friend class InprocHandle;
+  friend class InprocWire;
 
-  enum class Kind : uint8_t { kAllreduce, kBroadcast };
+  enum class Kind : uint8_t { kAllreduce, kBroadcast, kAllgather };
   struct Contribution {
     at::Tensor buffer;
     const compression::Pipeline* codec = nullptr;
     double weight = 1;
     at::Tensor transmitted;  // optional: what the others decoded of this contribution
+    std::vector<uint8_t> bytes;                       // allgather: this member's bytes
+    std::vector<std::vector<uint8_t>>* gathered = nullptr;  // allgather: where everyone's go
   };
+  // A collective is named by its group (0 = every island; else a sub-group's key) and its
+  // sequence number in that group.
+  using CollectiveId = std::pair<uint32_t, uint64_t>;
   struct Collective {
     Kind kind = Kind::kAllreduce;
     int root = -1;
+    std::vector<int> ids;                       // sub-group: its islands (empty = every island)
     std::map<int, Contribution> contributions;  // by island id (ascending = ring order)
     bool done = false;
     CollectiveResult result;
@@ -98,16 +107,18 @@ class InprocHub {
 
   // Called by the last arriving member: runs the collective on every member's buffer.
   void run_allreduce(Collective& c, uint64_t seq);
-  // The collectives; `clock` starts at the collective's start and ends at its completion.
-  void run_ring(std::vector<Contribution*>& parts, std::vector<int>& ids, double divisor,
-                double& clock);
-  void run_direct(std::vector<Contribution*>& parts, std::vector<int>& ids, double divisor,
-                  uint64_t seq, double& clock);
+  // Runs one program per member (transport/collectives/schedules.h) round by round: the
+  // messages sent in a round are one network phase, delivered at its end. `clock` starts at
+  // the collective's start and ends at its completion.
+  template <typename MakeProgram>
+  void run_programs(const std::vector<int>& ids, const MakeProgram& make, double& clock);
   void run_star(std::vector<Contribution*>& parts, std::vector<int>& ids, uint64_t seq, double& clock);
   void run_broadcast(Collective& c);
-  // Moves `src` to `dst` through `codec`, counting bytes on both ends (from/to -1: the
-  // server role; both -1: a local decode that costs nothing). With a network model, the
-  // message joins the current phase.
+  void run_allgather(Collective& c);
+  // Counts a message of `size` bytes (standing for `raw_bytes` of fp32) from `from` to `to`
+  // (-1: the server role) and, with a network model, adds it to the current phase.
+  void count(int from, int to, uint64_t size, uint64_t raw_bytes);
+  // Moves `src` to `dst` through `codec`, counting bytes on both ends.
   void transfer(int from, int to, const at::Tensor& src, at::Tensor dst,
                 const compression::Pipeline& codec, uint64_t seed = 0);
   // The same for a frame already encoded (`raw_numel`: the fp32 values it stands for).
@@ -118,13 +129,16 @@ class InprocHub {
   void complete(Collective& c, uint64_t seq);
   // Blocked island `self` resumes at `ready_at`: accounts the wait and advances its clock.
   void resume(int self, double posted, double start, double ready_at);
+  // Sequence numbers of group `key` (0: every island; see InprocGroup).
+  uint64_t& next_seq_of(uint32_t key, int id);
+  uint64_t first_seq_of(uint32_t key, int id) const;
 
   Scheduler& scheduler_;
   OuterServer* server_ = nullptr;
   std::vector<int> members_;
   uint64_t epoch_ = 0;
   std::vector<ByteCounters> counters_;
-  std::map<uint64_t, Collective> collectives_;  // by sequence number
+  std::map<CollectiveId, Collective> collectives_;
   std::vector<uint8_t> scratch_;
   const NetworkModel* network_ = nullptr;
   std::mt19937_64 rng_;
@@ -135,9 +149,13 @@ class InprocHub {
   double last_push_arrival_ = 0;  // virtual time the latest push reached the server
   std::vector<uint64_t> first_seq_;  // per island: first collective it takes part in
   std::vector<uint64_t> next_seq_;   // per island: its next collective
+  // Sub-groups (key != 0): per (key, island), the next collective and the first one it
+  // takes part in (a joiner: the sub-group's next collective when it joined).
+  std::map<std::pair<uint32_t, int>, uint64_t> sub_next_seq_, sub_first_seq_;
+  std::vector<int> joiners_;  // islands added by add_member()
   bool star_ = false;                // all-reduce through the server (set_star)
-  // Members that take part in collective `seq`.
-  size_t participants(uint64_t seq) const;
+  // Members that take part in collective `seq` of `c`'s group.
+  size_t participants(const Collective& c, uint32_t key, uint64_t seq) const;
 };
 
 }  // namespace atl::transport

@@ -1,12 +1,13 @@
 #include "transport/zmq/allreduce_op.h"
 
 #include <ATen/ATen.h>
-#include <xxhash.h>
 
 #include <algorithm>
+#include <cstring>
 #include <sstream>
 
 #include "src/base/log.h"
+#include "transport/collectives/schedules.h"
 
 namespace atl::transport::dataplane {
 
@@ -20,14 +21,6 @@ std::string ids_text(const std::vector<int>& ids) {
   return os.str();
 }
 
-// Peers agree on the pipeline iff they encode an empty buffer to the same bytes (stage ids
-// and parameters are in the frame header).
-uint64_t codec_fingerprint(const compression::Pipeline& codec) {
-  Bytes frame;
-  codec.encode(at::empty({0}, at::kFloat), frame, 0);
-  return XXH3_64bits(frame.data(), frame.size());
-}
-
 }  // namespace
 
 AllreduceOp::AllreduceOp(uint64_t seq, at::Tensor buffer, at::Tensor input, const compression::Pipeline& codec,
@@ -38,8 +31,17 @@ AllreduceOp::AllreduceOp(uint64_t seq, at::Tensor buffer, at::Tensor input, cons
       chunk_bytes_(chunk_bytes) {
   hello_.numel = static_cast<uint64_t>(buffer_.numel());
   hello_.weight = weight;
-  hello_.codec = codec_fingerprint(codec_);
+  hello_.codec = collectives::codec_fingerprint(codec_);
   hello_.piece_elems = static_cast<uint64_t>(piece_elements(codec_, chunk_bytes_));
+}
+
+AllreduceOp::AllreduceOp(uint64_t seq, std::vector<uint8_t> bytes, std::vector<std::vector<uint8_t>>* out,
+                         int64_t chunk_bytes, std::shared_ptr<Completion> completion)
+    : Op(seq, std::move(completion)), gather_(true), gather_in_(std::move(bytes)), gather_out_(out), weight_(1.0),
+      chunk_bytes_(chunk_bytes) {
+  hello_.kind = kHelloAllgather;
+  hello_.numel = gather_in_.size();
+  hello_.piece_elems = 1;
 }
 
 void AllreduceOp::start(OpContext& ctx, uint64_t epoch, const std::vector<int>& members) {
@@ -67,7 +69,7 @@ void AllreduceOp::attempt(OpContext& ctx, uint64_t epoch, const std::vector<int>
   deadline_ = Clock::time_point::max();
   if (first_members_.empty()) first_members_ = members;
   if (!contains(members, self)) {
-    backup_->restore();
+    if (backup_) backup_->restore();
     complete(ctx, Status(StatusCode::kMembershipChanged,
                          "island " + std::to_string(self) + " is not a member of epoch " + std::to_string(epoch)),
              {self}, weight_);
@@ -101,7 +103,10 @@ void AllreduceOp::maybe_begin_data(OpContext& ctx) {
   }
   for (int p : parts) {
     const HelloBody& b = *answers_[p];
-    if (b.numel != hello_.numel || b.codec != hello_.codec || b.piece_elems != hello_.piece_elems) {
+    const bool agree = b.kind == hello_.kind &&
+                       (gather_ || (b.numel == hello_.numel && b.codec == hello_.codec &&
+                                    b.piece_elems == hello_.piece_elems));
+    if (!agree) {
       std::ostringstream os;
       os << "collective #" << seq_ << ": island " << p << " issued " << b.numel
          << " elements (codec " << std::hex << b.codec << ", piece " << std::dec << b.piece_elems
@@ -114,8 +119,12 @@ void AllreduceOp::maybe_begin_data(OpContext& ctx) {
     }
   }
   if (parts.size() == 1) {  // the mean of one buffer is that buffer, bitwise
-    backup_->restore();
-    if (transmitted_.defined()) transmitted_.copy_(buffer_);
+    if (gather_) {
+      *gather_out_ = {gather_in_};
+    } else {
+      backup_->restore();
+      if (transmitted_.defined()) transmitted_.copy_(buffer_);
+    }
     complete(ctx, Status::ok(), parts, weight_);
     return;
   }
@@ -123,8 +132,27 @@ void AllreduceOp::maybe_begin_data(OpContext& ctx) {
 }
 
 void AllreduceOp::begin_data(OpContext& ctx, const std::vector<int>& parts) {
-  backup_->restore();
   participants_ = parts;
+  if (gather_) {
+    std::vector<uint64_t> sizes;
+    for (int p : parts) sizes.push_back(answers_[p]->numel);
+    weight_sum_ = static_cast<double>(parts.size());
+    const int pos = static_cast<int>(std::find(parts.begin(), parts.end(), ctx.self()) - parts.begin());
+    exchange_ = make_gather_exchange(seq_, epoch_, parts, pos, &gather_in_, std::move(sizes), gather_out_, chunk_bytes_);
+    data_start_ = Clock::now();
+    const Tuning& t = ctx.tuning();
+    double expected = 0;
+    for (int p : parts) expected += static_cast<double>(answers_[p]->numel);
+    timeout_ = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
+        t.timeout_slack * (t.latency_s + expected / std::max(1.0, ctx.bandwidth())) + 1.0));
+    deadline_ = data_start_ + timeout_;
+    exchange_->start(ctx);
+    std::vector<Inbound> early = std::move(early_);
+    early_.clear();
+    for (Inbound& m : early) on_message(ctx, m);
+    return;
+  }
+  backup_->restore();
   double weight_sum = 0;
   bool uniform = true;
   for (int p : parts) {
@@ -149,7 +177,7 @@ void AllreduceOp::begin_data(OpContext& ctx, const std::vector<int>& parts) {
   s.piece_elems = static_cast<int64_t>(hello_.piece_elems);
   s.chunk_bytes = chunk_bytes_;
   const double expected = Exchange::expected_bytes(s);
-  exchange_ = codec_.lossless() ? make_ring_exchange(std::move(s)) : make_direct_exchange(std::move(s));
+  exchange_ = make_exchange(std::move(s));
   data_start_ = Clock::now();
   const Tuning& t = ctx.tuning();
   timeout_ = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
@@ -228,28 +256,37 @@ void AllreduceOp::on_adoption(OpContext& ctx, Inbound& m) {
     if (adopt_from_ >= 0) return;  // another finished member's offer is being taken
     ResultInfoBody info;
     Status st = parse_result_info(m.data(), m.size(), &info);
-    if (st.is_ok() && info.numel != hello_.numel) st = corrupt("result of another size");
+    if (st.is_ok() && !gather_ && info.numel != hello_.numel) st = corrupt("result of another size");
+    if (st.is_ok() && gather_ && info.numel > (uint64_t{1} << 34)) st = corrupt("allgather result too large");
     if (!st.is_ok()) {
       ctx.drops().drop("invalid RESULT_INFO", st.message());
       return;
     }
     adopt_from_ = h.sender;
     adopt_info_ = std::move(info);
-    adopt_pieces_.reset(buffer_.numel());
+    if (gather_) adopt_buffer_ = at::empty({static_cast<int64_t>(adopt_info_.numel)}, at::kFloat);
+    adopt_pieces_.reset(gather_ ? adopt_buffer_.numel() : buffer_.numel());
     return;
   }
   if (h.sender != adopt_from_) return;
   auto range = adopt_pieces_.accept(h);
   Status st = range.is_ok() ? Status::ok() : range.status();
   if (st.is_ok()) {
-    at::Tensor dst = buffer_.narrow(0, range->first, range->second - range->first);
-    backup_->save(range->first, range->second);
+    at::Tensor dst = (gather_ ? adopt_buffer_ : buffer_).narrow(0, range->first, range->second - range->first);
+    if (!gather_) backup_->save(range->first, range->second);
     st = decode_piece(compression::Pipeline(), m, dst);
   }
   if (!st.is_ok()) {
     ctx.drops().drop("invalid RESULT piece", st.message());
     adopt_from_ = -1;  // a restart (new epoch) asks again
     return;
+  }
+  if (adopt_pieces_.complete() && gather_) {
+    if (Status unpacked = unpack_gathered(adopt_buffer_, gather_out_); !unpacked.is_ok()) {
+      ctx.drops().drop("invalid RESULT pieces", unpacked.message());
+      adopt_from_ = -1;
+      return;
+    }
   }
   if (adopt_pieces_.complete()) {
     ATOLL_INFO("zmq data plane: island " << ctx.self() << " takes collective #" << seq_
@@ -278,12 +315,17 @@ void AllreduceOp::complete(OpContext& ctx, Status status, std::vector<int> contr
   deadline_ = Clock::time_point::max();
   backup_.reset();  // the input is no longer needed: input_ is free (and solely ours) again
   const bool keep = status.code() == StatusCode::kOk || status.code() == StatusCode::kPeerLost;
-  if (keep && ctx.tuning().retain_results && !contributors.empty()) {
+  if (gather_) {
+    if (keep && ctx.tuning().retain_results && !contributors.empty()) {
+      retained_ = std::make_unique<Retained>(
+          Retained{epoch_, {status, contributors, weight_sum}, pack_gathered(*gather_out_)});
+    }
+  } else if (keep && ctx.tuning().retain_results && !contributors.empty()) {
     // Copied before the caller is woken: from then on the buffer is the caller's again. The
     // saved input's memory is no longer needed and takes the result.
     input_.copy_(buffer_);
     retained_ = std::make_unique<Retained>(Retained{epoch_, {status, contributors, weight_sum}, std::move(input_)});
-  } else {
+  } else if (input_.defined()) {
     ctx.recycle(std::move(input_));
   }
   input_ = at::Tensor();
@@ -291,6 +333,43 @@ void AllreduceOp::complete(OpContext& ctx, Status status, std::vector<int> contr
   future_.clear();
   exchange_.reset();
   finish({std::move(status), std::move(contributors), weight_sum});
+}
+
+at::Tensor pack_gathered(const std::vector<std::vector<uint8_t>>& gathered) {
+  size_t bytes = 8 + 8 * gathered.size();
+  for (const auto& g : gathered) bytes += g.size();
+  at::Tensor words = at::zeros({static_cast<int64_t>((bytes + 3) / 4)}, at::kFloat);
+  auto* out = static_cast<uint8_t*>(words.data_ptr());
+  const uint64_t count = gathered.size();
+  std::memcpy(out, &count, 8);
+  size_t at = 8 + 8 * gathered.size();
+  for (size_t i = 0; i < gathered.size(); ++i) {
+    const uint64_t n = gathered[i].size();
+    std::memcpy(out + 8 + 8 * i, &n, 8);
+    if (n) std::memcpy(out + at, gathered[i].data(), n);
+    at += n;
+  }
+  return words;
+}
+
+Status unpack_gathered(const at::Tensor& words, std::vector<std::vector<uint8_t>>* gathered) {
+  const auto* in = static_cast<const uint8_t*>(words.data_ptr());
+  const uint64_t size = static_cast<uint64_t>(words.numel()) * 4;
+  uint64_t count = 0;
+  if (size < 8) return corrupt("packed allgather result shorter than its count");
+  std::memcpy(&count, in, 8);
+  if (count > kMaxMembers || 8 + 8 * count > size) return corrupt("packed allgather result: bad count");
+  uint64_t at = 8 + 8 * count;
+  std::vector<std::vector<uint8_t>> out(count);
+  for (uint64_t i = 0; i < count; ++i) {
+    uint64_t n = 0;
+    std::memcpy(&n, in + 8 + 8 * i, 8);
+    if (n > size - at) return corrupt("packed allgather result: sizes beyond its end");
+    out[i].assign(in + at, in + at + n);
+    at += n;
+  }
+  *gathered = std::move(out);
+  return Status::ok();
 }
 
 void serve_result(OpContext& ctx, uint64_t seq, uint64_t epoch, const Retained& r, int peer) {

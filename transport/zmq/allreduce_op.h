@@ -54,6 +54,12 @@ class AllreduceOp final : public Op {
   AllreduceOp(uint64_t seq, at::Tensor buffer, at::Tensor input, const compression::Pipeline& codec,
               double weight, at::Tensor transmitted, int64_t chunk_bytes,
               std::shared_ptr<Completion> completion);
+  // An allgather of `bytes` into `*out` (Group::allgather), with the same attempts, restarts
+  // and hand-over: HELLO carries the byte count (kind kHelloAllgather), the data phase is
+  // collectives::allgather, and a finished result is kept and handed over packed as fp32
+  // words (pack_gathered).
+  AllreduceOp(uint64_t seq, std::vector<uint8_t> bytes, std::vector<std::vector<uint8_t>>* out,
+              int64_t chunk_bytes, std::shared_ptr<Completion> completion);
 
   void start(OpContext& ctx, uint64_t epoch, const std::vector<int>& members) override;
   void on_membership(OpContext& ctx, uint64_t epoch, const std::vector<int>& members) override;
@@ -68,6 +74,11 @@ class AllreduceOp final : public Op {
   void begin_data(OpContext& ctx, const std::vector<int>& participants);
   void on_adoption(OpContext& ctx, Inbound& m);
   void complete(OpContext& ctx, Status status, std::vector<int> contributors, double weight_sum);
+
+  bool gather_ = false;            // an allgather (else an all-reduce)
+  std::vector<uint8_t> gather_in_;
+  std::vector<std::vector<uint8_t>>* gather_out_ = nullptr;
+  at::Tensor adopt_buffer_;        // allgather: a finished peer's packed result
 
   // The caller's request.
   at::Tensor buffer_, transmitted_;
@@ -98,6 +109,12 @@ class AllreduceOp final : public Op {
 
   std::unique_ptr<Retained> retained_;
 };
+
+// An allgather's result as fp32 words (count u64, sizes u64 x count, the bytes, zero-padded
+// to a multiple of 4) for the hand-over, and back. unpack_gathered: kCorrupt when the words
+// do not hold such a layout.
+at::Tensor pack_gathered(const std::vector<std::vector<uint8_t>>& gathered);
+Status unpack_gathered(const at::Tensor& words, std::vector<std::vector<uint8_t>>* gathered);
 
 // Sends a finished all-reduce's outcome to `peer` (RESULT_INFO, then fp32 RESULT pieces).
 void serve_result(OpContext& ctx, uint64_t seq, uint64_t epoch, const Retained& r, int peer);

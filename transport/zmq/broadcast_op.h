@@ -1,7 +1,8 @@
-// broadcast(root, buffer) over the data plane: a star from the root, like the in-process
-// reference. The root encodes its buffer once (seed 0) and sends it to every other member
-// of its current membership: lossless codecs as piece frames, lossy ones as one split frame
-// (transfer.h), so receivers decode exactly what the in-process transfer would. The root's
+// broadcast(root, buffer) over the data plane: collectives::broadcast
+// (transport/collectives/schedules.h) over ZmqWire, the schedule every transport runs. The
+// root sends its buffer to every other member of its current membership: lossless codecs in
+// pieces of the agreed length, lossy ones as one frame (split into byte ranges on the wire),
+// so receivers decode exactly what the in-process transfer would. The root's
 // own buffer is left as it is and its handle completes once everything is queued on the
 // links (which deliver it reliably while the peers live). A receiver completes when the
 // whole buffer has arrived; it accepts the root's pieces whatever their epoch.
@@ -16,8 +17,9 @@
 #include <vector>
 
 #include "compression/pipeline.h"
+#include "transport/collectives/program.h"
+#include "transport/zmq/exchange.h"
 #include "transport/zmq/op.h"
-#include "transport/zmq/transfer.h"
 
 namespace atl::transport::dataplane {
 
@@ -31,15 +33,15 @@ class BroadcastOp final : public Op {
   void on_message(OpContext& ctx, Inbound& m) override;
 
  private:
-  void complete_ok();
+  void step(OpContext& ctx);
 
   int root_;
   at::Tensor buffer_;
   compression::Pipeline codec_;
   int64_t chunk_bytes_;
   std::vector<int> members_;
-  PiecesIn pieces_;             // lossless
-  SplitIn split_;               // lossy
+  std::unique_ptr<ZmqWire> wire_;
+  collectives::Program program_;
 };
 
 }  // namespace atl::transport::dataplane

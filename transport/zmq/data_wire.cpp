@@ -50,6 +50,7 @@ const char* msg_type_name(MsgType type) {
     case MsgType::kResultInfo: return "RESULT_INFO";
     case MsgType::kResult: return "RESULT";
     case MsgType::kAck: return "ACK";
+    case MsgType::kGather: return "GATHER";
   }
   return "?";
 }
@@ -155,6 +156,7 @@ Status parse_header(const uint8_t* b, size_t size, const uint8_t* payload, size_
     case MsgType::kDirect:
     case MsgType::kBroadcast:
     case MsgType::kResult:
+    case MsgType::kGather:
       if (h->pieces == 0) return bad("data piece with a piece count of 0");
       break;
     case MsgType::kResultInfo:
@@ -186,7 +188,7 @@ Status parse_hello(const uint8_t* p, size_t n, HelloBody* hb) {
   hb->weight = get<double>(p, 16);
   hb->codec = get<uint64_t>(p, 24);
   hb->piece_elems = get<uint64_t>(p, 32);
-  if (hb->kind != 1) return bad("HELLO of unknown kind");
+  if (hb->kind != kHelloAllreduce && hb->kind != kHelloAllgather) return bad("HELLO of unknown kind");
   if (!std::isfinite(hb->weight) || hb->weight <= 0) return bad("HELLO weight not finite and > 0");
   if (hb->piece_elems == 0) return bad("HELLO piece length 0");
   return Status::ok();

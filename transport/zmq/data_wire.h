@@ -5,7 +5,7 @@
 // A data message is one ZeroMQ multipart message: a fixed 88-byte little-endian header frame,
 // then (when payload_len > 0) one payload frame:
 //
-//   magic "ATLD" | version u8 = 2 | type u8 | flags u8 | reserved u8 = 0 | sender i32
+//   magic "ATLD" | version u8 = 3 | type u8 | flags u8 | reserved u8 = 0 | sender i32
 //   | step u32 | epoch u64 | seq u64 | link_seq u64 | done_below u64 | chunk u32 | piece u32
 //   | pieces u32 | payload_len u32 | offset u64 | total u64
 //   | checksum u64 = XXH3_64bits_withSeed(header[0, 80), 80, XXH3_64bits(payload, payload_len))
@@ -34,7 +34,7 @@
 namespace atl::transport::dataplane {
 
 constexpr uint8_t kMagic[4] = {'A', 'T', 'L', 'D'};
-constexpr uint8_t kVersion = 2;
+constexpr uint8_t kVersion = 3;
 constexpr size_t kHeaderBytes = 88;
 constexpr size_t kChecksumOffset = 80;
 constexpr int32_t kMaxIslandId = (1 << 20) - 1;
@@ -51,8 +51,9 @@ enum class MsgType : uint8_t {
   kResultInfo = 6,  // a finished all-reduce's outcome, to a peer that restarted it
   kResult = 7,      // piece of that finished result (fp32 frames)
   kAck = 8,         // link acknowledgement: link_seq = last message received in order
+  kGather = 9,      // allgather: a member's bytes (collectives::Tag::kGather)
 };
-constexpr uint8_t kMaxMsgType = 8;
+constexpr uint8_t kMaxMsgType = 9;
 const char* msg_type_name(MsgType type);
 
 // Header flag bits (all others reserved, must be 0; at most one of them set).
@@ -72,8 +73,8 @@ struct Header {
   uint32_t piece = 0;       // piece index within the transfer
   uint32_t pieces = 0;      // piece count of the transfer
   uint32_t payload_len = 0;
-  uint64_t offset = 0;      // split: byte offset in the frame; else element offset
-  uint64_t total = 0;       // split: frame bytes; else elements of the transfer
+  uint64_t offset = 0;      // split: byte offset in the frame; else 0
+  uint64_t total = 0;       // split: frame bytes; else the payload's bytes
 };
 
 // Writes the 88 header bytes (checksum over them and `payload`) into `out`.
@@ -98,9 +99,10 @@ uint64_t checksum_payload(const uint8_t* payload, size_t payload_len);
 uint64_t copy_and_checksum(uint8_t* dst, const uint8_t* src, size_t n);
 
 // HELLO body: what every member must agree on before data moves (40 bytes).
+constexpr uint8_t kHelloAllreduce = 1, kHelloAllgather = 3;
 struct HelloBody {
-  uint8_t kind = 1;          // 1 = allreduce_mean
-  uint64_t numel = 0;        // buffer elements
+  uint8_t kind = kHelloAllreduce;  // kHelloAllreduce or kHelloAllgather
+  uint64_t numel = 0;        // buffer elements (allgather: this member's bytes)
   double weight = 1;         // this member's weight, finite and > 0
   uint64_t codec = 0;        // fingerprint of the pipeline (hash of an empty frame)
   uint64_t piece_elems = 0;  // ring piece length (from chunk_bytes and the codec)

@@ -1,29 +1,23 @@
 // The data phase of one all-reduce attempt, once every participant has said HELLO and the
-// weights are known. Two schedules, each bitwise equal to the in-process reference
-// (transport/inproc/inproc_group.cpp) for the same inputs:
-//
-//   - ring (lossless codecs, ring_exchange.cpp): transport/ring.h's reduce-scatter then
-//     all-gather, the receiver adding own_chunk.add_(incoming) and the owner dividing by the
-//     divisor; pipelined piece by piece (piece k of step t+1 leaves as soon as piece k of
-//     step t has arrived), which changes no sum's order.
-//   - direct (lossy codecs, direct_exchange.cpp): every member encodes its chunk c once for
-//     its owner (members[c]); the owner sums the decoded contributions in member order with
-//     its own exact chunk in place, divides, encodes the mean once and sends it to all,
-//     keeping decode(encode(mean)) itself.
-//
-// Used by AllreduceOp on the I/O thread only.
+// weights are known: the schedule of transport/collectives/schedules.h (ring for lossless
+// codecs, direct for lossy ones; bitwise the in-process and gloo results for the same
+// inputs) run by ProgramExchange (program_exchange.cpp) over ZmqWire, on the I/O thread.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <tuple>
 #include <vector>
 
 #include "compression/pipeline.h"
+#include "transport/collectives/wire.h"
 #include "transport/ring.h"
 #include "transport/zmq/input_backup.h"
 #include "transport/zmq/op.h"
+#include "transport/zmq/transfer.h"
 
 namespace atl::transport::dataplane {
 
@@ -62,10 +56,67 @@ class Exchange {
   uint64_t bytes_in_ = 0;
 };
 
-std::unique_ptr<Exchange> make_ring_exchange(ExchangeSetup setup);
-std::unique_ptr<Exchange> make_direct_exchange(ExchangeSetup setup);
+// The data phase of an all-reduce (the schedule the codec calls for).
+std::unique_ptr<Exchange> make_exchange(ExchangeSetup setup);
+// The data phase of an allgather among `members` (this island at `pos`), every member's
+// byte count in `sizes`; fills `*out`.
+std::unique_ptr<Exchange> make_gather_exchange(uint64_t seq, uint64_t epoch, std::vector<int> members, int pos,
+                                               const std::vector<uint8_t>* mine, std::vector<uint64_t> sizes,
+                                               std::vector<std::vector<uint8_t>>* out, int64_t chunk_bytes);
 
-// The lossy path's encode seed, exactly as the in-process reference computes it.
-using ring::direct_seed;
+// The collectives::Wire of one attempt of one collective on the data plane (see
+// program_exchange.cpp). Used on the I/O thread: bind() the context of each call first.
+class ZmqWire final : public collectives::Wire {
+ public:
+  // `members`: the attempt's participants (messages from others are dropped); `backup`
+  // (may be null) saves buffer regions before the schedule writes them.
+  ZmqWire(uint64_t seq, uint64_t epoch, int64_t chunk_bytes, std::vector<int> members, InputBackup* backup);
+  void bind(OpContext& ctx) { ctx_ = &ctx; }
+
+  int self() const override { return ctx_->self(); }
+  bool raw_fp32() const override { return true; }
+  void send(int to, const collectives::MsgKey& key, const uint8_t* data, size_t size, uint64_t raw_bytes,
+            bool raw) override;
+  collectives::RecvId post_recv(int from, const collectives::MsgKey& key, uint8_t* dst, size_t capacity,
+                                bool raw) override;
+  bool ready(collectives::RecvId id) override;
+  collectives::Payload take(collectives::RecvId id) override;
+  bool sent() override { return true; }  // the links deliver what was queued
+  void will_write(int64_t begin, int64_t end) override;
+
+  // A data message of this attempt (type, sequence number and epoch already checked).
+  void deliver(Inbound& m);
+  // The peer whose message the schedule waits for (-1: none).
+  int waiting_on() const { return waiting_on_; }
+  uint64_t bytes_in() const { return bytes_in_; }
+
+ private:
+  // (sender, type, step, chunk, piece)
+  using Key = std::tuple<int, uint8_t, uint32_t, uint32_t, uint32_t>;
+  struct Slot {
+    bool posted = false, raw = false, complete = false, split_frame = false;
+    int from = -1;
+    size_t capacity = 0;
+    Inbound message;  // a whole message
+    SplitIn split;    // or one frame in byte ranges
+  };
+  static constexpr size_t kMaxEarlyBytes = size_t{1} << 30;
+  static Key key_of(int from, const collectives::MsgKey& k);
+  void accept(Slot& s, Inbound& m);
+  void release(Slot& s);
+
+  OpContext* ctx_ = nullptr;
+  const uint64_t seq_, epoch_;
+  const int64_t chunk_bytes_;
+  const std::vector<int> members_;
+  InputBackup* backup_;
+  std::map<Key, Slot> slots_;
+  std::vector<Key> posted_;  // by RecvId
+  std::map<Key, std::vector<Inbound>> early_;  // arrived before their receive was posted
+  size_t early_bytes_ = 0;
+  collectives::RecvId last_taken_ = -1;
+  int waiting_on_ = -1;
+  uint64_t bytes_in_ = 0;
+};
 
 }  // namespace atl::transport::dataplane

@@ -26,7 +26,8 @@ std::string bind_endpoint(const ControlPlane& control, const ZmqGroupOptions& o)
 }
 
 bool is_allreduce_message(MsgType t) {
-  return t == MsgType::kHello || t == MsgType::kAbsent || t == MsgType::kRing || t == MsgType::kDirect;
+  return t == MsgType::kHello || t == MsgType::kAbsent || t == MsgType::kRing || t == MsgType::kDirect ||
+         t == MsgType::kGather;
 }
 
 // libzmq mallocs every received message. With glibc's defaults, the megabytes freed after each

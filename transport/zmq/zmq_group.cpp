@@ -92,4 +92,15 @@ std::string ZmqGroup::endpoint() const { return io_->endpoint(); }
 
 uint64_t ZmqGroup::dropped() const { return io_->dropped(); }
 
+std::unique_ptr<Handle> ZmqGroup::allgather(std::vector<uint8_t> bytes, std::vector<std::vector<uint8_t>>* out) {
+  TORCH_CHECK(out != nullptr, "allgather: no output");
+  auto done = std::make_shared<Completion>();
+  io_->submit(std::make_unique<dataplane::AllreduceOp>(next_seq_++, std::move(bytes), out, options_.chunk_bytes, done));
+  return std::make_unique<CompletionHandle>(std::move(done));
+}
+
+std::unique_ptr<Group> ZmqGroup::subgroup(uint32_t, std::vector<int>) {
+  throw std::logic_error("sub-groups are not available over zmq yet");
+}
+
 }  // namespace atl::transport

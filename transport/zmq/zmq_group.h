@@ -86,6 +86,11 @@ class ZmqGroup final : public Group {
                                          double weight = 1.0, at::Tensor transmitted = {}) override;
   std::unique_ptr<Handle> broadcast(int root, at::Tensor buffer,
                                     const compression::Pipeline& codec) override;
+  // Peer to peer (also with options.star), with the all-reduce's attempts, restarts and
+  // hand-over of a finished result (allreduce_op.h).
+  std::unique_ptr<Handle> allgather(std::vector<uint8_t> bytes, std::vector<std::vector<uint8_t>>* out) override;
+  // Not available over ZeroMQ yet (docs/collectives.md): throws std::logic_error.
+  std::unique_ptr<Group> subgroup(uint32_t key, std::vector<int> ids) override;
   // ServerLink::push (server_link.h): encodes `buffer` as InprocGroup does, hands the frame
   // to ControlPlane::push and blocks until it answers. Counts the frame's bytes.
   std::unique_ptr<Handle> push(uint64_t tag, at::Tensor buffer, const compression::Pipeline& codec,

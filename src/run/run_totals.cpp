@@ -1,0 +1,50 @@
+#include "src/run/run_totals.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace atl::run {
+
+bool RunTotals::add(const std::string& json) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto event = sim::json_find_string(json, "event");
+  if (!event) return true;
+  if (*event == "eval") {
+    return evals_.add(static_cast<int64_t>(sim::json_find_number(json, "step").value_or(-1)),
+                      sim::json_find_number(json, "val_loss").value_or(NAN),
+                      sim::json_find_number(json, "val_accuracy").value_or(-1));
+  } else if (*event == "round") {
+    if (auto r = sim::json_find_number(json, "round")) rounds_ = std::max(rounds_, static_cast<int64_t>(*r));
+  } else if (*event == "island_end") {
+    ++finished_;
+    bytes_sent_ += static_cast<uint64_t>(sim::json_find_number(json, "bytes_sent").value_or(0));
+    bytes_recv_ += static_cast<uint64_t>(sim::json_find_number(json, "bytes_recv").value_or(0));
+    raw_sent_ += static_cast<uint64_t>(sim::json_find_number(json, "raw_sent").value_or(0));
+    steps_ = std::max(steps_, static_cast<int64_t>(sim::json_find_number(json, "steps").value_or(0)));
+  }
+  return true;
+}
+
+bool RunTotals::evaluated(int64_t step) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return evals_.evaluated(step);
+}
+
+int RunTotals::finished() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return finished_;
+}
+
+void RunTotals::add_summary(sim::JsonObject& s, int64_t final_step, bool classifier) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  // The islands' global model: the final eval is the one at the last step an island finished.
+  if (final_step < 0 && finished_ > 0) final_step = steps_;
+  s.add("steps", steps_).add("rounds", rounds_).add("islands_finished", finished_);
+  evals_.add_fields(s, final_step, classifier);
+  s.add("bytes_sent_total", bytes_sent_)
+      .add("bytes_recv_total", bytes_recv_)
+      .add("compression_ratio",
+           bytes_sent_ > 0 ? static_cast<double>(raw_sent_) / static_cast<double>(bytes_sent_) : 1.0);
+}
+
+}  // namespace atl::run
