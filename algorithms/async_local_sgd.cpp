@@ -100,6 +100,16 @@ void DelayedNesterov::apply(at::Tensor& theta, const at::Tensor& g) {
   ++arrivals_;
 }
 
+std::optional<OptionProblem> check_dn_c(const AlgorithmOptions& options) {
+  const int n = options.buffer_size > 0 ? options.buffer_size : options.islands;
+  if (options.async_update == AsyncUpdate::kDelayedNesterov && options.dn_c > 1.0 / n + 1e-12) {
+    return OptionProblem{"algorithm.dn_c", std::to_string(options.dn_c) +
+                                               " must be in [0, 1/N] with N = buffer_size = " +
+                                               std::to_string(n) + " (0: islands.count)"};
+  }
+  return std::nullopt;
+}
+
 }  // namespace async_local_sgd
 
 namespace {
@@ -109,11 +119,8 @@ class AsyncWorker final : public Algorithm {
   AsyncWorker(const AlgorithmOptions& options, int island)
       : options_(options), island_(island), task_(async_local_sgd::task_steps(options, island)),
         feedback_(options.error_feedback) {
-    const int n = options.buffer_size > 0 ? options.buffer_size : options.islands;
-    if (options.async_update == AsyncUpdate::kDelayedNesterov && options.dn_c > 1.0 / n + 1e-12) {
-      throw UserError("async_local_sgd: algorithm.dn_c (" + std::to_string(options.dn_c) +
-                      ") must be in [0, 1/N] with N = buffer_size = " + std::to_string(n));
-    }
+    if (auto problem = async_local_sgd::check_dn_c(options))
+      throw UserError("async_local_sgd: " + problem->key + ": " + problem->message);
   }
 
   std::string name() const override { return "async_local_sgd"; }

@@ -6,6 +6,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <optional>
 
 #include "algorithms/options.h"
 
@@ -25,6 +26,10 @@ int64_t task_steps(const AlgorithmOptions& options, int island);
 // at least 1, so that every island trains for about the same virtual time as the fastest
 // one running train_steps.
 int64_t island_steps(const AlgorithmOptions& options, int island, int64_t train_steps);
+
+// The Delayed Nesterov activation rule: dn_c in [0, 1/N] with N = buffer_size (0: the
+// islands). Empty when it holds (or when the update is naive).
+std::optional<OptionProblem> check_dn_c(const AlgorithmOptions& options);
 
 // Local steps the server will have applied once every configured island has finished.
 int64_t total_steps(const AlgorithmOptions& options);

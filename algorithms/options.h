@@ -1,9 +1,16 @@
-// Options of the outer-loop algorithms. Plain structs; src/ fills them from the config.
+// Options of the outer-loop algorithms, declared once: the `algorithm:` section of a config
+// is AlgorithmOptions::fields() (src/config reads and writes it through that list; this
+// folder never sees YAML). The members after the config keys describe the run and are
+// filled by src/sim/components.cpp from other sections.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "src/base/fields.h"
+#include "src/base/status.h"
 
 namespace atl::algorithms {
 
@@ -25,37 +32,84 @@ struct OuterOptimizerOptions {
 };
 
 struct AlgorithmOptions {
-  std::string name = "diloco";   // registry name
-  int islands = 1;               // configured number of islands (fedavg: clients K)
-  uint64_t seed = 0;             // fedavg client sampling
-  int64_t inner_steps = 50;      // diloco: H
-  OuterOptimizerOptions outer;
-  bool weight_by_shard = false;  // weight each island by its shard size instead of 1
-  bool error_feedback = true;    // lossy codecs: carry the compression error to the next round
+  std::string name = "diloco";   // registry name (algorithms/registry.cpp)
+  int64_t inner_steps = 50;      // diloco: H, inner steps per round
+  OuterOptimizerOptions outer;   // outer_optimizer, outer_lr, ... (the keys in fields())
+  bool weight_by_shard = false;  // weighting shard_size: each island weighs n_i / sum n (else 1)
   // fedavg
-  double client_fraction = 0.1;  // C
-  int64_t rounds = 1;            // R
-  int64_t local_steps = 0;       // per selected client per round; 0 = local_epochs passes
-  int local_epochs = 1;          // E
-  int batch_size = 1;            // B (for local_epochs: steps = E * ceil(n_k / B))
-  std::vector<int64_t> shard_sizes;  // n_k of every client (fedavg planning)
+  double client_fraction = 0.1;  // C: fraction of clients sampled per round (at least one)
+  int64_t rounds = 0;            // R; 0 = derived: train.steps / local_steps
+  int64_t local_steps = 0;       // inner steps per selected client per round; 0 = local_epochs
+  int local_epochs = 1;          // E: passes over the shard when local_steps == 0
+  bool error_feedback = true;    // lossy codecs: carry each island's compression error into
+                                 // its next exchange (residual added before encoding)
   // diloco
   Overlap overlap = Overlap::kNone;  // delayed / eager: the all-reduce of round t completes
-                                     // at the end of round t+1
+                                     // at the end of round t+1 (docs/algorithms.md)
   // streaming_diloco
-  int fragments = 2;                 // P
-  FragmentMode fragment_mode = FragmentMode::kStrided;
+  int fragments = 2;                 // P: fragments of transformer blocks
+  FragmentMode fragment_mode = FragmentMode::kStrided;  // how blocks are dealt to fragments
   int64_t overlap_steps = 1;         // tau: inner steps between a fragment's send and receive
   double mix_alpha = 0.5;            // merge: alpha * local + (1 - alpha) * global
   // async_local_sgd
-  AsyncUpdate async_update = AsyncUpdate::kDelayedNesterov;
+  AsyncUpdate async_update = AsyncUpdate::kDelayedNesterov;  // the server's update rule
   int buffer_size = 0;               // DN: N arrivals per momentum update; 0 = islands
   double dn_c = 0;                   // DN: activation c in [0, 1/N]
   bool dynamic_local_updates = true; // DyLU: local steps per task proportional to speed
   int64_t min_local_steps = 5;       // DyLU: floor on a task's local steps
-  double grace_s = 0;                // seconds a worker waits after a push before pulling
+  double grace_s = 0;                // grace window (seconds) to batch near-simultaneous
+                                     // arrivals before restarting them from one model; 0 = off
+
+  // The config keys, in the order the resolved config lists them.
+  template <class V>
+  void fields(V& v) {
+    using namespace atl::fields;
+    v.field("name", name);  // checked by the registry (check_options), which knows the names
+    v.field("inner_steps", inner_steps, at_least(1));
+    v.choice("outer_optimizer", outer.kind,
+             {{"nesterov", OuterKind::kNesterov}, {"sgd", OuterKind::kSgd}, {"adam", OuterKind::kAdam}});
+    v.field("outer_lr", outer.lr, above(0));
+    v.field("outer_momentum", outer.momentum, closed_open(0, 1));
+    v.field("outer_beta1", outer.beta1, closed_open(0, 1));
+    v.field("outer_beta2", outer.beta2, closed_open(0, 1));
+    v.field("outer_eps", outer.eps, above(0));
+    v.choice("weighting", weight_by_shard, {{"uniform", false}, {"shard_size", true}});
+    v.field("client_fraction", client_fraction, open_closed(0, 1));
+    v.field("rounds", rounds, at_least(0));
+    v.field("local_steps", local_steps, at_least(0));
+    v.field("local_epochs", local_epochs, at_least(1));
+    v.field("error_feedback", error_feedback);
+    v.choice("overlap", overlap,
+             {{"none", Overlap::kNone}, {"delayed", Overlap::kDelayed}, {"eager", Overlap::kEager}});
+    v.field("fragments", fragments, at_least(1));
+    v.choice("fragment_mode", fragment_mode,
+             {{"strided", FragmentMode::kStrided}, {"sequential", FragmentMode::kSequential}});
+    v.field("overlap_steps", overlap_steps, at_least(0));
+    v.field("mix_alpha", mix_alpha, closed(0, 1));
+    v.choice("async_update", async_update,
+             {{"delayed_nesterov", AsyncUpdate::kDelayedNesterov}, {"naive", AsyncUpdate::kNaive}});
+    v.field("buffer_size", buffer_size, at_least(0));
+    v.field("dn_c", dn_c, closed(0, 1));
+    v.field("dynamic_local_updates", dynamic_local_updates);
+    v.field("min_local_steps", min_local_steps, at_least(1));
+    v.field("grace_s", grace_s, at_least(0));
+  }
+
+  // The run, not config keys: filled from other sections (src/sim/components.cpp).
+  int islands = 1;               // configured number of islands (fedavg: clients K)
+  uint64_t seed = 0;             // run.seed: fedavg client sampling
+  int batch_size = 1;            // B = train.batch_size x grad_accum (local_epochs planning)
+  std::vector<int64_t> shard_sizes;  // n_k of every client (fedavg planning)
   int64_t train_steps = 0;           // train.steps (async: each island's share of it)
   std::vector<double> speeds;        // compute speed factor of every island; empty = all 1
 };
+
+// A rule of the options that does not hold ("algorithm.fragments", what is wrong).
+using OptionProblem = KeyProblem;
+
+// The rules make_algorithm and make_server would throw for, checked on the options alone
+// (algorithms/registry.cpp: each algorithm's check). Empty when they hold; an unknown name
+// is a problem of "algorithm.name" that lists the valid names. Pure.
+std::optional<OptionProblem> check_options(const AlgorithmOptions& options);
 
 }  // namespace atl::algorithms

@@ -2,23 +2,33 @@
 #include <functional>
 #include <string>
 
+#include "algorithms/async_local_sgd.h"
 #include "algorithms/builtin.h"
+#include "algorithms/streaming_diloco.h"
 #include "src/base/status.h"
 
 namespace atl::algorithms {
 namespace {
 
+std::optional<OptionProblem> no_rules(const AlgorithmOptions&) { return std::nullopt; }
+
+std::optional<OptionProblem> streaming_rules(const AlgorithmOptions& o) {
+  return streaming_diloco::Schedule::check(o.inner_steps, o.fragments, o.overlap_steps);
+}
+
 struct Entry {
   const char* name;
   std::unique_ptr<Algorithm> (*make)(const AlgorithmOptions&, int);
+  // The rules `make` (and make_server) enforce, checked before anything is built.
+  std::optional<OptionProblem> (*check)(const AlgorithmOptions&);
 };
 
 constexpr Entry kAlgorithms[] = {
-    {"ddp", make_ddp},
-    {"diloco", make_diloco},
-    {"fedavg", make_fedavg},
-    {"streaming_diloco", make_streaming_diloco},
-    {"async_local_sgd", make_async_local_sgd},
+    {"ddp", make_ddp, no_rules},
+    {"diloco", make_diloco, no_rules},
+    {"fedavg", make_fedavg, no_rules},
+    {"streaming_diloco", make_streaming_diloco, streaming_rules},
+    {"async_local_sgd", make_async_local_sgd, async_local_sgd::check_dn_c},
 };
 
 std::string joined_names() {
@@ -33,6 +43,14 @@ std::vector<std::string> algorithm_names() {
   std::vector<std::string> names;
   for (const auto& e : kAlgorithms) names.emplace_back(e.name);
   return names;
+}
+
+std::optional<OptionProblem> check_options(const AlgorithmOptions& options) {
+  for (const auto& e : kAlgorithms) {
+    if (options.name == e.name) return e.check(options);
+  }
+  return OptionProblem{"algorithm.name", "unknown algorithm '" + options.name + "' (valid: " +
+                                             joined_names() + ")"};
 }
 
 std::unique_ptr<Algorithm> make_algorithm(const AlgorithmOptions& options, int island) {

@@ -79,24 +79,35 @@ std::vector<std::vector<Run>> assign_fragments(const std::vector<ParamRange>& la
   return out;
 }
 
+std::optional<OptionProblem> Schedule::check(int64_t inner_steps, int fragments,
+                                             int64_t overlap_steps) {
+  if (fragments > inner_steps) {
+    return OptionProblem{"algorithm.fragments", std::to_string(fragments) +
+                                                    " fragments must not exceed algorithm.inner_steps (" +
+                                                    std::to_string(inner_steps) + ")"};
+  }
+  int64_t min_gap = inner_steps, previous = 0;
+  for (int p = 1; p < fragments; ++p) {
+    const int64_t offset = static_cast<int64_t>(p) * inner_steps / fragments;
+    min_gap = std::min(min_gap, offset - previous);
+    previous = offset;
+  }
+  min_gap = std::min(min_gap, inner_steps - previous);
+  if (overlap_steps >= min_gap) {
+    return OptionProblem{"algorithm.overlap_steps",
+                         std::to_string(overlap_steps) +
+                             " must be smaller than the steps between two fragment syncs (" +
+                             std::to_string(min_gap) +
+                             " = inner_steps / fragments): at most one fragment may be in flight"};
+  }
+  return std::nullopt;
+}
+
 Schedule::Schedule(int64_t inner_steps, int fragments, int64_t overlap_steps, int64_t last_step)
     : h_(inner_steps), tau_(overlap_steps), last_step_(last_step) {
-  if (fragments > inner_steps) {
-    throw UserError("streaming_diloco: algorithm.fragments (" + std::to_string(fragments) +
-                    ") must not exceed algorithm.inner_steps (" + std::to_string(inner_steps) + ")");
-  }
-  int64_t min_gap = h_;
-  for (int p = 0; p < fragments; ++p) {
-    offsets_.push_back(static_cast<int64_t>(p) * h_ / fragments);
-    if (p > 0) min_gap = std::min(min_gap, offsets_[p] - offsets_[p - 1]);
-  }
-  min_gap = std::min(min_gap, h_ - offsets_.back());
-  if (tau_ >= min_gap) {
-    throw UserError("streaming_diloco: algorithm.overlap_steps (" + std::to_string(tau_) +
-                    ") must be smaller than the steps between two fragment syncs (" +
-                    std::to_string(min_gap) + " = inner_steps / fragments): at most one "
-                    "fragment may be in flight");
-  }
+  if (auto problem = check(inner_steps, fragments, overlap_steps))
+    throw UserError("streaming_diloco: " + problem->key + ": " + problem->message);
+  for (int p = 0; p < fragments; ++p) offsets_.push_back(static_cast<int64_t>(p) * h_ / fragments);
 }
 
 int Schedule::fragment_at_offset(int64_t step) const {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "algorithms/algorithm.h"
@@ -36,6 +37,9 @@ std::vector<std::vector<Run>> assign_fragments(const std::vector<ParamRange>& la
 // step is not made (the last step's flush covers those steps instead).
 class Schedule {
  public:
+  // The rule the constructor enforces, as a problem of its key; empty when it holds.
+  static std::optional<OptionProblem> check(int64_t inner_steps, int fragments,
+                                            int64_t overlap_steps);
   // Throws atl::UserError unless 1 <= P <= H and tau < the smallest gap between two
   // consecutive fragment offsets (= H/P when P divides H), so that at most one fragment is
   // in flight at a time.

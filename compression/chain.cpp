@@ -17,18 +17,8 @@ bool is_known_stage(uint8_t raw_id) {
 }
 
 Slot slot_of(StageId id) {
-  switch (id) {
-    case StageId::kDct: return Slot::kTransform;
-    case StageId::kTopK:
-    case StageId::kRandK: return Slot::kSparsify;
-    case StageId::kFp16:
-    case StageId::kBf16:
-    case StageId::kInt8:
-    case StageId::kInt4:
-    case StageId::kFp4:
-    case StageId::kFp8: return Slot::kQuantize;
-    case StageId::kZstd: return Slot::kLossless;
-  }
+  for (const auto& s : kStageInfo)
+    if (s.id == id) return s.slot;
   throw std::invalid_argument("unknown stage id " + std::to_string(static_cast<int>(id)));
 }
 

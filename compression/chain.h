@@ -16,8 +16,7 @@
 
 namespace atl::compression {
 
-// Canonical slots (compression/stage.h); a chain lists them in strictly increasing order.
-enum class Slot : uint8_t { kTransform = 1, kSparsify = 2, kQuantize = 3, kLossless = 4 };
+// A chain lists its stages' slots (Slot, compression/stage.h) in strictly increasing order.
 
 // Bounds on stage parameters and sizes. The frame parser enforces the same ones.
 constexpr int kMaxStages = 4;                         // one stage per slot

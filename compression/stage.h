@@ -46,6 +46,25 @@ struct StageConfig {
   int level = 3;              // zstd: compression level 1..19
 };
 
+// A stage's place in a pipeline: the canonical slots above, in the order a chain lists them.
+enum class Slot : uint8_t { kTransform = 1, kSparsify = 2, kQuantize = 3, kLossless = 4 };
+
+struct StageInfo {
+  StageId id;
+  const char* name;  // its name in configs and logs
+  Slot slot;
+};
+
+// The registry of stages: one row per StageId, in wire-id order. Config parsing
+// (src/config) takes the stage names from here.
+inline constexpr StageInfo kStageInfo[] = {
+    {StageId::kDct, "dct", Slot::kTransform},     {StageId::kTopK, "topk", Slot::kSparsify},
+    {StageId::kRandK, "randk", Slot::kSparsify},  {StageId::kFp16, "fp16", Slot::kQuantize},
+    {StageId::kBf16, "bf16", Slot::kQuantize},    {StageId::kInt8, "int8", Slot::kQuantize},
+    {StageId::kInt4, "int4", Slot::kQuantize},    {StageId::kFp4, "fp4", Slot::kQuantize},
+    {StageId::kFp8, "fp8", Slot::kQuantize},      {StageId::kZstd, "zstd", Slot::kLossless},
+};
+
 // "int4", "zstd", ... ; and the reverse (false for an unknown name).
 const char* stage_name(StageId id);
 bool stage_from_name(const std::string& name, StageId* id);

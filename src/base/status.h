@@ -83,6 +83,14 @@ class StatusError : public std::runtime_error {
   Status status_;
 };
 
+// A rule of a component's options that does not hold, found before the component is built:
+// `key` is the config key it concerns ("algorithm.fragments"), `message` what is wrong.
+// src/ turns it into the one-line user error "FILE:LINE: key 'KEY': MESSAGE".
+struct KeyProblem {
+  std::string key;
+  std::string message;
+};
+
 // A mistake of the user's (bad config, missing file, bad CLI). main() prints what() as one
 // line and exits with code 2. Thrown only while a run is being set up, never mid-run.
 class UserError : public std::runtime_error {

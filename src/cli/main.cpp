@@ -12,15 +12,13 @@
 #include <string>
 #include <vector>
 
-#include "algorithms/algorithm.h"
 #include "src/base/log.h"
 #include "src/base/status.h"
 #include "src/config/config.h"
 #include "src/config/sweep_spec.h"
-#include "src/models/model.h"
 #include "src/run/processes.h"
-#include "src/sim/components.h"
 #include "src/sim/simulator.h"
+#include "src/sim/validate.h"
 #include "src/sweep/compare.h"
 #include "src/sweep/plan.h"
 #include "src/sweep/report.h"
@@ -32,30 +30,12 @@ constexpr int kExitRuntime = 1;
 constexpr int kExitUsage = 2;
 constexpr int kExitInterrupted = 130;  // a sweep stopped by SIGINT/SIGTERM (128 + SIGINT)
 
-// `c`'s value of `key` must be one of `valid` (a registry's names), else a user error naming
-// the key and where it was set.
-void check_registered(const atl::config::Config& c, const std::string& key, const std::string& what,
-                      const std::string& name, const std::vector<std::string>& valid) {
-  if (std::find(valid.begin(), valid.end(), name) != valid.end()) return;
-  std::string list;
-  for (const auto& v : valid) list += (list.empty() ? "" : ", ") + v;
-  const auto origin = c.origins.find(key);
-  throw atl::UserError((origin != c.origins.end() ? origin->second : c.source) + ": key '" + key +
-                       "': unknown " + what + " '" + name + "' (valid: " + list + ")");
-}
-
-// Checks what can be checked of a parsed config without running it: files it names,
-// registry names (algorithm, model) and the compression pipeline.
-void check_config(const atl::config::Config& c) {
-  atl::config::check_environment(c);
-  check_registered(c, "algorithm.name", "algorithm", c.algorithm.name, atl::algorithms::algorithm_names());
-  check_registered(c, "model.name", "model", c.model.name, atl::models::model_names());
-  atl::sim::make_pipeline(c);  // stage order and parameters
-}
-
-atl::config::Config load_and_check(const std::string& path, const std::vector<std::string>& sets) {
+// Parses CONFIG with its --set overrides and runs every check `target` needs before
+// anything starts (src/sim/validate.h).
+atl::config::Config load_and_check(const std::string& path, const std::vector<std::string>& sets,
+                                   atl::sim::Target target) {
   atl::config::Config c = atl::config::load_config(path, sets);
-  check_config(c);
+  atl::sim::validate_config(c, target);
   return c;
 }
 
@@ -70,7 +50,8 @@ struct SweepOptions {
 // `atoll sweep`: plan (every run resolved and checked), then run, then report.
 int sweep(const SweepOptions& o) {
   const atl::config::SweepSpec spec = atl::config::load_sweep_spec(o.path);
-  const atl::sweep::ExpandedSweep plan = atl::sweep::expand(spec, o.root, check_config);
+  const atl::sweep::ExpandedSweep plan = atl::sweep::expand(
+      spec, o.root, [](const atl::config::Config& c) { atl::sim::validate_config(c, atl::sim::Target::kSimulate); });
   if (o.dry_run) {
     std::fputs(atl::sweep::plan_text(plan.plan).c_str(), stdout);
     return 0;
@@ -211,10 +192,16 @@ int main(int argc, char** argv) {
     }
     if (*relay) {
       if (relay_config.empty()) return atl::run::run_relay(relay_cmd, nullptr);
-      const atl::config::Config c = load_and_check(relay_config, sets);
+      const atl::config::Config c = load_and_check(relay_config, sets, atl::sim::Target::kRelay);
       return atl::run::run_relay(relay_cmd, &c);
     }
-    atl::config::Config config = load_and_check(config_path, sets);
+    // validate checks what simulate needs: it has no mode, and real runs refuse a few more
+    // things (islands.events kills, transport settings), each with its own line.
+    const atl::sim::Target target = *coordinator ? atl::sim::Target::kCoordinator
+                                    : *island    ? atl::sim::Target::kIsland
+                                    : *launch    ? atl::sim::Target::kLaunch
+                                                 : atl::sim::Target::kSimulate;
+    atl::config::Config config = load_and_check(config_path, sets, target);
     atl::run::ProcessOptions popts;
     popts.force = force;
     popts.quiet = quiet;

@@ -18,6 +18,7 @@
 #include <set>
 #include <type_traits>
 
+#include "compression/stage.h"
 #include "src/base/status.h"
 #include "src/config/schema.h"
 
@@ -192,6 +193,12 @@ std::string assign_ref(FieldRef ref, const schema::Check& check, const std::stri
             return "";
           },
           [&](std::string* p) { return to_string(value, *p); },
+          [&](const schema::ChoiceRef& p) -> std::string {
+            std::string name;
+            auto problem = to_string(value, name);  // checks it is one of the names
+            if (problem.empty()) p.set(name);
+            return problem;
+          },
           [&](std::vector<int>* p) {
             return list(
                 [&](const YAML::Node& n, int& x) {
@@ -282,8 +289,26 @@ void check_unique(std::map<std::string, std::string>& seen, const std::string& k
 
 // ---- compression: [{quantize: int4, block: 128}, {zstd: 3}] ---------------------------------
 
-const std::vector<std::string> kStageOps = {"quantize", "topk", "randk", "dct", "zstd"};
-const std::vector<std::string> kQuantFormats = {"fp16", "bf16", "int8", "int4", "fp4", "fp8"};
+// The stage keys of a list entry, from compression's stage registry (compression/stage.h):
+// every quantizer is written {quantize: NAME}; the other stages {NAME: parameter}.
+std::vector<std::string> stage_ops() {
+  std::vector<std::string> ops;
+  for (const auto& s : compression::kStageInfo) {
+    const std::string op = s.slot == compression::Slot::kQuantize ? "quantize" : s.name;
+    if (std::find(ops.begin(), ops.end(), op) == ops.end()) ops.push_back(op);
+  }
+  return ops;
+}
+
+std::vector<std::string> quantize_formats() {
+  std::vector<std::string> names;
+  for (const auto& s : compression::kStageInfo)
+    if (s.slot == compression::Slot::kQuantize) names.emplace_back(s.name);
+  return names;
+}
+
+const std::vector<std::string> kStageOps = stage_ops();
+const std::vector<std::string> kQuantFormats = quantize_formats();
 
 std::string join_names(const std::vector<std::string>& names) {
   std::string out;
@@ -581,10 +606,11 @@ void emit_records(YAML::Emitter& out, std::vector<R>& records,
     out << YAML::Flow << YAML::BeginMap;
     for (const auto& f : table) {
       const bool same = std::visit(
-          [&](auto* a) {
-            using T = std::remove_pointer_t<decltype(a)>;
-            return *a == *std::get<T*>(f.ref(def));
-          },
+          Overloaded{[&](const schema::ChoiceRef& a) { return a.get() == std::get<schema::ChoiceRef>(f.ref(def)).get(); },
+                     [&](auto* a) {
+                       using T = std::remove_pointer_t<decltype(a)>;
+                       return *a == *std::get<T*>(f.ref(def));
+                     }},
           f.ref(r));
       if (same) continue;
       out << YAML::Key << f.name << YAML::Value;
@@ -603,6 +629,7 @@ void emit(YAML::Emitter& out, FieldRef ref) {
   };
   std::visit(Overloaded{
                  [&](std::string* p) { out << YAML::DoubleQuoted << *p; },
+                 [&](const schema::ChoiceRef& p) { out << YAML::DoubleQuoted << p.get(); },
                  [&](double* p) { out << schema::format_double(*p); },
                  [&](std::vector<int>* p) { seq(*p, [&](int x) { out << x; }); },
                  [&](std::vector<double>* p) {
@@ -651,6 +678,13 @@ std::string to_yaml(const Config& config) {
   out << YAML::EndMap;
   // Only fields, not `source`: to_yaml(parse_config(to_yaml(c))) is then byte-identical.
   return std::string("# atoll config, fully resolved\n") + out.c_str() + "\n";
+}
+
+std::string origin(const Config& config, const std::string& key) { return origin_of(config, key); }
+
+void fail_key(const Config& config, const std::string& key, const std::string& problem,
+              const std::string& origin_key) {
+  fail(origin_of(config, origin_key.empty() ? key : origin_key), key, problem);
 }
 
 void check_environment(const Config& c) {

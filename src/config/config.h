@@ -1,12 +1,17 @@
 // Typed experiment configuration. YAML reaches these structs once, in config.cpp; every other
-// component receives the struct it needs. Each field has its default and a one-line comment.
-// Range rules live next to the parser (config.cpp) and are reported with file:line:key.
+// component receives the struct it needs. Each field is declared once: its member with its
+// default and a one-line comment, and its line in the struct's fields() (key, allowed values;
+// src/base/fields.h), which config.cpp walks to parse, check and write. A component's own
+// options live beside it (the `algorithm:` section is algorithms::AlgorithmOptions).
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
+
+#include "algorithms/options.h"
+#include "src/base/fields.h"
 
 namespace atl::config {
 
@@ -17,6 +22,17 @@ struct RunConfig {
   int threads = 0;              // libtorch intra-op threads; 0 = all cores of this machine
   std::string device = "cpu";   // torch device string: "cpu", "cuda", "cuda:1"
   bool resume = false;          // allow writing into an existing run directory
+
+  template <class V>
+  void fields(V& v) {
+    using namespace atl::fields;
+    v.field("name", name);
+    v.field("seed", seed);
+    v.field("out_dir", out_dir);
+    v.field("threads", threads, at_least(0));
+    v.field("device", device);  // src/sim/validate.cpp checks it exists here
+    v.field("resume", resume);
+  }
 };
 
 struct ModelConfig {
@@ -38,6 +54,23 @@ struct ModelConfig {
   std::vector<int> hidden = {200, 200};  // hidden layer widths (ReLU between)
   int classes = 0;              // output classes; 0 = from the data set
   int input_dim = 0;            // flat input size; 0 = from the data set
+
+  template <class V>
+  void fields(V& v) {
+    using namespace atl::fields;
+    v.field("name", name);  // the registry checks it (src/models/registry.cpp)
+    v.field("layers", layers, at_least(1));
+    v.field("heads", heads, at_least(1));
+    v.field("dim", dim, at_least(1));
+    v.field("seq_len", seq_len, at_least(1));
+    v.field("vocab", vocab, at_least(1));
+    v.field("dropout", dropout, closed_open(0, 1));
+    v.field("tie_embeddings", tie_embeddings);
+    v.field("init_from", init_from);
+    v.field("hidden", hidden, at_least(1));
+    v.field("classes", classes, at_least(0));
+    v.field("input_dim", input_dim, at_least(0));
+  }
 };
 
 struct DataConfig {
@@ -54,6 +87,23 @@ struct DataConfig {
   int synthetic_examples = 2048;
   int synthetic_dim = 32;
   int synthetic_classes = 4;
+
+  template <class V>
+  void fields(V& v) {
+    using namespace atl::fields;
+    v.field("kind", kind, one_of({"text", "tokens", "idx", "synthetic"}));
+    v.field("path", path);
+    v.field("labels_path", labels_path);
+    v.field("val_path", val_path);
+    v.field("val_labels_path", val_labels_path);
+    v.field("val_fraction", val_fraction, open_open(0, 1));
+    v.field("partition", partition, one_of({"iid", "contiguous", "dirichlet", "shards"}));
+    v.field("dirichlet_alpha", dirichlet_alpha, above(0));
+    v.field("shards_per_island", shards_per_island, at_least(1));
+    v.field("synthetic_examples", synthetic_examples, at_least(1));
+    v.field("synthetic_dim", synthetic_dim, at_least(1));
+    v.field("synthetic_classes", synthetic_classes, at_least(2));
+  }
 };
 
 struct TrainConfig {
@@ -76,6 +126,29 @@ struct TrainConfig {
   int64_t log_every = 10;       // per-island training-loss records every N inner steps
   double target_loss = 0;       // summary: time/steps/bytes to reach this validation loss
                                 // (0 = not tracked)
+
+  template <class V>
+  void fields(V& v) {
+    using namespace atl::fields;
+    v.field("optimizer", optimizer, one_of({"adamw", "sgd"}));
+    v.field("lr", lr, above(0));
+    v.field("min_lr_ratio", min_lr_ratio, closed(0, 1));
+    v.field("schedule", schedule, one_of({"cosine", "constant"}));
+    v.field("warmup_steps", warmup_steps, at_least(0));
+    v.field("beta1", beta1, closed_open(0, 1));
+    v.field("beta2", beta2, closed_open(0, 1));
+    v.field("eps", eps, above(0));
+    v.field("weight_decay", weight_decay, at_least(0));
+    v.field("momentum", momentum, closed_open(0, 1));
+    v.field("grad_clip", grad_clip, at_least(0));
+    v.field("batch_size", batch_size, at_least(1));
+    v.field("grad_accum", grad_accum, at_least(1));
+    v.field("steps", steps, at_least(1));
+    v.field("eval_every", eval_every, at_least(0));
+    v.field("eval_batches", eval_batches, at_least(0));
+    v.field("log_every", log_every, at_least(1));
+    v.field("target_loss", target_loss, at_least(0));
+  }
 };
 
 // One entry of `islands.events:` (simulator: membership changes on the virtual clock).
@@ -93,11 +166,30 @@ struct IslandEvent {
   double at_time_s = -1;        // trigger: virtual time in seconds (-1 = unset)
   double duration_s = 0;        // partition: how long the cut lasts
   bool operator==(const IslandEvent&) const = default;
+
+  template <class V>
+  void fields(V& v) {
+    using namespace atl::fields;
+    v.field("kill", kill, at_least(0));
+    v.field("rejoin", rejoin, at_least(0));
+    v.field("add", add, at_least(1));
+    v.field("partition", partition);
+    v.field("at_step", at_step, at_least(0));
+    v.field("at_time_s", at_time_s, at_least(0));
+    v.field("duration_s", duration_s, above(0));
+  }
 };
 
 struct IslandsConfig {
   int count = 4;                // number of islands (FedAvg: clients)
   std::vector<IslandEvent> events;  // simulator: kills, rejoins, additions, partitions
+
+  template <class V>
+  void fields(V& v) {
+    using namespace atl::fields;
+    v.field("count", count, at_least(1));
+    v.field("events", events);
+  }
 };
 
 // Simulator compute model: virtual seconds per inner step of each island.
@@ -113,6 +205,19 @@ struct ComputeConfig {
   double straggler_prob = 0;    // per-step chance an island starts a slow episode
   double straggler_factor = 3;  // step time multiplier during an episode
   int64_t straggler_steps = 20; // inner steps an episode lasts
+
+  template <class V>
+  void fields(V& v) {
+    using namespace atl::fields;
+    v.field("step_time_s", step_time_s, at_least(0));
+    v.field("flops", flops, above(0));
+    v.field("mfu", mfu, open_closed(0, 1));
+    v.field("speeds", speeds, above(0));
+    v.field("jitter", jitter, closed(0, 2));
+    v.field("straggler_prob", straggler_prob, closed(0, 1));
+    v.field("straggler_factor", straggler_factor, at_least(1));
+    v.field("straggler_steps", straggler_steps, at_least(1));
+  }
 };
 
 // A link between two regions (`network.links:`): overrides the defaults for that pair.
@@ -124,6 +229,16 @@ struct NetworkLink {
   double jitter_ms = -1;        // -1 = network.jitter_ms
   double loss = -1;             // packet loss probability; -1 = network.loss
   bool operator==(const NetworkLink&) const = default;
+
+  template <class V>
+  void fields(V& v) {
+    using namespace atl::fields;
+    v.field("between", between);
+    v.field("latency_ms", latency_ms, at_least(0));
+    v.field("bandwidth_mbps", bandwidth_mbps, above(0));
+    v.field("jitter_ms", jitter_ms, at_least(0));
+    v.field("loss", loss, closed_open(0, 1));
+  }
 };
 
 // Network model (simulator) and WAN emulation profile (`atoll relay`, `launch --emulate-wan`).
@@ -140,40 +255,20 @@ struct NetworkConfig {
   std::vector<std::string> regions;  // region name of each island (index = id); empty = one
   std::vector<NetworkLink> links;    // region pairs with their own latency/bandwidth
   std::string server_region;    // where the coordinator / server role sits; "" = island 0's
-};
 
-struct AlgorithmConfig {
-  std::string name = "diloco";  // ddp | diloco | fedavg
-  int64_t inner_steps = 50;     // diloco: H, inner steps per round
-  std::string outer_optimizer = "nesterov";  // nesterov | sgd | adam
-  double outer_lr = 0.7;        // outer learning rate
-  double outer_momentum = 0.9;  // nesterov/sgd momentum
-  double outer_beta1 = 0.9;     // adam
-  double outer_beta2 = 0.999;   // adam
-  double outer_eps = 1e-1;      // adam (DiLoCo: unstable below ~0.1)
-  std::string weighting = "uniform";  // uniform | shard_size (weights n_i / sum n)
-  // fedavg
-  double client_fraction = 0.1; // C: fraction of clients sampled per round (at least one)
-  int64_t rounds = 0;           // fedavg rounds (0 = derived: train.steps / local_steps)
-  int64_t local_steps = 0;      // fedavg: inner steps per selected client per round
-  int local_epochs = 1;         // fedavg: used when local_steps == 0: E passes over the shard
-  bool error_feedback = true;   // lossy compression: carry each island's compression error
-                                // into its next exchange (residual added before encoding)
-  // diloco: overlap of the outer exchange with the next round (docs/algorithms.md §3)
-  std::string overlap = "none"; // none | delayed | eager
-  // streaming_diloco (docs/algorithms.md §2)
-  int fragments = 2;            // P: fragments of transformer blocks
-  std::string fragment_mode = "strided";  // strided | sequential
-  int64_t overlap_steps = 1;    // tau: inner steps a fragment's exchange overlaps
-  double mix_alpha = 0.5;       // alpha: merge = alpha * local + (1 - alpha) * global
-  // async_local_sgd (docs/algorithms.md §5)
-  std::string async_update = "delayed_nesterov";  // delayed_nesterov | naive
-  int buffer_size = 0;          // DN: N arrivals per momentum update; 0 = islands.count
-  double dn_c = 0;              // DN: activation c in [0, 1/N]
-  bool dynamic_local_updates = true;  // DyLU: local steps proportional to island speed
-  int64_t min_local_steps = 5;  // DyLU: floor on a slow island's local steps
-  double grace_s = 0;           // grace window (virtual seconds) to batch near-simultaneous
-                                // arrivals before restarting them from one model; 0 = off
+  template <class V>
+  void fields(V& v) {
+    using namespace atl::fields;
+    v.field("bandwidth_mbps", bandwidth_mbps, above(0));
+    v.field("up_mbps", up_mbps, at_least(0));
+    v.field("down_mbps", down_mbps, at_least(0));
+    v.field("latency_ms", latency_ms, at_least(0));
+    v.field("jitter_ms", jitter_ms, at_least(0));
+    v.field("loss", loss, closed_open(0, 1));
+    v.field("regions", regions);
+    v.field("links", links);
+    v.field("server_region", server_region);
+  }
 };
 
 // Real multi-process runs (`atoll coordinator`, `atoll island`, `atoll launch`).
@@ -196,17 +291,37 @@ struct TransportConfig {
   bool curve = false;           // CurveZMQ encryption + allow-list of island public keys
   std::string keys_dir = "keys";  // curve: <dir>/coordinator.key, <dir>/island-K.key, and
                                   // <dir>/allowed/ with the public keys allowed to join
+
+  template <class V>
+  void fields(V& v) {
+    using namespace atl::fields;
+    v.field("kind", kind, one_of({"zmq", "gloo"}));
+    v.field("collective", collective, one_of({"ring", "star"}));
+    v.field("coordinator", coordinator);
+    v.field("host", host);
+    v.field("base_port", base_port, closed(1, 65535));
+    v.field("heartbeat_ms", heartbeat_ms, at_least(1));
+    v.field("heartbeat_timeout_ms", heartbeat_timeout_ms, at_least(1));
+    v.field("max_rejoins", max_rejoins, at_least(0));
+    v.field("bandwidth_mbps", bandwidth_mbps, above(0));
+    v.field("timeout_slack", timeout_slack, at_least(1));
+    v.field("chunk_bytes", chunk_bytes, at_least(1024));
+    v.field("max_in_flight", max_in_flight, at_least(1));
+    v.field("curve", curve);
+    v.field("keys_dir", keys_dir);
+  }
 };
 
-// One stage of the outer-exchange compression pipeline (`compression:` list in YAML):
-//   - {quantize: int4, block: 128, rounding: stochastic}   fp16|bf16|int8|int4|fp4|fp8
+// One stage of the outer-exchange compression pipeline (`compression:` list in YAML); the
+// stages and their names are compression's registry (compression/stage.h, kStageInfo):
+//   - {quantize: int4, block: 128, rounding: stochastic}   any quantizer of the registry
 //   - {topk: 0.01}  {randk: 0.01}   a fraction in (0, 1), or an element count >= 1
 //   - {dct: 64}                     chunked DCT-II, chunk length (default 64)
 //   - {zstd: 3}                     lossless, level 1..19 (default 3)
 // Stage order is checked when the pipeline is built (transform, sparsify, quantize, zstd).
 struct CompressionStage {
-  std::string op;               // quantize | topk | randk | dct | zstd
-  std::string format;           // quantize: fp16 | bf16 | int8 | int4 | fp4 | fp8
+  std::string op;               // "quantize", or the name of a stage that is not a quantizer
+  std::string format;           // quantize: the quantizer's name (int8, fp8, ...)
   int64_t block = 128;          // quantize: elements per scale block
   std::string rounding = "nearest";  // quantize: nearest | stochastic
   double fraction = 0;          // topk/randk: fraction kept (when count == 0)
@@ -224,6 +339,15 @@ struct HostsConfig {
   std::vector<std::string> islands; // host of island K (index K); empty = all on this machine
   std::string workdir = "atoll";    // checkout on each host (relative to the ssh login dir)
   std::string binary = "build/atoll";  // the atoll executable inside workdir
+
+  template <class V>
+  void fields(V& v) {
+    using namespace atl::fields;
+    v.field("coordinator", coordinator);
+    v.field("islands", islands);
+    v.field("workdir", workdir);
+    v.field("binary", binary);
+  }
 };
 
 struct Config {
@@ -233,7 +357,7 @@ struct Config {
   DataConfig data;
   TrainConfig train;
   IslandsConfig islands;
-  AlgorithmConfig algorithm;
+  algorithms::AlgorithmOptions algorithm;  // algorithms/options.h: its keys are fields()
   std::vector<CompressionStage> compression;  // empty = raw fp32 on the wire
   TransportConfig transport;
   ComputeConfig compute;
@@ -270,6 +394,16 @@ Config parse_config(const std::string& yaml_text, const std::string& source_name
 // form that reads back exactly; strings double-quoted). parse_config(to_yaml(c)) gives back c
 // (except `source` and `origins`), and to_yaml of that is byte-identical.
 std::string to_yaml(const Config& config);
+
+// Where `key` ("section.key", "islands.events", "compression") was set: "FILE:LINE" or
+// "--set key=value"; the config's source name when the text left it at its default.
+std::string origin(const Config& config, const std::string& key);
+
+// The one-line user error about `key`, for checks made after parsing: throws atl::UserError
+// "ORIGIN: key 'KEY': PROBLEM", ORIGIN as origin() gives it for `origin_key` ("" = `key`;
+// e.g. "islands.events" for key "islands.events[2]").
+[[noreturn]] void fail_key(const Config& config, const std::string& key, const std::string& problem,
+                           const std::string& origin_key = "");
 
 // Checks what depends on the machine rather than the text, after parse_config:
 // - data.kind text|tokens|idx needs data.path; idx also needs data.labels_path, and

@@ -1,6 +1,7 @@
 // The config schema: one descriptor per YAML key (section, name, where the value lives in
-// Config, which values are allowed). config.cpp walks this table to parse, validate and emit,
-// so adding a field to config.h means adding one line to schema.cpp and nothing else.
+// Config, which values are allowed), gathered from each section struct's fields() (the one
+// place a key is declared: config.h, algorithms/options.h). config.cpp walks this table to
+// parse, validate and emit.
 //
 // Internal to atoll_config (no yaml-cpp here, so it can be unit-tested on its own). All
 // functions are pure; the table is built once, immutable, and safe to read from any thread.
@@ -14,23 +15,28 @@
 #include <variant>
 #include <vector>
 
+#include "src/base/fields.h"
 #include "src/config/config.h"
 
 namespace atl::config::schema {
+
+// An enum-like field (fields::Choice): read and written by its name, one of Check::names.
+struct ChoiceRef {
+  std::function<std::string()> get;
+  std::function<void(const std::string&)> set;  // `name` must be one of the names
+};
 
 // Where one field's value lives inside a Config. The alternative says the YAML type.
 using FieldRef = std::variant<int*, int64_t*, uint64_t*, double*, bool*, std::string*,
                               std::vector<int>*, std::vector<double>*,
                               std::vector<std::string>*, std::vector<IslandEvent>*,
-                              std::vector<NetworkLink>*>;
+                              std::vector<NetworkLink>*, ChoiceRef>;
 
-// Allowed values of one field: an optional numeric interval and/or a list of names.
-// An empty Check allows every value of the field's type.
-struct Check {
-  std::optional<double> lo, hi;   // bounds (numbers; for lists, every element)
-  bool lo_open = false;           // true: value must be > lo (else >= lo)
-  bool hi_open = false;           // true: value must be < hi (else <= hi)
-  std::vector<std::string> names; // non-empty: strings must be one of these
+// Allowed values of one field (fields::Rule): an optional numeric interval and/or a list of
+// names. An empty Check allows every value of the field's type.
+struct Check : fields::Rule {
+  Check() = default;
+  Check(fields::Rule rule) : fields::Rule(std::move(rule)) {}  // NOLINT: a Rule is a Check
 
   // "" when `v` is allowed, else the problem, e.g. "must be >= 1 (got -5)".
   std::string check_number(double v) const;

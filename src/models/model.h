@@ -10,9 +10,11 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "src/base/status.h"
 #include "src/config/config.h"
 #include "src/data/dataset.h"
 
@@ -61,6 +63,14 @@ struct DataShape {
   int classes = 0;        // classifiers
   int64_t input_dim = 0;  // classifiers
 };
+
+// The size rules make_model throws for, checked on the config alone: `shape` is the data's
+// shape when `shape_known` (else the rules that need it are skipped). Empty when they hold.
+std::optional<KeyProblem> check_model(const config::ModelConfig& config, const DataShape& shape,
+                                      bool shape_known);
+// Parameters make_model would allocate for `config` (sizes the data decides and `shape`
+// does not know count as 1). For memory estimates before anything is allocated.
+int64_t estimate_numel(const config::ModelConfig& config, const DataShape& shape);
 
 // Registry (models/registry.cpp): "gpt", "mlp". Initialises parameters from `seed`
 // (same seed -> bitwise same params). Throws atl::UserError for an unknown name (listing

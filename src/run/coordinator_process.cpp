@@ -21,6 +21,7 @@
 #include "src/sim/params_file.h"
 #include "src/sim/records.h"
 #include "src/sim/run_dir.h"
+#include "src/sim/validate.h"
 #include "transport/zmq/coordinator.h"
 #include "transport/zmq/curve.h"
 
@@ -55,7 +56,7 @@ std::string membership_record(const transport::Membership& view, const std::stri
 int run_coordinator(const config::Config& config, const ProcessOptions& options) {
   const auto t0 = Clock::now();
   const int k = config.islands.count;
-  check_real_run(config);
+  sim::validate_config(config, sim::Target::kCoordinator);
   sim::configure_threads(config.run.threads);
   sim::RunData data = sim::load_run_data(config);
   const auto algo_options = sim::algorithm_options(config, data.shard_sizes);

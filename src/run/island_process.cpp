@@ -22,6 +22,7 @@
 #include "src/sim/island_runtime.h"
 #include "src/sim/island_parts.h"
 #include "src/sim/progress.h"
+#include "src/sim/validate.h"
 #include "src/sim/wall_time.h"
 #include "transport/gloo/gloo_group.h"
 #include "transport/zmq/control_client.h"
@@ -75,21 +76,6 @@ Status check_rejoin(const config::Config& config, const algorithms::Algorithm& a
 
 }  // namespace
 
-void check_real_run(const config::Config& config) {
-  if (config.transport.kind != "zmq" && config.transport.kind != "gloo") {
-    throw UserError(config.source + ": key 'transport.kind': '" + config.transport.kind +
-                    "' is not available for real runs (use zmq or gloo)");
-  }
-  if (config.transport.kind == "gloo" && config.transport.curve) {
-    throw UserError(config.source + ": key 'transport.curve': not available with transport.kind gloo (gloo's TCP "
-                    "data plane is neither encrypted nor authenticated; use zmq for untrusted networks)");
-  }
-  if (config.transport.collective == "star" && config.transport.kind != "zmq") {
-    throw UserError(config.source + ": key 'transport.collective': 'star' (all-reduce through the coordinator) "
-                    "needs transport.kind zmq");
-  }
-}
-
 namespace {
 
 // How one life of an island in the run ended: it ran all its steps, or it was declared dead
@@ -112,7 +98,7 @@ StatusOr<IslandEnd> run_island_once(const config::Config& config, int island, co
     throw UserError("--id " + std::to_string(island) + ": must be in [0, " + std::to_string(k) +
                     ") (islands.count is " + std::to_string(k) + ")");
   }
-  check_real_run(config);
+  sim::validate_config(config, sim::Target::kIsland);
   sim::configure_threads(config.run.threads);
   torch::manual_seed(config.run.seed);
   sim::RunData data = sim::load_run_data(config);

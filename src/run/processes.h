@@ -35,9 +35,7 @@ struct ProcessOptions {
                                               // of the one it published (the link's relay)
 };
 
-// Settings that real runs do not support yet: atl::UserError naming the key.
-void check_real_run(const config::Config& config);
-
+// Each starts with sim::validate_config for its target (src/sim/validate.h).
 int run_coordinator(const config::Config& config, const ProcessOptions& options);
 // Runs island `island` until it finished its steps. Rejoins the run (with a state
 // hand-over) when it was declared dead while cut off, up to transport.max_rejoins times.

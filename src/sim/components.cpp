@@ -24,59 +24,29 @@ int configure_threads(int requested) {
 
 algorithms::AlgorithmOptions algorithm_options(const config::Config& c,
                                                const std::vector<int64_t>& shard_sizes) {
-  algorithms::AlgorithmOptions o;
+  // The config keys are AlgorithmOptions' own (algorithms/options.h fields()); the rest
+  // describes the run.
+  algorithms::AlgorithmOptions o = c.algorithm;
   const auto& a = c.algorithm;
-  o.name = a.name;
   o.islands = c.islands.count;
   o.seed = c.run.seed;
-  o.inner_steps = a.inner_steps;
-  o.outer.kind = a.outer_optimizer == "sgd"    ? algorithms::OuterKind::kSgd
-                 : a.outer_optimizer == "adam" ? algorithms::OuterKind::kAdam
-                                               : algorithms::OuterKind::kNesterov;
-  o.outer.lr = a.outer_lr;
-  o.outer.momentum = a.outer_momentum;
-  o.outer.beta1 = a.outer_beta1;
-  o.outer.beta2 = a.outer_beta2;
-  o.outer.eps = a.outer_eps;
-  o.weight_by_shard = a.weighting == "shard_size";
-  o.error_feedback = a.error_feedback;
-  o.client_fraction = a.client_fraction;
-  o.local_steps = a.local_steps;
-  o.local_epochs = a.local_epochs;
   o.batch_size = c.train.batch_size * c.train.grad_accum;
   o.shard_sizes = shard_sizes;
-  o.rounds = a.rounds;
-  o.overlap = a.overlap == "delayed" ? algorithms::Overlap::kDelayed
-              : a.overlap == "eager" ? algorithms::Overlap::kEager
-                                     : algorithms::Overlap::kNone;
-  o.fragments = a.fragments;
-  o.fragment_mode = a.fragment_mode == "sequential" ? algorithms::FragmentMode::kSequential
-                                                    : algorithms::FragmentMode::kStrided;
-  o.overlap_steps = a.overlap_steps;
-  o.mix_alpha = a.mix_alpha;
-  o.async_update = a.async_update == "naive" ? algorithms::AsyncUpdate::kNaive
-                                             : algorithms::AsyncUpdate::kDelayedNesterov;
-  o.buffer_size = a.buffer_size;
-  o.dn_c = a.dn_c;
-  o.dynamic_local_updates = a.dynamic_local_updates;
-  o.min_local_steps = a.min_local_steps;
-  o.grace_s = a.grace_s;
   o.train_steps = c.train.steps;
   o.speeds = c.compute.speeds;
   if (a.name == "streaming_diloco") {
     // Also checked against the model's layout at setup; here it fails before the run starts.
     const int blocks = c.model.name == "gpt" ? c.model.layers : 0;
     if (a.fragments > std::max(blocks, 1)) {
-      auto it = c.origins.find("algorithm.fragments");
-      throw UserError((it != c.origins.end() ? it->second : c.source) + ": key 'algorithm.fragments': " +
-                      std::to_string(a.fragments) + " fragments but model " + c.model.name + " has " +
-                      std::to_string(blocks) + " transformer blocks (a fragment is made of whole blocks)");
+      config::fail_key(c, "algorithm.fragments", std::to_string(a.fragments) + " fragments but model " +
+                      c.model.name + " has " + std::to_string(blocks) +
+                      " transformer blocks (a fragment is made of whole blocks)");
     }
   }
   if (a.name == "fedavg" && o.rounds == 0) {
     if (a.local_steps == 0) {
-      throw UserError(c.source + ": key 'algorithm.rounds': fedavg with local_epochs needs "
-                      "algorithm.rounds (or set algorithm.local_steps)");
+      config::fail_key(c, "algorithm.rounds", "fedavg with local_epochs needs algorithm.rounds (or set "
+                      "algorithm.local_steps)", "algorithm.name");
     }
     o.rounds = std::max<int64_t>(1, c.train.steps / a.local_steps);
   }

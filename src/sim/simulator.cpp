@@ -29,6 +29,7 @@
 #include "src/sim/params_file.h"
 #include "src/sim/progress.h"
 #include "src/sim/run_dir.h"
+#include "src/sim/validate.h"
 #include "src/train/inner_optimizer.h"
 #include "transport/inproc/inproc_group.h"
 #include "transport/inproc/scheduler.h"
@@ -98,23 +99,9 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 }  // namespace
 
-namespace {
-
-// Events the simulator cannot run yet are refused before anything starts.
-void check_events(const config::Config& config) {
-  for (size_t i = 0; i < config.islands.events.size(); ++i) {
-    const auto& e = config.islands.events[i];
-    const std::string where = config.source + ": key 'islands.events[" + std::to_string(i) + "]': ";
-    if ((e.kill >= 0 || e.rejoin >= 0 || e.add > 0) && config.algorithm.name == "fedavg")
-      throw UserError(where + "kill, rejoin and add events need an algorithm without a round barrier on the "
-                              "server (fedavg waits for every selected client)");
-  }
-}
-
-}  // namespace
-
 RunSummary simulate(const config::Config& config, const SimulateOptions& options) {
   const auto t0 = std::chrono::steady_clock::now();
+  validate_config(config, Target::kSimulate);
   const int threads = configure_threads(config.run.threads);
   const int k = config.islands.count;
   int added = 0;  // islands that `add` events bring in later: ids k..n-1
@@ -139,7 +126,6 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
   for (int i = 0; i < n; ++i) islands[i].parts = make_island_parts(config, run_data, algo_options, i);
   auto evaluator = make_evaluator(config, run_data);
   const int64_t n_params = islands[0].parts.model->numel();
-  check_events(config);
 
   // --- virtual clock: compute and network models
   const transport::NetworkModel network = make_network_model(config);

@@ -108,13 +108,13 @@ void expect_same(const Config& a, const Config& b) {
   EXPECT_EQ(a.islands.count, b.islands.count);
   EXPECT_EQ(a.algorithm.name, b.algorithm.name);
   EXPECT_EQ(a.algorithm.inner_steps, b.algorithm.inner_steps);
-  EXPECT_EQ(a.algorithm.outer_optimizer, b.algorithm.outer_optimizer);
-  EXPECT_EQ(a.algorithm.outer_lr, b.algorithm.outer_lr);
-  EXPECT_EQ(a.algorithm.outer_momentum, b.algorithm.outer_momentum);
-  EXPECT_EQ(a.algorithm.outer_beta1, b.algorithm.outer_beta1);
-  EXPECT_EQ(a.algorithm.outer_beta2, b.algorithm.outer_beta2);
-  EXPECT_EQ(a.algorithm.outer_eps, b.algorithm.outer_eps);
-  EXPECT_EQ(a.algorithm.weighting, b.algorithm.weighting);
+  EXPECT_EQ(a.algorithm.outer.kind, b.algorithm.outer.kind);
+  EXPECT_EQ(a.algorithm.outer.lr, b.algorithm.outer.lr);
+  EXPECT_EQ(a.algorithm.outer.momentum, b.algorithm.outer.momentum);
+  EXPECT_EQ(a.algorithm.outer.beta1, b.algorithm.outer.beta1);
+  EXPECT_EQ(a.algorithm.outer.beta2, b.algorithm.outer.beta2);
+  EXPECT_EQ(a.algorithm.outer.eps, b.algorithm.outer.eps);
+  EXPECT_EQ(a.algorithm.weight_by_shard, b.algorithm.weight_by_shard);
   EXPECT_EQ(a.algorithm.client_fraction, b.algorithm.client_fraction);
   EXPECT_EQ(a.algorithm.rounds, b.algorithm.rounds);
   EXPECT_EQ(a.algorithm.local_steps, b.algorithm.local_steps);
@@ -195,7 +195,19 @@ TEST_F(ConfigTest, RoundTripOfEveryField) {
   c.train.eval_batches = 0;
   c.train.log_every = 1;
   c.islands.count = 100;
-  c.algorithm = {"ddp", 500, "adam", 1e-3, 0.0, 0.5, 0.75, 2.5, "shard_size", 1.0, 7, 3, 2};
+  c.algorithm.name = "ddp";
+  c.algorithm.inner_steps = 500;
+  c.algorithm.outer.kind = algorithms::OuterKind::kAdam;
+  c.algorithm.outer.lr = 1e-3;
+  c.algorithm.outer.momentum = 0.0;
+  c.algorithm.outer.beta1 = 0.5;
+  c.algorithm.outer.beta2 = 0.75;
+  c.algorithm.outer.eps = 2.5;
+  c.algorithm.weight_by_shard = true;  // weighting: shard_size
+  c.algorithm.client_fraction = 1.0;
+  c.algorithm.rounds = 7;
+  c.algorithm.local_steps = 3;
+  c.algorithm.local_epochs = 2;
 
   const std::string text = to_yaml(c);
   const Config back = parse_config(text, "resolved.yaml");
@@ -311,6 +323,30 @@ TEST_F(ConfigTest, RangesAreChecked) {
       "ok.yaml", "algorithm:\n  client_fraction: 1\ntrain:\n  min_lr_ratio: 0\n  beta1: 0\n"));
   EXPECT_EQ(ok.algorithm.client_fraction, 1.0);
   EXPECT_EQ(ok.train.min_lr_ratio, 0.0);
+}
+
+// The algorithm section is algorithms::AlgorithmOptions::fields(): the YAML names of its
+// enum options reach the algorithms' own enums (no copy in between), are written back by
+// name, and a name that is not one of them is refused with the valid ones.
+TEST_F(ConfigTest, AlgorithmOptionsAreReadIntoTheAlgorithmsStruct) {
+  const Config c = load_config(write("c.yaml",
+                                     "algorithm:\n  outer_optimizer: adam\n  weighting: shard_size\n"
+                                     "  overlap: eager\n  fragment_mode: sequential\n  async_update: naive\n"));
+  EXPECT_EQ(c.algorithm.outer.kind, algorithms::OuterKind::kAdam);
+  EXPECT_TRUE(c.algorithm.weight_by_shard);
+  EXPECT_EQ(c.algorithm.overlap, algorithms::Overlap::kEager);
+  EXPECT_EQ(c.algorithm.fragment_mode, algorithms::FragmentMode::kSequential);
+  EXPECT_EQ(c.algorithm.async_update, algorithms::AsyncUpdate::kNaive);
+  const std::string text = to_yaml(c);
+  for (const char* line : {"outer_optimizer: \"adam\"", "weighting: \"shard_size\"", "overlap: \"eager\"",
+                           "fragment_mode: \"sequential\"", "async_update: \"naive\""})
+    EXPECT_NE(text.find(line), std::string::npos) << line << "\n" << text;
+  const Config defaults = parse_config("", "empty.yaml");
+  EXPECT_EQ(defaults.algorithm.outer.kind, algorithms::OuterKind::kNesterov);
+  EXPECT_EQ(defaults.algorithm.rounds, 0);  // derived from train.steps when the run is built
+  const std::string path = write("c.yaml", "algorithm:\n  overlap: eagre\n");
+  EXPECT_EQ(load_error(path), path + ":2: key 'algorithm.overlap': 'eagre' is not one of: none, delayed, eager "
+                                     "(did you mean 'eager'?)");
 }
 
 TEST_F(ConfigTest, DimMustBeDivisibleByHeads) {

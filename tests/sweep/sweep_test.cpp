@@ -124,8 +124,8 @@ TEST_F(SweepTest, PerAlgorithmKeysApplyOnlyToThatAlgorithm) {
                                                    "algorithm=diloco,inner_steps=10,seed=0"}));
   EXPECT_EQ(s.plan.keys, (std::vector<std::string>{"algorithm.name", "algorithm.inner_steps"}));
   EXPECT_EQ(s.plan.runs[0].values, (std::vector<std::string>{"ddp", ""}));
-  EXPECT_DOUBLE_EQ(s.configs[0].algorithm.outer_lr, 0.7);  // the default, untouched
-  EXPECT_DOUBLE_EQ(s.configs[1].algorithm.outer_lr, 0.5);
+  EXPECT_DOUBLE_EQ(s.configs[0].algorithm.outer.lr, 0.7);  // the default, untouched
+  EXPECT_DOUBLE_EQ(s.configs[1].algorithm.outer.lr, 0.5);
   EXPECT_EQ(s.configs[2].algorithm.inner_steps, 10);
 }
 
