@@ -228,6 +228,15 @@ Inbound to_inbound(const Outbound& o) {
   return m;
 }
 
+// Delivers everything `from` has sent so far to `to` (whose context is `cto`).
+void deliver_all(FakeContext& from, AllreduceOp& to, FakeContext& cto) {
+  while (!from.out.empty()) {
+    Inbound m = to_inbound(from.out.front().second);
+    from.out.pop_front();
+    to.on_message(cto, m);
+  }
+}
+
 // Delivers what ops `a` (island 0) and `b` (island 1) send each other until neither sends
 // more, except 0's messages that `withhold` picks, which are returned undelivered.
 std::vector<Outbound> exchange_until_quiet(AllreduceOp& a, FakeContext& ca, AllreduceOp& b, FakeContext& cb,
@@ -246,12 +255,8 @@ std::vector<Outbound> exchange_until_quiet(AllreduceOp& a, FakeContext& ca, Allr
       b.on_message(cb, m);
       moved = true;
     }
-    while (!cb.out.empty()) {
-      Inbound m = to_inbound(cb.out.front().second);
-      cb.out.pop_front();
-      a.on_message(ca, m);
-      moved = true;
-    }
+    moved = moved || !cb.out.empty();
+    deliver_all(cb, a, ca);
   }
   return withheld;
 }
@@ -288,11 +293,7 @@ TEST(AllreduceOp, RestartedPeerTakesOverTheFinishedResult) {
   Inbound stale = to_inbound(withheld[0]);
   b.on_message(cb, stale);  // the old epoch's piece: dropped
   EXPECT_FALSE(b.done());
-  while (!ca.out.empty()) {
-    Inbound m = to_inbound(ca.out.front().second);
-    ca.out.pop_front();
-    b.on_message(cb, m);
-  }
+  deliver_all(ca, b, cb);
   ASSERT_TRUE(b.done());
   CollectiveResult r = done[1]->wait(std::nullopt);
   EXPECT_TRUE(r.status.is_ok()) << r.status.to_string();
@@ -325,11 +326,7 @@ TEST(AllreduceOp, RestartedPeerTakesOverAFinishedAllgather) {
   ASSERT_EQ(cb.out.size(), 1u);
   EXPECT_EQ(cb.out.front().second.header.type, MsgType::kHello);
   serve_result(ca, 0, 1, *kept, 1);
-  while (!ca.out.empty()) {
-    Inbound m = to_inbound(ca.out.front().second);
-    ca.out.pop_front();
-    b.on_message(cb, m);
-  }
+  deliver_all(ca, b, cb);
   ASSERT_TRUE(b.done());
   CollectiveResult r = done[1]->wait(std::nullopt);
   EXPECT_TRUE(r.status.is_ok()) << r.status.to_string();
