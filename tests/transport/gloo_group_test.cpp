@@ -341,5 +341,70 @@ TEST(GlooGroup, IslandDyingMidCollectiveLeavesSurvivorsConsistent) {
   for (int i = 0; i < 2; ++i) EXPECT_GE(groups[i]->meshes_built(), 2u);
 }
 
+// The same for an allgather of large strings: the survivors end with the same contributors
+// and strings (the two of them, or all three when one of them finished and hands its result
+// over), each string that of its contributor; then they gather between themselves.
+TEST(GlooGroup, IslandDyingMidAllgatherLeavesSurvivorsConsistent) {
+  auto coordinator = start_coordinator();
+  ASSERT_TRUE(coordinator);
+  std::vector<std::unique_ptr<ZmqControlClient>> clients;
+  for (int i = 0; i < 3; ++i) {
+    ControlClientOptions o = fast_client(coordinator->endpoint(), i);
+    o.leave_on_destroy = i != 2;  // island 2 crashes
+    clients.push_back(join(o));
+    ASSERT_TRUE(clients.back());
+  }
+  for (auto& cl : clients) wait_for_ids(*cl, {0, 1, 2});
+  GlooGroupOptions go;
+  go.chunk_bytes = 64 << 10;
+  go.poll_ms = 20;
+  go.connect_timeout_ms = 2000;
+  std::vector<std::unique_ptr<GlooGroup>> groups;
+  for (int i = 0; i < 3; ++i) groups.push_back(std::make_unique<GlooGroup>(*clients[i], go));
+  auto bytes_of = [](int i, size_t n) {
+    std::vector<uint8_t> b(n + static_cast<size_t>(i));
+    for (size_t k = 0; k < b.size(); ++k) b[k] = static_cast<uint8_t>(k * 13 + i);
+    return b;
+  };
+  {  // allgather #0: all three
+    std::vector<std::vector<std::vector<uint8_t>>> out(3);
+    run_islands(3, [&](int i) {
+      CollectiveResult r = groups[i]->allgather(bytes_of(i, 100), &out[i])->wait(in_seconds(30));
+      EXPECT_TRUE(r.status.is_ok()) << r.status.to_string();
+      EXPECT_EQ(out[i], (std::vector<std::vector<uint8_t>>{bytes_of(0, 100), bytes_of(1, 100), bytes_of(2, 100)}));
+    });
+  }
+  // Each survivor goes on to the next allgather once it has its result (as islands do: a
+  // member that finished hands its result to one that did not when it runs its next
+  // collective) and sees island 2 gone (else that one would start among three and say
+  // kPeerLost too).
+  const size_t n = size_t{16} << 20;
+  std::vector<std::vector<std::vector<uint8_t>>> out(3), again(2);
+  std::vector<CollectiveResult> r(3), q(2);
+  run_islands(3, [&](int i) {
+    auto h = groups[i]->allgather(bytes_of(i, n), &out[i]);
+    if (i == 2) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(30));
+      groups[2].reset();
+      clients[2].reset();
+      return;
+    }
+    r[i] = h->wait(in_seconds(30));
+    wait_for_ids(*clients[i], {0, 1});
+    q[i] = groups[i]->allgather(bytes_of(i, 10), &again[i])->wait(in_seconds(30));
+  });
+  ASSERT_EQ(r[0].status.code(), r[1].status.code()) << r[0].status.to_string() << " / " << r[1].status.to_string();
+  ASSERT_EQ(r[0].contributors, r[1].contributors);
+  EXPECT_EQ(out[0], out[1]);
+  ASSERT_GE(r[0].contributors.size(), 2u);
+  ASSERT_EQ(out[0].size(), r[0].contributors.size());
+  for (size_t k = 0; k < out[0].size(); ++k) EXPECT_TRUE(out[0][k] == bytes_of(r[0].contributors[k], n)) << k;
+  if (r[0].contributors.size() == 2) EXPECT_EQ(r[0].status.code(), StatusCode::kPeerLost);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_TRUE(q[i].status.is_ok()) << q[i].status.to_string();
+    EXPECT_EQ(again[i], (std::vector<std::vector<uint8_t>>{bytes_of(0, 10), bytes_of(1, 10)}));
+  }
+}
+
 }  // namespace
 }  // namespace atl::transport::testing
