@@ -269,28 +269,41 @@ TEST(GlooGroup, IslandBackFromAPartitionTakesTheResultItMissed) {
   });
 }
 
+// Three islands with GlooGroups (64 KiB chunks) whose rendezvous goes through a real
+// coordinator's store; island 2's client does not LEAVE when destroyed (a crash).
+struct ThreeIslandsOneToCrash {
+  void start() {
+    coordinator = start_coordinator();
+    ASSERT_TRUE(coordinator);
+    for (int i = 0; i < 3; ++i) {
+      ControlClientOptions o = fast_client(coordinator->endpoint(), i);
+      o.leave_on_destroy = i != 2;
+      clients.push_back(join(o));
+      ASSERT_TRUE(clients.back());
+    }
+    for (auto& cl : clients) wait_for_ids(*cl, {0, 1, 2});
+    GlooGroupOptions go;
+    go.chunk_bytes = 64 << 10;
+    go.poll_ms = 20;
+    go.connect_timeout_ms = 2000;
+    for (int i = 0; i < 3; ++i) groups.push_back(std::make_unique<GlooGroup>(*clients[i], go));
+  }
+  std::unique_ptr<Coordinator> coordinator;
+  std::vector<std::unique_ptr<ZmqControlClient>> clients;
+  std::vector<std::unique_ptr<GlooGroup>> groups;  // destroyed first (declared last)
+};
+
 // Three islands rendezvous through a real coordinator's store. Island 2 dies (its group
 // closes its connections, its control client vanishes without LEAVE) while a large
 // collective runs; the coordinator declares it dead, and islands 0 and 1 end that collective
 // with the same values and contributors (the two-island mean, kPeerLost; or, if island 2
 // had sent everything before dying, the three-island mean), then go on between themselves.
 TEST(GlooGroup, IslandDyingMidCollectiveLeavesSurvivorsConsistent) {
-  auto coordinator = start_coordinator();
-  ASSERT_TRUE(coordinator);
-  std::vector<std::unique_ptr<ZmqControlClient>> clients;
-  for (int i = 0; i < 3; ++i) {
-    ControlClientOptions o = fast_client(coordinator->endpoint(), i);
-    o.leave_on_destroy = i != 2;  // island 2 crashes
-    clients.push_back(join(o));
-    ASSERT_TRUE(clients.back());
-  }
-  for (auto& cl : clients) wait_for_ids(*cl, {0, 1, 2});
-  GlooGroupOptions go;
-  go.chunk_bytes = 64 << 10;
-  go.poll_ms = 20;
-  go.connect_timeout_ms = 2000;
-  std::vector<std::unique_ptr<GlooGroup>> groups;
-  for (int i = 0; i < 3; ++i) groups.push_back(std::make_unique<GlooGroup>(*clients[i], go));
+  ThreeIslandsOneToCrash c;
+  c.start();
+  if (::testing::Test::HasFatalFailure()) return;
+  auto& clients = c.clients;
+  auto& groups = c.groups;
 
   const compression::Pipeline fp32;
   {  // collective #0: all three
@@ -345,22 +358,11 @@ TEST(GlooGroup, IslandDyingMidCollectiveLeavesSurvivorsConsistent) {
 // and strings (the two of them, or all three when one of them finished and hands its result
 // over), each string that of its contributor; then they gather between themselves.
 TEST(GlooGroup, IslandDyingMidAllgatherLeavesSurvivorsConsistent) {
-  auto coordinator = start_coordinator();
-  ASSERT_TRUE(coordinator);
-  std::vector<std::unique_ptr<ZmqControlClient>> clients;
-  for (int i = 0; i < 3; ++i) {
-    ControlClientOptions o = fast_client(coordinator->endpoint(), i);
-    o.leave_on_destroy = i != 2;  // island 2 crashes
-    clients.push_back(join(o));
-    ASSERT_TRUE(clients.back());
-  }
-  for (auto& cl : clients) wait_for_ids(*cl, {0, 1, 2});
-  GlooGroupOptions go;
-  go.chunk_bytes = 64 << 10;
-  go.poll_ms = 20;
-  go.connect_timeout_ms = 2000;
-  std::vector<std::unique_ptr<GlooGroup>> groups;
-  for (int i = 0; i < 3; ++i) groups.push_back(std::make_unique<GlooGroup>(*clients[i], go));
+  ThreeIslandsOneToCrash c;
+  c.start();
+  if (::testing::Test::HasFatalFailure()) return;
+  auto& clients = c.clients;
+  auto& groups = c.groups;
   auto bytes_of = [](int i, size_t n) {
     std::vector<uint8_t> b(n + static_cast<size_t>(i));
     for (size_t k = 0; k < b.size(); ++k) b[k] = static_cast<uint8_t>(k * 13 + i);
