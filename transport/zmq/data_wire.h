@@ -73,8 +73,8 @@ struct Header {
   uint32_t piece = 0;       // piece index within the transfer
   uint32_t pieces = 0;      // piece count of the transfer
   uint32_t payload_len = 0;
-  uint64_t offset = 0;      // split: byte offset in the frame; else 0
-  uint64_t total = 0;       // split: frame bytes; else the payload's bytes
+  uint64_t offset = 0;      // split: byte offset in the frame; RESULT piece: first element; else 0
+  uint64_t total = 0;       // split: frame bytes; RESULT piece: result elements; else payload bytes
 };
 
 // Writes the 88 header bytes (checksum over them and `payload`) into `out`.

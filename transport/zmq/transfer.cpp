@@ -70,33 +70,6 @@ Status decode_piece(const compression::Pipeline& codec, const Inbound& m, at::Te
   return Status::ok();
 }
 
-StatusOr<at::Tensor> piece_values(const compression::Pipeline& codec, const Inbound& m, int64_t n,
-                                  at::Tensor& scratch) {
-  at::Tensor out = scratch.narrow(0, 0, n);
-  if (raw_pieces(codec) && (m.header.flags & kFlagRaw) &&
-      reinterpret_cast<uintptr_t>(m.data()) % alignof(float) == 0) {
-    if (Status st = raw_size_check(m, n); !st.is_ok()) return st;
-    if (n == 0) return out;
-    return at::from_blob(const_cast<uint8_t*>(m.data()), {n}, at::kFloat);
-  }
-  if (Status st = decode_piece(codec, m, out); !st.is_ok()) return st;
-  return out;
-}
-
-void send_piece(OpContext& ctx, int to, Header h, const at::Tensor& values, uint32_t piece,
-                uint32_t pieces, const compression::Pipeline& codec, uint64_t seed) {
-  const int64_t n = values.numel();
-  auto [b, e] = ring::chunk_bounds(n, static_cast<int>(pieces), static_cast<int>(piece));
-  auto [frame, hash] = piece_payload(ctx, values.narrow(0, b, e - b), codec, seed);
-  h.flags = raw_pieces(codec) ? kFlagRaw : 0;
-  h.piece = piece;
-  h.pieces = pieces;
-  h.offset = static_cast<uint64_t>(b);
-  h.total = static_cast<uint64_t>(n);
-  const size_t size = frame->size();
-  ctx.send(to, Outbound{h, std::move(frame), 0, size, static_cast<uint64_t>(e - b) * 4, true, hash});
-}
-
 void send_pieces(OpContext& ctx, const std::vector<int>& to, Header h, const at::Tensor& values,
                  const compression::Pipeline& codec, int64_t piece_elems, uint64_t seed) {
   const int64_t n = values.numel();

@@ -1,9 +1,9 @@
 // How a buffer crosses the data plane in wire messages of at most `chunk_bytes`:
 //
-//   - piece frames (lossless codecs: ring, lossless broadcast, finished results): the n
-//     elements are cut into `pieces` balanced ranges (ring::chunk_bounds(n, pieces, k)), each
-//     encoded as its own frame, so a receiver can use piece k as soon as it arrives (the ring
-//     pipelines its steps piece by piece). Header: offset = first element, total = n.
+//   - piece frames (a finished all-reduce's result handed to a restarted peer; the
+//     collectives' own pieces are cut by transport/collectives/schedules.h): the n elements
+//     are cut into `pieces` balanced ranges (ring::chunk_bounds(n, pieces, k)), each encoded
+//     as its own frame. Header: offset = first element, total = n.
 //     The empty pipeline (plain fp32) sends each range as raw fp32 instead (kFlagRaw): a
 //     frame would only add its header and a second checksum over the same bytes, and raw
 //     values can be added straight from the received message.
@@ -34,20 +34,12 @@ bool raw_pieces(const compression::Pipeline& codec);
 // max(1, ceil(n / piece_elems)): an empty transfer still travels as one (empty) piece.
 uint32_t piece_count(int64_t n, int64_t piece_elems);
 
-// Encodes piece `piece` of `values` ([n] float32) as one frame and sends it to `to`. `h`
-// carries type, seq, epoch, step and chunk; the piece fields are filled in here.
-void send_piece(OpContext& ctx, int to, Header h, const at::Tensor& values, uint32_t piece,
-                uint32_t pieces, const compression::Pipeline& codec, uint64_t seed);
 // Every piece of `values`, each encoded once and sent to every peer in `to`.
 void send_pieces(OpContext& ctx, const std::vector<int>& to, Header h, const at::Tensor& values,
                  const compression::Pipeline& codec, int64_t piece_elems, uint64_t seed);
 // A received piece (raw fp32 or one frame, as `codec` sends them) decoded into `dst`. kCorrupt
 // when its form is not the one `codec` sends, its size disagrees with dst, or the frame fails.
 Status decode_piece(const compression::Pipeline& codec, const Inbound& m, at::Tensor& dst);
-// A received piece's n values: a view of the message's memory for a raw piece (valid while
-// `m` lives; aligned payloads only), else decoded into `scratch` ([>= n] float32).
-StatusOr<at::Tensor> piece_values(const compression::Pipeline& codec, const Inbound& m, int64_t n,
-                                  at::Tensor& scratch);
 // One encoded frame, in byte ranges of at most `chunk_bytes`, to every peer in `to`.
 // `raw_bytes`: the fp32 size the frame stands for (counted once per peer).
 void send_split(OpContext& ctx, const std::vector<int>& to, Header h,
