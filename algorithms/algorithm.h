@@ -2,7 +2,7 @@
 // (flat parameter/gradient buffers and a transport::Group) and runs unchanged in the
 // simulator and in real multi-process runs.
 //
-// The island loop (src/sim/island_loop.h) calls the hooks in this order:
+// The island loop (src/core/island_loop.h) calls the hooks in this order:
 //
 //   setup(ctx)                                   once, before the first step
 //   steps = planned_steps(configured)            after setup

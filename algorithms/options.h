@@ -1,7 +1,7 @@
 // Options of the outer-loop algorithms, declared once: the `algorithm:` section of a config
 // is AlgorithmOptions::fields() (src/config reads and writes it through that list; this
 // folder never sees YAML). The members after the config keys describe the run and are
-// filled by src/sim/components.cpp from other sections.
+// filled by src/core/components.cpp from other sections.
 #pragma once
 
 #include <cstdint>
@@ -95,7 +95,7 @@ struct AlgorithmOptions {
     v.field("grace_s", grace_s, at_least(0));
   }
 
-  // The run, not config keys: filled from other sections (src/sim/components.cpp).
+  // The run, not config keys: filled from other sections (src/core/components.cpp).
   int islands = 1;               // configured number of islands (fedavg: clients K)
   uint64_t seed = 0;             // run.seed: fedavg client sampling
   int batch_size = 1;            // B = train.batch_size x grad_accum (local_epochs planning)

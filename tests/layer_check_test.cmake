@@ -19,7 +19,7 @@ file(WRITE "${WORK}/src/base/bad.cpp" "// first line\n#include \"compression/fra
 # Lines with ";", "[", "]" or a backslash (which CMake lists treat specially) before it.
 file(WRITE "${WORK}/compression/bad.cpp"
      "#include <vector>\n// x[0, n) and a; b\nint a[3]; \\\n\n#include \"transport/group.h\"\n")
-file(WRITE "${WORK}/transport/bad.cpp" "#include \"algorithms/algorithm.h\"\n#include \"src/sim/json.h\"\n#include \"transport/zmq/zmq_group.h\"\n#include <zmq.hpp>\n")
+file(WRITE "${WORK}/transport/bad.cpp" "#include \"algorithms/algorithm.h\"\n#include \"src/core/json.h\"\n#include \"transport/zmq/zmq_group.h\"\n#include <zmq.hpp>\n")
 file(WRITE "${WORK}/transport/zmq/bad.cpp" "#include <gloo/context.h>\n")
 file(WRITE "${WORK}/transport/gloo/bad.cpp" "#include \"transport/zmq/curve.h\"\n")
 file(WRITE "${WORK}/transport/relay/bad.cpp" "#include <ATen/ATen.h>\n")
@@ -36,7 +36,7 @@ set(expected
   "src/base/bad.cpp:2: includes \"compression/frame.h\": src/base/ may include only"
   "compression/bad.cpp:5: includes \"transport/group.h\": compression/ may include only"
   "transport/bad.cpp:1: includes \"algorithms/algorithm.h\": transport/ may include only"
-  "transport/bad.cpp:2: includes \"src/sim/json.h\""
+  "transport/bad.cpp:2: includes \"src/core/json.h\""
   "transport/bad.cpp:3: includes \"transport/zmq/zmq_group.h\""
   "transport/bad.cpp:4: includes <zmq.hpp>"
   "transport/zmq/bad.cpp:1: includes <gloo/context.h>: transport/zmq/ may include only"

@@ -17,8 +17,8 @@
 #include "src/config/config.h"
 #include "src/config/sweep_spec.h"
 #include "src/run/processes.h"
-#include "src/sim/simulator.h"
-#include "src/sim/validate.h"
+#include "src/core/simulator.h"
+#include "src/core/validate.h"
 #include "src/sweep/compare.h"
 #include "src/sweep/plan.h"
 #include "src/sweep/report.h"
@@ -31,11 +31,11 @@ constexpr int kExitUsage = 2;
 constexpr int kExitInterrupted = 130;  // a sweep stopped by SIGINT/SIGTERM (128 + SIGINT)
 
 // Parses CONFIG with its --set overrides and runs every check `target` needs before
-// anything starts (src/sim/validate.h).
+// anything starts (src/core/validate.h).
 atl::config::Config load_and_check(const std::string& path, const std::vector<std::string>& sets,
-                                   atl::sim::Target target) {
+                                   atl::core::Target target) {
   atl::config::Config c = atl::config::load_config(path, sets);
-  atl::sim::validate_config(c, target);
+  atl::core::validate_config(c, target);
   return c;
 }
 
@@ -51,7 +51,7 @@ struct SweepOptions {
 int sweep(const SweepOptions& o) {
   const atl::config::SweepSpec spec = atl::config::load_sweep_spec(o.path);
   const atl::sweep::ExpandedSweep plan = atl::sweep::expand(
-      spec, o.root, [](const atl::config::Config& c) { atl::sim::validate_config(c, atl::sim::Target::kSimulate); });
+      spec, o.root, [](const atl::config::Config& c) { atl::core::validate_config(c, atl::core::Target::kSimulate); });
   if (o.dry_run) {
     std::fputs(atl::sweep::plan_text(plan.plan).c_str(), stdout);
     return 0;
@@ -192,15 +192,15 @@ int main(int argc, char** argv) {
     }
     if (*relay) {
       if (relay_config.empty()) return atl::run::run_relay(relay_cmd, nullptr);
-      const atl::config::Config c = load_and_check(relay_config, sets, atl::sim::Target::kRelay);
+      const atl::config::Config c = load_and_check(relay_config, sets, atl::core::Target::kRelay);
       return atl::run::run_relay(relay_cmd, &c);
     }
     // validate checks what simulate needs: it has no mode, and real runs refuse a few more
     // things (islands.events kills, transport settings), each with its own line.
-    const atl::sim::Target target = *coordinator ? atl::sim::Target::kCoordinator
-                                    : *island    ? atl::sim::Target::kIsland
-                                    : *launch    ? atl::sim::Target::kLaunch
-                                                 : atl::sim::Target::kSimulate;
+    const atl::core::Target target = *coordinator ? atl::core::Target::kCoordinator
+                                    : *island    ? atl::core::Target::kIsland
+                                    : *launch    ? atl::core::Target::kLaunch
+                                                 : atl::core::Target::kSimulate;
     atl::config::Config config = load_and_check(config_path, sets, target);
     atl::run::ProcessOptions popts;
     popts.force = force;
@@ -231,10 +231,10 @@ int main(int argc, char** argv) {
                   config.islands.count, config.islands.count == 1 ? "" : "s", config.model.name.c_str());
       return 0;
     }
-    atl::sim::SimulateOptions options;
+    atl::core::SimulateOptions options;
     options.force = force;
     options.quiet = quiet;
-    atl::sim::RunSummary s = atl::sim::simulate(config, options);
+    atl::core::RunSummary s = atl::core::simulate(config, options);
     if (s.diverged) {
       std::fprintf(stderr, "atoll: run diverged: island %d's training loss is not finite at step %lld (%s)\n",
                    s.diverged_island, static_cast<long long>(s.diverged_step), s.run_dir.c_str());

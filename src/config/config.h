@@ -30,7 +30,7 @@ struct RunConfig {
     v.field("seed", seed);
     v.field("out_dir", out_dir);
     v.field("threads", threads, at_least(0));
-    v.field("device", device);  // src/sim/validate.cpp checks it exists here
+    v.field("device", device);  // src/core/validate.cpp checks it exists here
     v.field("resume", resume);
   }
 };

@@ -1,5 +1,5 @@
 // The partition rules that the config alone decides, for checks before any data is read
-// (src/sim/validate.cpp); partition() (src/data/dataset.h) enforces them again on the data.
+// (src/core/validate.cpp); partition() (src/data/dataset.h) enforces them again on the data.
 #pragma once
 
 #include <optional>

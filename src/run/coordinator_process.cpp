@@ -15,13 +15,13 @@
 #include "src/base/status.h"
 #include "src/run/processes.h"
 #include "src/run/run_totals.h"
-#include "src/sim/components.h"
-#include "src/sim/island_parts.h"
-#include "src/sim/json.h"
-#include "src/sim/params_file.h"
-#include "src/sim/records.h"
-#include "src/sim/run_dir.h"
-#include "src/sim/validate.h"
+#include "src/core/components.h"
+#include "src/core/island_parts.h"
+#include "src/core/json.h"
+#include "src/core/params_file.h"
+#include "src/core/records.h"
+#include "src/core/run_dir.h"
+#include "src/core/validate.h"
 #include "transport/zmq/coordinator.h"
 #include "transport/zmq/curve.h"
 
@@ -41,7 +41,7 @@ std::string membership_record(const transport::Membership& view, const std::stri
   std::string ids;
   for (const transport::Peer& p : view.members) ids += (ids.empty() ? "" : ",") + std::to_string(p.id);
   const double wall = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-  return sim::JsonObject()
+  return core::JsonObject()
       .add("event", "membership")
       .add("epoch", view.epoch)
       .add_raw("members", "[" + ids + "]")
@@ -56,12 +56,12 @@ std::string membership_record(const transport::Membership& view, const std::stri
 int run_coordinator(const config::Config& config, const ProcessOptions& options) {
   const auto t0 = Clock::now();
   const int k = config.islands.count;
-  sim::validate_config(config, sim::Target::kCoordinator);
-  sim::configure_threads(config.run.threads);
-  sim::RunData data = sim::load_run_data(config);
-  const auto algo_options = sim::algorithm_options(config, data.shard_sizes);
-  const compression::Pipeline codec = sim::make_pipeline(config);
-  sim::RunDir dir(config, options.force);
+  core::validate_config(config, core::Target::kCoordinator);
+  core::configure_threads(config.run.threads);
+  core::RunData data = core::load_run_data(config);
+  const auto algo_options = core::algorithm_options(config, data.shard_sizes);
+  const compression::Pipeline codec = core::make_pipeline(config);
+  core::RunDir dir(config, options.force);
   RunTotals totals;
   auto sink = [&](const std::string& json) {
     if (totals.add(json)) dir.record(json);
@@ -69,20 +69,20 @@ int run_coordinator(const config::Config& config, const ProcessOptions& options)
 
   // The server role (fedavg, async_local_sgd): it holds the global model, so it is
   // evaluated here.
-  std::unique_ptr<sim::Evaluator> evaluator;
-  std::unique_ptr<sim::ServerEvalSchedule> evals;
+  std::unique_ptr<core::Evaluator> evaluator;
+  std::unique_ptr<core::ServerEvalSchedule> evals;
   at::Tensor server_global;
   std::unique_ptr<transport::OuterServer> server;
   int64_t server_round = 0;
   auto server_eval = [&](int64_t step, const at::Tensor& global) {
-    sim::EvalResult r = evaluator->evaluate(global);
-    sink(sim::eval_record(-1, step, r, data.classifier, 0,
-                          sim::RecordTime{std::chrono::duration<double>(Clock::now() - t0).count(), NAN}));
+    core::EvalResult r = evaluator->evaluate(global);
+    sink(core::eval_record(-1, step, r, data.classifier, 0,
+                          core::RecordTime{std::chrono::duration<double>(Clock::now() - t0).count(), NAN}));
   };
   if (algorithms::make_server(algo_options, at::zeros({1}), nullptr) != nullptr) {
-    auto init = sim::make_island_parts(config, data, algo_options, 0);
-    evaluator = sim::make_evaluator(config, data);
-    evals = std::make_unique<sim::ServerEvalSchedule>(algo_options, config.train, data.splits.train->size());
+    auto init = core::make_island_parts(config, data, algo_options, 0);
+    evaluator = core::make_evaluator(config, data);
+    evals = std::make_unique<core::ServerEvalSchedule>(algo_options, config.train, data.splits.train->size());
     server = algorithms::make_server(algo_options, init.model->params(), [&](int64_t round, const at::Tensor& global) {
       server_global = global;
       server_round = round;
@@ -141,7 +141,7 @@ int run_coordinator(const config::Config& config, const ProcessOptions& options)
   }
 
   const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
-  sim::JsonObject s;
+  core::JsonObject s;
   s.add("algorithm", config.algorithm.name)
       .add("islands", k)
       .add("model", config.model.name)
@@ -150,7 +150,7 @@ int run_coordinator(const config::Config& config, const ProcessOptions& options)
   totals.add_summary(s, final_step, data.classifier);
   s.add("wall_time_s", wall);
   dir.write_summary(s.str());
-  if (server_global.defined()) sim::write_params(dir.path() + "/final_params.bin", server_global);
+  if (server_global.defined()) core::write_params(dir.path() + "/final_params.bin", server_global);
   if (g_stop) {
     ATOLL_WARN("coordinator stopped by a signal before the run finished");
     return 1;

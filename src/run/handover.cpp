@@ -9,7 +9,7 @@
 
 #include "src/base/hash.h"
 #include "src/base/log.h"
-#include "src/sim/json.h"
+#include "src/core/json.h"
 
 namespace atl::run {
 
@@ -314,7 +314,7 @@ void HandoverDonor::at_step_boundary() {
   auto joined = [&](int j) { return std::find(waiting.begin(), waiting.end(), j) == waiting.end(); };
   for (int j : published) {
     if (joined(j)) served_.erase(j);
-    record_(sim::JsonObject()
+    record_(core::JsonObject()
                 .add("event", "handover")
                 .add("island", self)
                 .add("joiner", j)

@@ -1,6 +1,6 @@
 // The state hand-over of a real run: how an island that rejoins a running run (a restarted
 // process with the same id) gets the global model and the outer-optimizer state from a live
-// island, as the simulator's joiners do (src/sim/simulator.cpp, "Handover").
+// island, as the simulator's joiners do (src/core/simulator.cpp, "Handover").
 //
 // Protocol (docs/protocol.md "Rejoining a running run"), over the coordinator's store:
 //   1. The joiner joins without a data endpoint: a member of the control plane that takes

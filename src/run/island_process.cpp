@@ -1,7 +1,7 @@
 // `atoll island CONFIG --id K`: one island of a real run. Builds exactly what the
-// simulator's island K builds (src/sim/island_parts.h), joins the coordinator, waits until
+// simulator's island K builds (src/core/island_parts.h), joins the coordinator, waits until
 // every configured island is present, then runs the same island runtime as the simulator
-// (src/sim/island_runtime.h) over ZeroMQ or Gloo (transport.kind), with the wall clock, the
+// (src/core/island_runtime.h) over ZeroMQ or Gloo (transport.kind), with the wall clock, the
 // coordinator as record sink and its membership deciding the lead. Started again while the
 // run is going (after a crash), it rejoins: it waits for a live island's state hand-over
 // (src/run/handover.h) and goes on from there.
@@ -18,12 +18,12 @@
 #include "src/run/handover.h"
 #include "src/run/processes.h"
 #include "src/run/wan_routes.h"
-#include "src/sim/components.h"
-#include "src/sim/island_runtime.h"
-#include "src/sim/island_parts.h"
-#include "src/sim/progress.h"
-#include "src/sim/validate.h"
-#include "src/sim/wall_time.h"
+#include "src/core/components.h"
+#include "src/core/island_runtime.h"
+#include "src/core/island_parts.h"
+#include "src/core/progress.h"
+#include "src/core/validate.h"
+#include "src/core/wall_time.h"
 #include "transport/gloo/gloo_group.h"
 #include "transport/zmq/control_client.h"
 #include "transport/zmq/curve.h"
@@ -60,7 +60,7 @@ transport::GlooGroupOptions gloo_options(const config::TransportConfig& t) {
 // Set in the store by every island before its first step: an island that finds it when it
 // joins comes into a run that is already going.
 const char kStartedKey[] = "atoll/run/started";
-// Set by the island that evaluated step S once its eval record is sent (src/sim/eval_role.h).
+// Set by the island that evaluated step S once its eval record is sent (src/core/eval_role.h).
 std::string eval_key(int64_t step) { return "atoll/eval/" + std::to_string(step); }
 // Set by the island that wrote final_params.bin.
 const char kFinalParamsKey[] = "atoll/run/final_params";
@@ -98,16 +98,16 @@ StatusOr<IslandEnd> run_island_once(const config::Config& config, int island, co
     throw UserError("--id " + std::to_string(island) + ": must be in [0, " + std::to_string(k) +
                     ") (islands.count is " + std::to_string(k) + ")");
   }
-  sim::validate_config(config, sim::Target::kIsland);
-  sim::configure_threads(config.run.threads);
+  core::validate_config(config, core::Target::kIsland);
+  core::configure_threads(config.run.threads);
   torch::manual_seed(config.run.seed);
-  sim::RunData data = sim::load_run_data(config);
-  const auto algo_options = sim::algorithm_options(config, data.shard_sizes);
-  const compression::Pipeline codec = sim::make_pipeline(config);
-  sim::IslandParts parts = sim::make_island_parts(config, data, algo_options, island);
+  core::RunData data = core::load_run_data(config);
+  const auto algo_options = core::algorithm_options(config, data.shard_sizes);
+  const compression::Pipeline codec = core::make_pipeline(config);
+  core::IslandParts parts = core::make_island_parts(config, data, algo_options, island);
   // Any island may have to evaluate: the lead's role moves when it dies (see below).
-  std::unique_ptr<sim::Evaluator> evaluator;
-  if (!parts.algorithm->global_on_server()) evaluator = sim::make_evaluator(config, data);
+  std::unique_ptr<core::Evaluator> evaluator;
+  if (!parts.algorithm->global_on_server()) evaluator = core::make_evaluator(config, data);
 
   const auto& t = config.transport;
   transport::ControlClientOptions cc;
@@ -212,7 +212,7 @@ StatusOr<IslandEnd> run_island_once(const config::Config& config, int island, co
   // The lead: the live island with the lowest id among those that hold the model (joiners
   // count from their hand-over on). It evaluates the global model, shows the progress line
   // and writes final_params.bin; when it dies the next island takes over
-  // (src/sim/eval_role.h: every eval step is recorded exactly once).
+  // (src/core/eval_role.h: every eval step is recorded exactly once).
   auto is_lead = [&] {
     for (const auto& p : control.membership().members) {
       if (p.id < island && transport::in_collectives(p)) return false;
@@ -229,18 +229,18 @@ StatusOr<IslandEnd> run_island_once(const config::Config& config, int island, co
     }
     return v.value().has_value();
   };
-  sim::Progress progress(options.quiet ? sim::Progress::Mode::kQuiet : sim::Progress::Mode::kAuto);
-  sim::ProgressState state;
-  sim::WallTime wall_time;
+  core::Progress progress(options.quiet ? core::Progress::Mode::kQuiet : core::Progress::Mode::kAuto);
+  core::ProgressState state;
+  core::WallTime wall_time;
   std::optional<HandoverDonor> donor;  // set below, once the runtime exists
 
-  sim::IslandHost host;
+  core::IslandHost host;
   host.time = &wall_time;
   host.wall_s = [&] { return seconds_since(t0); };
   host.record = [&](const std::string& json) { control.record(json); };
   host.is_lead = is_lead;
   host.eval_recorded = [&](int64_t step) { return in_store(eval_key(step)); };
-  host.after_eval = [&](int64_t step, const sim::EvalResult& r) {
+  host.after_eval = [&](int64_t step, const core::EvalResult& r) {
     state.val_loss = r.loss;
     // After the record on the same connection: a step marked recorded is in metrics.jsonl.
     if (Status st = joined.store_set(eval_key(step), {1}); !st.is_ok()) {
@@ -256,7 +256,7 @@ StatusOr<IslandEnd> run_island_once(const config::Config& config, int island, co
   host.eval_patience_s = 30.0 + 2e-3 * static_cast<double>(t.heartbeat_timeout_ms);
   host.eval_bytes = [&] { return group.bytes().sent; };
   host.round_times = [&] {
-    sim::RoundTimes times;
+    core::RoundTimes times;
     times.sync_s = timed.take_blocked_s();
     return times;
   };
@@ -268,12 +268,12 @@ StatusOr<IslandEnd> run_island_once(const config::Config& config, int island, co
     if (!options.quiet && is_lead()) progress.update(state);
     if (donor && parts.algorithm->can_hand_over()) donor->at_step_boundary();
   };
-  sim::IslandRuntime runtime(island, parts, config.train, &timed, &codec, data.shard_sizes[island], evaluator.get(),
+  core::IslandRuntime runtime(island, parts, config.train, &timed, &codec, data.shard_sizes[island], evaluator.get(),
                              data.classifier, std::move(host));
   if (handover) {
     // As the simulator's joiners: the global model, a fresh inner optimizer and algorithm, the
     // donor's outer state after setup, and the steps after the donor's.
-    sim::JoinState join;
+    core::JoinState join;
     join.donor = handover->donor;
     join.step = handover->step;
     join.first_seq = handover->first_seq;

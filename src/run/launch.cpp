@@ -30,7 +30,7 @@
 #include "src/run/hosts.h"
 #include "src/run/processes.h"
 #include "src/run/wan.h"
-#include "src/sim/validate.h"
+#include "src/core/validate.h"
 
 namespace atl::run {
 namespace {
@@ -152,7 +152,7 @@ class Relays {
 }  // namespace
 
 int launch(const config::Config& config, const ProcessOptions& options) {
-  sim::validate_config(config, sim::Target::kLaunch);
+  core::validate_config(config, core::Target::kLaunch);
   std::vector<std::string> common = {options.config_path};
   for (const auto& o : options.overrides) {
     common.push_back("--set");

@@ -2,7 +2,7 @@
 //
 // The coordinator process owns runs/<name>/ (config.yaml, metrics.jsonl from every island's
 // records, summary.json) and hosts the server role; each island process builds the same
-// data, model and algorithm as the simulator's island K (src/sim/island_parts.h), joins
+// data, model and algorithm as the simulator's island K (src/core/island_parts.h), joins
 // through transport/zmq/control_client.h and exchanges over ZeroMQ (transport/zmq/
 // zmq_group.h) or Gloo (transport/gloo/gloo_group.h, transport.kind gloo). `launch`
 // starts all of them on this machine as child processes.
@@ -35,7 +35,7 @@ struct ProcessOptions {
                                               // of the one it published (the link's relay)
 };
 
-// Each starts with sim::validate_config for its target (src/sim/validate.h).
+// Each starts with core::validate_config for its target (src/core/validate.h).
 int run_coordinator(const config::Config& config, const ProcessOptions& options);
 // Runs island `island` until it finished its steps. Rejoins the run (with a state
 // hand-over) when it was declared dead while cut off, up to transport.max_rejoins times.

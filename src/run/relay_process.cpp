@@ -8,7 +8,7 @@
 
 #include "src/base/status.h"
 #include "src/run/wan.h"
-#include "src/sim/network_profile.h"
+#include "src/core/network_profile.h"
 
 namespace atl::run {
 
@@ -53,7 +53,7 @@ int run_relay(const RelayCommand& c, const config::Config* config) {
     const int from = parse_endpoint(*config, c.from, "--from");
     const int to = parse_endpoint(*config, c.to_endpoint, "--to-island");
     if (from == to) throw UserError("--from and --to-island name the same endpoint");
-    const transport::NetworkModel model = sim::make_network_model(*config);
+    const transport::NetworkModel model = core::make_network_model(*config);
     link = wan_link(model, from, to, c.listen, c.to.empty() ? endpoint_address(*config, to) : c.to, c.wan,
                     options.buckets);
     options.seed = static_cast<uint64_t>(config->run.seed);

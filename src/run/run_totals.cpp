@@ -7,20 +7,20 @@ namespace atl::run {
 
 bool RunTotals::add(const std::string& json) {
   std::lock_guard<std::mutex> lock(mu_);
-  const auto event = sim::json_find_string(json, "event");
+  const auto event = core::json_find_string(json, "event");
   if (!event) return true;
   if (*event == "eval") {
-    return evals_.add(static_cast<int64_t>(sim::json_find_number(json, "step").value_or(-1)),
-                      sim::json_find_number(json, "val_loss").value_or(NAN),
-                      sim::json_find_number(json, "val_accuracy").value_or(-1));
+    return evals_.add(static_cast<int64_t>(core::json_find_number(json, "step").value_or(-1)),
+                      core::json_find_number(json, "val_loss").value_or(NAN),
+                      core::json_find_number(json, "val_accuracy").value_or(-1));
   } else if (*event == "round") {
-    if (auto r = sim::json_find_number(json, "round")) rounds_ = std::max(rounds_, static_cast<int64_t>(*r));
+    if (auto r = core::json_find_number(json, "round")) rounds_ = std::max(rounds_, static_cast<int64_t>(*r));
   } else if (*event == "island_end") {
     ++finished_;
-    bytes_sent_ += static_cast<uint64_t>(sim::json_find_number(json, "bytes_sent").value_or(0));
-    bytes_recv_ += static_cast<uint64_t>(sim::json_find_number(json, "bytes_recv").value_or(0));
-    raw_sent_ += static_cast<uint64_t>(sim::json_find_number(json, "raw_sent").value_or(0));
-    steps_ = std::max(steps_, static_cast<int64_t>(sim::json_find_number(json, "steps").value_or(0)));
+    bytes_sent_ += static_cast<uint64_t>(core::json_find_number(json, "bytes_sent").value_or(0));
+    bytes_recv_ += static_cast<uint64_t>(core::json_find_number(json, "bytes_recv").value_or(0));
+    raw_sent_ += static_cast<uint64_t>(core::json_find_number(json, "raw_sent").value_or(0));
+    steps_ = std::max(steps_, static_cast<int64_t>(core::json_find_number(json, "steps").value_or(0)));
   }
   return true;
 }
@@ -35,7 +35,7 @@ int RunTotals::finished() const {
   return finished_;
 }
 
-void RunTotals::add_summary(sim::JsonObject& s, int64_t final_step, bool classifier) const {
+void RunTotals::add_summary(core::JsonObject& s, int64_t final_step, bool classifier) const {
   std::lock_guard<std::mutex> lock(mu_);
   // The islands' global model: the final eval is the one at the last step an island finished.
   if (final_step < 0 && finished_ > 0) final_step = steps_;

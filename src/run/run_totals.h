@@ -3,7 +3,7 @@
 //
 // Eval records: the first record of a step is kept and later ones are refused (the lead may
 // die between recording a step and marking it in the store, and the next island evaluates it
-// again: src/sim/eval_role.h); steps may arrive out of order when the lead role moves, so the
+// again: src/core/eval_role.h); steps may arrive out of order when the lead role moves, so the
 // latest eval is the one of the highest step. final_val_loss is the eval at the step the run
 // ended on, or null.
 //
@@ -14,8 +14,8 @@
 #include <mutex>
 #include <string>
 
-#include "src/sim/eval_summary.h"
-#include "src/sim/json.h"
+#include "src/core/eval_summary.h"
+#include "src/core/json.h"
 
 namespace atl::run {
 
@@ -31,11 +31,11 @@ class RunTotals {
   // best_val_loss, final_val_accuracy (classifiers), bytes_sent_total, bytes_recv_total and
   // compression_ratio to `s`. `final_step`: the step whose eval is the final one (the server
   // role's last round), or -1: the last step of the islands that finished.
-  void add_summary(sim::JsonObject& s, int64_t final_step, bool classifier) const;
+  void add_summary(core::JsonObject& s, int64_t final_step, bool classifier) const;
 
  private:
   mutable std::mutex mu_;
-  sim::EvalSummary evals_;  // the eval records in metrics.jsonl
+  core::EvalSummary evals_;  // the eval records in metrics.jsonl
   uint64_t bytes_sent_ = 0, bytes_recv_ = 0, raw_sent_ = 0;
   int64_t steps_ = 0, rounds_ = 0;
   int finished_ = 0;

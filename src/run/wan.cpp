@@ -2,8 +2,8 @@
 
 #include <cstdio>
 
-#include "src/sim/json.h"
-#include "src/sim/network_profile.h"
+#include "src/core/json.h"
+#include "src/core/network_profile.h"
 
 namespace atl::run {
 
@@ -70,7 +70,7 @@ relay::LinkSpec wan_link(const NetworkModel& model, int from, int to, const std:
 }
 
 WanPlan plan_wan(const config::Config& config, const WanOptions& options) {
-  const NetworkModel model = sim::make_network_model(config);
+  const NetworkModel model = core::make_network_model(config);
   const int k = config.islands.count;
   WanPlan plan;
   plan.peer_link.resize(static_cast<size_t>(k));
@@ -91,7 +91,7 @@ WanPlan plan_wan(const config::Config& config, const WanOptions& options) {
 
 namespace {
 
-void add_direction(sim::JsonObject& o, const std::string& prefix, const relay::DirectionStats& d) {
+void add_direction(core::JsonObject& o, const std::string& prefix, const relay::DirectionStats& d) {
   o.add(prefix + "_bytes", d.bytes)
       .add(prefix + "_loss_stalls", d.loss_stalls)
       .add(prefix + "_loss_stall_s", d.loss_stall_s)
@@ -109,7 +109,7 @@ std::string direction_line(const relay::DirectionStats& d) {
 }  // namespace
 
 std::string link_stats_json(const relay::LinkStats& s) {
-  sim::JsonObject o;
+  core::JsonObject o;
   o.add("event", "relay_link")
       .add("link", s.name)
       .add("address", s.address)

@@ -1,6 +1,6 @@
 // WAN emulation for real runs on one machine (docs/wan-emulation.md): relay links whose
 // latency, jitter, loss stalls, rates and cuts come from the run's network model
-// (src/sim/network_profile.h, the model the simulator charges), so one `network:` profile
+// (src/core/network_profile.h, the model the simulator charges), so one `network:` profile
 // describes both.
 //
 // Endpoints are island ids and transport::kServer (the coordinator). Every direction a -> b

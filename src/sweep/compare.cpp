@@ -11,7 +11,7 @@
 #include <sstream>
 
 #include "src/base/status.h"
-#include "src/sim/progress.h"
+#include "src/core/progress.h"
 #include "src/sweep/results.h"
 
 namespace fs = std::filesystem;
@@ -129,7 +129,7 @@ std::string compare_table(const std::vector<std::string>& dirs) {
       {"best val", [](const Entry& e) { return fixed(e.metrics.best_val_loss, "%.4f"); }},
       {"accuracy", [](const Entry& e) { return fixed(e.metrics.final_val_accuracy, "%.4f"); }},
       {"sent", [](const Entry& e) {
-         return std::isfinite(e.metrics.bytes_sent) ? sim::human_bytes(e.metrics.bytes_sent) : "";
+         return std::isfinite(e.metrics.bytes_sent) ? core::human_bytes(e.metrics.bytes_sent) : "";
        }},
       {"sim time", [](const Entry& e) { return fixed(e.metrics.sim_time_s, "%.1f s"); }},
       {"compute", [](const Entry& e) { return fixed(100 * e.metrics.compute_utilization, "%.1f%%"); }},

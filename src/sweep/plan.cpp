@@ -10,8 +10,8 @@
 #include <sstream>
 
 #include "src/base/status.h"
-#include "src/sim/json.h"
-#include "src/sim/run_dir.h"
+#include "src/core/json.h"
+#include "src/core/run_dir.h"
 #include "src/sweep/csv.h"
 
 namespace fs = std::filesystem;
@@ -172,10 +172,10 @@ ExpandedSweep expand(const config::SweepSpec& spec, const std::string& root, con
         } catch (const UserError& e) {
           rethrow_for_run(e, run.id, places);
         }
-        run.hash = sim::config_hash(cfg);
+        run.hash = core::config_hash(cfg);
         config::Config anonymous = cfg;
         anonymous.run.name.clear();
-        auto [it, fresh] = run_of_config.emplace(sim::config_hash(anonymous), run.id);
+        auto [it, fresh] = run_of_config.emplace(core::config_hash(anonymous), run.id);
         if (!fresh)
           throw UserError(spec.source + ": sweep runs '" + it->second + "' and '" + run.id +
                           "' resolve to the same config (is a value listed twice?)");
@@ -200,7 +200,7 @@ bool run_finished(const SweepPlan& plan, const PlannedRun& run) {
   if (!in) return false;
   std::stringstream text;
   text << in.rdbuf();
-  return sim::json_find_string(text.str(), "config_hash") == run.hash;
+  return core::json_find_string(text.str(), "config_hash") == run.hash;
 }
 
 std::string plan_text(const SweepPlan& plan) {
@@ -231,7 +231,7 @@ void write_plan(const SweepPlan& plan) {
     text += csv_line(row);
   }
   fs::create_directories(plan.dir);
-  sim::write_file_atomic(plan.dir + "/plan.csv", text);
+  core::write_file_atomic(plan.dir + "/plan.csv", text);
 }
 
 SweepPlan read_plan(const std::string& dir) {

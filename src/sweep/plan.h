@@ -21,7 +21,7 @@ struct PlannedRun {
   std::string id;      // directory name: "algorithm=diloco,inner_steps=50,seed=1"
   std::string group;   // the id without its seed: the runs one configuration averages over
   uint64_t seed = 0;
-  std::string hash;    // sim::config_hash of the resolved config
+  std::string hash;    // core::config_hash of the resolved config
   std::vector<std::string> values;  // value label per SweepPlan::keys; "" = not swept here
 };
 

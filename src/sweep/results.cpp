@@ -7,8 +7,8 @@
 #include <map>
 #include <sstream>
 
-#include "src/sim/json.h"
-#include "src/sim/run_dir.h"
+#include "src/core/json.h"
+#include "src/core/run_dir.h"
 #include "src/sweep/csv.h"
 
 namespace fs = std::filesystem;
@@ -24,11 +24,11 @@ std::string read_file(const std::string& path) {
 }
 
 double number(const std::string& json, const char* key) {
-  return sim::json_find_number(json, key).value_or(kUnknown);
+  return core::json_find_number(json, key).value_or(kUnknown);
 }
 
 // Empty for an unknown value, else the shortest exact form.
-std::string cell(double v) { return std::isfinite(v) ? sim::json_number(v) : ""; }
+std::string cell(double v) { return std::isfinite(v) ? core::json_number(v) : ""; }
 
 }  // namespace
 
@@ -52,7 +52,7 @@ RunMetrics read_run_metrics(const std::string& run_dir) {
   std::istringstream metrics(read_file(run_dir + "/metrics.jsonl"));
   std::string line;
   while (std::getline(metrics, line)) {
-    if (sim::json_find_string(line, "event") != "eval") continue;
+    if (core::json_find_string(line, "event") != "eval") continue;
     EvalPoint p;
     p.step = static_cast<int64_t>(number(line, "step"));
     p.val_loss = number(line, "val_loss");
@@ -67,13 +67,13 @@ RunMetrics read_run_metrics(const std::string& run_dir) {
   const std::string summary = read_file(run_dir + "/summary.json");
   if (summary.empty()) return m;
   m.has_summary = true;
-  m.config_hash = sim::json_find_string(summary, "config_hash").value_or("");
-  m.steps = static_cast<int64_t>(sim::json_find_number(summary, "steps").value_or(-1));
+  m.config_hash = core::json_find_string(summary, "config_hash").value_or("");
+  m.steps = static_cast<int64_t>(core::json_find_number(summary, "steps").value_or(-1));
   m.final_val_loss = number(summary, "final_val_loss");
-  m.last_eval_step = static_cast<int64_t>(sim::json_find_number(summary, "last_eval_step").value_or(-1));
+  m.last_eval_step = static_cast<int64_t>(core::json_find_number(summary, "last_eval_step").value_or(-1));
   if (summary.find("\"diverged\":true") != std::string::npos)
-    m.diverged_step = static_cast<int64_t>(sim::json_find_number(summary, "diverged_step").value_or(0));
-  if (auto best = sim::json_find_number(summary, "best_val_loss")) m.best_val_loss = *best;
+    m.diverged_step = static_cast<int64_t>(core::json_find_number(summary, "diverged_step").value_or(0));
+  if (auto best = core::json_find_number(summary, "best_val_loss")) m.best_val_loss = *best;
   m.final_val_accuracy = number(summary, "final_val_accuracy");
   m.bytes_sent = number(summary, "bytes_sent_total");
   m.sim_time_s = number(summary, "sim_time_s");
@@ -108,9 +108,9 @@ std::vector<RunResult> collect_results(const SweepPlan& plan) {
     } else if (r.metrics.has_summary) {
       r.metrics = RunMetrics{};
       r.reason = "its run directory holds results of another config";
-    } else if (sim::json_find_string(outcome, "config_hash") == run.hash) {
-      r.status = sim::json_find_string(outcome, "status").value_or("failed");
-      r.reason = sim::json_find_string(outcome, "reason").value_or("");
+    } else if (core::json_find_string(outcome, "config_hash") == run.hash) {
+      r.status = core::json_find_string(outcome, "status").value_or("failed");
+      r.reason = core::json_find_string(outcome, "reason").value_or("");
     } else if (fs::exists(plan.run_dir(run) + "/metrics.jsonl")) {
       r.status = "incomplete";
       r.reason = "started but not finished (sweep killed?)";
@@ -139,7 +139,7 @@ void write_tables(const SweepPlan& plan, const std::vector<RunResult>& results) 
     row.push_back(r.reason);
     summary += csv_line(row);
   }
-  sim::write_file_atomic(plan.dir + "/summary.csv", summary);
+  core::write_file_atomic(plan.dir + "/summary.csv", summary);
 
   // Mean and sample standard deviation over the seeds of each group that ended ok.
   header = {"group"};
@@ -183,7 +183,7 @@ void write_tables(const SweepPlan& plan, const std::vector<RunResult>& results) 
     }
     aggregate += csv_line(row);
   }
-  sim::write_file_atomic(plan.dir + "/aggregate.csv", aggregate);
+  core::write_file_atomic(plan.dir + "/aggregate.csv", aggregate);
 
   std::string curves = csv_line({"run", "group", "seed", "status", "step", "val_loss", "val_accuracy",
                                  "bytes_sent", "sim_time_s"});
@@ -193,7 +193,7 @@ void write_tables(const SweepPlan& plan, const std::vector<RunResult>& results) 
                           cell(p.val_loss), cell(p.val_accuracy), cell(p.bytes_sent), cell(p.sim_time_s)});
     }
   }
-  sim::write_file_atomic(plan.dir + "/curves.csv", curves);
+  core::write_file_atomic(plan.dir + "/curves.csv", curves);
 }
 
 }  // namespace atl::sweep

@@ -16,8 +16,8 @@
 #include <sstream>
 #include <thread>
 
-#include "src/sim/json.h"
-#include "src/sim/run_dir.h"
+#include "src/core/json.h"
+#include "src/core/run_dir.h"
 #include "src/sweep/process.h"
 #include "src/sweep/results.h"
 
@@ -91,10 +91,10 @@ class MetricsTail {
 // The reason a metrics record shows divergence, or "": a training or validation loss that is
 // not finite (JsonObject writes NaN and infinities as null).
 std::string divergence(const std::string& record) {
-  const auto event = sim::json_find_string(record, "event");
+  const auto event = core::json_find_string(record, "event");
   const char* key = event == "train" ? "loss" : event == "eval" ? "val_loss" : nullptr;
-  if (!key || record.find(sim::json_quote(key) + ":null") == std::string::npos) return "";
-  const auto step = sim::json_find_number(record, "step");
+  if (!key || record.find(core::json_quote(key) + ":null") == std::string::npos) return "";
+  const auto step = core::json_find_number(record, "step");
   return std::string(event == "train" ? "training" : "validation") + " loss is not finite at step " +
          std::to_string(static_cast<long long>(step.value_or(-1)));
 }
@@ -173,7 +173,7 @@ class Runner {
     write_plan(plan_);
     for (size_t i = 0; i < plan_.runs.size(); ++i) {
       const auto& run = plan_.runs[i];
-      sim::write_file_atomic(plan_.dir + "/configs/" + run.id + ".yaml", config::to_yaml(sweep_.configs[i]));
+      core::write_file_atomic(plan_.dir + "/configs/" + run.id + ".yaml", config::to_yaml(sweep_.configs[i]));
       if (run_finished(plan_, run)) ++outcome_.skipped;
       else todo_.push_back(i);
     }
@@ -217,7 +217,7 @@ class Runner {
   void watch() {
     for (auto& r : running_) {
       for (const auto& line : r.metrics.new_lines()) {
-        if (auto step = sim::json_find_number(line, "step"); step && sim::json_find_string(line, "event") == "train")
+        if (auto step = core::json_find_number(line, "step"); step && core::json_find_string(line, "event") == "train")
           r.step = std::max(r.step, static_cast<int64_t>(*step));
         if (r.diverged.empty()) r.diverged = divergence(line);
       }
@@ -261,8 +261,8 @@ class Runner {
       if (auto line = last_line(log_path(r.index)); !line.empty()) reason += ": " + line;
     } else {
       const std::string summary = read_file(plan_.run_dir(run) + "/summary.json");
-      const auto loss = sim::json_find_number(summary, "final_val_loss");
-      if (sim::json_find_string(summary, "config_hash") != run.hash) {
+      const auto loss = core::json_find_number(summary, "final_val_loss");
+      if (core::json_find_string(summary, "config_hash") != run.hash) {
         state = "failed";
         reason = "summary.json does not carry the run's config hash " + run.hash;
       } else if (!loss || !std::isfinite(*loss)) {
@@ -277,8 +277,8 @@ class Runner {
   void record(size_t index, double wall, const std::string& state, std::string reason, int code) {
     const auto& run = plan_.runs[index];
     std::replace(reason.begin(), reason.end(), '"', '\'');
-    sim::write_file_atomic(outcome_path(index),
-                           sim::JsonObject()
+    core::write_file_atomic(outcome_path(index),
+                           core::JsonObject()
                                .add("run", run.id)
                                .add("status", state)
                                .add("reason", reason)
@@ -296,7 +296,7 @@ class Runner {
     }
     if (state == "failed" || state == "diverged") outcome_.problems.push_back(run.id + ": " + reason);
     ++ended_;
-    const auto loss = sim::json_find_number(read_file(plan_.run_dir(run) + "/summary.json"), "final_val_loss");
+    const auto loss = core::json_find_number(read_file(plan_.run_dir(run) + "/summary.json"), "final_val_loss");
     char val[48] = "";
     if (state == "ok" && loss) std::snprintf(val, sizeof val, "  val loss %.4f", *loss);
     clear_bar();

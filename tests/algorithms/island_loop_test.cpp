@@ -1,4 +1,4 @@
-// The island loop's hooks (src/sim/island_loop.h): an algorithm that replaces the inner
+// The island loop's hooks (src/core/island_loop.h): an algorithm that replaces the inner
 // optimizer step gets it, with the step's learning rate in the context, and the inner
 // optimizer is not used.
 #include <gtest/gtest.h>
@@ -40,7 +40,7 @@ TEST(IslandLoop, AnAlgorithmCanReplaceTheInnerStepAndSeesTheLearningRate) {
   algorithms::IslandContext ctx;
   ctx.params = params;
   ctx.grads = grads;
-  sim::IslandLoop loop;
+  core::IslandLoop loop;
   loop.algorithm = &algo;
   loop.context = &ctx;
   loop.optimizer = opt.get();
@@ -49,7 +49,7 @@ TEST(IslandLoop, AnAlgorithmCanReplaceTheInnerStepAndSeesTheLearningRate) {
     grads.copy_(params - c);
     return 0.0;
   };
-  EXPECT_EQ(sim::run_island(loop), 6);
+  EXPECT_EQ(core::run_island(loop), 6);
 
   at::Tensor want = at::zeros({64});
   std::vector<double> want_lrs;

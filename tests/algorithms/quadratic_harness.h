@@ -11,7 +11,7 @@
 
 #include "algorithms/algorithm.h"
 #include "src/config/config.h"
-#include "src/sim/island_loop.h"
+#include "src/core/island_loop.h"
 #include "src/train/inner_optimizer.h"
 #include "transport/inproc/inproc_group.h"
 #include "transport/inproc/scheduler.h"
@@ -112,7 +112,7 @@ inline QuadraticRun run_quadratic(const algorithms::AlgorithmOptions& options,
     ctx.time = &clock;
     ctx.speed = i < static_cast<int>(options.speeds.size()) ? options.speeds[i] : 1.0;
     ctx.layout = layout;
-    sim::IslandLoop loop;
+    core::IslandLoop loop;
     loop.algorithm = algo.get();
     loop.context = &ctx;
     loop.optimizer = opt.get();
@@ -122,7 +122,7 @@ inline QuadraticRun run_quadratic(const algorithms::AlgorithmOptions& options,
       return 0.5 * (params - targets[i]).pow(2).sum().item<double>();
     };
     loop.after_compute = [&](int64_t) { clock.sleep_until_s(clock.now_s() + 1.0 / ctx.speed); };
-    sim::run_island(loop);
+    core::run_island(loop);
     out.params[i] = params.clone();
     out.globals[i] = algo->global_params().clone();
     out.bytes[i] = groups[i]->bytes();

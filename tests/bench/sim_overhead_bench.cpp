@@ -17,9 +17,9 @@
 #include <limits>
 
 #include "src/config/config.h"
-#include "src/sim/components.h"
-#include "src/sim/island_parts.h"
-#include "src/sim/simulator.h"
+#include "src/core/components.h"
+#include "src/core/island_parts.h"
+#include "src/core/simulator.h"
 #include "src/train/inner_optimizer.h"
 
 namespace {
@@ -50,14 +50,14 @@ int main(int argc, char** argv) {
   sets.push_back("run.out_dir=" + (std::filesystem::temp_directory_path() / "atoll_sim_overhead").string());
   if (islands > 0) sets.push_back("islands.count=" + std::to_string(islands));
   const atl::config::Config config = atl::config::load_config(path, sets);
-  const int threads = atl::sim::configure_threads(config.run.threads);
+  const int threads = atl::core::configure_threads(config.run.threads);
   const int k = config.islands.count;
 
   // Back to back: k * steps inner steps on island 0's parts.
-  atl::sim::RunData data = atl::sim::load_run_data(config);
-  const auto options = atl::sim::algorithm_options(config, data.shard_sizes);
+  atl::core::RunData data = atl::core::load_run_data(config);
+  const auto options = atl::core::algorithm_options(config, data.shard_sizes);
   auto plain = [&] {
-    atl::sim::IslandParts parts = atl::sim::make_island_parts(config, data, options, 0);
+    atl::core::IslandParts parts = atl::core::make_island_parts(config, data, options, 0);
     parts.model->set_training(true);
     const auto t0 = std::chrono::steady_clock::now();
     for (int64_t s = 1; s <= k * steps; ++s) {
@@ -65,7 +65,7 @@ int main(int argc, char** argv) {
         torch::NoGradGuard no_grad;
         parts.model->grads().zero_();
       }
-      atl::sim::forward_backward(parts, config.train);
+      atl::core::forward_backward(parts, config.train);
       atl::train::clip_grad_norm(parts.model->grads(), config.train.grad_clip);
       parts.optimizer->step(parts.model->params(), parts.model->grads(),
                             atl::train::learning_rate(config.train, (s - 1) % steps + 1, steps));
@@ -74,7 +74,7 @@ int main(int argc, char** argv) {
   };
   auto simulated = [&] {
     const auto t0 = std::chrono::steady_clock::now();
-    atl::sim::simulate(config, {true, true});
+    atl::core::simulate(config, {true, true});
     return seconds(t0);
   };
   double best_plain = std::numeric_limits<double>::infinity(), best_sim = best_plain;

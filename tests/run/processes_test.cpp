@@ -21,12 +21,12 @@
 #include <thread>
 #include <vector>
 
-#include "src/sim/json.h"
+#include "src/core/json.h"
 #include "tests/run/process_test_util.h"
 
 namespace fs = std::filesystem;
-using atl::sim::json_find_number;
-using atl::sim::json_find_string;
+using atl::core::json_find_number;
+using atl::core::json_find_string;
 using atl::testing::alive;
 using atl::testing::children_of;
 using atl::testing::lines;

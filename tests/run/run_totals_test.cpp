@@ -5,16 +5,16 @@
 
 #include <string>
 
-#include "src/sim/json.h"
+#include "src/core/json.h"
 
 namespace atl::run {
 namespace {
 
 std::string eval(int64_t step, double loss, int island) {
-  return sim::JsonObject().add("event", "eval").add("step", step).add("val_loss", loss).add("island", island).str();
+  return core::JsonObject().add("event", "eval").add("step", step).add("val_loss", loss).add("island", island).str();
 }
 std::string island_end(int island, int64_t steps) {
-  return sim::JsonObject()
+  return core::JsonObject()
       .add("event", "island_end")
       .add("island", island)
       .add("steps", steps)
@@ -24,7 +24,7 @@ std::string island_end(int island, int64_t steps) {
       .str();
 }
 std::string summary(const RunTotals& t, int64_t final_step = -1) {
-  sim::JsonObject s;
+  core::JsonObject s;
   t.add_summary(s, final_step, false);
   return s.str();
 }
@@ -44,11 +44,11 @@ TEST(RunTotals, KeepsTheFirstEvalOfAStepAndTheLatestByStep) {
   EXPECT_TRUE(t.add(island_end(1, 40)));
   EXPECT_TRUE(t.add(island_end(2, 40)));
   const std::string s = summary(t);
-  EXPECT_EQ(sim::json_find_number(s, "final_val_loss"), 2.0) << s;
-  EXPECT_EQ(sim::json_find_number(s, "last_eval_step"), 40) << s;
-  EXPECT_EQ(sim::json_find_number(s, "best_val_loss"), 2.0) << s;
-  EXPECT_EQ(sim::json_find_number(s, "islands_finished"), 2) << s;
-  EXPECT_EQ(sim::json_find_number(s, "compression_ratio"), 2.0) << s;
+  EXPECT_EQ(core::json_find_number(s, "final_val_loss"), 2.0) << s;
+  EXPECT_EQ(core::json_find_number(s, "last_eval_step"), 40) << s;
+  EXPECT_EQ(core::json_find_number(s, "best_val_loss"), 2.0) << s;
+  EXPECT_EQ(core::json_find_number(s, "islands_finished"), 2) << s;
+  EXPECT_EQ(core::json_find_number(s, "compression_ratio"), 2.0) << s;
 }
 
 // A summary never presents a stale eval as final: the last eval is not at the step the run
@@ -61,11 +61,11 @@ TEST(RunTotals, AStaleEvalIsNotFinal) {
   t.add(island_end(1, 100));
   const std::string s = summary(t);
   EXPECT_NE(s.find("\"final_val_loss\":null"), std::string::npos) << s;
-  EXPECT_EQ(sim::json_find_number(s, "last_val_loss"), 4.0) << s;
-  EXPECT_EQ(sim::json_find_number(s, "last_eval_step"), 25) << s;
+  EXPECT_EQ(core::json_find_number(s, "last_val_loss"), 4.0) << s;
+  EXPECT_EQ(core::json_find_number(s, "last_eval_step"), 25) << s;
   // The server role: its final step is given; an eval there is final.
   t.add(eval(60, 3.0, -1));
-  EXPECT_EQ(sim::json_find_number(summary(t, 60), "final_val_loss"), 3.0);
+  EXPECT_EQ(core::json_find_number(summary(t, 60), "final_val_loss"), 3.0);
   EXPECT_NE(summary(t, 80).find("\"final_val_loss\":null"), std::string::npos);
 }
 

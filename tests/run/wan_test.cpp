@@ -24,16 +24,16 @@
 #include <vector>
 
 #include "src/config/config.h"
-#include "src/sim/json.h"
-#include "src/sim/network_profile.h"
+#include "src/core/json.h"
+#include "src/core/network_profile.h"
 #include "tests/run/process_test_util.h"
 
 namespace fs = std::filesystem;
 
 namespace {
 
-using atl::sim::json_find_number;
-using atl::sim::json_find_string;
+using atl::core::json_find_number;
+using atl::core::json_find_string;
 using atl::testing::lines;
 using atl::testing::read;
 
@@ -111,7 +111,7 @@ TEST_F(Wan, SyncTimesMatchTheModelAt100msRtt20MbitWithStalls) {
   ASSERT_EQ(launch_bounded({cfg, "--emulate-wan", "--quiet"}, dir_ / "wan.log", 55), 0) << read(dir_ / "wan.log");
 
   const atl::config::Config config = atl::config::load_config(cfg, {});
-  const atl::transport::NetworkModel model = atl::sim::make_network_model(config);
+  const atl::transport::NetworkModel model = atl::core::make_network_model(config);
   // round -> island -> (sync_s, bytes_sent)
   std::map<int, std::map<int, std::pair<double, double>>> rounds;
   for (const auto& l : lines(dir_ / "runs/wan/metrics.jsonl")) {

@@ -12,7 +12,7 @@
 
 #include "src/base/status.h"
 #include "src/config/sweep_spec.h"
-#include "src/sim/run_dir.h"
+#include "src/core/run_dir.h"
 #include "src/sweep/csv.h"
 #include "src/sweep/plan.h"
 #include "src/sweep/results.h"
@@ -86,7 +86,7 @@ TEST_F(SweepTest, GridIsACartesianProductTimesSeeds) {
   // Every run resolves to its own config, and its hash is that config's.
   std::set<std::string> hashes;
   for (size_t i = 0; i < s.plan.runs.size(); ++i) {
-    EXPECT_EQ(s.plan.runs[i].hash, sim::config_hash(s.configs[i]));
+    EXPECT_EQ(s.plan.runs[i].hash, core::config_hash(s.configs[i]));
     hashes.insert(s.plan.runs[i].hash);
   }
   EXPECT_EQ(hashes.size(), 8u);

@@ -1,0 +1,103 @@
+// Config -> the components a run is built from. Shared by the simulator and real runs.
+#include "src/core/components.h"
+
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <thread>
+
+#include "algorithms/async_local_sgd.h"
+#include "algorithms/fedavg.h"
+#include "compression/stage.h"
+#include "src/base/status.h"
+
+namespace atl::core {
+
+int configure_threads(int requested) {
+  int n = requested > 0 ? requested : static_cast<int>(std::thread::hardware_concurrency());
+  n = std::max(1, n);
+  at::set_num_threads(n);
+  return n;
+}
+
+algorithms::AlgorithmOptions algorithm_options(const config::Config& c,
+                                               const std::vector<int64_t>& shard_sizes) {
+  // The config keys are AlgorithmOptions' own (algorithms/options.h fields()); the rest
+  // describes the run.
+  algorithms::AlgorithmOptions o = c.algorithm;
+  const auto& a = c.algorithm;
+  o.islands = c.islands.count;
+  o.seed = c.run.seed;
+  o.batch_size = c.train.batch_size * c.train.grad_accum;
+  o.shard_sizes = shard_sizes;
+  o.train_steps = c.train.steps;
+  o.speeds = c.compute.speeds;
+  if (a.name == "streaming_diloco") {
+    // Also checked against the model's layout at setup; here it fails before the run starts.
+    const int blocks = c.model.name == "gpt" ? c.model.layers : 0;
+    if (a.fragments > std::max(blocks, 1)) {
+      config::fail_key(c, "algorithm.fragments", std::to_string(a.fragments) + " fragments but model " +
+                      c.model.name + " has " + std::to_string(blocks) +
+                      " transformer blocks (a fragment is made of whole blocks)");
+    }
+  }
+  if (a.name == "fedavg" && o.rounds == 0) {
+    if (a.local_steps == 0) {
+      config::fail_key(c, "algorithm.rounds", "fedavg with local_epochs needs algorithm.rounds (or set "
+                      "algorithm.local_steps)", "algorithm.name");
+    }
+    o.rounds = std::max<int64_t>(1, c.train.steps / a.local_steps);
+  }
+  return o;
+}
+
+compression::Pipeline make_pipeline(const config::Config& c) {
+  std::vector<compression::StageConfig> stages;
+  for (size_t i = 0; i < c.compression.size(); ++i) {
+    const config::CompressionStage& s = c.compression[i];
+    compression::StageConfig st;
+    const std::string name = s.op == "quantize" ? s.format : s.op;
+    if (!compression::stage_from_name(name, &st.id)) {
+      throw UserError("compression[" + std::to_string(i) + "]: unknown stage '" + name + "'");
+    }
+    st.block = s.block;
+    st.rounding = s.rounding == "stochastic" ? compression::Rounding::kStochastic
+                                             : compression::Rounding::kNearest;
+    st.fraction = s.fraction;
+    st.count = s.count;
+    st.chunk = s.chunk;
+    st.level = s.level;
+    stages.push_back(st);
+  }
+  auto pipeline = compression::Pipeline::make(std::move(stages));
+  if (!pipeline.is_ok()) {
+    auto it = c.origins.find("compression");
+    const std::string where = it != c.origins.end() ? it->second : c.source;
+    throw UserError(where + ": key 'compression': " + pipeline.status().message());
+  }
+  return std::move(pipeline).value();
+}
+
+ServerEvalSchedule::ServerEvalSchedule(const algorithms::AlgorithmOptions& options,
+                                       const config::TrainConfig& train, int64_t train_examples)
+    : async_(options.name == "async_local_sgd"), every_(train.eval_every) {
+  if (async_) {
+    last_ = algorithms::async_local_sgd::total_steps(options);
+  } else {
+    last_ = options.rounds;
+    round_steps_ = options.name == "fedavg"
+                       ? algorithms::fedavg::local_steps(options, train_examples / std::max(1, options.islands))
+                       : 0;
+  }
+}
+
+int64_t ServerEvalSchedule::after_round(int64_t round) {
+  const int64_t step = label(round);
+  const int64_t prev = async_ ? std::exchange(prev_, round) : label(round - 1);
+  const bool due = round == last_ || (every_ > 0 && step / every_ != prev / every_);
+  return due ? step : -1;
+}
+
+}  // namespace atl::core

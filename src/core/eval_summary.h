@@ -1,0 +1,41 @@
+// What summary.json says about a run's evaluations (docs/metrics.md "summary.json"), the same
+// in `atoll simulate` and the coordinator of real runs: which steps have an eval record (one
+// per step), the latest eval by step (records may arrive out of step order when the lead
+// role moves), the best one, and the final one: the eval at the step the run ended on, or
+// none (NaN, written as null) when the latest eval is elsewhere.
+//
+// Not thread-safe (the coordinator guards it).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <set>
+
+#include "src/core/json.h"
+
+namespace atl::core {
+
+class EvalSummary {
+ public:
+  // Takes the eval of `step`; false (and ignored) when that step has one already.
+  bool add(int64_t step, double val_loss, double val_accuracy);
+  bool evaluated(int64_t step) const { return steps_.count(step) > 0; }
+  size_t count() const { return steps_.size(); }
+  int64_t last_step() const { return last_step_; }  // -1: none
+  double last_loss() const { return last_loss_; }
+  double best_loss() const { return best_loss_; }
+  // The eval at `final_step` if it is the latest one, else NaN (also for final_step < 0).
+  double final_loss(int64_t final_step) const { return is_final(final_step) ? last_loss_ : NAN; }
+  double final_accuracy(int64_t final_step) const { return is_final(final_step) ? last_accuracy_ : NAN; }
+  // Appends final_val_loss, last_val_loss, last_eval_step and best_val_loss, and with
+  // `classifier` final_val_accuracy.
+  void add_fields(JsonObject& summary, int64_t final_step, bool classifier) const;
+
+ private:
+  bool is_final(int64_t final_step) const { return final_step >= 0 && last_step_ == final_step; }
+  std::set<int64_t> steps_;
+  int64_t last_step_ = -1;
+  double last_loss_ = NAN, last_accuracy_ = -1, best_loss_ = INFINITY;
+};
+
+}  // namespace atl::core

@@ -1,0 +1,139 @@
+#include "src/core/island_runtime.h"
+
+#include <ATen/ATen.h>
+
+#include <utility>
+
+#include "src/core/params_file.h"
+
+namespace atl::core {
+
+IslandRuntime::IslandRuntime(int island, IslandParts& parts, const config::TrainConfig& train,
+                             transport::Group* group, const compression::Pipeline* codec, int64_t shard_size,
+                             Evaluator* evaluator, bool classifier, IslandHost host)
+    : island_(island), parts_(parts), train_(train), evaluator_(evaluator), classifier_(classifier),
+      host_(std::move(host)) {
+  context_.island = island;
+  context_.params = parts_.model->params();
+  context_.grads = parts_.model->grads();
+  context_.group = group;
+  context_.codec = codec;
+  context_.shard_size = shard_size;
+  for (const auto& s : parts_.model->layout()) context_.layout.push_back({s.offset, s.numel, s.block, s.shape});
+  context_.time = host_.time;
+  context_.on_round = [this](const algorithms::RoundInfo& r) {
+    if (host_.after_round) host_.after_round(r);
+    host_.record(round_record(island_, r, host_.round_times(), now()));
+  };
+
+  EvalRole::Hooks h;
+  h.is_lead = host_.is_lead;
+  h.recorded = host_.eval_recorded;
+  h.evaluate = [this](int64_t step, const at::Tensor& global) { evaluate(step, global); };
+  h.now_s = [this] { return host_.time->now_s(); };
+  h.wait = host_.wait;
+  eval_role_ = std::make_unique<EvalRole>(std::move(h), host_.eval_patience_s, host_.eval_settle_every_s);
+
+  loop_.context = &context_;
+  loop_.train = &train_;
+  loop_.forward_backward = [this](int64_t) { return forward_backward(parts_, train_); };
+  loop_.after_compute = host_.after_compute;
+  loop_.on_step = [this](int64_t step, int64_t total, double loss, double lr) { on_step(step, total, loss, lr); };
+}
+
+RecordTime IslandRuntime::now() const {
+  RecordTime t;
+  t.wall_s = host_.wall_s();
+  if (host_.virtual_clock) t.sim_s = host_.time->now_s();
+  return t;
+}
+
+void IslandRuntime::evaluate_start() {
+  if (evaluator_ != nullptr && !parts_.algorithm->global_on_server()) {
+    eval_role_->at_eval_step(0, parts_.model->params());
+  }
+}
+
+void IslandRuntime::join(JoinState state, transport::Group* group) {
+  context_.group = group;
+  {
+    at::NoGradGuard no_grad;
+    parts_.model->params().copy_(state.global);
+  }
+  // A hand-over between processes travels on the CPU; the donor kept its outer state beside
+  // its parameters.
+  for (at::Tensor& t : state.state.tensors) {
+    if (t.defined()) t = t.to(parts_.model->params().device());
+  }
+  steps_ = state.step;
+  joining_ = std::move(state);
+  Rejoin r;
+  r.island = island_;
+  r.donor = joining_->donor;
+  r.step = joining_->step;
+  r.round = joining_->state.rounds;
+  r.first_seq = joining_->first_seq;
+  r.epoch = joining_->epoch;
+  host_.record(rejoin_record(r, now()));
+}
+
+void IslandRuntime::run() {
+  loop_.algorithm = parts_.algorithm.get();
+  loop_.optimizer = parts_.optimizer.get();
+  if (joining_) {
+    loop_.first_step = joining_->step + 1;
+    loop_.after_setup = [this] { parts_.algorithm->import_state(context_, joining_->state); };
+  } else {
+    loop_.first_step = 1;
+    loop_.after_setup = nullptr;
+  }
+  parts_.model->set_training(true);
+  run_island(loop_);
+}
+
+void IslandRuntime::on_step(int64_t step, int64_t total, double loss, double lr) {
+  if (host_.before_records) host_.before_records(step, total, loss);
+  steps_ = step;
+  loss_acc_ += loss;
+  ++loss_n_;
+  if (step % train_.log_every == 0 || step == total) {
+    host_.record(train_record(island_, step, loss_acc_ / static_cast<double>(loss_n_), lr, now()));
+    loss_acc_ = 0;
+    loss_n_ = 0;
+  }
+  if (evaluator_ != nullptr && !parts_.algorithm->global_on_server()) {
+    if ((train_.eval_every > 0 && step % train_.eval_every == 0) || step == total) {
+      eval_role_->at_eval_step(step, parts_.algorithm->global_params());
+      parts_.model->set_training(true);
+    } else {
+      eval_role_->settle();
+    }
+  }
+  if (host_.after_step) host_.after_step(step, total, loss, lr);
+}
+
+void IslandRuntime::evaluate(int64_t step, const at::Tensor& global) {
+  EvalResult r = evaluator_->evaluate(global);
+  host_.record(eval_record(island_, step, r, classifier_, host_.eval_bytes(), now()));
+  if (host_.after_eval) host_.after_eval(step, r);
+}
+
+void IslandRuntime::finish() {
+  eval_role_->drain();
+  const auto bytes = context_.group->bytes();
+  IslandEnd e;
+  e.island = island_;
+  e.steps = steps_;
+  e.bytes_sent = bytes.sent;
+  e.bytes_recv = bytes.received;
+  e.raw_sent = bytes.raw_sent;
+  // Equal on islands that hold bitwise the same model (e.g. after an exact hand-over).
+  if (!parts_.algorithm->global_on_server()) e.global_xxh64 = params_xxh64_hex(parts_.algorithm->global_params());
+  host_.record(island_end_record(e, now()));
+}
+
+void IslandRuntime::write_final_params(const std::string& path) const {
+  write_params(path, parts_.algorithm->global_params());
+}
+
+}  // namespace atl::core

@@ -1,0 +1,140 @@
+// One island's part of a run, the same in `atoll simulate` (one per simulated island, on its
+// scheduler thread) and `atoll island` (one per process). It
+//   - fills the algorithm's IslandContext and runs the island loop (src/core/island_loop.h);
+//   - writes the island's metrics records: train, round, eval, rejoin, island_end (one
+//     builder per record type, src/core/records.h; schema in docs/metrics.md);
+//   - evaluates the global model while it is the lead (src/core/eval_role.h);
+//   - imports a state hand-over when it joins a running run (join());
+//   - writes final_params.bin when asked (write_final_params()).
+// The host (the simulator, or the island process) supplies the clock, the group, the record
+// sink, the membership (is this island the lead? was a step's eval recorded?) and hooks at
+// the step boundaries for what only it does: the simulator's cost model, kills, scheduling
+// and progress; the process's hand-over donor and progress.
+//
+// Several parameter vectors (DiPaCo: one per path, modules shared between paths): today the
+// island holds one model and evaluates one global vector. The runtime is written so that
+// this becomes a list: the model vectors live in IslandParts (one Model per path, with the
+// shared modules' slices in one buffer and ParamRange's module ids saying which), the
+// context gets one entry per path, evaluation and final parameters loop over
+// Algorithm::global_params() per path (records carry a "path" field, final_params.bin one
+// file per path), and hand-over state carries every path's global. Only this class and
+// IslandParts change; the hosts do not.
+//
+// Not thread-safe: used by the island's own thread, like the Algorithm it drives.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "algorithms/algorithm.h"
+#include "src/config/config.h"
+#include "src/core/eval_role.h"
+#include "src/core/evaluator.h"
+#include "src/core/island_loop.h"
+#include "src/core/island_parts.h"
+#include "src/core/records.h"
+
+namespace atl::core {
+
+// What the host supplies. Hooks marked "may be empty" are optional.
+struct IslandHost {
+  // The algorithm's clock: virtual seconds in the simulator, wall seconds in real runs.
+  algorithms::TimeSource* time = nullptr;
+  // Records' sim_time_s is time->now_s() (the simulator); NaN otherwise.
+  bool virtual_clock = false;
+  // Wall seconds since the run (process) started: records' wall_time_s.
+  std::function<double()> wall_s;
+  // Appends one record (a JSON object) to the run's metrics.
+  std::function<void(const std::string& json)> record;
+
+  // The lead role (EvalRole::Hooks). is_lead: no live island with a lower id holds the
+  // model. eval_recorded: the run's metrics hold an eval record of the step. after_eval: the
+  // record was written (mark the step, track the summary; may be empty). wait: blocks until
+  // the membership may have changed or the deadline (time->now_s()'s clock) passed.
+  std::function<bool()> is_lead;
+  std::function<bool(int64_t step)> eval_recorded;
+  std::function<void(int64_t step, const EvalResult& r)> after_eval;
+  std::function<void(double deadline_s)> wait;
+  // How long an eval step kept for the lead waits before this island evaluates it, and how
+  // often (at most) kept steps are looked at between eval steps (EvalRole).
+  double eval_patience_s = 30;
+  double eval_settle_every_s = 1.0;
+  // eval records' bytes_sent_total.
+  std::function<uint64_t()> eval_bytes;
+
+  // Round records' timings, measured by the host since its previous call.
+  std::function<RoundTimes()> round_times;
+  std::function<void(const algorithms::RoundInfo&)> after_round;  // may be empty
+  // Step boundaries, in this order around each inner step's records; each may be empty.
+  std::function<void(int64_t step)> after_compute;  // see IslandLoop::after_compute
+  std::function<void(int64_t step, int64_t total, double loss)> before_records;
+  std::function<void(int64_t step, int64_t total, double loss, double lr)> after_step;
+};
+
+// A live island's state, handed to a joiner (src/run/handover.h carries it between
+// processes; the simulator copies it).
+struct JoinState {
+  int donor = -1;
+  int64_t step = 0;          // the donor's step boundary; the joiner runs the steps after it
+  uint64_t first_seq = 0;    // the first collective the joiner takes part in
+  uint64_t epoch = 0;        // membership epoch of the hand-over
+  at::Tensor global;         // [N] the global model
+  algorithms::AlgorithmState state;
+};
+
+class IslandRuntime {
+ public:
+  // `parts` (the model, sampler, inner optimizer and algorithm), `group`, `codec` and
+  // `evaluator` are not owned and must outlive the runtime; `evaluator` may be null when
+  // the global model lives in the server role.
+  IslandRuntime(int island, IslandParts& parts, const config::TrainConfig& train, transport::Group* group,
+                const compression::Pipeline* codec, int64_t shard_size, Evaluator* evaluator, bool classifier,
+                IslandHost host);
+
+  int island() const { return island_; }
+  algorithms::IslandContext& context() { return context_; }
+  // Inner steps done (the donor's step for a joiner that has not run one yet).
+  int64_t steps() const { return steps_; }
+
+  // Step 0: the initial model is evaluated by the lead (a fresh start, not a joiner).
+  void evaluate_start();
+  // This island joins a running run: after the parts' algorithm and inner optimizer were
+  // made afresh (the simulator) or for the first time (a process), and before run(): the
+  // model takes the global parameters, the algorithm the donor's state after setup, and
+  // the loop starts after the donor's step. Writes the rejoin record.
+  void join(JoinState state, transport::Group* group);
+  // Runs the island loop to its last step. Exceptions from the algorithm and the hooks
+  // propagate (the simulator unwinds a killed island this way).
+  void run();
+  // After run(): evaluates or waits for the eval steps it kept, then writes island_end.
+  void finish();
+  // The algorithm's global model to `path` (final_params.bin, src/core/params_file.h).
+  void write_final_params(const std::string& path) const;
+
+  RecordTime now() const;
+
+ private:
+  void on_step(int64_t step, int64_t total, double loss, double lr);
+  void evaluate(int64_t step, const at::Tensor& global);
+
+  const int island_;
+  IslandParts& parts_;
+  const config::TrainConfig& train_;
+  Evaluator* evaluator_;
+  const bool classifier_;
+  IslandHost host_;
+  algorithms::IslandContext context_;
+  IslandLoop loop_;
+  std::unique_ptr<EvalRole> eval_role_;
+  std::optional<JoinState> joining_;
+  int64_t steps_ = 0;
+  double loss_acc_ = 0;
+  int64_t loss_n_ = 0;
+};
+
+}  // namespace atl::core

@@ -1,0 +1,76 @@
+#include "src/core/records.h"
+
+#include "src/core/json.h"
+
+namespace atl::core {
+
+namespace {
+
+// Every record ends with its clocks.
+std::string with_time(JsonObject& o, const RecordTime& t) {
+  return o.add("wall_time_s", t.wall_s).add("sim_time_s", t.sim_s).str();
+}
+
+}  // namespace
+
+std::string train_record(int island, int64_t step, double loss, double lr, const RecordTime& t) {
+  JsonObject o;
+  o.add("event", "train").add("island", island).add("step", step).add("loss", loss).add("lr", lr);
+  return with_time(o, t);
+}
+
+std::string round_record(int island, const algorithms::RoundInfo& r, const RoundTimes& times, const RecordTime& t) {
+  const double ratio = r.bytes_sent > 0 ? static_cast<double>(r.raw_bytes_sent) / static_cast<double>(r.bytes_sent) : 1.0;
+  JsonObject o;
+  o.add("event", "round")
+      .add("island", island)
+      .add("round", r.round)
+      .add("step", r.step)
+      .add("contributors", r.contributors)
+      .add("members", r.members)
+      .add("bytes_sent", r.bytes_sent)
+      .add("bytes_recv", r.bytes_received)
+      .add("compression_ratio", ratio)
+      .add("outer_grad_norm", r.outer_grad_norm);
+  with_time(o, t);
+  return o.add("compute_s", times.compute_s)
+      .add("comm_s", times.comm_s)
+      .add("idle_s", times.idle_s)
+      .add("sync_s", times.sync_s)
+      .str();
+}
+
+std::string eval_record(int island, int64_t step, const EvalResult& r, bool classifier, uint64_t bytes_sent,
+                        const RecordTime& t) {
+  JsonObject o;
+  o.add("event", "eval").add("step", step).add("val_loss", r.loss);
+  if (classifier) o.add("val_accuracy", r.accuracy);
+  o.add("island", island).add("bytes_sent_total", bytes_sent);
+  return with_time(o, t);
+}
+
+std::string island_end_record(const IslandEnd& e, const RecordTime& t) {
+  JsonObject o;
+  o.add("event", "island_end")
+      .add("island", e.island)
+      .add("steps", e.steps)
+      .add("bytes_sent", e.bytes_sent)
+      .add("bytes_recv", e.bytes_recv)
+      .add("raw_sent", e.raw_sent)
+      .add("global_xxh64", e.global_xxh64);
+  return with_time(o, t);
+}
+
+std::string rejoin_record(const Rejoin& r, const RecordTime& t) {
+  JsonObject o;
+  o.add("event", "rejoin")
+      .add("island", r.island)
+      .add("donor", r.donor)
+      .add("step", r.step)
+      .add("round", r.round)
+      .add("first_seq", r.first_seq)
+      .add("epoch", r.epoch);
+  return with_time(o, t);
+}
+
+}  // namespace atl::core

@@ -1,0 +1,529 @@
+#include "src/core/simulator.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <string>
+#include <mutex>
+#include <thread>
+#include <utility>
+
+#include "algorithms/algorithm.h"
+#include "src/base/log.h"
+#include "src/base/status.h"
+#include "src/data/dataset.h"
+#include "src/models/model.h"
+#include "src/core/components.h"
+#include "src/core/cost_model.h"
+#include "src/core/network_profile.h"
+#include "src/core/eval_summary.h"
+#include "src/core/evaluator.h"
+#include "src/core/island_parts.h"
+#include "src/core/island_runtime.h"
+#include "src/core/json.h"
+#include "src/core/params_file.h"
+#include "src/core/progress.h"
+#include "src/core/run_dir.h"
+#include "src/core/validate.h"
+#include "src/train/inner_optimizer.h"
+#include "transport/inproc/inproc_group.h"
+#include "transport/inproc/scheduler.h"
+
+namespace atl::core {
+
+namespace {
+
+// An island's clock as its algorithm sees it: the scheduler's virtual time.
+class VirtualTime final : public algorithms::TimeSource {
+ public:
+  VirtualTime(transport::Scheduler& scheduler, int id) : scheduler_(scheduler), id_(id) {}
+  double now_s() const override { return scheduler_.time(id_); }
+  void sleep_until_s(double t) override {
+    const double now = now_s();
+    if (t <= now) return;
+    slept_s += t - now;
+    scheduler_.advance(id_, t);
+  }
+  double slept_s = 0;  // idle time the algorithm chose (e.g. a grace window)
+
+ private:
+  transport::Scheduler& scheduler_;
+  int id_;
+};
+
+// Everything one simulated island owns.
+struct Island {
+  IslandParts parts;
+  std::unique_ptr<transport::Group> group;
+  std::unique_ptr<VirtualTime> time;
+  std::unique_ptr<IslandRuntime> runtime;  // context, loop, records (src/core/island_runtime.h)
+  bool planned = false;  // its planned steps are in the progress total
+  int64_t rounds = 0;
+  double compute_s = 0;  // virtual seconds spent computing inner steps
+  bool alive = true;      // a member (not killed, not waiting to be added)
+  bool finished = false;  // ran all its steps
+  // At the previous round record: to report per-round compute / comm / idle.
+  double last_compute_s = 0, last_comm_s = 0, last_waited_s = 0, last_slept_s = 0;
+};
+
+// Peak resident memory of this process (VmHWM), in MiB; NaN where /proc is unavailable.
+double peak_rss_mb() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;  // "  123 kB"
+  }
+  return NAN;
+}
+
+// Thrown by an island whose training loss is not finite; stops the whole simulation.
+struct Diverged : std::runtime_error {
+  Diverged(int island, int64_t step, double loss)
+      : std::runtime_error("island " + std::to_string(island) + ": training loss is " +
+                           std::to_string(loss) + " at step " + std::to_string(step)),
+        island(island), step(step) {}
+  int island;
+  int64_t step;
+};
+
+// Thrown inside a killed island's thread to unwind its loop.
+struct IslandKilled {};
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+RunSummary simulate(const config::Config& config, const SimulateOptions& options) {
+  const auto t0 = std::chrono::steady_clock::now();
+  validate_config(config, Target::kSimulate);
+  const int threads = configure_threads(config.run.threads);
+  const int k = config.islands.count;
+  int added = 0;  // islands that `add` events bring in later: ids k..n-1
+  for (const auto& e : config.islands.events) added += e.add;
+  const int n = k + added;
+  const uint64_t seed = config.run.seed;
+  const c10::Device device(config.run.device);
+  torch::manual_seed(seed);
+
+  // --- data, models, algorithm (everything that can fail on user input, before the run dir)
+  config::Config data_config = config;  // shards for every island, including added ones
+  data_config.islands.count = n;
+  RunData run_data = load_run_data(data_config);
+  const data::Splits& splits = run_data.splits;
+  const bool classifier = run_data.classifier;
+  const auto algo_options = algorithm_options(config, run_data.shard_sizes);
+  const compression::Pipeline codec = make_pipeline(config);
+  // The scheduler and the hub outlive the islands, whose algorithms may hold handles into it.
+  transport::Scheduler scheduler(n);
+  transport::InprocHub hub(n, scheduler);
+  std::vector<Island> islands(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) islands[i].parts = make_island_parts(config, run_data, algo_options, i);
+  auto evaluator = make_evaluator(config, run_data);
+  const int64_t n_params = islands[0].parts.model->numel();
+
+  // --- virtual clock: compute and network models
+  const transport::NetworkModel network = make_network_model(config);
+  const double examples_per_step = static_cast<double>(config.train.batch_size) * config.train.grad_accum *
+                                   (classifier ? 1.0 : static_cast<double>(config.model.seq_len));
+  CostModel cost(config.compute, islands[0].parts.model->flops_per_example() * examples_per_step, n, seed);
+
+  RunDir dir(config, options.force);
+  Progress progress(options.quiet ? Progress::Mode::kQuiet : Progress::Mode::kAuto);
+  progress.message("atoll simulate: " + config.run.name + ": " + config.algorithm.name + ", " +
+                   std::to_string(k) + (k == 1 ? " island, " : " islands, ") + config.model.name + " " +
+                   std::to_string(n_params) + " params, " + splits.train->describe() + ", " +
+                   std::to_string(threads) + " threads -> " + dir.path());
+
+  dir.record(JsonObject()
+                 .add("event", "start")
+                 .add("algorithm", config.algorithm.name)
+                 .add("islands", k)
+                 .add("params", n_params)
+                 .add("compression", codec.describe())
+                 .add("train_examples", splits.train->size())
+                 .add("val_examples", splits.val->size())
+                 .add("wall_threads", threads)
+                 .str());
+
+  // --- shared run state (touched only by the island holding the scheduler's turn)
+  ProgressState state;
+  state.steps_total = static_cast<int64_t>(k) * config.train.steps;
+  EvalSummary evals;  // the run's eval records
+  double target_time = NAN, target_bytes = NAN;
+  int64_t target_step = -1;
+  auto total_bytes = [&] {
+    uint64_t b = 0;
+    for (auto& is : islands) if (is.group) b += is.group->bytes().sent;
+    return b;
+  };
+  // After each eval record (an island's, or the server role's).
+  auto after_eval = [&](int64_t step, const EvalResult& r, double sim_time) {
+    evals.add(step, r.loss, r.accuracy);
+    state.val_loss = r.loss;
+    if (config.train.target_loss > 0 && target_step < 0 && r.loss <= config.train.target_loss) {
+      target_step = step;
+      target_time = sim_time;
+      target_bytes = static_cast<double>(total_bytes());
+    }
+  };
+  // The server role's global model (islands evaluate theirs through their runtime).
+  auto server_evaluate = [&](int64_t step, const at::Tensor& params, double sim_time) {
+    if (evals.evaluated(step)) return;
+    EvalResult r = evaluator->evaluate(params);
+    dir.record(eval_record(-1, step, r, classifier, total_bytes(), RecordTime{seconds_since(t0), sim_time}));
+    after_eval(step, r, sim_time);
+  };
+
+  // Survivors notice a dead island after the heartbeat timeout, as in real runs.
+  hub.set_network(&network, seed, static_cast<double>(config.transport.heartbeat_timeout_ms) / 1e3);
+  hub.set_star(config.transport.collective == "star");  // all-reduce through the server, as real runs do
+
+  // Server role (fedavg, async_local_sgd): evaluates the global model as rounds complete.
+  ServerEvalSchedule server_evals(algo_options, config.train, splits.train->size());
+  at::Tensor server_global;  // the server's latest global model
+  double server_time = 0;    // virtual time of the latest server round (the pusher's clock)
+  int64_t server_round = 0;
+  auto server = algorithms::make_server(
+      algo_options, islands[0].parts.model->params(), [&](int64_t round, const at::Tensor& global) {
+        server_time = scheduler.time(scheduler.current());  // the pusher runs the server
+        server_round = round;
+        const int64_t step = server_evals.after_round(round);
+        if (step >= 0) server_evaluate(step, global, server_time);
+        if (server_evals.counts_rounds()) state.rounds = std::max(state.rounds, round);
+        server_global = global;
+      });
+  hub.set_server(server.get());
+
+  for (int i = 0; i < n; ++i) {
+    islands[i].group = hub.make_group(i);
+    islands[i].time = std::make_unique<VirtualTime>(scheduler, i);
+  }
+
+  const auto& train = config.train;
+  // Membership events of each island (islands.events): kills, and the times it (re)joins.
+  struct Kill {
+    config::IslandEvent event;
+    bool fired = false;
+  };
+  std::vector<std::vector<Kill>> kills(static_cast<size_t>(n));
+  std::vector<std::vector<double>> joins(static_cast<size_t>(n));
+  int next_added = k;
+  for (const auto& e : config.islands.events) {
+    if (e.kill >= 0) kills[static_cast<size_t>(e.kill)].push_back({e});
+    if (e.rejoin >= 0) joins[static_cast<size_t>(e.rejoin)].push_back(e.at_time_s);
+    for (int a = 0; a < e.add; ++a) joins[static_cast<size_t>(next_added++)].push_back(e.at_time_s);
+  }
+  for (auto& j : joins) std::sort(j.begin(), j.end());
+  const bool joins_planned = std::any_of(joins.begin(), joins.end(), [](auto& j) { return !j.empty(); });
+  std::vector<double> member_since(static_cast<size_t>(n), 0.0), member_s(static_cast<size_t>(n), 0.0);
+  std::vector<double> end_time(static_cast<size_t>(n), 0.0);  // when each island last left or finished
+  for (int j = k; j < n; ++j) {
+    islands[j].alive = false;
+    hub.remove_member(j, 0, /*failure=*/false);
+  }
+  auto membership_record = [&](int i, const char* change, const char* why) {
+    dir.record(JsonObject()
+                   .add("event", "membership")
+                   .add("island", i)
+                   .add("change", change)
+                   .add("reason", why)
+                   .add("step", islands[i].runtime->steps())
+                   .add("members", static_cast<int64_t>(islands[i].group->view().members.size()))
+                   .add("sim_time_s", scheduler.time(i))
+                   .str());
+  };
+  auto die = [&](int i, Kill& kill, const char* why) {
+    Island& is = islands[i];
+    kill.fired = true;
+    scheduler.yield(i);  // islands earlier on the clock act before the death
+    is.alive = false;
+    hub.remove_member(i, scheduler.time(i));
+    member_s[i] += scheduler.time(i) - member_since[i];
+    end_time[i] = scheduler.time(i);
+    membership_record(i, "killed", why);
+    throw IslandKilled{};
+  };
+  // The live island with the lowest id evaluates the global model and hands state over to
+  // joiners.
+  auto evaluator_island = [&] {
+    for (int j = 0; j < n; ++j)
+      if (islands[j].alive && !islands[j].finished) return j;
+    return -1;
+  };
+  // Whether island i evaluates now: no island below it is running (alive and unfinished).
+  auto lead_for_evals = [&](int i) {
+    for (int j = 0; j < i; ++j)
+      if (islands[j].alive && !islands[j].finished) return false;
+    return islands[i].alive;
+  };
+  // A joiner waits at its join time for a live island's next step boundary; that island
+  // fills in its Handover and makes it a member from its own next collective on.
+  struct Handover {
+    bool ready = false;
+    int donor = -1;
+    int64_t step = 0;
+    uint64_t first_seq = 0;  // the donor's next collective
+    double arrival = 0;
+    at::Tensor global;
+    algorithms::AlgorithmState state;
+  };
+  std::vector<int> pending;  // joiners waiting for a hand-over
+  std::vector<Handover> handovers(static_cast<size_t>(n));
+  auto hand_over = [&](int donor, int64_t step) {
+    Island& d = islands[donor];
+    for (int j : pending) {
+      Handover& h = handovers[j];
+      h.donor = donor;
+      h.step = step;
+      h.global = d.parts.algorithm->global_params().clone();
+      h.state = d.parts.algorithm->export_state();
+      uint64_t bytes = static_cast<uint64_t>(h.global.numel()) * sizeof(float);
+      for (auto& t : h.state.tensors) {
+        if (!t.defined()) continue;  // e.g. no outer step taken yet
+        t = t.clone();
+        bytes += static_cast<uint64_t>(t.numel()) * t.element_size();
+      }
+      h.arrival = hub.hand_over(donor, j, bytes, scheduler.time(donor));
+      h.first_seq = hub.next_seq(donor);
+      hub.add_member(j, h.first_seq);
+      h.ready = true;
+    }
+    pending.clear();
+  };
+
+  // Each island's runtime: the simulator supplies the virtual clock, the in-process group,
+  // the run directory as record sink, the exact membership (the lead is the lowest live
+  // island), and at step boundaries the cost model, kills, scheduling and hand-overs.
+  for (int i = 0; i < n; ++i) {
+    Island& is = islands[i];
+    IslandHost host;
+    host.time = is.time.get();
+    host.virtual_clock = true;
+    host.wall_s = [t0] { return seconds_since(t0); };
+    host.record = [&dir](const std::string& json) { dir.record(json); };
+    // The lowest live island evaluates the global model for algorithms that keep it on the
+    // islands (while running: evaluator_island(); once finished, it evaluates steps it kept
+    // only when no lower island is still running).
+    host.is_lead = [&, i] { return lead_for_evals(i); };
+    host.eval_recorded = [&](int64_t step) { return evals.evaluated(step); };
+    host.after_eval = [&, i](int64_t step, const EvalResult& r) { after_eval(step, r, scheduler.time(i)); };
+    // A finished island with kept steps waits for the lead to record them or to die.
+    host.wait = [&, i](double) {
+      const size_t recorded = evals.count();
+      scheduler.block_until(
+          i, [&, i, recorded] { return evals.count() != recorded || lead_for_evals(i); },
+          "eval steps kept for a slower lead");
+    };
+    host.eval_patience_s = INFINITY;  // the lead is known exactly: no timeout
+    host.eval_settle_every_s = 0;     // recorded() is a set lookup
+    host.eval_bytes = total_bytes;
+    host.after_round = [&, i](const algorithms::RoundInfo& r) {
+      islands[i].rounds = r.round;
+      state.rounds = std::max(state.rounds, r.round);
+    };
+    host.round_times = [&, i] {
+      Island& me = islands[i];
+      const auto waits = hub.wait_time(i);
+      RoundTimes t;
+      t.compute_s = me.compute_s - me.last_compute_s;
+      t.comm_s = waits.comm_s - me.last_comm_s;
+      const double waited = waits.idle_s - me.last_waited_s;    // blocked on the others
+      const double slept = me.time->slept_s - me.last_slept_s;  // chosen by the algorithm
+      t.idle_s = waited + slept;
+      t.sync_s = t.comm_s + waited;  // as real runs measure it
+      me.last_compute_s = me.compute_s;
+      me.last_comm_s = waits.comm_s;
+      me.last_waited_s = waits.idle_s;
+      me.last_slept_s = me.time->slept_s;
+      return t;
+    };
+    host.after_compute = [&, i](int64_t) {
+      const double dt = cost.next_step_s(i);
+      islands[i].compute_s += dt;
+      scheduler.advance(i, scheduler.time(i) + dt);
+      for (auto& kill : kills[static_cast<size_t>(i)])
+        if (!kill.fired && kill.event.at_time_s >= 0 && scheduler.time(i) >= kill.event.at_time_s)
+          die(i, kill, "at_time_s");
+    };
+    host.before_records = [&, i](int64_t step, int64_t total, double loss) {
+      if (!std::isfinite(loss)) throw Diverged(i, step, loss);
+      if (!islands[i].planned) {
+        state.steps_total += total - train.steps;
+        islands[i].planned = true;
+      }
+    };
+    host.after_step = [&, i](int64_t step, int64_t, double loss, double) {
+      Island& me = islands[i];
+      ++state.steps_done;
+      state.last_loss = loss;
+      state.bytes = total_bytes();
+      progress.update(state);
+      // Joiners wait for this step boundary; those earlier on the clock must have asked.
+      if (joins_planned) scheduler.yield(i);
+      if (!pending.empty() && i == evaluator_island() && me.parts.algorithm->can_hand_over()) hand_over(i, step);
+      for (auto& kill : kills[static_cast<size_t>(i)])
+        if (!kill.fired && kill.event.at_step == step) die(i, kill, "at_step");
+    };
+    is.runtime = std::make_unique<IslandRuntime>(i, is.parts, train, is.group.get(), &codec, run_data.shard_sizes[i],
+                                                 evaluator.get(), classifier, std::move(host));
+    is.runtime->context().speed = cost.speeds()[static_cast<size_t>(i)];
+  }
+
+  // Step 0: the initial model (the server role's, or island 0's as the lead).
+  if (islands[0].parts.algorithm->global_on_server()) server_evaluate(0, islands[0].parts.model->params(), 0.0);
+  else islands[0].runtime->evaluate_start();
+
+  RunSummary summary;
+  try {
+    scheduler.run([&](int i) {
+      at::init_num_threads();
+      Island& is = islands[i];
+      size_t next_join = 0;
+      for (bool member = is.alive;;) {
+        if (member) {
+          try {
+            is.runtime->run();
+            scheduler.yield(i);  // finish() may have moved the clock
+            member_s[i] += scheduler.time(i) - member_since[i];
+            end_time[i] = scheduler.time(i);
+            const bool donor = i == evaluator_island();
+            is.finished = true;
+            // As in real runs: each island's final global model, by hash (equal on islands
+            // that agree bitwise, e.g. after an exact state hand-over).
+            is.runtime->finish();
+            // Joiners still waiting get the final state (they have no steps left to run).
+            if (donor && !pending.empty()) hand_over(i, is.runtime->steps());
+            return;
+          } catch (const IslandKilled&) {
+            // Unwound; its collectives completed without it. Drop the algorithm now: it may
+            // hold handles into the hub.
+            is.parts.algorithm.reset();
+          }
+        }
+        // Dead (or not yet added): come (back) at the next join time after now, if any.
+        while (next_join < joins[i].size() && joins[i][next_join] < scheduler.time(i)) ++next_join;
+        if (next_join >= joins[i].size()) return;
+        VirtualTime waiting(scheduler, i);
+        waiting.sleep_until_s(joins[i][next_join++]);
+        scheduler.yield(i);  // the others' state at the join time
+        if (evaluator_island() < 0) return;  // nobody left to hand the state over
+        handovers[i] = {};
+        pending.push_back(i);
+        scheduler.block_until(
+            i, [&] { return handovers[i].ready || evaluator_island() < 0; }, "state hand-over");
+        if (!handovers[i].ready) {  // every donor finished or died meanwhile
+          pending.erase(std::remove(pending.begin(), pending.end(), i), pending.end());
+          return;
+        }
+        Handover& h = handovers[i];
+        // Fresh inner optimizer and algorithm on the global model, then the donor's state
+        // (the runtime imports it after setup and goes on after the donor's step).
+        is.parts.optimizer = train::make_inner_optimizer(config.train);
+        is.parts.algorithm = algorithms::make_algorithm(algo_options, i);
+        is.group = hub.make_group(i);
+        is.time->sleep_until_s(h.arrival);
+        scheduler.yield(i);  // others earlier on the clock do not see it yet
+        is.alive = true;
+        member_since[i] = scheduler.time(i);
+        JoinState join;
+        join.donor = h.donor;
+        join.step = h.step;
+        join.first_seq = h.first_seq;
+        join.epoch = is.group->view().epoch;
+        join.global = h.global;
+        join.state = h.state;
+        is.runtime->join(std::move(join), is.group.get());
+        membership_record(i, i < k ? "rejoined" : "added", "event");
+        member = true;
+      }
+    });
+  } catch (const Diverged& d) {
+    // Reported, not hidden: the record, the summary's flag and an error from simulate().
+    summary.diverged = true;
+    summary.diverged_island = d.island;
+    summary.diverged_step = d.step;
+    dir.record(JsonObject().add("event", "diverged").add("island", d.island).add("step", d.step).str());
+  }
+
+  // The server's final model is evaluated even when churn kept the last round from being
+  // the planned one (evaluate() skips a step it has already done).
+  if (server_global.defined()) server_evaluate(server_evals.label(server_round), server_global, server_time);
+
+  // The final eval is the one at the step the run ended on: the server's last round, or the
+  // last step of the islands that finished. Anything else (every island died or diverged)
+  // leaves final_val_loss null and says where the last eval was.
+  int64_t final_step = -1;
+  if (server_global.defined()) final_step = server_evals.label(server_round);
+  for (const Island& is : islands)
+    if (!server_global.defined() && is.finished) final_step = std::max(final_step, is.runtime->steps());
+  summary.run_dir = dir.path();
+  summary.final_val_loss = evals.final_loss(final_step);
+  summary.last_val_loss = evals.last_loss();
+  summary.last_eval_step = evals.last_step();
+  summary.best_val_loss = evals.best_loss();
+  summary.final_val_accuracy = evals.final_accuracy(final_step);
+  double sim_time = 0, busy = 0;
+  double member_total = 0;
+  for (int i = 0; i < n; ++i) {
+    Island& is = islands[i];
+    member_total += member_s[i];
+    summary.bytes_sent_total += is.group->bytes().sent;
+    summary.bytes_recv_total += is.group->bytes().received;
+    summary.steps = std::max(summary.steps, is.runtime->steps());
+    summary.rounds = std::max(summary.rounds, is.rounds);
+    sim_time = std::max(sim_time, end_time[i]);
+    busy += is.compute_s;
+  }
+  summary.rounds = std::max(summary.rounds, state.rounds);
+  summary.wall_time_s = seconds_since(t0);
+  progress.finish(state);
+
+  JsonObject s;
+  s.add("config_hash", config_hash(config))  // `atoll sweep` skips runs that have theirs
+      .add("algorithm", config.algorithm.name)
+      .add("islands", k)
+      .add("model", config.model.name)
+      .add("params", n_params)
+      .add("compression", codec.describe())
+      .add("steps", summary.steps)
+      .add("rounds", summary.rounds);
+  evals.add_fields(s, final_step, classifier);
+  uint64_t raw_sent = 0;
+  for (auto& is : islands) raw_sent += is.group->bytes().raw_sent;
+  s.add("bytes_sent_total", summary.bytes_sent_total)
+      .add("bytes_recv_total", summary.bytes_recv_total)
+      .add("compression_ratio", summary.bytes_sent_total > 0 ? static_cast<double>(raw_sent) / static_cast<double>(summary.bytes_sent_total) : 1.0)
+      .add("sim_time_s", sim_time)
+      .add("compute_utilization", member_total > 0 ? busy / member_total : 1.0)
+      .add("step_time_s", cost.base_step_s());
+  if (config.train.target_loss > 0) {
+    s.add("target_loss", config.train.target_loss)
+        .add("time_to_target_s", target_time)
+        .add("steps_to_target", target_step)
+        .add("bytes_to_target", target_bytes);
+  }
+  s.add("wall_time_s", summary.wall_time_s)
+      .add("wall_threads", threads)
+      .add("wall_peak_rss_mb", peak_rss_mb());
+  if (summary.diverged) s.add("diverged", true).add("diverged_step", summary.diverged_step);
+  dir.write_summary(s.str());
+  // The final global model (fedavg: the server's; otherwise island 0's global copy).
+  int last = -1;  // the lowest island that is still a member at the end
+  for (int j = n - 1; j >= 0; --j)
+    if (islands[j].alive && islands[j].parts.algorithm) last = j;
+  if (server_global.defined() || last >= 0) {
+    const std::string path = dir.path() + "/final_params.bin";
+    if (server_global.defined()) write_params(path, server_global);
+    else islands[last].runtime->write_final_params(path);
+  }
+  dir.record(JsonObject().add("event", "end").add("final_val_loss", summary.final_val_loss).str());
+  return summary;
+}
+
+}  // namespace atl::core

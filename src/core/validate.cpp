@@ -1,0 +1,205 @@
+// validate_config: the checks of validate.h, each reported at the place the key was set.
+// The rules themselves live with their components (algorithms::check_options,
+// models::check_model, compression::Pipeline::make); this file asks each of them, plus
+// what only the whole config or the machine can say (events, transports, device, memory).
+#include "src/core/validate.h"
+
+#include <ATen/Context.h>
+#include <c10/core/Device.h>
+#include <c10/util/Exception.h>
+#include <torch/cuda.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "algorithms/options.h"
+#include "src/data/partition_rules.h"
+#include "src/models/model.h"
+#include "src/core/components.h"
+
+namespace atl::core {
+namespace {
+
+bool real_run(Target t) {
+  return t == Target::kLaunch || t == Target::kIsland || t == Target::kCoordinator;
+}
+
+// A component's problem at the place its key was set; a key left at its default points at
+// its section's name key (model.name, algorithm.name) or any key of its section the text set.
+void fail(const config::Config& c, const KeyProblem& p) {
+  std::string where = p.key;
+  if (!c.origins.count(where)) {
+    const std::string section = p.key.substr(0, p.key.find('.'));
+    if (c.origins.count(section + ".name")) {
+      where = section + ".name";
+    } else {
+      for (const auto& [key, place] : c.origins)
+        if (key.rfind(section + ".", 0) == 0) {
+          where = key;
+          break;
+        }
+    }
+  }
+  config::fail_key(c, p.key, p.message, where);
+}
+
+void check_device(const config::Config& c) {
+  const std::string& d = c.run.device;
+  std::optional<c10::Device> device;
+  try {
+    device.emplace(d);
+  } catch (const c10::Error&) {
+  }
+  if (!device || !(device->is_cpu() || device->is_cuda()))
+    config::fail_key(c, "run.device", "'" + d + "' is not a device atoll can use (cpu, cuda or cuda:N)");
+  if (!device->is_cuda()) return;
+  if (!at::hasCUDA())
+    config::fail_key(c, "run.device", "'" + d + "' needs CUDA, but this atoll's libtorch was built without "
+                                      "CUDA (use cpu)");
+  const int n = static_cast<int>(torch::cuda::device_count());
+  if (n == 0) config::fail_key(c, "run.device", "'" + d + "': no CUDA device is visible on this machine (use cpu)");
+  if (device->has_index() && device->index() >= n)
+    config::fail_key(c, "run.device", "'" + d + "': this machine has " + std::to_string(n) + " CUDA device" +
+                                      (n == 1 ? "" : "s") + " (cuda:0 .. cuda:" + std::to_string(n - 1) + ")");
+}
+
+// What the config says about the data's shape without reading it; false when only the
+// files know (tokens: the largest id; idx: the images' size and the labels).
+bool static_shape(const config::DataConfig& d, models::DataShape& shape) {
+  if (d.kind == "text") {
+    shape.vocab = 256;  // byte-level (src/data/text_reader.cpp)
+    return true;
+  }
+  if (d.kind == "synthetic") {
+    shape.classes = d.synthetic_classes;
+    shape.input_dim = d.synthetic_dim;
+    return true;
+  }
+  return false;
+}
+
+void check_events(const config::Config& c, Target target) {
+  for (size_t i = 0; i < c.islands.events.size(); ++i) {
+    const auto& e = c.islands.events[i];
+    const std::string key = "islands.events[" + std::to_string(i) + "]";
+    if (e.kill < 0 && e.rejoin < 0 && e.add <= 0) continue;  // a partition
+    if (c.algorithm.name == "fedavg")
+      config::fail_key(c, key, "kill, rejoin and add events need an algorithm without a round barrier on the "
+                               "server (fedavg waits for every selected client)", "islands.events");
+    if (real_run(target))
+      config::fail_key(c, key, "kill, rejoin and add events are applied by atoll simulate only; a real run "
+                               "would ignore them (remove the event, and stop or start island processes "
+                               "yourself)", "islands.events");
+  }
+}
+
+void check_transport(const config::Config& c) {
+  const auto& t = c.transport;
+  if (t.kind != "zmq" && t.kind != "gloo")
+    config::fail_key(c, "transport.kind", "'" + t.kind + "' is not available for real runs (use zmq or gloo)");
+  if (t.kind == "gloo" && t.curve)
+    config::fail_key(c, "transport.curve", "not available with transport.kind gloo (gloo's TCP data plane is "
+                                           "neither encrypted nor authenticated; use zmq for untrusted networks)");
+  if (t.collective == "star" && t.kind != "zmq")
+    config::fail_key(c, "transport.collective", "'star' (all-reduce through the coordinator) needs transport.kind zmq");
+}
+
+std::string human_bytes(double b) {
+  const char* units[] = {"B", "KB", "MB", "GB", "TB", "PB"};
+  int u = 0;
+  while (b >= 1000 && u < 5) {
+    b /= 1000;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f %s", b, units[u]);
+  return buf;
+}
+
+void check_memory(const config::Config& c, Target target) {
+  if (c.run.device != "cpu") return;  // parameters live on the device (not estimated yet)
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+  if (pages <= 0 || page <= 0) return;
+  const double physical = static_cast<double>(pages) * static_cast<double>(page);
+  const MemoryEstimate m = estimate_memory(c, target);
+  if (m.bytes <= physical) return;
+  std::string key = "model.name";
+  for (const char* k : {"model.layers", "model.dim", "model.vocab", "model.hidden"})
+    if (c.origins.count(k)) {
+      key = k;
+      break;
+    }
+  char params[32];
+  std::snprintf(params, sizeof params, "%.3g", static_cast<double>(m.params));
+  config::fail_key(c, key, "the model does not fit in memory: at least " + human_bytes(m.bytes) + " (" + params +
+                               " parameters x 4 bytes x " + std::to_string(m.copies) + " copies (" +
+                               m.copies_text + ") x " + std::to_string(m.islands) + " island" +
+                               (m.islands == 1 ? "" : "s") + " in one process) but this machine has " +
+                               human_bytes(physical));
+}
+
+}  // namespace
+
+MemoryEstimate estimate_memory(const config::Config& c, Target target) {
+  MemoryEstimate m;
+  models::DataShape shape;
+  static_shape(c.data, shape);
+  m.params = models::estimate_numel(c.model, shape);
+  m.copies_text = "parameters";
+  m.copies = 1;
+  if (target == Target::kCoordinator) {
+    m.islands = 1;  // the global model it evaluates (and the server role's)
+  } else {
+    m.copies_text += ", gradients";
+    m.copies += 1;
+    int inner = 0;
+    if (c.train.optimizer == "adamw") inner = 2;
+    else if (c.train.momentum > 0) inner = 1;
+    if (inner > 0) {
+      m.copies_text += ", " + c.train.optimizer + " state x" + std::to_string(inner);
+      m.copies += inner;
+    }
+    if (c.algorithm.name != "ddp") {
+      m.copies_text += ", global model";
+      m.copies += 1;
+    }
+    m.islands = c.islands.count;
+    if (target == Target::kIsland) m.islands = 1;
+    if (target == Target::kLaunch && !c.hosts.islands.empty()) {
+      m.islands = 0;  // only the islands placed on this machine
+      for (const auto& h : c.hosts.islands) m.islands += h.empty();
+    }
+  }
+  m.bytes = static_cast<double>(m.params) * 4.0 * m.copies * m.islands;
+  return m;
+}
+
+void validate_config(const config::Config& c, Target target) {
+  config::check_environment(c);
+  algorithms::AlgorithmOptions names;
+  names.name = c.algorithm.name;
+  if (auto p = algorithms::check_options(names); p && p->key == "algorithm.name") fail(c, *p);
+  models::DataShape shape;
+  const bool shape_known = static_shape(c.data, shape);
+  if (auto p = models::check_model(c.model, shape, shape_known); p && p->key == "model.name") fail(c, *p);
+  make_pipeline(c);
+  if (target == Target::kRelay) {
+    check_events(c, target);
+    return;
+  }
+  // launch with hosts: the processes on other machines check their own device at start.
+  bool remote = !c.hosts.coordinator.empty();
+  for (const auto& h : c.hosts.islands) remote = remote || !h.empty();
+  if (!(target == Target::kLaunch && remote)) check_device(c);
+  if (auto p = models::check_model(c.model, shape, shape_known)) fail(c, *p);
+  if (auto p = data::check_partition(c.data)) fail(c, *p);
+  if (auto p = algorithms::check_options(algorithm_options(c, {}))) fail(c, *p);
+  check_events(c, target);
+  if (real_run(target)) check_transport(c);
+  check_memory(c, target);
+}
+
+}  // namespace atl::core
