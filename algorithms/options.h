@@ -105,8 +105,8 @@ struct AlgorithmOptions {
   // dipaco (docs/dipaco.md): DiLoCo per module; inner_steps, the outer optimizer, weighting and
   // error_feedback as for diloco. By module id (ParamRange::module): the islands whose path
   // goes through the module (ascending), and how many paths do. norm_rescale: multiply a
-  // module's averaged outer gradient by sqrt(paths through it). Filled by tests until the
-  // `dipaco:` config section exists (then norm_rescale becomes a config key).
+  // module's averaged outer gradient by sqrt(paths through it). All from the `dipaco:` section
+  // (src/core/components.cpp).
   std::vector<std::vector<int>> module_islands;
   std::vector<int> module_paths;
   bool norm_rescale = false;

@@ -96,7 +96,8 @@ std::vector<Section> build() {
           section("transport", &Config::transport),
           section("compute", &Config::compute),
           section("network", &Config::network),
-          section("hosts", &Config::hosts)};
+          section("hosts", &Config::hosts),
+          section("dipaco", &Config::dipaco)};
 }
 
 std::string join(const std::vector<std::string>& names) {
@@ -159,6 +160,11 @@ const std::vector<RecordField<IslandEvent>>& event_fields() {
 
 const std::vector<RecordField<NetworkLink>>& link_fields() {
   static const std::vector<RecordField<NetworkLink>> table = records<NetworkLink>();
+  return table;
+}
+
+const std::vector<RecordField<DipacoLevel>>& level_fields() {
+  static const std::vector<RecordField<DipacoLevel>> table = records<DipacoLevel>();
   return table;
 }
 
