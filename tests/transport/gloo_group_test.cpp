@@ -175,7 +175,7 @@ class SumServer final : public OuterServer {
 
 TEST(GlooGroup, PushAndPullGoThroughTheControlPlane) {
   SumServer server;
-  GlooCluster c(2, {}, &server);
+  GlooCluster c(2, {}, true, &server);
   const compression::Pipeline fp32;
   c.run([&](int i) {
     at::Tensor t = at::full({8}, double(i + 1)), tx = at::zeros({8}), out = at::zeros({8});

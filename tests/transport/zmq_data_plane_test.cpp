@@ -32,12 +32,13 @@ TEST(DataWire, HeaderRoundTripsAndRejectsDamage) {
   h.pieces = 4;
   h.offset = 100;
   h.total = 400;
+  h.group = 0x01020304;
   const uint8_t payload[6] = {1, 2, 3, 4, 5, 6};
   h.payload_len = sizeof payload;
   uint8_t b[kHeaderBytes];
   encode_header(h, payload, b);
   EXPECT_EQ(std::memcmp(b, "ATLD", 4), 0);
-  EXPECT_EQ(b[4], 3);  // data wire version 3 (docs/data_plane.md)
+  EXPECT_EQ(b[4], 4);  // data wire version 4 (docs/data_plane.md)
   EXPECT_EQ(b[5], 3);
   Header p;
   ASSERT_TRUE(parse_header(b, kHeaderBytes, payload, sizeof payload, &p).is_ok());
@@ -52,6 +53,7 @@ TEST(DataWire, HeaderRoundTripsAndRejectsDamage) {
   EXPECT_EQ(p.pieces, 4u);
   EXPECT_EQ(p.offset, 100u);
   EXPECT_EQ(p.total, 400u);
+  EXPECT_EQ(p.group, 0x01020304u);
   for (size_t n = 0; n < kHeaderBytes; ++n) EXPECT_FALSE(parse_header(b, n, payload, sizeof payload, &p).is_ok());
   EXPECT_FALSE(parse_header(b, kHeaderBytes, payload, 5, &p).is_ok());  // truncated payload
   for (size_t bit = 0; bit < (kHeaderBytes + sizeof payload) * 8; ++bit) {
