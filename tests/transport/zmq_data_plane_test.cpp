@@ -336,6 +336,35 @@ TEST(AllreduceOp, RestartedPeerTakesOverAFinishedAllgather) {
   EXPECT_EQ(out1, want);
 }
 
+// A sub-group's op names every message it sends by the sub-group's key (data wire v4:
+// group), and so does the hand-over of its finished result.
+TEST(AllreduceOp, SubgroupMessagesCarryTheGroupKey) {
+  std::vector<std::vector<uint8_t>> out0, out1;
+  std::vector<std::shared_ptr<Completion>> done = {std::make_shared<Completion>(), std::make_shared<Completion>()};
+  AllreduceOp a(0, std::vector<uint8_t>{1, 2}, &out0, 1 << 20, done[0]);
+  AllreduceOp b(0, std::vector<uint8_t>{3}, &out1, 1 << 20, done[1]);
+  a.set_group(7, {0, 1});
+  b.set_group(7, {0, 1});
+  FakeContext ca(0), cb(1);
+  a.start(ca, 0, {0, 1});
+  b.start(cb, 0, {0, 1});
+  std::vector<Header> sent;
+  auto record = [&](const Header& h) {
+    sent.push_back(h);
+    return false;
+  };
+  for (const auto& [peer, o] : cb.out) sent.push_back(o.header);
+  exchange_until_quiet(a, ca, b, cb, record);
+  ASSERT_TRUE(a.done() && b.done());
+  EXPECT_EQ(out0, out1);
+  std::unique_ptr<Retained> kept = a.take_retained();
+  ASSERT_TRUE(kept);
+  serve_result(ca, 0, 1, *kept, 1, 7);
+  for (const auto& [peer, o] : ca.out) sent.push_back(o.header);
+  ASSERT_GE(sent.size(), 4u);  // HELLO, GATHER, RESULT_INFO, RESULT
+  for (const Header& h : sent) EXPECT_EQ(h.group, 7u) << msg_type_name(h.type);
+}
+
 // pack_gathered / unpack_gathered round-trip, and a damaged packing is refused.
 TEST(AllreduceOp, PackedAllgatherResultsRoundTripAndRejectDamage) {
   const std::vector<std::vector<uint8_t>> g = {{}, {7}, {1, 2, 3, 4, 5, 6, 7, 8, 9}};

@@ -109,21 +109,15 @@ void GroupIo::submit(std::unique_ptr<Op> op) {
 
 MembershipView GroupIo::view() const {
   std::lock_guard<std::mutex> lock(mu_);
-  MembershipView v;
-  v.epoch = membership_.epoch;
-  v.self = self_;
-  for (const Peer& p : membership_.members) {
-    if (in_collectives(p)) v.members.push_back(p.id);
-  }
-  return v;
+  return {membership_.epoch, member_ids(), self_};
 }
 
 std::vector<int> GroupIo::member_ids(const std::vector<int>& ids) const {
   std::vector<int> live;  // a member still waiting for its state hand-over takes no part
   for (const Peer& p : membership_.members) {
-    if (in_collectives(p) && (ids.empty() || std::binary_search(ids.begin(), ids.end(), p.id))) live.push_back(p.id);
+    if (in_collectives(p)) live.push_back(p.id);
   }
-  return live;
+  return within(std::move(live), ids);
 }
 
 void GroupIo::suspect(int peer) {
