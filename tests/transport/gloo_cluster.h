@@ -24,7 +24,7 @@ struct GlooCluster {
       cluster = std::make_unique<StaticCluster>(so);
       for (int i = 0; i < w; ++i) planes.push_back(cluster->plane(i));
     } else {
-      auto store = std::make_shared<TestStore>();
+      store = std::make_shared<TestStore>();
       for (int i = 0; i < w; ++i) {
         auto p = std::make_unique<TestPlane>(i, Membership{0, peers}, store);
         test_planes.push_back(p.get());
@@ -39,6 +39,7 @@ struct GlooCluster {
   std::unique_ptr<StaticCluster> cluster;
   std::vector<std::unique_ptr<ControlPlane>> planes;
   std::vector<TestPlane*> test_planes;
+  std::shared_ptr<TestStore> store;  // the TestPlanes' store
   std::vector<std::unique_ptr<GlooGroup>> groups;  // destroyed first (declared last)
 };
 
