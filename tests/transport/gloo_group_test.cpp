@@ -1,9 +1,9 @@
 // GlooGroup over gloo's TCP transport on loopback, islands as threads: every result is
 // compared bitwise with the in-process reference (InprocHub) for the same inputs; weights,
 // broadcast, several collectives in flight, a late joiner, push/pull, byte counts, a
-// sub-group's own mesh; the
-// rendezvous through a real coordinator, and an island that dies mid-collective (the
-// survivors end with the same values and contributors, and go on among themselves).
+// sub-group's own mesh; the rendezvous through a real coordinator, and an island that dies
+// mid-collective (the survivors end with the same values and contributors, and go on among
+// themselves).
 #include <gtest/gtest.h>
 
 #include <map>
