@@ -16,9 +16,10 @@
 // Messages (Wire). Every message is a gloo unbound-buffer send/recv on a slot derived from
 // (group, collective seq, kind, index), so messages of different collectives never match each
 // other. A sub-group (Group::subgroup) has meshes of its own (its live members, its own store
-// keys and gloo context); its key is in the slots too. Waits go through Waits, which the group's watchdog thread can interrupt (a peer
-// left the membership); an interrupted wait, a failed pair (peer closed or reset the
-// connection) or a gloo error throws MeshBroken: the mesh is then discarded and rebuilt.
+// keys and gloo context); its key is in the slots too. Waits go through Waits, which the
+// group's watchdog thread can interrupt (a peer left the membership); an interrupted wait, a
+// failed pair (peer closed or reset the connection) or a gloo error throws MeshBroken: the
+// mesh is then discarded and rebuilt.
 //
 // Thread model: a Mesh and its Wires are used by the group's worker thread only; Waits is
 // shared with the watchdog and is thread-safe.

@@ -87,7 +87,9 @@ void encode_header_hashed(const Header& h, uint64_t payload_hash, uint8_t out[kH
 
 Status parse_header(const uint8_t* b, size_t size, const uint8_t* payload, size_t payload_size,
                     Header* h) {
-  if (size != kHeaderBytes) return bad("header frame of " + std::to_string(size) + " bytes, want " + std::to_string(kHeaderBytes));
+  if (size != kHeaderBytes) {
+    return bad("header frame of " + std::to_string(size) + " bytes, want " + std::to_string(kHeaderBytes));
+  }
   if (std::memcmp(b, kMagic, 4) != 0) return bad("wrong magic");
   if (b[4] != kVersion) return bad("unsupported version " + std::to_string(b[4]));
   if (b[5] == 0 || b[5] > kMaxMsgType) return bad("unknown type " + std::to_string(b[5]));

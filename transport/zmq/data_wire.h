@@ -69,7 +69,7 @@ struct Header {
   uint64_t epoch = 0;       // membership epoch of the sender's attempt
   uint64_t seq = 0;         // collective sequence number in its group
   uint64_t link_seq = 0;    // per-link message number (1, 2, ...); ACK: cumulative
-  uint64_t done_below = 0;  // the sender has completed every collective of `group` below seq this
+  uint64_t done_below = 0;  // the sender has completed every collective of `group` with seq below it
   uint32_t chunk = 0;       // chunk index (ring / direct)
   uint32_t piece = 0;       // piece index within the transfer
   uint32_t pieces = 0;      // piece count of the transfer

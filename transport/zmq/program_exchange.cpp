@@ -38,7 +38,8 @@ double Exchange::expected_bytes(const ExchangeSetup& s) {
 
 ZmqWire::ZmqWire(uint32_t group, uint64_t seq, uint64_t epoch, int64_t chunk_bytes, std::vector<int> members,
                  InputBackup* backup)
-    : group_(group), seq_(seq), epoch_(epoch), chunk_bytes_(chunk_bytes), members_(std::move(members)), backup_(backup) {}
+    : group_(group), seq_(seq), epoch_(epoch), chunk_bytes_(chunk_bytes), members_(std::move(members)),
+      backup_(backup) {}
 
 void ZmqWire::send(int to, const collectives::MsgKey& key, const uint8_t* data, size_t size, uint64_t raw_bytes,
                    bool raw) {

@@ -114,8 +114,8 @@ uint64_t ZmqGroup::dropped() const { return io_->dropped(); }
 std::unique_ptr<Handle> ZmqGroup::allgather(std::vector<uint8_t> bytes, std::vector<std::vector<uint8_t>>* out) {
   TORCH_CHECK(out != nullptr, "allgather: no output");
   auto done = std::make_shared<Completion>();
-  return submit(std::make_unique<dataplane::AllreduceOp>(next_seq_++, std::move(bytes), out, options_.chunk_bytes, done),
-                done);
+  return submit(
+      std::make_unique<dataplane::AllreduceOp>(next_seq_++, std::move(bytes), out, options_.chunk_bytes, done), done);
 }
 
 }  // namespace atl::transport

@@ -94,9 +94,9 @@ class ZmqGroup final : public Group {
   // Peer to peer (also with options.star), with the all-reduce's attempts, restarts and
   // hand-over of a finished result (allreduce_op.h).
   std::unique_ptr<Handle> allgather(std::vector<uint8_t> bytes, std::vector<std::vector<uint8_t>>* out) override;
-  // Group::subgroup over this group's data plane (peer to peer also with options.star; no
-  // push/pull of its own: those go to this group's control plane). Its first collective is
-  // number 0 on every island (a joiner handed state does not take part in sub-groups yet).
+  // Group::subgroup over this group's data plane and control plane (its all-reduces run peer
+  // to peer also with options.star). Its first collective is number 0 on every island (a
+  // joiner handed state does not take part in sub-groups yet).
   std::unique_ptr<Group> subgroup(uint32_t key, std::vector<int> ids) override;
   // ServerLink::push (server_link.h): encodes `buffer` as InprocGroup does, hands the frame
   // to ControlPlane::push and blocks until it answers. Counts the frame's bytes.
