@@ -70,6 +70,7 @@ Status check_rejoin(const config::Config& config, const algorithms::Algorithm& a
   std::string why;
   if (config.transport.kind != "zmq") why = "transport.kind " + config.transport.kind + " (use zmq)";
   else if (algorithm.global_on_server()) why = config.algorithm.name + " (its global model lives in the coordinator's server role)";
+  else if (config.algorithm.name == "dipaco") why = "dipaco (a joiner cannot yet take part in sub-groups that already ran)";
   if (why.empty()) return Status::ok();
   return Status(StatusCode::kUnavailable, "rejoining a running run is not supported with " + why);
 }
@@ -208,6 +209,12 @@ StatusOr<IslandEnd> run_island_once(const config::Config& config, int island, co
   };
   // Round records' sync_s is the wall time blocked in the exchange.
   WatchedGroup timed(group, in_run);
+  // The algorithm's sub-groups (dipaco) use the group, its control plane and routes: the
+  // algorithm goes before them, whichever way this function is left.
+  struct ReleaseAlgorithm {
+    core::IslandParts& parts;
+    ~ReleaseAlgorithm() { parts.algorithm.reset(); }
+  } release_algorithm{parts};
 
   // The lead: the live island with the lowest id among those that hold the model (joiners
   // count from their hand-over on). It evaluates the global model, shows the progress line
