@@ -371,6 +371,12 @@ struct DipacoConfig {
   bool path_specific_embeddings = false; // embeddings, final norm and head per path too
   bool norm_rescale = false;             // a module's averaged outer gradient times
                                          // sqrt(paths through it)
+  // How training sequences are dealt to paths, once before training (docs/dipaco.md):
+  // kmeans / product_kmeans on the base model's features (the mean of the last block's hidden
+  // states over the first `prefix` tokens; the base model is the initial one, or
+  // model.init_from), or none (each island keeps its data.partition share).
+  std::string routing = "kmeans";
+  int prefix = 32;                       // tokens of a sequence the router sees
 
   template <class V>
   void fields(V& v) {
@@ -379,6 +385,8 @@ struct DipacoConfig {
     v.field("path_specific", path_specific, at_least(0));
     v.field("path_specific_embeddings", path_specific_embeddings);
     v.field("norm_rescale", norm_rescale);
+    v.field("routing", routing, one_of({"none", "kmeans", "product_kmeans"}));
+    v.field("prefix", prefix, at_least(1));
   }
 };
 

@@ -32,6 +32,10 @@ dipaco::Paths dipaco_paths(const config::Config& c) {
                                          "[{blocks: [0, 1], modules: 2}, {blocks: [2, 3], modules: 2}]",
                      "algorithm.name");
   }
+  if (c.dipaco.routing != "none" && c.dipaco.prefix > c.model.seq_len) {
+    config::fail_key(c, "dipaco.prefix", std::to_string(c.dipaco.prefix) + " tokens, longer than model.seq_len (" +
+                                             std::to_string(c.model.seq_len) + ")");
+  }
   dipaco::PathSpec spec;
   for (const auto& l : c.dipaco.levels) {
     spec.levels.push_back(l.blocks);

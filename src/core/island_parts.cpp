@@ -4,18 +4,80 @@
 #include <torch/csrc/autograd/grad_mode.h>
 
 #include "src/core/components.h"
+#include "src/dipaco/routing.h"
+#include "src/base/log.h"
+#include "src/models/gpt.h"
 #include "src/core/params_file.h"
 
 namespace atl::core {
+
+namespace {
+
+void warm_start(const config::ModelConfig& model_config, models::Model& model);
+
+// DiPaCo routing (docs/dipaco.md "Routing"): every training sequence goes to the path whose
+// cluster its features fall in; the islands of a path deal its sequences round-robin.
+// Features: the base model's last-block hidden states averaged over the first
+// dipaco.prefix tokens, computed on one thread so that every process gets the same bits.
+void route_to_paths(const config::Config& config, RunData& d) {
+  const dipaco::Paths paths = dipaco_paths(config);
+  const int P = paths.paths();
+  auto model = models::make_model(config.model, d.shape, c10::Device(c10::kCPU), config.run.seed);
+  warm_start(config.model, *model);
+  auto* gpt = dynamic_cast<models::Gpt*>(model.get());
+  TORCH_CHECK(gpt != nullptr, "dipaco routing: the model is not a gpt");
+  model->set_training(false);
+  const data::Dataset& train = *d.splits.train;
+  const int64_t n = train.size(), prefix = config.dipaco.prefix;
+  dipaco::Matrix x(n, config.model.dim);
+  {
+    const int threads = at::get_num_threads();
+    at::set_num_threads(1);
+    at::NoGradGuard no_grad;
+    for (int64_t from = 0; from < n; from += 256) {
+      std::vector<int64_t> idx;
+      for (int64_t i = from; i < std::min(n, from + 256); ++i) idx.push_back(i);
+      const at::Tensor h = gpt->hidden(train.gather(idx).input.narrow(1, 0, prefix))
+                               .mean(1)
+                               .to(at::kCPU, at::kDouble)
+                               .contiguous();
+      std::copy(h.data_ptr<double>(), h.data_ptr<double>() + h.numel(), x.row(from));
+    }
+    at::set_num_threads(threads);
+  }
+  std::vector<int> path_of;
+  if (config.dipaco.routing == "product_kmeans") {
+    std::vector<int> ks;
+    for (const auto& l : config.dipaco.levels) ks.push_back(l.modules);
+    path_of = dipaco::product_kmeans(x, ks, config.run.seed).assignment;
+  } else {
+    path_of = dipaco::kmeans(x, P, config.run.seed).assignment;
+  }
+  std::vector<std::vector<int>> islands_of(static_cast<size_t>(P));
+  for (int i = 0; i < config.islands.count; ++i) islands_of[i % P].push_back(i);
+  std::vector<int64_t> dealt(static_cast<size_t>(P), 0);
+  d.shards.assign(static_cast<size_t>(config.islands.count), {});
+  for (int64_t e = 0; e < n; ++e) {
+    const std::vector<int>& on = islands_of[path_of[e]];
+    d.shards[on[dealt[path_of[e]]++ % static_cast<int64_t>(on.size())]].push_back(e);
+  }
+  std::string sizes;
+  for (int64_t s : dipaco::shard_sizes(path_of, P)) sizes += (sizes.empty() ? "" : ", ") + std::to_string(s);
+  ATOLL_INFO("dipaco: " << config.dipaco.routing << " routing of " << n << " training sequences to " << P
+                        << " paths: [" << sizes << "]");
+}
+
+}  // namespace
 
 RunData load_run_data(const config::Config& config) {
   const uint64_t seed = config.run.seed;
   RunData d;
   d.splits = data::load_splits(config.data, config.model.seq_len, seed);
   d.shards = data::partition(*d.splits.train, config.islands.count, config.data, seed);
-  for (const auto& s : d.shards) d.shard_sizes.push_back(static_cast<int64_t>(s.size()));
   d.shape = {d.splits.train->vocab_size(), d.splits.train->num_classes(), d.splits.train->input_dim()};
   d.classifier = d.shape.classes > 0;
+  if (config.algorithm.name == "dipaco" && config.dipaco.routing != "none") route_to_paths(config, d);
+  for (const auto& s : d.shards) d.shard_sizes.push_back(static_cast<int64_t>(s.size()));
   return d;
 }
 

@@ -112,6 +112,12 @@ struct GptNet : torch::nn::Module {
 
   // tokens [B, T] int64 on the model's device -> logits [B, T, vocab].
   torch::Tensor forward(const torch::Tensor& tokens) {
+    auto x = ln_f->forward(hidden(tokens));
+    return torch::linear(x, head.is_empty() ? tok_emb->weight() : head->weight());  // tied: the head is tok_emb
+  }
+
+  // tokens [B, T] -> the last block's output [B, T, dim] (before the final norm).
+  torch::Tensor hidden(const torch::Tensor& tokens) {
     TORCH_CHECK(tokens.dim() == 2, "gpt: input must be [B, T], got ", tokens.sizes());
     const int64_t T = tokens.size(1);
     const torch::Tensor& wte = tok_emb->weight();  // [vocab, dim]
@@ -121,8 +127,7 @@ struct GptNet : torch::nn::Module {
     x = torch::dropout(x, dropout, is_training());
     auto mask = future.narrow(0, 0, T).narrow(1, 0, T);
     for (auto& block : block_list) x = block->forward(x, mask);
-    x = ln_f->forward(x);
-    return torch::linear(x, head.is_empty() ? wte : head->weight());  // tied: the head is tok_emb
+    return x;
   }
 
   double dropout;
@@ -156,6 +161,10 @@ Gpt::~Gpt() = default;
 
 at::Tensor Gpt::logits(const at::Tensor& tokens) {
   return net_->forward(tokens.to(device_, /*non_blocking=*/true));
+}
+
+at::Tensor Gpt::hidden(const at::Tensor& tokens) {
+  return net_->hidden(tokens.to(device_, /*non_blocking=*/true));
 }
 
 Output Gpt::forward(const data::Batch& batch) {

@@ -124,12 +124,13 @@ TEST_F(Processes, LaunchMatchesSimulateBitwise) {
   EXPECT_NE(summary.find("\"rounds\":4"), std::string::npos) << summary;
 }
 
-// DiPaCo 2x2 (two one-block levels of two modules): every module's all-reduce runs on the
-// sub-group of the islands through it, over zmq or gloo, and each island's path model ends
-// bitwise as in the simulator.
+// DiPaCo 2x2 (two one-block levels of two modules), sequences routed to paths by k-means on
+// the initial model's features: every process routes alike, every module's all-reduce runs
+// on the sub-group of the islands through it, over zmq or gloo, and each island's path model
+// ends bitwise as in the simulator.
 void dipaco_launch_matches_simulate(Processes& t, const std::string& kind) {
   const std::string cfg =
-      t.config(4, 20, "dipaco: {levels: [{blocks: [0], modules: 2}, {blocks: [1], modules: 2}]}\n");
+      t.config(4, 20, "dipaco: {levels: [{blocks: [0], modules: 2}, {blocks: [1], modules: 2}], prefix: 8}\n");
   const std::string set = " --quiet --set algorithm.name=dipaco --set model.layers=2 --set transport.kind=" + kind;
   ASSERT_EQ(run("simulate " + cfg + set + " --set run.name=sim"), 0);
   ASSERT_EQ(run("launch " + cfg + set + " --set run.name=real"), 0);
