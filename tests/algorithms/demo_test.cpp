@@ -383,13 +383,12 @@ struct Small {
   std::vector<at::Tensor> params;
 };
 Small run_small(const AlgorithmOptions& o, const std::vector<at::Tensor>& grads, const std::vector<ParamRange>& layout,
-                double lr, int steps) {
+                double lr, int steps, const compression::Pipeline& codec = compression::Pipeline()) {
   const int w = static_cast<int>(grads.size());
   transport::Scheduler scheduler(w);
   transport::InprocHub hub(w, scheduler);
   std::vector<std::unique_ptr<transport::Group>> groups;
   for (int i = 0; i < w; ++i) groups.push_back(hub.make_group(i));
-  const compression::Pipeline raw;
   Small out;
   out.params.resize(w);
   const at::Tensor theta0 = at::zeros_like(grads[0]);
@@ -401,7 +400,7 @@ Small run_small(const AlgorithmOptions& o, const std::vector<at::Tensor>& grads,
     ctx.params = params;
     ctx.grads = g;
     ctx.group = groups[i].get();
-    ctx.codec = &raw;
+    ctx.codec = &codec;
     ctx.layout = layout;
     algo.setup(ctx);
     for (int s = 1; s <= steps; ++s) {
@@ -457,6 +456,53 @@ TEST(Demo, CoefficientMeanIsOverTheIslandsThatSentIt) {
   // Island 0's residual keeps the coefficient it did not send (0.1 on y1): δ = C2^T (0, 0.1).
   EXPECT_NEAR(r.residual[0].item<float>(), a * 0.1f, 1e-6);
   EXPECT_NEAR(r.residual[1].item<float>(), -a * 0.1f, 1e-6);
+}
+
+// Values through a lossy codec (compression: [fp16]): every island uses the values as
+// decoded, for its own q and for the means, so the quantisation error stays in the residual.
+// Chunks of one (C_1 = [1]), k = 1, lr 1, decay 0: the coefficient is g itself, so
+// δ_after = g - fp16(g) exactly and the step is -sign(fp16(g)).
+TEST(Demo, LossyValuesLeaveTheirQuantisationErrorInTheResidual) {
+  AlgorithmOptions o;
+  o.name = "demo";
+  o.chunk = 1;
+  o.topk = 1;
+  o.decay = 0;
+  compression::StageConfig fp16;
+  fp16.id = compression::StageId::kFp16;
+  auto codec = compression::Pipeline::make({fp16});
+  ASSERT_TRUE(codec.is_ok());
+  at::manual_seed(2);
+  const at::Tensor g = at::randn({64}) * 1e-3;
+  const at::Tensor decoded = g.to(at::kHalf).to(at::kFloat);
+  ASSERT_FALSE(at::equal(decoded, g));  // fp16 does lose something here
+  auto r = run_small(o, {g}, {}, 1.0, 1, codec.value());
+  EXPECT_TRUE(at::equal(r.residual, g - decoded));
+  EXPECT_TRUE(at::equal(r.change, -decoded.sign()));
+}
+
+// A transform or sparsify stage cannot carry DeMo's values (it does its own DCT and top-k);
+// quantize and zstd stages can.
+TEST(Demo, RefusesTransformAndSparsifyStages) {
+  compression::StageConfig topk;
+  topk.id = compression::StageId::kTopK;
+  topk.fraction = 0.1;
+  compression::StageConfig int8;
+  int8.id = compression::StageId::kInt8;
+  compression::StageConfig zstd;
+  zstd.id = compression::StageId::kZstd;
+  EXPECT_TRUE(demo::codec_problem(compression::Pipeline::make({topk}).value()));
+  EXPECT_FALSE(demo::codec_problem(compression::Pipeline::make({int8, zstd}).value()));
+  EXPECT_FALSE(demo::codec_problem(compression::Pipeline()));
+  AlgorithmOptions o;
+  o.name = "demo";
+  demo::Demo algo(o);
+  IslandContext ctx;
+  ctx.params = at::zeros({8});
+  ctx.grads = at::zeros({8});
+  const compression::Pipeline bad = compression::Pipeline::make({topk}).value();
+  ctx.codec = &bad;
+  EXPECT_THROW(algo.setup(ctx), UserError);
 }
 
 }  // namespace
