@@ -59,6 +59,11 @@ struct AlgorithmOptions {
   int64_t min_local_steps = 5;       // DyLU: floor on a task's local steps
   double grace_s = 0;                // grace window (seconds) to batch near-simultaneous
                                      // arrivals before restarting them from one model; 0 = off
+  // demo (docs/algorithms.md §4)
+  int64_t topk = 32;                 // k: DCT coefficients each island sends per block
+  int64_t chunk = 64;                // s: a dimension d is cut into blocks of sc(d), the
+                                     // largest divisor of d that is <= s (blocks <= s x s)
+  double decay = 0.999;              // beta: decay of the momentum residual
 
   // The config keys, in the order the resolved config lists them.
   template <class V>
@@ -93,6 +98,9 @@ struct AlgorithmOptions {
     v.field("dynamic_local_updates", dynamic_local_updates);
     v.field("min_local_steps", min_local_steps, at_least(1));
     v.field("grace_s", grace_s, at_least(0));
+    v.field("topk", topk, at_least(1));
+    v.field("chunk", chunk, closed(1, 256));
+    v.field("decay", decay, closed(0, 1));
   }
 
   // The run, not config keys: filled from other sections (src/core/components.cpp).
@@ -102,6 +110,7 @@ struct AlgorithmOptions {
   std::vector<int64_t> shard_sizes;  // n_k of every client (fedavg planning)
   int64_t train_steps = 0;           // train.steps (async: each island's share of it)
   std::vector<double> speeds;        // compute speed factor of every island; empty = all 1
+  double weight_decay = 0;           // train.weight_decay (demo: decoupled, p *= 1 - lr wd)
   // dipaco (docs/dipaco.md): DiLoCo per module; inner_steps, the outer optimizer, weighting and
   // error_feedback as for diloco. By module id (ParamRange::module): the islands whose path
   // goes through the module (ascending), and how many paths do. norm_rescale: multiply a

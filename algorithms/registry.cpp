@@ -34,6 +34,7 @@ constexpr Entry kAlgorithms[] = {
     {"fedavg", make_fedavg, no_rules},
     {"streaming_diloco", make_streaming_diloco, streaming_rules},
     {"async_local_sgd", make_async_local_sgd, async_local_sgd::check_dn_c},
+    {"demo", make_demo, no_rules},
     {"dipaco", make_dipaco, dipaco_rules},
 };
 

@@ -60,6 +60,7 @@ algorithms::AlgorithmOptions algorithm_options(const config::Config& c,
   o.shard_sizes = shard_sizes;
   o.train_steps = c.train.steps;
   o.speeds = c.compute.speeds;
+  o.weight_decay = c.train.weight_decay;
   if (a.name == "streaming_diloco") {
     // Also checked against the model's layout at setup; here it fails before the run starts.
     const int blocks = c.model.name == "gpt" ? c.model.layers : 0;

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "algorithms/demo.h"
 #include "algorithms/options.h"
 #include "src/data/partition_rules.h"
 #include "src/models/model.h"
@@ -162,7 +163,10 @@ MemoryEstimate estimate_memory(const config::Config& c, Target target) {
       m.copies_text += ", " + c.train.optimizer + " state x" + std::to_string(inner);
       m.copies += inner;
     }
-    if (c.algorithm.name != "ddp") {
+    if (c.algorithm.name == "demo") {
+      m.copies_text += ", demo residual and DCT buffers x3";  // algorithms/demo.h
+      m.copies += 3;
+    } else if (c.algorithm.name != "ddp") {
       m.copies_text += ", global model";
       m.copies += 1;
     }
@@ -185,7 +189,10 @@ void validate_config(const config::Config& c, Target target) {
   models::DataShape shape;
   const bool shape_known = static_shape(c.data, shape);
   if (auto p = models::check_model(c.model, shape, shape_known); p && p->key == "model.name") fail(c, *p);
-  make_pipeline(c);
+  const compression::Pipeline codec = make_pipeline(c);
+  if (c.algorithm.name == "demo") {
+    if (auto p = algorithms::demo::codec_problem(codec)) config::fail_key(c, "compression", *p);
+  }
   if (target == Target::kRelay) {
     check_events(c, target);
     return;

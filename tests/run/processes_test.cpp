@@ -299,15 +299,22 @@ TEST_F(Processes, CtrlCLeavesNoProcessBehind) {
 // Island 2 is killed with SIGKILL mid-run: the coordinator declares it dead, the survivors'
 // rounds complete with 2 contributors, and the run finishes without hanging. `kind`: the
 // transport.kind of the islands' data plane.
-// `setting`: a --set override that picks the transport ("transport.kind=gloo", ...).
-void killed_island_run_completes_with_survivors(Processes& t, const std::string& setting) {
+// `setting` (and `setting2`, when given): --set overrides that pick the transport
+// ("transport.kind=gloo", ...) or the algorithm.
+void killed_island_run_completes_with_survivors(Processes& t, const std::string& setting,
+                                                const std::string& setting2 = "") {
   const std::string cfg = t.config(3, 400);
   const std::string set_kind = setting;
   const pid_t pid = fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
-    execl(ATOLL_BINARY, "atoll", "launch", cfg.c_str(), "--quiet", "--set", set_kind.c_str(),
-          static_cast<char*>(nullptr));
+    if (setting2.empty()) {
+      execl(ATOLL_BINARY, "atoll", "launch", cfg.c_str(), "--quiet", "--set", set_kind.c_str(),
+            static_cast<char*>(nullptr));
+    } else {
+      execl(ATOLL_BINARY, "atoll", "launch", cfg.c_str(), "--quiet", "--set", set_kind.c_str(), "--set",
+            setting2.c_str(), static_cast<char*>(nullptr));
+    }
     _exit(127);
   }
   const fs::path metrics = t.dir_ / "runs/r/metrics.jsonl";
@@ -513,6 +520,54 @@ TEST_F(Processes, RestartedIslandRejoinsTheRunningRunOverTheStar) {
 TEST_F(Processes, RestartedIslandRejoinsAStreamingDiLoCoRun) {
   restarted_island_rejoins(*this, {"algorithm.name=streaming_diloco", "model.layers=2", "algorithm.inner_steps=8",
                                    "algorithm.fragments=2", "algorithm.overlap_steps=2"});
+}
+
+
+// DeMo (docs/algorithms.md §4): one allgather of (index, value) pairs every step. Over zmq
+// and gloo, a real run ends on the same parameters as the simulator, bit for bit (every
+// island decodes the same gathered bytes; the tensor work is on the CPU in both); with
+// fp16 values too.
+const char* const kDemo = " --set algorithm.name=demo --set algorithm.chunk=16 --set algorithm.topk=8";
+
+TEST_F(Processes, DemoLaunchMatchesSimulateBitwise) {
+  const std::string cfg = config(3, 12);
+  ASSERT_EQ(run("simulate " + cfg + " --quiet --set run.name=sim" + kDemo), 0);
+  ASSERT_EQ(run("launch " + cfg + " --quiet --set run.name=real" + kDemo), 0);
+  ASSERT_EQ(run("launch " + cfg + " --quiet --set run.name=gloo --set transport.kind=gloo" + kDemo), 0);
+  ASSERT_EQ(run("simulate " + cfg + " --quiet --set run.name=ddp --set algorithm.name=ddp"), 0);
+  const std::string sim = read(dir_ / "runs/sim/final_params.bin");
+  ASSERT_GT(sim.size(), 100u);
+  EXPECT_TRUE(sim == read(dir_ / "runs/real/final_params.bin")) << "zmq: final parameters differ from simulate";
+  EXPECT_TRUE(sim == read(dir_ / "runs/gloo/final_params.bin")) << "gloo: final parameters differ from simulate";
+  EXPECT_FALSE(sim == read(dir_ / "runs/ddp/final_params.bin"));
+  for (const char* name : {"real", "gloo"}) {
+    const std::string summary = read(dir_ / "runs" / name / "summary.json");
+    EXPECT_NE(summary.find("\"islands_finished\":3"), std::string::npos) << name << " " << summary;
+    EXPECT_NE(summary.find("\"rounds\":12"), std::string::npos) << name << " " << summary;  // one per step
+  }
+}
+
+TEST_F(Processes, DemoLaunchMatchesSimulateBitwiseWithFp16Values) {
+  const std::string cfg = config(3, 8, "compression: [{quantize: fp16}]\n");
+  ASSERT_EQ(run("simulate " + cfg + " --quiet --set run.name=sim" + kDemo), 0);
+  ASSERT_EQ(run("launch " + cfg + " --quiet --set run.name=real --set transport.kind=gloo" + kDemo), 0);
+  const std::string sim = read(dir_ / "runs/sim/final_params.bin");
+  ASSERT_GT(sim.size(), 100u);
+  EXPECT_TRUE(sim == read(dir_ / "runs/real/final_params.bin"));
+}
+
+TEST_F(Processes, DemoKilledIslandRunCompletesWithSurvivors) {
+  killed_island_run_completes_with_survivors(*this, "algorithm.name=demo");
+}
+
+TEST_F(Processes, DemoKilledIslandRunCompletesWithSurvivorsOverGloo) {
+  killed_island_run_completes_with_survivors(*this, "algorithm.name=demo", "transport.kind=gloo");
+}
+
+// A restarted DeMo island rejoins with the global model and the step count; its residual
+// starts at zero ([impl choice], algorithms/demo.h), and it ends on the same model.
+TEST_F(Processes, RestartedIslandRejoinsADemoRun) {
+  restarted_island_rejoins(*this, {"algorithm.name=demo", "algorithm.chunk=16", "algorithm.topk=8"});
 }
 
 }  // namespace
