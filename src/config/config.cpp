@@ -493,6 +493,10 @@ void check_cross_field(const Config& c) {
                                    ") must be divisible by model.heads (" +
                                    std::to_string(c.model.heads) + ")");
   }
+  if (c.data.normalize != "none" && (c.data.kind == "text" || c.data.kind == "tokens"))
+    fail(origin_of(c, "data.normalize"), "data.normalize",
+         "standardises image or feature data (data.kind idx or synthetic); data.kind '" + c.data.kind +
+             "' is tokens (use none)");
   const int k = c.islands.count;
   int max_islands = k;  // ids that can exist once `add` events have run
   for (const auto& e : c.islands.events) max_islands += e.add;

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "src/config/config.h"
+#include "src/data/normalize.h"
 
 namespace atl::data {
 
@@ -60,6 +61,8 @@ class Dataset {
 struct Splits {
   std::shared_ptr<const Dataset> train;
   std::shared_ptr<const Dataset> val;
+  // data.normalize: the statistics both splits were standardised with (mode "none": not).
+  Normalization normalization;
 };
 
 // Builds train/validation splits as `config.data` says. `seq_len` is the model's context
@@ -73,6 +76,9 @@ struct Splits {
 //                  its end), and training windows stay in file order for `contiguous`.
 //  idx/synthetic   a seeded random round(val_fraction * N) rows (at least 1).
 // Both splits keep file/row order. val_fraction = 0 gives an empty validation split.
+// data.normalize (idx, synthetic): the training split's mean and std (src/data/normalize.h),
+// computed after the hold-out, standardise both splits; a language model's tokens cannot be
+// (UserError naming data.normalize).
 Splits load_splits(const config::DataConfig& config, int seq_len, uint64_t seed);
 
 // Deterministic, disjoint shards of `train` for `islands` islands: result[i] lists the

@@ -68,6 +68,8 @@ int run_coordinator(const config::Config& config, const ProcessOptions& options)
   };
 
   // The server role (fedavg, async_local_sgd): it holds the global model, so it is
+  // data.normalize: the statistics every island computed the same way, beside config.yaml.
+  data::write_normalization(data.splits.normalization, data.splits.train->input_dim(), dir.path());
   // evaluated here.
   std::unique_ptr<core::Evaluator> evaluator;
   std::unique_ptr<core::ServerEvalSchedule> evals;
