@@ -268,19 +268,14 @@ TEST_F(Processes, CtrlCLeavesNoProcessBehind) {
 }
 
 // Island 2 is killed with SIGKILL mid-run: the coordinator declares it dead, the survivors'
-// rounds complete with 2 contributors, and the run finishes without hanging. `kind`: the
+// rounds complete with 2 contributors, and the run finishes without hanging; launch says so
+// in one line and exits 3 (finished with survivors), not 1 (failed). `kind`: the
 // transport.kind of the islands' data plane.
 // `setting`: a --set override that picks the transport ("transport.kind=gloo", ...).
 void killed_island_run_completes_with_survivors(Processes& t, const std::string& setting) {
   const std::string cfg = t.config(3, 400);
-  const std::string set_kind = setting;
-  const pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    execl(ATOLL_BINARY, "atoll", "launch", cfg.c_str(), "--quiet", "--set", set_kind.c_str(),
-          static_cast<char*>(nullptr));
-    _exit(127);
-  }
+  const pid_t pid = spawn({"launch", cfg, "--quiet", "--set", setting}, t.dir_ / "launch.log");
+  ASSERT_GT(pid, 0);
   const fs::path metrics = t.dir_ / "runs/r/metrics.jsonl";
   // wait for a few completed rounds, then kill the last island (the newest child)
   bool started = false;
@@ -320,6 +315,13 @@ void killed_island_run_completes_with_survivors(Processes& t, const std::string&
   const std::string summary = read(t.dir_ / "runs/r/summary.json");
   EXPECT_NE(summary.find("\"islands_finished\":2"), std::string::npos) << summary;
   EXPECT_NE(summary.find("\"steps\":400"), std::string::npos) << summary;
+  // Finished with the survivors: its own exit code and one line that names the lost island.
+  ASSERT_TRUE(WIFEXITED(status)) << "launch ended by a signal";
+  EXPECT_EQ(WEXITSTATUS(status), 3) << read(t.dir_ / "launch.log");
+  const std::string log = read(t.dir_ / "launch.log");
+  EXPECT_NE(log.find("launch: the run finished with 2 of 3 islands; lost: island 2 (signal 9) (exit code 3)"),
+            std::string::npos)
+      << log;
 }
 
 TEST_F(Processes, KilledIslandRunCompletesWithSurvivors) {
