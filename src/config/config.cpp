@@ -505,6 +505,9 @@ void check_cross_field(const Config& c) {
       fail(origin_of(c, key), key, "has " + std::to_string(n) + " entries but islands.count is " +
                                        std::to_string(k) + " (one entry per island, or none)");
   };
+  if (c.transport.min_islands > k)
+    fail(origin_of(c, "transport.min_islands"), "transport.min_islands",
+         std::to_string(c.transport.min_islands) + " is more than islands.count (" + std::to_string(k) + ")");
   count_problem("compute.speeds", c.compute.speeds.size());
   count_problem("network.regions", c.network.regions.size());
   if (!c.hosts.islands.empty() && static_cast<int>(c.hosts.islands.size()) != k)

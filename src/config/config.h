@@ -285,6 +285,14 @@ struct TransportConfig {
   int base_port = 29510;        // island k listens on base_port + k
   int64_t heartbeat_ms = 500;   // island -> coordinator heartbeat period
   int64_t heartbeat_timeout_ms = 5000;  // silence after which an island is declared dead
+  // The run starts once every island has joined, or, when join_timeout_s has passed (or
+  // the islands still missing were refused by the CURVE allow-list), with at least this
+  // many; otherwise it fails naming the missing islands. 0 = islands.count. Islands that
+  // join after the start come in as rejoiners do (zmq, non-server algorithms).
+  int min_islands = 0;
+  // Seconds the coordinator waits, from its start, for the islands to join (an island
+  // process also gives up reaching the coordinator after this long).
+  double join_timeout_s = 120;
   int max_rejoins = 3;          // an island declared dead while cut off that comes back joins
                                 // the run again with a state hand-over, at most this often
                                 // (0: it fails instead); zmq, non-server algorithms
@@ -307,6 +315,8 @@ struct TransportConfig {
     v.field("base_port", base_port, closed(1, 65535));
     v.field("heartbeat_ms", heartbeat_ms, at_least(1));
     v.field("heartbeat_timeout_ms", heartbeat_timeout_ms, at_least(1));
+    v.field("min_islands", min_islands, at_least(0));
+    v.field("join_timeout_s", join_timeout_s, above(0));
     v.field("max_rejoins", max_rejoins, at_least(0));
     v.field("bandwidth_mbps", bandwidth_mbps, above(0));
     v.field("timeout_slack", timeout_slack, at_least(1));
