@@ -22,7 +22,8 @@ std::string json_list(const std::vector<double>& v) {
   char buf[32];
   for (size_t i = 0; i < v.size(); ++i) {
     std::snprintf(buf, sizeof buf, "%.17g", v[i]);
-    out += (i ? "," : "") + std::string(buf);
+    if (i > 0) out += ',';
+    out += buf;
   }
   return out + "]";
 }
@@ -62,10 +63,10 @@ Normalization fit_normalization(const at::Tensor& features, const std::string& m
       sq[g] += dev * dev;
     }
   }
-  norm.std.resize(groups);
+  norm.stddev.resize(groups);
   for (size_t g = 0; g < groups; ++g) {
     const double s = std::sqrt(sq[g] / per_group);
-    norm.std[g] = s < kConstantFeature ? 1.0 : s;
+    norm.stddev[g] = s < kConstantFeature ? 1.0 : s;
   }
   return norm;
 }
@@ -75,21 +76,21 @@ at::Tensor apply_normalization(const at::Tensor& features, const Normalization& 
               "apply_normalization: features must be [N, D] float32");
   const int64_t n = features.size(0), d = features.size(1);
   const bool global = norm.mode == "global";
-  TORCH_CHECK(norm.mean.size() == (global ? 1u : static_cast<size_t>(d)) && norm.std.size() == norm.mean.size(),
+  TORCH_CHECK(norm.mean.size() == (global ? 1u : static_cast<size_t>(d)) && norm.stddev.size() == norm.mean.size(),
               "apply_normalization: statistics for ", norm.mean.size(), " groups, features have ", d);
   const at::Tensor in = features.contiguous();
   at::Tensor out = at::empty({n, d}, at::kFloat);
   const float* x = in.data_ptr<float>();
   float* y = out.data_ptr<float>();
-  std::vector<float> mean(static_cast<size_t>(d)), std(static_cast<size_t>(d));
+  std::vector<float> mean(static_cast<size_t>(d)), divisor(static_cast<size_t>(d));
   for (int64_t j = 0; j < d; ++j) {
     const size_t g = global ? 0 : static_cast<size_t>(j);
     mean[static_cast<size_t>(j)] = static_cast<float>(norm.mean[g]);
-    std[static_cast<size_t>(j)] = static_cast<float>(norm.std[g]);
+    divisor[static_cast<size_t>(j)] = static_cast<float>(norm.stddev[g]);
   }
   for (int64_t i = 0; i < n; ++i) {
     for (int64_t j = 0; j < d; ++j) {
-      y[i * d + j] = (x[i * d + j] - mean[static_cast<size_t>(j)]) / std[static_cast<size_t>(j)];
+      y[i * d + j] = (x[i * d + j] - mean[static_cast<size_t>(j)]) / divisor[static_cast<size_t>(j)];
     }
   }
   return out;
@@ -98,7 +99,7 @@ at::Tensor apply_normalization(const at::Tensor& features, const Normalization& 
 std::string normalization_json(const Normalization& norm, int64_t features) {
   return "{\"mode\":\"" + norm.mode + "\",\"train_examples\":" + std::to_string(norm.examples) +
          ",\"features\":" + std::to_string(features) + ",\"mean\":" + json_list(norm.mean) +
-         ",\"std\":" + json_list(norm.std) + "}";
+         ",\"std\":" + json_list(norm.stddev) + "}";
 }
 
 void write_normalization(const Normalization& norm, int64_t features, const std::string& run_dir) {

@@ -23,7 +23,7 @@ namespace atl::data {
 struct Normalization {
   std::string mode = "none";  // none | global | per_feature
   std::vector<double> mean;   // 1 value (global) or one per feature; empty for none
-  std::vector<double> std;    // the divisors used (1 where the feature is constant)
+  std::vector<double> stddev; // the divisors used (1 where the feature is constant)
   int64_t examples = 0;       // training examples they were computed on
 
   bool enabled() const { return mode != "none"; }

@@ -98,7 +98,7 @@ Splits load_language_model(const config::DataConfig& config, int seq_len) {
     return {std::make_shared<LmDataset>(train, window_starts(train_ids, seq_len), seq_len, vocab,
                                         "train"),
             std::make_shared<LmDataset>(val, window_starts(val_ids, seq_len), seq_len, vocab,
-                                        "val")};
+                                        "val"), {}};
   }
   check_val_fraction(config.val_fraction);
   const int64_t windows = checked_windows(*train, seq_len, config.path, "data.path",
@@ -107,7 +107,7 @@ Splits load_language_model(const config::DataConfig& config, int seq_len) {
   return {std::make_shared<LmDataset>(train, window_starts(train_ids, seq_len), seq_len,
                                       train->vocab, "train"),
           std::make_shared<LmDataset>(train, window_starts(val_ids, seq_len), seq_len,
-                                      train->vocab, "val (held out)")};
+                                      train->vocab, "val (held out)"), {}};
 }
 
 int max_label_plus_one(const std::vector<int64_t>& labels) {
@@ -154,7 +154,7 @@ Splits hold_out_rows(const ClassificationDataset& all, double val_fraction, uint
   std::vector<int64_t> train(order.begin() + n_val, order.end());
   std::sort(val.begin(), val.end());
   std::sort(train.begin(), train.end());
-  return {all.subset(train, name + " (train)"), all.subset(val, name + " (val, held out)")};
+  return {all.subset(train, name + " (train)"), all.subset(val, name + " (val, held out)"), {}};
 }
 
 Splits load_idx(const config::DataConfig& config, uint64_t seed) {
@@ -176,7 +176,7 @@ Splits load_idx(const config::DataConfig& config, uint64_t seed) {
   return {std::make_shared<ClassificationDataset>(images, std::move(labels), classes,
                                                   "idx " + config.path),
           std::make_shared<ClassificationDataset>(val_images, std::move(val_labels), classes,
-                                                  "idx " + config.val_path)};
+                                                  "idx " + config.val_path), {}};
 }
 
 // data.normalize: the training split's statistics, applied to both splits.

@@ -257,7 +257,7 @@ TEST(IdxData, NormalizeUsesTrainingStatisticsOnly) {
     for (int i = 0; i < 4; ++i) var += std::pow(train[i * 3 + j] / 255.0f - mean, 2) / 4.0;
     const double sd = j == 2 ? 1.0 : std::sqrt(var);  // constant pixel: centred only
     EXPECT_NEAR(s.normalization.mean[j], mean, 1e-12) << j;
-    EXPECT_NEAR(s.normalization.std[j], sd, 1e-12) << j;
+    EXPECT_NEAR(s.normalization.stddev[j], sd, 1e-12) << j;
     const Batch t = s.train->gather({0, 1, 2, 3});
     const Batch v = s.val->gather({0, 1});
     for (int i = 0; i < 4; ++i)
@@ -282,7 +282,7 @@ TEST(IdxData, NormalizeUsesTrainingStatisticsOnly) {
   for (uint8_t p : train) mean += p / 255.0f / 12.0;
   for (uint8_t p : train) var += std::pow(p / 255.0f - mean, 2) / 12.0;
   EXPECT_NEAR(g.normalization.mean[0], mean, 1e-12);
-  EXPECT_NEAR(g.normalization.std[0], std::sqrt(var), 1e-12);
+  EXPECT_NEAR(g.normalization.stddev[0], std::sqrt(var), 1e-12);
   EXPECT_FLOAT_EQ(g.val->gather({1}).input[0][2].item<float>(),
                   (50 / 255.0f - static_cast<float>(mean)) / static_cast<float>(std::sqrt(var)));
 

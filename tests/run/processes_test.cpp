@@ -261,6 +261,37 @@ TEST_F(Processes, FedAvgServerInCoordinatorMatchesSimulateBitwise) {
   EXPECT_EQ(sim_evals, eval_steps(dir_ / "runs/real/metrics.jsonl"));
 }
 
+// data.normalize in both modes: every process standardises with the same training-split
+// statistics (the same bits), so launch still equals simulate, and both write them to
+// runs/<name>/normalization.json; without it the model ends elsewhere.
+TEST_F(Processes, NormalizedDataLaunchMatchesSimulateAndWritesItsStatistics) {
+  std::ostringstream y;
+  y << "run: {name: n, seed: 3, out_dir: " << (dir_ / "runs").string() << ", threads: 1}\n"
+    << "model: {name: mlp, hidden: [16]}\n"
+    << "data: {kind: synthetic, synthetic_examples: 600, synthetic_dim: 8, synthetic_classes: 3, val_fraction: 0.1, "
+       "normalize: per_feature}\n"
+    << "train: {optimizer: sgd, lr: 0.05, schedule: constant, warmup_steps: 0, weight_decay: 0, grad_clip: 0, "
+       "batch_size: 10, steps: 30, eval_every: 10, eval_batches: 0}\n"
+    << "islands: {count: 3}\n"
+    << "algorithm: {name: diloco, inner_steps: 5}\n"
+    << "transport: {coordinator: \"tcp://127.0.0.1:" << port_ << "\", base_port: " << port_ + 1
+    << ", heartbeat_ms: 100, heartbeat_timeout_ms: 1500}\n";
+  const fs::path cfg = dir_ / "n.yaml";
+  std::ofstream(cfg) << y.str();
+  ASSERT_EQ(run("simulate " + cfg.string() + " --quiet --set run.name=sim"), 0);
+  ASSERT_EQ(run("launch " + cfg.string() + " --quiet --set run.name=real"), 0);
+  ASSERT_EQ(run("simulate " + cfg.string() + " --quiet --set run.name=plain --set data.normalize=none"), 0);
+  const std::string sim = read(dir_ / "runs/sim/final_params.bin");
+  ASSERT_GT(sim.size(), 100u);
+  EXPECT_TRUE(sim == read(dir_ / "runs/real/final_params.bin")) << "final parameters differ between simulate and launch";
+  EXPECT_FALSE(sim == read(dir_ / "runs/plain/final_params.bin")) << "data.normalize changed nothing";
+  const std::string stats = read(dir_ / "runs/sim/normalization.json");
+  EXPECT_EQ(stats.rfind("{\"mode\":\"per_feature\",\"train_examples\":540,\"features\":8,\"mean\":[", 0), 0u) << stats;
+  EXPECT_EQ(stats, read(dir_ / "runs/real/normalization.json"));
+  EXPECT_FALSE(fs::exists(dir_ / "runs/plain/normalization.json"));
+  EXPECT_NE(read(dir_ / "runs/sim/config.yaml").find("normalize: \"per_feature\""), std::string::npos);
+}
+
 TEST_F(Processes, CtrlCLeavesNoProcessBehind) {
   const std::string cfg = config(2, 100000);  // would run for a long time
   atl::testing::expect_ctrl_c_leaves_no_process_behind({"launch", cfg, "--quiet"}, 3, "coordinator + 2 islands",
