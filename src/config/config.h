@@ -316,7 +316,7 @@ struct TransportConfig {
     v.field("heartbeat_ms", heartbeat_ms, at_least(1));
     v.field("heartbeat_timeout_ms", heartbeat_timeout_ms, at_least(1));
     v.field("min_islands", min_islands, at_least(0));
-    v.field("join_timeout_s", join_timeout_s, above(0));
+    v.field("join_timeout_s", join_timeout_s, open_closed(0, 1e6));
     v.field("max_rejoins", max_rejoins, at_least(0));
     v.field("bandwidth_mbps", bandwidth_mbps, above(0));
     v.field("timeout_slack", timeout_slack, at_least(1));

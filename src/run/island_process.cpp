@@ -155,16 +155,14 @@ StatusOr<IslandEnd> run_island_once(const config::Config& config, int island, co
     }
     start_set = decision->islands;
     late = std::find(start_set.begin(), start_set.end(), island) == start_set.end();
-    if (late) {
-      ATOLL_INFO("island " << island << ": the run started without this island; joining it as a rejoiner");
-    }
   }
   std::optional<Handover> handover;
   if (late) {
     if (Status st = check_rejoin(config, *parts.algorithm); !st.is_ok()) {
       return failed(island, st, "the run is already going: ");
     }
-    ATOLL_INFO("island " << island << ": the run is already going; waiting for a live island's state");
+    ATOLL_INFO("island " << island << ": the run " << (started.value() ? "is already going" : "started without this island")
+                         << "; waiting for a live island's state (joining as a rejoiner)");
     auto got = fetch_handover(control, island, join_epoch, Clock::now() + std::chrono::seconds(300), [&]() -> Status {
       if (!joined.status().is_ok()) return joined.status();
       for (const auto& p : control.membership().members) {

@@ -208,7 +208,7 @@ TEST_F(Start, NeverConnectedIslandIsWaitedForThenJoinsLateAsARejoiner) {
   const int rc2 = wait_exit(i2, 90);
   const int rc0 = wait_exit(i0, 60), rc1 = wait_exit(i1, 30), rcc = wait_exit(coord, 30);
   EXPECT_EQ(rc2, 0) << read(dir_ / "island2.log");
-  EXPECT_TRUE(contains(read(dir_ / "island2.log"), "the run started without this island; joining it as a rejoiner"))
+  EXPECT_TRUE(contains(read(dir_ / "island2.log"), "the run started without this island; waiting for a live island's state (joining as a rejoiner)"))
       << read(dir_ / "island2.log");
   EXPECT_EQ(rc0, 0) << read(dir_ / "island0.log");
   EXPECT_EQ(rc1, 0) << read(dir_ / "island1.log");
