@@ -81,7 +81,7 @@ class Start : public ::testing::Test {
     std::vector<std::string> a = {"--set", "transport.coordinator=tcp://127.0.0.1:" + std::to_string(port_),
                                   "--set", "transport.base_port=" + std::to_string(port_ + 1),
                                   "--set", "transport.heartbeat_ms=100",
-                                  "--set", "transport.heartbeat_timeout_ms=1500"};
+                                  "--set", "transport.heartbeat_timeout_ms=5000"};  // no island dies here: slack for a loaded machine
     for (const auto& m : more) a.insert(a.end(), {"--set", m});
     return a;
   }
@@ -208,7 +208,8 @@ TEST_F(Start, NeverConnectedIslandIsWaitedForThenJoinsLateAsARejoiner) {
   const int rc2 = wait_exit(i2, 90);
   const int rc0 = wait_exit(i0, 60), rc1 = wait_exit(i1, 30), rcc = wait_exit(coord, 30);
   EXPECT_EQ(rc2, 0) << read(dir_ / "island2.log");
-  EXPECT_TRUE(contains(read(dir_ / "island2.log"), "the run started without this island; waiting for a live island's state (joining as a rejoiner)"))
+  // ("the run started without this island", or "is already going" once an island has stepped)
+  EXPECT_TRUE(contains(read(dir_ / "island2.log"), "waiting for a live island's state (joining as a rejoiner)"))
       << read(dir_ / "island2.log");
   EXPECT_EQ(rc0, 0) << read(dir_ / "island0.log");
   EXPECT_EQ(rc1, 0) << read(dir_ / "island1.log");
@@ -257,18 +258,19 @@ TEST_F(Start, NeverConnectedIslandFailsARunThatNeedsEveryIsland) {
 // finishes with them; island 2 coming after the start cannot rejoin a gloo run and exits 1
 // with one line.
 TEST_F(Start, OverGlooTheRunStartsWithoutTheMissingIslandAndALateOneIsRefused) {
-  const std::string cfg = config(3000);
+  const std::string cfg = config(5000);
   const std::vector<std::string> more = {"transport.kind=gloo", "transport.min_islands=2", "transport.join_timeout_s=8"};
   const pid_t coord = spawn_atoll(args({"coordinator", cfg, "--quiet"}, more), dir_ / "coordinator.log");
   const pid_t i0 = spawn_atoll(args({"island", cfg, "--id", "0", "--quiet"}, more), dir_ / "island0.log");
   const pid_t i1 = spawn_atoll(args({"island", cfg, "--id", "1", "--quiet"}, more), dir_ / "island1.log");
   ASSERT_GT(coord, 0);
-  bool trained = false;
-  for (int i = 0; i < 600 && !trained; ++i) {
+  // Island 2 is started as soon as the run has started without it (well before it ends).
+  bool started = false;
+  for (int i = 0; i < 600 && !started; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    trained = contains(read(metrics()), "\"event\":\"round\"");
+    started = contains(read(dir_ / "coordinator.log"), "starting with 2 of 3 islands");
   }
-  ASSERT_TRUE(trained) << read(dir_ / "coordinator.log") << read(dir_ / "island0.log");
+  ASSERT_TRUE(started) << read(dir_ / "coordinator.log") << read(dir_ / "island0.log");
   const pid_t i2 = spawn_atoll(args({"island", cfg, "--id", "2", "--quiet"}, more), dir_ / "island2.log");
   EXPECT_EQ(wait_exit(i2, 30), 1) << read(dir_ / "island2.log");
   const std::string log2 = read(dir_ / "island2.log");
@@ -280,7 +282,8 @@ TEST_F(Start, OverGlooTheRunStartsWithoutTheMissingIslandAndALateOneIsRefused) {
   EXPECT_EQ(wait_exit(coord, 30), 0) << read(dir_ / "coordinator.log");
   const std::string summary = read(dir_ / "runs/r/summary.json");
   EXPECT_EQ(json_find_number(summary, "islands_finished"), 2) << summary;
-  EXPECT_EQ(json_find_number(summary, "steps"), 3000) << summary;
+  EXPECT_EQ(json_find_number(summary, "steps"), 5000) << summary;
+  EXPECT_TRUE(contains(read(metrics()), "\"contributors\":2")) << "no round of the two islands";
 }
 
 }  // namespace
