@@ -83,14 +83,14 @@ struct DataConfig {
   std::string partition = "iid";  // iid | contiguous | dirichlet | shards
   double dirichlet_alpha = 0.5; // dirichlet: concentration over labels (smaller = more skew)
   int shards_per_island = 2;    // shards: label-sorted shards per island (FedAvg paper: 2)
-  // idx/synthetic: standardise the features with the training split's mean and std (none |
-  // global: one over all values | per_feature: one per pixel); written to
-  // runs/<name>/normalization.json (src/data/normalize.h)
-  std::string normalize = "none";
   // synthetic classification data (tests): examples x dim, classes
   int synthetic_examples = 2048;
   int synthetic_dim = 32;
   int synthetic_classes = 4;
+  // idx/synthetic: standardise the features with the training split's mean and std (none |
+  // global: one over all values | per_feature: one per pixel); written to
+  // runs/<name>/normalization.json (src/data/normalize.h)
+  std::string normalize = "none";
 
   template <class V>
   void fields(V& v) {
@@ -104,10 +104,10 @@ struct DataConfig {
     v.field("partition", partition, one_of({"iid", "contiguous", "dirichlet", "shards"}));
     v.field("dirichlet_alpha", dirichlet_alpha, above(0));
     v.field("shards_per_island", shards_per_island, at_least(1));
-    v.field("normalize", normalize, one_of({"none", "global", "per_feature"}));
     v.field("synthetic_examples", synthetic_examples, at_least(1));
     v.field("synthetic_dim", synthetic_dim, at_least(1));
     v.field("synthetic_classes", synthetic_classes, at_least(2));
+    v.field("normalize", normalize, one_of({"none", "global", "per_feature"}));
   }
 };
 
