@@ -1,5 +1,6 @@
 // The atoll command line. Only main() picks exit codes:
-//   0 success, 1 runtime failure, 2 usage or config error (one clear line, no stack trace).
+//   0 success, 1 runtime failure, 2 usage or config error (one clear line, no stack trace);
+//   `launch` also 3: the run finished with the surviving islands (src/run/processes.h).
 #include <CLI/CLI.hpp>
 #include <c10/util/Exception.h>
 
@@ -108,6 +109,9 @@ int main(int argc, char** argv) {
     sc->add_option("--set", sets, "override a key (repeatable)");
     sc->add_flag("-q,--quiet", quiet, "no progress output");
   }
+  launch->footer("Exit codes: 0 every island finished; 3 the run finished with the surviving islands after "
+                 "others died, were refused or never joined (one line names them); 1 the run failed; "
+                 "2 usage or config error; 130 interrupted (docs/errors.md).");
   coordinator->add_flag("--force", force, "overwrite an existing run directory");
   launch->add_flag("--force", force, "overwrite an existing run directory");
   bool ssh = false;

@@ -496,6 +496,10 @@ void check_cross_field(const Config& c) {
                                    ") must be divisible by model.heads (" +
                                    std::to_string(c.model.heads) + ")");
   }
+  if (c.data.normalize != "none" && (c.data.kind == "text" || c.data.kind == "tokens"))
+    fail(origin_of(c, "data.normalize"), "data.normalize",
+         "standardises image or feature data (data.kind idx or synthetic); data.kind '" + c.data.kind +
+             "' is tokens (use none)");
   const int k = c.islands.count;
   int max_islands = k;  // ids that can exist once `add` events have run
   for (const auto& e : c.islands.events) max_islands += e.add;
@@ -504,6 +508,9 @@ void check_cross_field(const Config& c) {
       fail(origin_of(c, key), key, "has " + std::to_string(n) + " entries but islands.count is " +
                                        std::to_string(k) + " (one entry per island, or none)");
   };
+  if (c.transport.min_islands > k)
+    fail(origin_of(c, "transport.min_islands"), "transport.min_islands",
+         std::to_string(c.transport.min_islands) + " is more than islands.count (" + std::to_string(k) + ")");
   count_problem("compute.speeds", c.compute.speeds.size());
   count_problem("network.regions", c.network.regions.size());
   if (!c.hosts.islands.empty() && static_cast<int>(c.hosts.islands.size()) != k)

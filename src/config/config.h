@@ -87,6 +87,10 @@ struct DataConfig {
   int synthetic_examples = 2048;
   int synthetic_dim = 32;
   int synthetic_classes = 4;
+  // idx/synthetic: standardise the features with the training split's mean and std (none |
+  // global: one over all values | per_feature: one per pixel); written to
+  // runs/<name>/normalization.json (src/data/normalize.h)
+  std::string normalize = "none";
 
   template <class V>
   void fields(V& v) {
@@ -103,6 +107,7 @@ struct DataConfig {
     v.field("synthetic_examples", synthetic_examples, at_least(1));
     v.field("synthetic_dim", synthetic_dim, at_least(1));
     v.field("synthetic_classes", synthetic_classes, at_least(2));
+    v.field("normalize", normalize, one_of({"none", "global", "per_feature"}));
   }
 };
 
@@ -280,6 +285,14 @@ struct TransportConfig {
   int base_port = 29510;        // island k listens on base_port + k
   int64_t heartbeat_ms = 500;   // island -> coordinator heartbeat period
   int64_t heartbeat_timeout_ms = 5000;  // silence after which an island is declared dead
+  // The run starts once every island has joined, or, when join_timeout_s has passed (or
+  // the islands still missing were refused by the CURVE allow-list), with at least this
+  // many; otherwise it fails naming the missing islands. 0 = islands.count. Islands that
+  // join after the start come in as rejoiners do (zmq, non-server algorithms).
+  int min_islands = 0;
+  // Seconds the coordinator waits, from its start, for the islands to join (an island
+  // process also gives up reaching the coordinator after this long).
+  double join_timeout_s = 120;
   int max_rejoins = 3;          // an island declared dead while cut off that comes back joins
                                 // the run again with a state hand-over, at most this often
                                 // (0: it fails instead); zmq, non-server algorithms
@@ -302,6 +315,8 @@ struct TransportConfig {
     v.field("base_port", base_port, closed(1, 65535));
     v.field("heartbeat_ms", heartbeat_ms, at_least(1));
     v.field("heartbeat_timeout_ms", heartbeat_timeout_ms, at_least(1));
+    v.field("min_islands", min_islands, at_least(0));
+    v.field("join_timeout_s", join_timeout_s, open_closed(0, 1e6));
     v.field("max_rejoins", max_rejoins, at_least(0));
     v.field("bandwidth_mbps", bandwidth_mbps, above(0));
     v.field("timeout_slack", timeout_slack, at_least(1));

@@ -22,6 +22,7 @@ EvalResult Evaluator::evaluate(const at::Tensor& params) {
     correct += out.correct;
   }
   EvalResult r;
+  r.count = count;
   r.loss = count > 0 ? loss_sum / static_cast<double>(count) : 0;
   if (classifier_ && count > 0) r.accuracy = static_cast<double>(correct) / static_cast<double>(count);
   return r;

@@ -12,9 +12,12 @@
 
 namespace atl::core {
 
+// Means over every example (token) of the batches: each batch weighs what it holds, so a
+// short last batch (data::validation_batches over the whole split) counts exactly once.
 struct EvalResult {
   double loss = 0;       // mean cross-entropy per token (LM) or per example
   double accuracy = -1;  // classifiers; -1 for language models
+  int64_t count = 0;     // examples (classifiers) or tokens (LMs) evaluated
 };
 
 class Evaluator {

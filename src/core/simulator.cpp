@@ -134,6 +134,7 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
   CostModel cost(config.compute, islands[0].parts.model->flops_per_example() * examples_per_step, n, seed);
 
   RunDir dir(config, options.force);
+  data::write_normalization(splits.normalization, splits.train->input_dim(), dir.path());  // data.normalize
   Progress progress(options.quiet ? Progress::Mode::kQuiet : Progress::Mode::kAuto);
   progress.message("atoll simulate: " + config.run.name + ": " + config.algorithm.name + ", " +
                    std::to_string(k) + (k == 1 ? " island, " : " islands, ") + config.model.name + " " +

@@ -75,4 +75,10 @@ std::shared_ptr<const ClassificationDataset> ClassificationDataset::subset(
                                                  std::move(description));
 }
 
+std::shared_ptr<const ClassificationDataset> ClassificationDataset::with_features(
+    at::Tensor features, std::string description) const {
+  return std::make_shared<ClassificationDataset>(std::move(features), labels_, num_classes_,
+                                                 description.empty() ? description_ : std::move(description));
+}
+
 }  // namespace atl::data

@@ -33,6 +33,12 @@ class ClassificationDataset final : public Dataset {
   // The rows `rows` (in that order) as a new data set, with `description`.
   std::shared_ptr<const ClassificationDataset> subset(const std::vector<int64_t>& rows,
                                                       std::string description) const;
+  // [N, D] float32, contiguous.
+  const at::Tensor& features() const { return features_; }
+  // The same labels and classes with other features ([N, D] float32, same N), and
+  // `description` ("" keeps this one's).
+  std::shared_ptr<const ClassificationDataset> with_features(at::Tensor features,
+                                                             std::string description = "") const;
 
  private:
   at::Tensor features_;  // [N, D] float32, contiguous

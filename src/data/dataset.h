@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "src/config/config.h"
+#include "src/data/normalize.h"
 
 namespace atl::data {
 
@@ -60,6 +61,8 @@ class Dataset {
 struct Splits {
   std::shared_ptr<const Dataset> train;
   std::shared_ptr<const Dataset> val;
+  // data.normalize: the statistics both splits were standardised with (mode "none": not).
+  Normalization normalization;
 };
 
 // Builds train/validation splits as `config.data` says. `seq_len` is the model's context
@@ -73,6 +76,9 @@ struct Splits {
 //                  its end), and training windows stay in file order for `contiguous`.
 //  idx/synthetic   a seeded random round(val_fraction * N) rows (at least 1).
 // Both splits keep file/row order. val_fraction = 0 gives an empty validation split.
+// data.normalize (idx, synthetic): the training split's mean and std (src/data/normalize.h),
+// computed after the hold-out, standardise both splits; a language model's tokens cannot be
+// (UserError naming data.normalize).
 Splits load_splits(const config::DataConfig& config, int seq_len, uint64_t seed);
 
 // Deterministic, disjoint shards of `train` for `islands` islands: result[i] lists the
@@ -113,9 +119,11 @@ class Sampler {
 };
 
 // The fixed validation batches used by every evaluation (same batches every time): the
-// split in a seeded random order, cut into full batches of batch_size, at most max_batches
-// of them (0 = all full batches; the last N % batch_size examples are left out). A split
-// smaller than one batch gives one batch of all its examples; an empty split, no batches.
+// split in a seeded random order, cut into batches of batch_size, at most max_batches of
+// them. 0 = the whole split: every example exactly once, the last batch holding the
+// N % batch_size left over (Fashion-MNIST's 10,000 test images at batch 64: 156 batches of
+// 64 and one of 16). A split smaller than one batch gives one batch of all its examples; an
+// empty split, no batches.
 std::vector<Batch> validation_batches(const Dataset& val, int batch_size, int max_batches,
                                       uint64_t seed);
 

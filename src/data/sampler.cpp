@@ -60,14 +60,16 @@ std::vector<Batch> validation_batches(const Dataset& val, int batch_size, int ma
   if (n == 0) return {};
   Rng rng(derive_seed(seed, SeedStream::kValidationOrder));
   const std::vector<int64_t> order = random_permutation(n, rng);
-  if (n < batch_size) return {val.gather(order)};  // smaller than one batch: one short batch
-  int64_t count = n / batch_size;  // full batches only; the last n % batch_size are not used
+  // Every example once: the last batch holds the n % batch_size left over (the evaluator
+  // weights each batch by its examples or tokens, so a short batch counts for what it holds).
+  int64_t count = (n + batch_size - 1) / batch_size;
   if (max_batches > 0) count = std::min<int64_t>(count, max_batches);
   std::vector<Batch> batches;
   batches.reserve(static_cast<size_t>(count));
   for (int64_t b = 0; b < count; ++b) {
     const auto first = order.begin() + b * batch_size;
-    batches.push_back(val.gather(std::vector<int64_t>(first, first + batch_size)));
+    const auto last = order.begin() + std::min<int64_t>(n, (b + 1) * batch_size);
+    batches.push_back(val.gather(std::vector<int64_t>(first, last)));
   }
   return batches;
 }

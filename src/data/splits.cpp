@@ -13,6 +13,9 @@
 // least one), both splits kept in original row order.
 //
 // val_fraction = 0 with no val_path gives an empty validation split.
+//
+// data.normalize standardises classification features with the statistics of the training
+// split as held out here (never the validation rows): src/data/normalize.h.
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -95,7 +98,7 @@ Splits load_language_model(const config::DataConfig& config, int seq_len) {
     return {std::make_shared<LmDataset>(train, window_starts(train_ids, seq_len), seq_len, vocab,
                                         "train"),
             std::make_shared<LmDataset>(val, window_starts(val_ids, seq_len), seq_len, vocab,
-                                        "val")};
+                                        "val"), {}};
   }
   check_val_fraction(config.val_fraction);
   const int64_t windows = checked_windows(*train, seq_len, config.path, "data.path",
@@ -104,7 +107,7 @@ Splits load_language_model(const config::DataConfig& config, int seq_len) {
   return {std::make_shared<LmDataset>(train, window_starts(train_ids, seq_len), seq_len,
                                       train->vocab, "train"),
           std::make_shared<LmDataset>(train, window_starts(val_ids, seq_len), seq_len,
-                                      train->vocab, "val (held out)")};
+                                      train->vocab, "val (held out)"), {}};
 }
 
 int max_label_plus_one(const std::vector<int64_t>& labels) {
@@ -151,7 +154,7 @@ Splits hold_out_rows(const ClassificationDataset& all, double val_fraction, uint
   std::vector<int64_t> train(order.begin() + n_val, order.end());
   std::sort(val.begin(), val.end());
   std::sort(train.begin(), train.end());
-  return {all.subset(train, name + " (train)"), all.subset(val, name + " (val, held out)")};
+  return {all.subset(train, name + " (train)"), all.subset(val, name + " (val, held out)"), {}};
 }
 
 Splits load_idx(const config::DataConfig& config, uint64_t seed) {
@@ -173,17 +176,41 @@ Splits load_idx(const config::DataConfig& config, uint64_t seed) {
   return {std::make_shared<ClassificationDataset>(images, std::move(labels), classes,
                                                   "idx " + config.path),
           std::make_shared<ClassificationDataset>(val_images, std::move(val_labels), classes,
-                                                  "idx " + config.val_path)};
+                                                  "idx " + config.val_path), {}};
+}
+
+// data.normalize: the training split's statistics, applied to both splits.
+Splits standardise(Splits s, const std::string& mode) {
+  auto train = std::dynamic_pointer_cast<const ClassificationDataset>(s.train);
+  auto val = std::dynamic_pointer_cast<const ClassificationDataset>(s.val);
+  TORCH_CHECK(train && val, "standardise: not a classification data set");
+  s.normalization = fit_normalization(train->features(), mode);
+  s.train = train->with_features(apply_normalization(train->features(), s.normalization));
+  s.val = val->with_features(apply_normalization(val->features(), s.normalization));
+  return s;
+}
+
+Splits load_classification(const config::DataConfig& config, uint64_t seed) {
+  Splits s = config.kind == "idx" ? load_idx(config, seed)
+                                  : hold_out_rows(*make_synthetic(config, seed), config.val_fraction, seed, "synthetic");
+  if (config.normalize == "none") return s;
+  if (config.normalize != "global" && config.normalize != "per_feature") {
+    throw UserError("data.normalize: unknown '" + config.normalize + "' (valid: none, global, per_feature)");
+  }
+  return standardise(std::move(s), config.normalize);
 }
 
 }  // namespace
 
 Splits load_splits(const config::DataConfig& config, int seq_len, uint64_t seed) {
-  if (config.kind == "text" || config.kind == "tokens") return load_language_model(config, seq_len);
-  if (config.kind == "idx") return load_idx(config, seed);
-  if (config.kind == "synthetic") {
-    return hold_out_rows(*make_synthetic(config, seed), config.val_fraction, seed, "synthetic");
+  if (config.kind == "text" || config.kind == "tokens") {
+    if (config.normalize != "none") {
+      throw UserError("data.normalize: standardises image or feature data (data.kind idx or synthetic); "
+                      "data.kind '" + config.kind + "' is tokens");
+    }
+    return load_language_model(config, seq_len);
   }
+  if (config.kind == "idx" || config.kind == "synthetic") return load_classification(config, seed);
   throw UserError("data.kind: unknown '" + config.kind +
                   "' (valid: text, tokens, idx, synthetic)");
 }

@@ -1,13 +1,16 @@
 // `atoll coordinator CONFIG`: membership, rendezvous, the server role and the run
-// directory of a real run. Ends when every configured island has joined and all of them
-// have left again (finished, or were declared dead), or on SIGINT/SIGTERM.
+// directory of a real run. Decides when the run starts and with which islands
+// (src/run/start_gate.h). Ends when the run has started and every island has left again
+// (finished, or declared dead), soon after a start that failed, or on SIGINT/SIGTERM.
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
 #include <csignal>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 
@@ -16,6 +19,7 @@
 #include "src/base/status.h"
 #include "src/run/processes.h"
 #include "src/run/run_totals.h"
+#include "src/run/start_gate.h"
 #include "src/core/components.h"
 #include "src/core/island_parts.h"
 #include "src/core/json.h"
@@ -45,7 +49,10 @@ int run_coordinator(const config::Config& config, const ProcessOptions& options)
   core::RunData data = core::load_run_data(config);
   const auto algo_options = core::algorithm_options(config, data.shard_sizes);
   const compression::Pipeline codec = core::make_pipeline(config);
+  check_min_islands(config, algorithms::make_server(algo_options, at::zeros({1}), nullptr) != nullptr);
   core::RunDir dir(config, options.force);
+  // data.normalize: the statistics every island computed the same way, beside config.yaml.
+  data::write_normalization(data.splits.normalization, data.splits.train->input_dim(), dir.path());
   RunTotals totals;
   auto sink = [&](const std::string& json) {
     if (totals.add(json)) dir.record(json);
@@ -125,14 +132,61 @@ int run_coordinator(const config::Config& config, const ProcessOptions& options)
                               << " islands; run directory " << dir.path());
   }
 
-  bool all_joined = false;
-  auto view = coordinator.value()->membership();
+  // The start (src/run/start_gate.h): decided here, announced through the store.
+  transport::Coordinator& coord = *coordinator.value();
+  JoinView joins;
+  joins.islands = k;
+  joins.min_islands = t.min_islands > 0 ? t.min_islands : k;
+  joins.join_timeout_s = t.join_timeout_s;
+  const auto join_deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                                 std::chrono::duration<double>(t.join_timeout_s));
+  std::set<int> ever_joined;
+  size_t refused_seen = 0;
+  std::optional<StartDecision> decision;
+  std::optional<Clock::time_point> failed_at;
+  auto view = coord.membership();
   while (!g_stop) {
-    view = coordinator.value()->wait_for_change(view.epoch, Clock::now() + std::chrono::milliseconds(200));
-    if (static_cast<int>(view.members.size()) >= k) all_joined = true;
-    if (all_joined && view.members.empty()) break;
+    view = coord.wait_for_change(view.epoch, Clock::now() + std::chrono::milliseconds(200));
+    for (const auto& p : view.members) ever_joined.insert(p.id);
+    if (!decision) {
+      joins.joined.clear();
+      for (const auto& p : view.members) joins.joined.push_back(p.id);
+      joins.left.clear();
+      for (int id : ever_joined) {
+        if (std::find(joins.joined.begin(), joins.joined.end(), id) == joins.joined.end()) joins.left.insert(id);
+      }
+      if (t.curve) {
+        const auto keys = coord.refused_keys();
+        if (keys.size() != refused_seen) {
+          refused_seen = keys.size();
+          joins.refused = refused_islands(t.keys_dir, k, keys);
+        }
+      }
+      joins.timed_out = Clock::now() >= join_deadline;
+      decision = decide_start(joins);
+      if (decision) {
+        coord.store_set(kRunStartKey, encode_start(*decision));
+        if (!decision->start) {
+          ATOLL_ERROR("coordinator: the run cannot start: " << decision->why);
+          failed_at = Clock::now();
+        } else if (!decision->why.empty()) {
+          ATOLL_WARN("coordinator: " << decision->why);
+        }
+      }
+    }
+    if (decision && decision->start && view.members.empty()) break;
+    // A failed start: the islands hear of it when they join (an early failure may come while
+    // some are still starting) and leave; stop once every island not refused has joined and
+    // left, or 10 s after the decision (30 s at most for islands that do not leave).
+    if (failed_at) {
+      bool all_heard = true;
+      for (int id = 0; id < k; ++id) all_heard = all_heard && (joins.refused.count(id) || ever_joined.count(id));
+      const auto since = Clock::now() - *failed_at;
+      if ((view.members.empty() && (all_heard || since > std::chrono::seconds(10))) || since > std::chrono::seconds(30))
+        break;
+    }
   }
-  coordinator.value()->stop();
+  coord.stop();
   // As in simulate: the server's final model is evaluated even when churn kept the last round
   // from being the planned one (a step already evaluated is not evaluated again).
   int64_t final_step = -1;  // the step whose eval is the run's final one

@@ -1,6 +1,6 @@
 // `atoll island CONFIG --id K`: one island of a real run. Builds exactly what the
-// simulator's island K builds (src/core/island_parts.h), joins the coordinator, waits until
-// every configured island is present, then runs the same island runtime as the simulator
+// simulator's island K builds (src/core/island_parts.h), joins the coordinator, waits for
+// its decision to start the run (src/run/start_gate.h), then runs the same island runtime as the simulator
 // (src/core/island_runtime.h) over ZeroMQ or Gloo (transport.kind), with the wall clock, the
 // coordinator as record sink and its membership deciding the lead. Started again while the
 // run is going (after a crash), it rejoins: it waits for a live island's state hand-over
@@ -17,6 +17,7 @@
 #include "src/base/status.h"
 #include "src/run/handover.h"
 #include "src/run/processes.h"
+#include "src/run/start_gate.h"
 #include "src/run/wan_routes.h"
 #include "src/core/components.h"
 #include "src/core/island_runtime.h"
@@ -109,6 +110,7 @@ StatusOr<IslandEnd> run_island_once(const config::Config& config, int island, co
   // Any island may have to evaluate: the lead's role moves when it dies (see below).
   std::unique_ptr<core::Evaluator> evaluator;
   if (!parts.algorithm->global_on_server()) evaluator = core::make_evaluator(config, data);
+  check_min_islands(config, parts.algorithm->global_on_server());
 
   const auto& t = config.transport;
   transport::ControlClientOptions cc;
@@ -128,8 +130,10 @@ StatusOr<IslandEnd> run_island_once(const config::Config& config, int island, co
     cc.curve = true;
     cc.curve_keys = keys.value();
     cc.curve_server_key = server.value();
+    cc.give_up_when_refused = true;  // a refused island exits at once (the run goes on without it)
   }
-  auto client = transport::ZmqControlClient::connect(cc, Clock::now() + std::chrono::seconds(120));
+  const auto join_timeout = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(t.join_timeout_s));
+  auto client = transport::ZmqControlClient::connect(cc, Clock::now() + join_timeout);
   if (!client.is_ok()) return failed(island, client.status(), "cannot join " + t.coordinator + ": ");
   transport::ZmqControlClient& joined = *client.value();
   const uint64_t join_epoch = joined.membership().epoch;
@@ -139,12 +143,27 @@ StatusOr<IslandEnd> run_island_once(const config::Config& config, int island, co
   // A run that is already going: wait for a live island to hand its state over.
   auto started = joined.store_peek(kStartedKey);
   if (!started.is_ok()) return failed(island, started.status());
+  bool late = started.value().has_value();
+  // Otherwise the coordinator's decision: the islands that start (src/run/start_gate.h).
+  std::vector<int> start_set;
+  if (!late) {
+    auto got = joined.store_get(kRunStartKey, Clock::now() + join_timeout + std::chrono::seconds(60));
+    if (!got.is_ok()) return failed(island, got.status(), "no start decision from the coordinator: ");
+    auto decision = parse_start(got.value());
+    if (!decision.is_ok()) return failed(island, decision.status());
+    if (!decision->start) {
+      return Status(StatusCode::kUnavailable, "island " + std::to_string(island) + ": the run did not start: " + decision->why);
+    }
+    start_set = decision->islands;
+    late = std::find(start_set.begin(), start_set.end(), island) == start_set.end();
+  }
   std::optional<Handover> handover;
-  if (started.value()) {
+  if (late) {
     if (Status st = check_rejoin(config, *parts.algorithm); !st.is_ok()) {
       return failed(island, st, "the run is already going: ");
     }
-    ATOLL_INFO("island " << island << ": the run is already going; waiting for a live island's state");
+    ATOLL_INFO("island " << island << ": the run " << (started.value() ? "is already going" : "started without this island")
+                         << "; waiting for a live island's state (joining as a rejoiner)");
     auto got = fetch_handover(control, island, join_epoch, Clock::now() + std::chrono::seconds(300), [&]() -> Status {
       if (!joined.status().is_ok()) return joined.status();
       for (const auto& p : control.membership().members) {
@@ -178,19 +197,24 @@ StatusOr<IslandEnd> run_island_once(const config::Config& config, int island, co
   }
 
   if (!handover) {
-    // Start together: every configured island must take part before the first step.
+    // Start together: every island of the start set that is still live takes part from the
+    // first step (one that died meanwhile is not waited for).
     auto view = control.membership();
     auto ready = [&] {
-      return std::count_if(view.members.begin(), view.members.end(), transport::in_collectives) >= k;
+      for (const auto& p : view.members) {
+        if (std::find(start_set.begin(), start_set.end(), p.id) != start_set.end() && !transport::in_collectives(p))
+          return false;
+      }
+      return true;
     };
-    const auto join_deadline = Clock::now() + std::chrono::seconds(300);
-    while (!ready() && Clock::now() < join_deadline) {
+    const auto ready_deadline = Clock::now() + join_timeout;
+    while (!ready() && Clock::now() < ready_deadline) {
       view = control.wait_for_change(view.epoch, Clock::now() + std::chrono::milliseconds(500));
     }
     if (!ready()) {
-      return Status(StatusCode::kTimeout, "island " + std::to_string(island) + ": only " +
-                                              std::to_string(view.members.size()) + " of " + std::to_string(k) +
-                                              " islands joined within 300 s");
+      return Status(StatusCode::kTimeout, "island " + std::to_string(island) +
+                                              ": the islands of the start set did not all publish their data "
+                                              "endpoints within transport.join_timeout_s");
     }
     if (Status st = control.store_set(kStartedKey, {1}); !st.is_ok()) return failed(island, st);
   }

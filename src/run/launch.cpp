@@ -2,7 +2,9 @@
 // this one, on this machine. Children's output is merged line by line with a prefix
 // ("[coordinator] ", "[island 2] "). SIGINT/SIGTERM are forwarded to every child; children
 // die with us (PR_SET_PDEATHSIG), so nothing is left behind even if launch is killed.
-// Exit code: 0 when every child exited 0, else 1.
+// Exit code: 0 when every child exited 0; kExitSurvivors (3) when the run finished without
+// some islands (the coordinator ended well and at least one island finished, but another
+// died, was refused or could not join), said in one line; 130 after Ctrl-C; else 1.
 // With --emulate-wan every island's connections (to each peer and to the coordinator) pass
 // through a relay link (src/run/wan.h) that runs on a thread of launch itself, so relays
 // stop with the run; their counters go to <run dir>/relays.jsonl.
@@ -13,6 +15,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -149,6 +152,39 @@ class Relays {
   std::thread thread_;
 };
 
+bool exited_ok(const Child& c) { return WIFEXITED(c.status) && WEXITSTATUS(c.status) == 0; }
+
+std::string how_it_ended(const Child& c) {
+  return WIFEXITED(c.status) ? "exit code " + std::to_string(WEXITSTATUS(c.status))
+                             : "signal " + std::to_string(WTERMSIG(c.status));
+}
+
+// The exit code of a finished launch from its children ([0] the coordinator, then `islands`
+// islands): 0 when all exited 0; kExitSurvivors, with one line naming the islands lost, when
+// the coordinator and at least one island exited 0 (the coordinator exits 0 only when an
+// island finished the run); 1 otherwise.
+int run_outcome(const std::vector<Child>& children, size_t islands) {
+  bool all_ok = true;
+  for (const auto& c : children) all_ok = all_ok && exited_ok(c);
+  if (all_ok) return 0;
+  size_t finished = 0;
+  std::string lost;
+  for (size_t i = 1; i < children.size(); ++i) {
+    if (exited_ok(children[i])) {
+      ++finished;
+      continue;
+    }
+    std::string name = children[i].prefix;  // "[island 2] "
+    name.erase(std::remove_if(name.begin(), name.end(), [](char ch) { return ch == '[' || ch == ']'; }), name.end());
+    while (!name.empty() && name.back() == ' ') name.pop_back();
+    lost += (lost.empty() ? "" : ", ") + name + " (" + how_it_ended(children[i]) + ")";
+  }
+  if (!exited_ok(children.front()) || finished == 0) return 1;
+  ATOLL_WARN("launch: the run finished with " << finished << " of " << islands << " islands; lost: " << lost
+                                              << " (exit code " << kExitSurvivors << ")");
+  return kExitSurvivors;
+}
+
 }  // namespace
 
 int launch(const config::Config& config, const ProcessOptions& options) {
@@ -273,12 +309,9 @@ int launch(const config::Config& config, const ProcessOptions& options) {
     }
   }
   if (relays) relays->finish(config.run.out_dir + "/" + config.run.name + "/relays.jsonl");
-  int rc = 0;
-  for (auto& c : children) {
-    close(c.fd);
-    if (!(WIFEXITED(c.status) && WEXITSTATUS(c.status) == 0)) rc = 1;
-  }
-  return g_signal != 0 ? 130 : rc;
+  for (auto& c : children) close(c.fd);
+  if (g_signal != 0) return 130;
+  return run_outcome(children, children.size() - 1);
 }
 
 }  // namespace atl::run

@@ -7,7 +7,8 @@
 // zmq_group.h) or Gloo (transport/gloo/gloo_group.h, transport.kind gloo). `launch`
 // starts all of them on this machine as child processes.
 //
-// run_coordinator and launch return the process exit code (0 ok, 1 runtime failure);
+// run_coordinator and launch return the process exit code (0 ok, 1 runtime failure; launch
+// also kExitSurvivors);
 // run_island returns its outcome as a Status (main exits 1 on a failure). User errors throw
 // atl::UserError (exit code 2 in main).
 #pragma once
@@ -21,6 +22,11 @@
 #include "src/run/wan.h"
 
 namespace atl::run {
+
+// `atoll launch`'s exit code for a run that finished with the surviving islands after one
+// or more died, were refused or never joined (docs/errors.md): not 0, which says every
+// island finished, and not 1, a run that failed.
+constexpr int kExitSurvivors = 3;
 
 struct ProcessOptions {
   bool force = false;   // coordinator: overwrite an existing run directory

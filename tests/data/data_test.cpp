@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cmath>
 #include <filesystem>
+#include <numeric>
 #include <set>
 
 #include "src/data/dataset.h"
@@ -226,6 +228,105 @@ TEST(IdxData, CorruptFilesAreUserErrors) {
   config::DataConfig val_only = c;
   val_only.val_path = dir.file("images");
   expect_user_error([&] { load_splits(val_only, 0, 1); }, {"data.val_labels_path", "required"});
+}
+
+// data.normalize on a handmade IDX pair with a separate validation file: the statistics
+// come from the training file only and standardise both; a constant pixel is only centred.
+TEST(IdxData, NormalizeUsesTrainingStatisticsOnly) {
+  TempDir dir;
+  // 4 training images of 1x3 pixels: pixel 0 varies, pixel 1 varies, pixel 2 is constant.
+  const std::vector<uint8_t> train = {0, 10, 50, 51, 20, 50, 102, 30, 50, 153, 40, 50};
+  const std::vector<uint8_t> val = {255, 0, 200, 0, 90, 50};  // 2 images, other statistics
+  write_bytes(dir.file("images"), testing::idx_images(4, 1, 3, train));
+  write_bytes(dir.file("labels"), testing::idx_labels({0, 1, 0, 1}));
+  write_bytes(dir.file("val_images"), testing::idx_images(2, 1, 3, val));
+  write_bytes(dir.file("val_labels"), testing::idx_labels({1, 0}));
+  config::DataConfig c = idx_config(dir);
+  c.val_path = dir.file("val_images");
+  c.val_labels_path = dir.file("val_labels");
+
+  c.normalize = "per_feature";
+  Splits s = load_splits(c, 0, 1);
+  ASSERT_EQ(s.normalization.mode, "per_feature");
+  ASSERT_EQ(s.normalization.mean.size(), 3u);
+  EXPECT_EQ(s.normalization.examples, 4);
+  // Expected statistics from the training pixels, in double (population std).
+  for (int j = 0; j < 3; ++j) {
+    double mean = 0, var = 0;
+    for (int i = 0; i < 4; ++i) mean += train[i * 3 + j] / 255.0f / 4.0;
+    for (int i = 0; i < 4; ++i) var += std::pow(train[i * 3 + j] / 255.0f - mean, 2) / 4.0;
+    const double sd = j == 2 ? 1.0 : std::sqrt(var);  // constant pixel: centred only
+    EXPECT_NEAR(s.normalization.mean[j], mean, 1e-12) << j;
+    EXPECT_NEAR(s.normalization.stddev[j], sd, 1e-12) << j;
+    const Batch t = s.train->gather({0, 1, 2, 3});
+    const Batch v = s.val->gather({0, 1});
+    for (int i = 0; i < 4; ++i)
+      EXPECT_FLOAT_EQ(t.input[i][j].item<float>(), (train[i * 3 + j] / 255.0f - static_cast<float>(mean)) /
+                                                       static_cast<float>(sd));
+    for (int i = 0; i < 2; ++i)  // the validation images with the TRAINING statistics
+      EXPECT_FLOAT_EQ(v.input[i][j].item<float>(), (val[i * 3 + j] / 255.0f - static_cast<float>(mean)) /
+                                                       static_cast<float>(sd));
+  }
+  const Batch all = s.train->gather({0, 1, 2, 3});
+  EXPECT_NEAR(all.input.select(1, 0).mean().item<float>(), 0.0f, 1e-6);
+  EXPECT_NEAR(all.input.select(1, 0).std(/*unbiased=*/false).item<float>(), 1.0f, 1e-5);
+  EXPECT_EQ(s.train->labels(), (std::vector<int64_t>{0, 1, 0, 1}));  // labels untouched
+  const std::string json = normalization_json(s.normalization, 3);
+  EXPECT_NE(json.find("\"mode\":\"per_feature\",\"train_examples\":4,\"features\":3,\"mean\":["), std::string::npos)
+      << json;
+
+  c.normalize = "global";
+  Splits g = load_splits(c, 0, 1);
+  ASSERT_EQ(g.normalization.mean.size(), 1u);
+  double mean = 0, var = 0;
+  for (uint8_t p : train) mean += p / 255.0f / 12.0;
+  for (uint8_t p : train) var += std::pow(p / 255.0f - mean, 2) / 12.0;
+  EXPECT_NEAR(g.normalization.mean[0], mean, 1e-12);
+  EXPECT_NEAR(g.normalization.stddev[0], std::sqrt(var), 1e-12);
+  EXPECT_FLOAT_EQ(g.val->gather({1}).input[0][2].item<float>(),
+                  (50 / 255.0f - static_cast<float>(mean)) / static_cast<float>(std::sqrt(var)));
+
+  c.normalize = "none";
+  Splits plain = load_splits(c, 0, 1);
+  EXPECT_FALSE(plain.normalization.enabled());
+  EXPECT_FLOAT_EQ(plain.train->gather({1}).input[0][0].item<float>(), 51 / 255.0f);
+}
+
+// The held-out validation rows of one file take no part in the statistics.
+TEST(SyntheticData, NormalizeFitsTheHeldOutTrainingRowsOnly) {
+  config::DataConfig c = testing::synthetic_config(400, 5, 4);
+  c.val_fraction = 0.25;
+  c.normalize = "per_feature";
+  Splits s = load_splits(c, 0, 3);
+  ASSERT_EQ(s.train->size(), 300);
+  std::vector<int64_t> rows(300);
+  std::iota(rows.begin(), rows.end(), 0);
+  const at::Tensor t = s.train->gather(rows).input.to(at::kDouble);
+  EXPECT_LT(t.mean(0).abs().max().item<double>(), 1e-6);
+  EXPECT_LT((t.std(0, /*unbiased=*/false) - 1).abs().max().item<double>(), 1e-5);
+  std::vector<int64_t> vrows(100);
+  std::iota(vrows.begin(), vrows.end(), 0);
+  const at::Tensor v = s.val->gather(vrows).input.to(at::kDouble);
+  EXPECT_GT(v.mean(0).abs().max().item<double>(), 1e-4);  // not fitted on these
+}
+
+TEST(TextData, NormalizeIsRefusedWithOneLine) {
+  TempDir dir;
+  write_bytes(dir.file("t.txt"), pattern_bytes(400));
+  config::DataConfig c = text_config(dir.file("t.txt"), 0.0);
+  c.normalize = "global";
+  expect_user_error([&] { load_splits(c, 8, 1); }, {"data.normalize", "idx or synthetic", "'text'"});
+  try {
+    config::parse_config("data:\n  kind: tokens\n  normalize: per_feature\n", "n.yaml");
+    ADD_FAILURE() << "data.normalize with tokens accepted";
+  } catch (const UserError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("n.yaml:3: key 'data.normalize'"), std::string::npos) << m;
+    EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+  }
+  EXPECT_EQ(config::parse_config("data: {kind: idx, normalize: global}\n", "ok.yaml").data.normalize, "global");
+  expect_user_error([] { config::parse_config("data: {kind: idx, normalize: minmax}\n", "bad.yaml"); },
+                    {"data.normalize", "per_feature"});
 }
 
 TEST(IdxData, FashionMnistLoads) {

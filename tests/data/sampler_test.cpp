@@ -89,17 +89,19 @@ TEST(ValidationBatches, FixedDisjointAndBounded) {
   auto data = numbered(103);
   const std::vector<Batch> a = validation_batches(*data, 10, 0, 5);
   const std::vector<Batch> b = validation_batches(*data, 10, 0, 5);
-  ASSERT_EQ(a.size(), 10u);  // full batches only: 3 examples left out
+  ASSERT_EQ(a.size(), 11u);  // the whole split: 10 full batches and one of the 3 left over
   std::set<int64_t> seen;
   for (size_t i = 0; i < a.size(); ++i) {
     EXPECT_EQ(ids(a[i]), ids(b[i]));
-    EXPECT_EQ(a[i].input.size(0), 10);
+    EXPECT_EQ(a[i].input.size(0), i < 10 ? 10 : 3);
     for (int64_t id : ids(a[i])) EXPECT_TRUE(seen.insert(id).second);
     EXPECT_TRUE(a[i].target.equal(at::remainder(a[i].input.squeeze(1), 2).to(at::kLong)));
   }
+  EXPECT_EQ(seen.size(), 103u);  // every example exactly once
   EXPECT_NE(ids(a[0]), (std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));  // seeded order
   EXPECT_NE(ids(validation_batches(*data, 10, 0, 6)[0]), ids(a[0]));
   EXPECT_EQ(validation_batches(*data, 10, 4, 5).size(), 4u);
+  EXPECT_EQ(validation_batches(*data, 10, 20, 5).size(), 11u);  // the short batch too
   EXPECT_EQ(ids(validation_batches(*data, 10, 4, 5)[3]), ids(a[3]));
 }
 

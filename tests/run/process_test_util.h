@@ -1,5 +1,6 @@
-// Helpers for the tests that run real atoll processes (processes_test, wan_test): files,
-// /proc children, and the Ctrl-C check of `atoll launch`.
+// Helpers for the tests that run real atoll processes (processes_test, wan_test,
+// start_test): files, /proc children, starting and awaiting atoll (ATOLL_BINARY), and the
+// Ctrl-C check of `atoll launch`.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -52,6 +53,31 @@ inline pid_t island_child(pid_t launch, int id) {
     if (cmdline.find(" island ") != std::string::npos && cmdline.find(" --id " + std::to_string(id) + " ") != std::string::npos)
       return c;
   }
+  return -1;
+}
+
+// Starts ATOLL_BINARY with `args`, stdout and stderr into `log`. The pid, or -1.
+inline pid_t spawn_atoll(const std::vector<std::string>& args, const std::filesystem::path& log) {
+  const pid_t pid = fork();
+  if (pid != 0) return pid;
+  if (!std::freopen(log.c_str(), "w", stdout) || dup2(fileno(stdout), 2) < 0) _exit(126);
+  std::vector<char*> argv = {const_cast<char*>("atoll")};
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  execv(ATOLL_BINARY, argv.data());
+  _exit(127);
+}
+
+// Waits up to `seconds` for `pid` to exit: its exit code (128 + signal when killed), or -1
+// (then it is killed).
+inline int wait_exit(pid_t pid, double seconds) {
+  int status = 0;
+  for (int i = 0; i < seconds * 10; ++i) {
+    if (waitpid(pid, &status, WNOHANG) == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, &status, 0);
   return -1;
 }
 

@@ -290,6 +290,37 @@ TEST_F(Processes, FedAvgServerInCoordinatorMatchesSimulateBitwise) {
   EXPECT_EQ(sim_evals, eval_steps(dir_ / "runs/real/metrics.jsonl"));
 }
 
+// data.normalize in both modes: every process standardises with the same training-split
+// statistics (the same bits), so launch still equals simulate, and both write them to
+// runs/<name>/normalization.json; without it the model ends elsewhere.
+TEST_F(Processes, NormalizedDataLaunchMatchesSimulateAndWritesItsStatistics) {
+  std::ostringstream y;
+  y << "run: {name: n, seed: 3, out_dir: " << (dir_ / "runs").string() << ", threads: 1}\n"
+    << "model: {name: mlp, hidden: [16]}\n"
+    << "data: {kind: synthetic, synthetic_examples: 600, synthetic_dim: 8, synthetic_classes: 3, val_fraction: 0.1, "
+       "normalize: per_feature}\n"
+    << "train: {optimizer: sgd, lr: 0.05, schedule: constant, warmup_steps: 0, weight_decay: 0, grad_clip: 0, "
+       "batch_size: 10, steps: 30, eval_every: 10, eval_batches: 0}\n"
+    << "islands: {count: 3}\n"
+    << "algorithm: {name: diloco, inner_steps: 5}\n"
+    << "transport: {coordinator: \"tcp://127.0.0.1:" << port_ << "\", base_port: " << port_ + 1
+    << ", heartbeat_ms: 100, heartbeat_timeout_ms: 1500}\n";
+  const fs::path cfg = dir_ / "n.yaml";
+  std::ofstream(cfg) << y.str();
+  ASSERT_EQ(run("simulate " + cfg.string() + " --quiet --set run.name=sim"), 0);
+  ASSERT_EQ(run("launch " + cfg.string() + " --quiet --set run.name=real"), 0);
+  ASSERT_EQ(run("simulate " + cfg.string() + " --quiet --set run.name=plain --set data.normalize=none"), 0);
+  const std::string sim = read(dir_ / "runs/sim/final_params.bin");
+  ASSERT_GT(sim.size(), 100u);
+  EXPECT_TRUE(sim == read(dir_ / "runs/real/final_params.bin")) << "final parameters differ between simulate and launch";
+  EXPECT_FALSE(sim == read(dir_ / "runs/plain/final_params.bin")) << "data.normalize changed nothing";
+  const std::string stats = read(dir_ / "runs/sim/normalization.json");
+  EXPECT_EQ(stats.rfind("{\"mode\":\"per_feature\",\"train_examples\":540,\"features\":8,\"mean\":[", 0), 0u) << stats;
+  EXPECT_EQ(stats, read(dir_ / "runs/real/normalization.json"));
+  EXPECT_FALSE(fs::exists(dir_ / "runs/plain/normalization.json"));
+  EXPECT_NE(read(dir_ / "runs/sim/config.yaml").find("normalize: \"per_feature\""), std::string::npos);
+}
+
 TEST_F(Processes, CtrlCLeavesNoProcessBehind) {
   const std::string cfg = config(2, 100000);  // would run for a long time
   atl::testing::expect_ctrl_c_leaves_no_process_behind({"launch", cfg, "--quiet"}, 3, "coordinator + 2 islands",
@@ -297,26 +328,21 @@ TEST_F(Processes, CtrlCLeavesNoProcessBehind) {
 }
 
 // Island 2 is killed with SIGKILL mid-run: the coordinator declares it dead, the survivors'
-// rounds complete with 2 contributors, and the run finishes without hanging. `kind`: the
+// rounds complete with 2 contributors, and the run finishes without hanging; launch says so
+// in one line and exits 3 (finished with survivors), not 1 (failed). `kind`: the
 // transport.kind of the islands' data plane.
 // `setting` (and `setting2`, when given): --set overrides that pick the transport
 // ("transport.kind=gloo", ...) or the algorithm.
 void killed_island_run_completes_with_survivors(Processes& t, const std::string& setting,
                                                 const std::string& setting2 = "") {
   const std::string cfg = t.config(3, 400);
-  const std::string set_kind = setting;
-  const pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    if (setting2.empty()) {
-      execl(ATOLL_BINARY, "atoll", "launch", cfg.c_str(), "--quiet", "--set", set_kind.c_str(),
-            static_cast<char*>(nullptr));
-    } else {
-      execl(ATOLL_BINARY, "atoll", "launch", cfg.c_str(), "--quiet", "--set", set_kind.c_str(), "--set",
-            setting2.c_str(), static_cast<char*>(nullptr));
-    }
-    _exit(127);
+  std::vector<std::string> args = {"launch", cfg, "--quiet", "--set", setting};
+  if (!setting2.empty()) {
+    args.push_back("--set");
+    args.push_back(setting2);
   }
+  const pid_t pid = spawn(args, t.dir_ / "launch.log");
+  ASSERT_GT(pid, 0);
   const fs::path metrics = t.dir_ / "runs/r/metrics.jsonl";
   // wait for a few completed rounds, then kill the last island (the newest child)
   bool started = false;
@@ -361,6 +387,13 @@ void killed_island_run_completes_with_survivors(Processes& t, const std::string&
   const std::string summary = read(t.dir_ / "runs/r/summary.json");
   EXPECT_NE(summary.find("\"islands_finished\":2"), std::string::npos) << summary;
   EXPECT_NE(summary.find("\"steps\":400"), std::string::npos) << summary;
+  // Finished with the survivors: its own exit code and one line that names the lost island.
+  ASSERT_TRUE(WIFEXITED(status)) << "launch ended by a signal";
+  EXPECT_EQ(WEXITSTATUS(status), 3) << read(t.dir_ / "launch.log");
+  const std::string log = read(t.dir_ / "launch.log");
+  EXPECT_NE(log.find("launch: the run finished with 2 of 3 islands; lost: island 2 (signal 9) (exit code 3)"),
+            std::string::npos)
+      << log;
 }
 
 TEST_F(Processes, KilledIslandRunCompletesWithSurvivors) {

@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "transport/zmq/curve.h"
 #include "tests/transport/zmq_test_util.h"
@@ -119,6 +120,49 @@ TEST(ZmqCurve, AllowedKeyJoinsUnknownKeyIsRefusedAndTheRunGoesOn) {
   EXPECT_EQ(thief.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(thief.status().message().find("another CURVE key"), std::string::npos) << thief.status().message();
   EXPECT_TRUE(a->store_set("k2", {2}).is_ok());
+}
+
+// give_up_when_refused (what `atoll island` sets): the refusal ends connect() at once, long
+// before the join deadline, with the reason; the coordinator lists the refused key.
+TEST(ZmqCurve, RefusedClientGivesUpAtOnceWhenAsked) {
+  SKIP_WITHOUT_CURVE();
+  CurveRun run;
+  ASSERT_NO_FATAL_FAILURE(run.start());
+  ControlClientOptions o = run.client(1, run.island1);
+  o.give_up_when_refused = true;
+  const auto t0 = Clock::now();
+  StatusOr<std::unique_ptr<ZmqControlClient>> refused = ZmqControlClient::connect(o, in_ms(20000));
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("refused this island's CURVE key (ZAP status 400)"), std::string::npos)
+      << refused.status().message();
+  EXPECT_LT(ms_since(t0), 5000) << "waited for the join deadline";
+  for (int i = 0; i < 50 && run.coord->refused_keys().empty(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(run.coord->refused_keys(), std::vector<std::string>{run.island1.public_key});
+  // An allowed key is not affected by the option.
+  ControlClientOptions ok = run.client(0, run.island0);
+  ok.give_up_when_refused = true;
+  EXPECT_TRUE(join(ok));
+}
+
+// The coordinator's own store_set answers an island's waiting STORE_GET (the start decision
+// travels this way, src/run/start_gate.h).
+TEST(ZmqCurve, CoordinatorStoreSetAnswersWaitingIslands) {
+  SKIP_WITHOUT_CURVE();
+  CurveRun run;
+  ASSERT_NO_FATAL_FAILURE(run.start());
+  auto a = join(run.client(0, run.island0));
+  ASSERT_TRUE(a);
+  std::thread setter([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    run.coord->store_set("atoll/run/start", {'g', 'o'});
+  });
+  auto got = a->store_get("atoll/run/start", in_ms(5000));
+  setter.join();
+  ASSERT_TRUE(got.is_ok()) << got.status().to_string();
+  EXPECT_EQ(*got, (std::vector<uint8_t>{'g', 'o'}));
+  auto again = a->store_peek("atoll/run/start");
+  ASSERT_TRUE(again.is_ok());
+  EXPECT_TRUE(again->has_value());
 }
 
 TEST(ZmqCurve, PlainOrMisconfiguredClientsCannotJoin) {

@@ -49,6 +49,11 @@ struct ControlClientOptions {
   int64_t join_retry_ms = 500;       // JOIN is resent this often until acknowledged
   int64_t request_timeout_ms = 60000;  // push / store_set wait this long for the acknowledgement
   bool leave_on_destroy = true;      // false: vanish without LEAVE, like a crash (tests)
+  // true: connect() returns at once (kInvalidArgument) when the coordinator's allow-list
+  // refuses this island's CURVE key (ZAP status 400) before it ever joined, instead of
+  // retrying until the join deadline in case the key is allowed meanwhile (`atoll island`
+  // sets it: a refused island exits at once).
+  bool give_up_when_refused = false;
 
   // CurveZMQ: encrypt, and authenticate both ways.
   bool curve = false;
@@ -62,8 +67,9 @@ class ZmqControlClient final : public ControlPlane {
  public:
   // Connects and joins; blocks until the coordinator acknowledged the JOIN or `join_deadline`
   // passes. kInvalidArgument for bad options or a JOIN the coordinator refused (id out of
-  // range, key mismatch); kTimeout when no JOIN_ACK came, naming the likely cause (nothing
-  // listening, or the coordinator refused our CURVE key); kUnavailable when CURVE is missing.
+  // range, key mismatch), and with give_up_when_refused for a refused CURVE key; kTimeout
+  // when no JOIN_ACK came, naming the likely cause (nothing listening, or the coordinator
+  // refused our CURVE key); kUnavailable when CURVE is missing.
   static StatusOr<std::unique_ptr<ZmqControlClient>> connect(ControlClientOptions options,
                                                              Deadline join_deadline);
   ~ZmqControlClient() override;

@@ -303,13 +303,19 @@ void ZmqControlClient::on_monitor_event(uint16_t event, uint32_t value) {
     case ZMQ_EVENT_CONNECT_RETRIED:
       link_problem_ = "nothing accepts connections at " + options_.coordinator + " (retrying)";
       break;
-    case ZMQ_EVENT_HANDSHAKE_FAILED_AUTH:
-      if (auth_problem_.empty()) {
+    case ZMQ_EVENT_HANDSHAKE_FAILED_AUTH: {
+      const bool give_up = options_.give_up_when_refused && value == 400 && joins_ == 0;
+      if (auth_problem_.empty() && !give_up) {
         ATOLL_WARN("island " << options_.island << ": the coordinator refused this island's CURVE key");
       }
       auth_problem_ = "the coordinator refused this island's CURVE key (ZAP status " + std::to_string(value) +
                       "): is its .pub in the coordinator's <keys_dir>/allowed/?";
+      if (give_up && join_error_.is_ok()) {  // connect() returns it (and reports it, once)
+        join_error_ = Status(StatusCode::kInvalidArgument, auth_problem_);
+        cv_.notify_all();
+      }
       break;
+    }
     case ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL:
     case ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL:
       if (auth_problem_.empty()) {

@@ -146,6 +146,16 @@ CoordinatorStats Coordinator::stats() const {
   return stats_;
 }
 
+void Coordinator::store_set(const std::string& key, std::vector<uint8_t> value) {
+  std::lock_guard<std::mutex> lock(mu_);
+  store_sets_.emplace_back(key, std::move(value));
+}
+
+std::vector<std::string> Coordinator::refused_keys() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return refused_keys_;
+}
+
 void Coordinator::loop() {
   Sockets& s = *sockets_;
   CoordinatorState& state = *state_;
@@ -202,6 +212,12 @@ void Coordinator::loop() {
         state.on_message(in->routing_id, user_id, m, now, &out);
         publish_and_send();
       }
+      std::vector<std::pair<std::string, std::vector<uint8_t>>> sets;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        sets.swap(store_sets_);
+      }
+      for (const auto& [key, value] : sets) state.set_by_coordinator(key, value, Clock::now(), &out);
       state.on_tick(Clock::now(), &out);
       publish_and_send();
     } catch (const zmq::error_t& e) {
@@ -217,6 +233,9 @@ void Coordinator::loop() {
     stats_.messages = state.messages();
     stats_.dropped = state.dropped();
     stats_.handshakes_refused = (s.zap ? s.zap->refused() : 0) + s.handshakes_failed;
+    if (s.zap && s.zap->refused_keys().size() != refused_keys_.size()) {
+      refused_keys_.assign(s.zap->refused_keys().begin(), s.zap->refused_keys().end());
+    }
     stats_.store_keys = state.store_keys();
     stats_.pending = state.pending();
   }

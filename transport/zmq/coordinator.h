@@ -24,6 +24,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "compression/pipeline.h"
@@ -113,6 +114,13 @@ class Coordinator {
   // Blocks until the epoch differs from `epoch` or the deadline passes; the latest view.
   Membership wait_for_change(uint64_t epoch, Deadline deadline) const;
   CoordinatorStats stats() const;
+  // Sets `key` in the rendezvous store on the coordinator's own behalf, as an island's
+  // STORE_SET would (waiting STORE_GETs are answered): the process announces decisions such
+  // as the start of a run (src/run/coordinator_process.cpp). Applied by the loop thread
+  // within one tick; not applied after stop().
+  void store_set(const std::string& key, std::vector<uint8_t> value);
+  // The CURVE public keys (Z85) the allow-list has refused so far (the first 1024), sorted.
+  std::vector<std::string> refused_keys() const;
 
  private:
   explicit Coordinator(CoordinatorOptions options);
@@ -131,6 +139,8 @@ class Coordinator {
   mutable std::condition_variable changed_;
   Membership membership_;
   CoordinatorStats stats_;
+  std::vector<std::string> refused_keys_;
+  std::vector<std::pair<std::string, std::vector<uint8_t>>> store_sets_;  // for the loop
   bool stop_ = false;
   std::thread thread_;
 };

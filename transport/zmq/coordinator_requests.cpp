@@ -3,6 +3,8 @@
 // STORE_GET). Split from coordinator_state.cpp, which keeps membership and failure detection.
 #include <ATen/ATen.h>
 
+#include <iterator>
+
 #include "compression/frame.h"
 #include "src/base/log.h"
 #include "transport/star.h"
@@ -145,26 +147,21 @@ void CoordinatorState::on_pull(int id, Island& isl, const Message& m, Clock::tim
   }
 }
 
-void CoordinatorState::on_store_set(int id, Island& isl, const Message& m, std::vector<Outgoing>* out) {
-  const uint64_t rid = m.header.request_id;
-  auto old = store_.find(m.key);
+bool CoordinatorState::store_put(const std::string& key, std::span<const uint8_t> bytes,
+                                 std::vector<Outgoing>* out) {
+  auto old = store_.find(key);
   const size_t freed = old == store_.end() ? 0 : old->first.size() + old->second.size();
-  const size_t needed = m.key.size() + m.bytes.size();
-  if (store_bytes_ - freed + needed > static_cast<size_t>(options_.max_store_bytes)) {
-    out->push_back({isl.routing_id, error(id, isl.session, rid, ErrorCode::kLimit,
-                                          "the rendezvous store is full (max_store_bytes)")});
-    return;
-  }
+  const size_t needed = key.size() + bytes.size();
+  if (store_bytes_ - freed + needed > static_cast<size_t>(options_.max_store_bytes)) return false;
   store_bytes_ = store_bytes_ - freed + needed;
-  std::vector<uint8_t>& value = store_[m.key];
-  value.assign(m.bytes.begin(), m.bytes.end());
-  out->push_back({isl.routing_id, reply(MsgType::kAck, id, isl.session, rid)});
+  std::vector<uint8_t>& value = store_[key];
+  value.assign(bytes.begin(), bytes.end());
 
   Message body;
   body.bytes = value;
   for (auto it = pending_.begin(); it != pending_.end();) {
     auto waiter = islands_.find(it->island);
-    if (it->type != MsgType::kStoreGet || it->key != m.key || waiter == islands_.end()) {
+    if (it->type != MsgType::kStoreGet || it->key != key || waiter == islands_.end()) {
       ++it;
       continue;
     }
@@ -172,6 +169,24 @@ void CoordinatorState::on_store_set(int id, Island& isl, const Message& m, std::
                     reply(MsgType::kStoreReply, it->island, it->session, it->request_id, &body)});
     it = pending_.erase(it);
   }
+  return true;
+}
+
+void CoordinatorState::on_store_set(int id, Island& isl, const Message& m, std::vector<Outgoing>* out) {
+  const uint64_t rid = m.header.request_id;
+  std::vector<Outgoing> answers;  // the waiters' replies go out after the setter's ACK
+  if (!store_put(m.key, m.bytes, &answers)) {
+    out->push_back({isl.routing_id, error(id, isl.session, rid, ErrorCode::kLimit,
+                                          "the rendezvous store is full (max_store_bytes)")});
+    return;
+  }
+  out->push_back({isl.routing_id, reply(MsgType::kAck, id, isl.session, rid)});
+  out->insert(out->end(), std::make_move_iterator(answers.begin()), std::make_move_iterator(answers.end()));
+}
+
+void CoordinatorState::set_by_coordinator(const std::string& key, const std::vector<uint8_t>& value,
+                                          Clock::time_point now, std::vector<Outgoing>* out) {
+  if (!store_put(key, value, out)) warn("the rendezvous store is full: key '" + key + "' not set", now);
 }
 
 void CoordinatorState::on_store_get(int id, Island& isl, const Message& m, Clock::time_point now,

@@ -14,6 +14,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -47,6 +48,10 @@ class CoordinatorState {
   void drop(const std::string& why, Clock::time_point now);
   // A warning through the same rate limit.
   void warn(const std::string& line, Clock::time_point now);
+  // Sets a store key on the coordinator's own behalf (Coordinator::store_set): waiting
+  // STORE_GETs are answered into `out`. A full store is logged and the key not set.
+  void set_by_coordinator(const std::string& key, const std::vector<uint8_t>& value, Clock::time_point now,
+                          std::vector<Outgoing>* out);
 
   uint64_t epoch() const { return epoch_; }
   Membership membership() const;
@@ -87,6 +92,9 @@ class CoordinatorState {
   std::vector<int> collective_members() const;
   void on_pull(int id, Island& isl, const proto::Message& m, Clock::time_point now, std::vector<Outgoing>* out);
   void on_store_set(int id, Island& isl, const proto::Message& m, std::vector<Outgoing>* out);
+  // Stores (key, bytes) and answers the STORE_GETs waiting for it; false (nothing changed)
+  // when the store would exceed max_store_bytes.
+  bool store_put(const std::string& key, std::span<const uint8_t> bytes, std::vector<Outgoing>* out);
   void on_store_get(int id, Island& isl, const proto::Message& m, Clock::time_point now, std::vector<Outgoing>* out);
   void on_suspect(int id, const proto::Message& m, Clock::time_point now);
 

@@ -32,6 +32,8 @@ class ZapHandler {
 
   uint64_t accepted() const { return accepted_; }
   uint64_t refused() const { return refused_; }
+  // The refused public keys (Z85, the first kMaxLoggedKeys), as logged.
+  const std::set<std::string>& refused_keys() const { return logged_; }
 
  private:
   bool allowed(const std::string& z85);
