@@ -307,12 +307,16 @@ TEST(CheckpointKill, KilledAtRandomInstantsLeavesOnlyWholeCheckpoints) {
     const fs::path dir = scratch("random" + std::to_string(round));
     const pid_t pid = start_child(dir, "", 1000000);
     ASSERT_GT(pid, 0);
-    std::this_thread::sleep_for(std::chrono::milliseconds(std::uniform_int_distribution<int>(50, 600)(rng)));
+    // Once it writes (its start-up time varies with the machine's load), a random instant.
+    CheckpointDir d(dir.string(), 2);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (d.list().empty() && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::uniform_int_distribution<int>(0, 300)(rng)));
     ::kill(pid, SIGKILL);
     int status = 0;
     ASSERT_EQ(::waitpid(pid, &status, 0), pid);
     ASSERT_TRUE(WIFSIGNALED(status));
-    CheckpointDir d(dir.string(), 2);
     for (const Entry& e : d.list()) {
       StatusOr<Checkpoint> c = read_checkpoint(e.path);
       ASSERT_TRUE(c.is_ok()) << c.status().to_string();
