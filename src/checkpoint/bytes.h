@@ -104,7 +104,9 @@ class ByteReader {
     return v;
   }
 
-  // False once a read went past the end.
+  // Marks the input as malformed (for checks the caller makes on values it read).
+  void fail() { failed_ = true; }
+  // False once a read went past the end (or fail() was called).
   bool ok() const { return !failed_; }
   size_t remaining() const { return failed_ ? 0 : in_.size() - pos_; }
   // Every byte read, and no read past the end.

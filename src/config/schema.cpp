@@ -96,7 +96,8 @@ std::vector<Section> build() {
           section("transport", &Config::transport),
           section("compute", &Config::compute),
           section("network", &Config::network),
-          section("hosts", &Config::hosts)};
+          section("hosts", &Config::hosts),
+          section("checkpoint", &Config::checkpoint)};
 }
 
 std::string join(const std::vector<std::string>& names) {
