@@ -402,8 +402,14 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
     c.islands = std::move(ckpt_islands);
     ckpt_islands.assign(static_cast<size_t>(n), {});
     // A checkpoint that cannot be written costs only the ability to resume from it.
-    if (Status st = checkpoints.save(step, encode_sim_checkpoint(c)); !st.is_ok())
+    const auto started = std::chrono::steady_clock::now();
+    const std::vector<checkpoint::Section> sections = encode_sim_checkpoint(c);
+    size_t bytes = 0;
+    for (const auto& sec : sections) bytes += sec.data.size();
+    if (Status st = checkpoints.save(step, sections); !st.is_ok())
       ATOLL_WARN("checkpoint of step " << step << " not written: " << st.to_string());
+    else
+      ATOLL_DEBUG("checkpoint of step " << step << ": " << bytes / 1e6 << " MB in " << seconds_since(started) << " s");
   };
   auto checkpoint_at = [&](int i, int64_t step) {
     if (ckpt_step != step) {
