@@ -80,7 +80,9 @@ RunDir::RunDir(const config::Config& config, Continue at) {
                     " bytes, fewer than the checkpoint's " + std::to_string(at.metrics_bytes));
   fs::resize_file(metrics, at.metrics_bytes, ec);
   if (ec) throw UserError("cannot resume '" + path_ + "': cannot cut metrics.jsonl: " + ec.message());
+  // A run that had finished is running again: its results are written anew at its end.
   fs::remove(fs::path(path_) / "summary.json", ec);
+  fs::remove(fs::path(path_) / "final_params.bin", ec);
   write_file_atomic((fs::path(path_) / "config.yaml").string(), config::to_yaml(config));
   metrics_ = std::fopen(metrics.c_str(), "a");
   if (!metrics_) throw UserError("cannot write '" + metrics + "': " + std::strerror(errno));

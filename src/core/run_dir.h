@@ -19,7 +19,8 @@ class RunDir {
   RunDir(const config::Config& config, bool force);
   // Continues the run directory of `config` from a checkpoint (docs/checkpoints.md
   // "Resuming"): metrics.jsonl is cut to its first `metrics_bytes` bytes (the records up to
-  // the checkpoint) and appended to from there; config.yaml is written again. An
+  // the checkpoint) and appended to from there; config.yaml is written again; summary.json
+  // and final_params.bin of an earlier end are removed (the run writes them at its end). An
   // atl::UserError when metrics.jsonl is missing or shorter than that.
   struct Continue {
     uint64_t metrics_bytes = 0;
