@@ -12,6 +12,8 @@ std::unique_ptr<Algorithm> make_diloco(const AlgorithmOptions& options, int isla
 std::unique_ptr<Algorithm> make_fedavg(const AlgorithmOptions& options, int island);
 std::unique_ptr<Algorithm> make_streaming_diloco(const AlgorithmOptions& options, int island);
 std::unique_ptr<Algorithm> make_async_local_sgd(const AlgorithmOptions& options, int island);
+// DiPaCo's DiLoCo per module (options.module_islands from the `dipaco:` section).
+std::unique_ptr<Algorithm> make_dipaco(const AlgorithmOptions& options, int island);
 std::unique_ptr<transport::OuterServer> make_fedavg_server(
     const AlgorithmOptions& options, const at::Tensor& initial,
     std::function<void(int64_t, const at::Tensor&)> on_round);

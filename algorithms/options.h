@@ -102,6 +102,14 @@ struct AlgorithmOptions {
   std::vector<int64_t> shard_sizes;  // n_k of every client (fedavg planning)
   int64_t train_steps = 0;           // train.steps (async: each island's share of it)
   std::vector<double> speeds;        // compute speed factor of every island; empty = all 1
+  // dipaco (docs/dipaco.md): DiLoCo per module; inner_steps, the outer optimizer, weighting and
+  // error_feedback as for diloco. By module id (ParamRange::module): the islands whose path
+  // goes through the module (ascending), and how many paths do. norm_rescale: multiply a
+  // module's averaged outer gradient by sqrt(paths through it). All from the `dipaco:` section
+  // (src/core/components.cpp).
+  std::vector<std::vector<int>> module_islands;
+  std::vector<int> module_paths;
+  bool norm_rescale = false;
 };
 
 // A rule of the options that does not hold ("algorithm.fragments", what is wrong).

@@ -16,6 +16,11 @@ std::optional<OptionProblem> streaming_rules(const AlgorithmOptions& o) {
   return streaming_diloco::Schedule::check(o.inner_steps, o.fragments, o.overlap_steps);
 }
 
+std::optional<OptionProblem> dipaco_rules(const AlgorithmOptions& o) {
+  if (o.module_islands.empty()) return OptionProblem{"dipaco.levels", "algorithm dipaco needs a modular model"};
+  return std::nullopt;
+}
+
 struct Entry {
   const char* name;
   std::unique_ptr<Algorithm> (*make)(const AlgorithmOptions&, int);
@@ -29,6 +34,7 @@ constexpr Entry kAlgorithms[] = {
     {"fedavg", make_fedavg, no_rules},
     {"streaming_diloco", make_streaming_diloco, streaming_rules},
     {"async_local_sgd", make_async_local_sgd, async_local_sgd::check_dn_c},
+    {"dipaco", make_dipaco, dipaco_rules},
 };
 
 std::string joined_names() {

@@ -30,6 +30,26 @@ struct Membership {
   std::vector<Peer> members;  // live islands, ascending id
 };
 
+// One island's part in a membership change, as the coordinator reports it
+// (CoordinatorOptions::on_membership).
+struct MemberChange {
+  int island = -1;
+  std::string change;  // "joined"; "rejoined" (a new process of a live member); "left"; "failed"
+                       // (declared dead); "ready" (published its data endpoint: it takes part
+                       // in collectives from this epoch on)
+  std::string why;     // "failed": what the failure detector saw; "" otherwise
+};
+
+// "island 2 failed (no heartbeat for 900 ms); island 3 left": for logs.
+inline std::string describe(const std::vector<MemberChange>& changes) {
+  std::string s;
+  for (const MemberChange& c : changes) {
+    s += (s.empty() ? "" : "; ") + ("island " + std::to_string(c.island) + " " + c.change);
+    if (!c.why.empty()) s += " (" + c.why + ")";
+  }
+  return s;
+}
+
 // Whether a member takes part in collectives: only once it has published its data endpoint.
 // An island that rejoins a running run is a member without one (heartbeats, store) until it
 // has received the state hand-over (docs/protocol.md "Rejoining a running run").

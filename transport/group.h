@@ -12,6 +12,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -106,6 +107,8 @@ class Group {
   // flight together with those of the parent group and of other sub-groups. `key` (> 0)
   // names the sub-group on the wire: islands agree on key <-> ids. The sub-group uses its
   // parent's transport and must not outlive it; bytes() counts the parent's traffic.
+  // Survivor semantics as for the whole group: a member of the sub-group lost mid-way is
+  // left out of that collective (kPeerLost); islands outside the sub-group never wait for it.
   virtual std::unique_ptr<Group> subgroup(uint32_t key, std::vector<int> ids) = 0;
 
   // Server role (OuterServer, see algorithms/outer_server.h). push delivers `buffer` with
@@ -119,5 +122,20 @@ class Group {
 
   virtual ByteCounters bytes() const = 0;
 };
+
+// Checks subgroup()'s arguments for island `self` (c10::Error): key > 0, `ids` ascending,
+// distinct, containing `self`.
+inline void check_subgroup(uint32_t key, const std::vector<int>& ids, int self) {
+  TORCH_CHECK(key > 0, "subgroup: key 0 is the group of every island");
+  TORCH_CHECK(std::is_sorted(ids.begin(), ids.end()) && std::adjacent_find(ids.begin(), ids.end()) == ids.end(),
+              "subgroup: ids must be ascending and distinct");
+  TORCH_CHECK(std::binary_search(ids.begin(), ids.end(), self), "subgroup: island ", self, " is not in it");
+}
+
+// The members (ascending) that are in `ids` (ascending; empty: all of them).
+inline std::vector<int> within(std::vector<int> members, const std::vector<int>& ids) {
+  if (!ids.empty()) std::erase_if(members, [&](int m) { return !std::binary_search(ids.begin(), ids.end(), m); });
+  return members;
+}
 
 }  // namespace atl::transport

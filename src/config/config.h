@@ -350,6 +350,38 @@ struct HostsConfig {
   }
 };
 
+// DiPaCo's modular model (docs/dipaco.md): levels of transformer blocks, each with its
+// alternative modules; a path takes one module per level. Used with algorithm.name: dipaco.
+struct DipacoLevel {
+  std::vector<int> blocks;      // transformer blocks of the level
+  int modules = 1;              // alternative modules (1 = one module every path shares)
+  bool operator==(const DipacoLevel&) const = default;
+
+  template <class V>
+  void fields(V& v) {
+    using namespace atl::fields;
+    v.field("blocks", blocks, at_least(0));
+    v.field("modules", modules, at_least(1));
+  }
+};
+
+struct DipacoConfig {
+  std::vector<DipacoLevel> levels;       // empty: no modular model
+  std::vector<int> path_specific;        // blocks each path keeps for itself (never averaged)
+  bool path_specific_embeddings = false; // embeddings, final norm and head per path too
+  bool norm_rescale = false;             // a module's averaged outer gradient times
+                                         // sqrt(paths through it)
+
+  template <class V>
+  void fields(V& v) {
+    using namespace atl::fields;
+    v.field("levels", levels);
+    v.field("path_specific", path_specific, at_least(0));
+    v.field("path_specific_embeddings", path_specific_embeddings);
+    v.field("norm_rescale", norm_rescale);
+  }
+};
+
 // Checkpoints of a run (docs/checkpoints.md): written to `dir` every `every` inner steps,
 // the newest `keep` kept; `atoll simulate --resume` (run.resume) continues from the newest.
 struct CheckpointConfig {
@@ -379,6 +411,7 @@ struct Config {
   ComputeConfig compute;
   NetworkConfig network;
   HostsConfig hosts;
+  DipacoConfig dipaco;
   CheckpointConfig checkpoint;
   // Where each key that the text set came from, for messages about it later (e.g. a missing
   // data file in check_environment): "section.key" -> "FILE:LINE" or "--set section.key=v".

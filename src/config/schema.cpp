@@ -97,6 +97,7 @@ std::vector<Section> build() {
           section("compute", &Config::compute),
           section("network", &Config::network),
           section("hosts", &Config::hosts),
+          section("dipaco", &Config::dipaco),
           section("checkpoint", &Config::checkpoint)};
 }
 
@@ -160,6 +161,11 @@ const std::vector<RecordField<IslandEvent>>& event_fields() {
 
 const std::vector<RecordField<NetworkLink>>& link_fields() {
   static const std::vector<RecordField<NetworkLink>> table = records<NetworkLink>();
+  return table;
+}
+
+const std::vector<RecordField<DipacoLevel>>& level_fields() {
+  static const std::vector<RecordField<DipacoLevel>> table = records<DipacoLevel>();
   return table;
 }
 

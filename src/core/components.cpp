@@ -22,6 +22,28 @@ int configure_threads(int requested) {
   return n;
 }
 
+dipaco::Paths dipaco_paths(const config::Config& c) {
+  if (c.model.name != "gpt") {
+    config::fail_key(c, "model.name", "algorithm dipaco needs a model with transformer blocks (gpt), got " +
+                                          c.model.name, "algorithm.name");
+  }
+  if (c.dipaco.levels.empty()) {
+    config::fail_key(c, "dipaco.levels", "algorithm dipaco needs the levels of its modular model, e.g. "
+                                         "[{blocks: [0, 1], modules: 2}, {blocks: [2, 3], modules: 2}]",
+                     "algorithm.name");
+  }
+  dipaco::PathSpec spec;
+  for (const auto& l : c.dipaco.levels) {
+    spec.levels.push_back(l.blocks);
+    spec.modules.push_back(l.modules);
+  }
+  spec.path_specific = c.dipaco.path_specific;
+  spec.path_specific_embeddings = c.dipaco.path_specific_embeddings;
+  StatusOr<dipaco::Paths> paths = dipaco::Paths::make(spec, c.model.layers);
+  if (!paths.is_ok()) config::fail_key(c, "dipaco.levels", paths.status().message());
+  return std::move(paths).value();
+}
+
 algorithms::AlgorithmOptions algorithm_options(const config::Config& c,
                                                const std::vector<int64_t>& shard_sizes) {
   // The config keys are AlgorithmOptions' own (algorithms/options.h fields()); the rest
@@ -42,6 +64,30 @@ algorithms::AlgorithmOptions algorithm_options(const config::Config& c,
                       c.model.name + " has " + std::to_string(blocks) +
                       " transformer blocks (a fragment is made of whole blocks)");
     }
+  }
+  if (a.name == "dipaco") {
+    const dipaco::Paths paths = dipaco_paths(c);
+    if (c.islands.count < paths.paths()) {
+      config::fail_key(c, "islands.count", std::to_string(c.islands.count) + " islands for " +
+                                               std::to_string(paths.paths()) +
+                                               " DiPaCo paths (each path needs an island; fewer islands taking "
+                                               "paths in turn is not built yet)");
+    }
+    int islands = c.islands.count;  // and the ones that events add, numbered after them
+    for (const auto& e : c.islands.events) islands += e.add;
+    o.module_islands.assign(static_cast<size_t>(paths.modules()), {});
+    o.module_paths.assign(static_cast<size_t>(paths.modules()), 0);
+    for (int m = 0; m < paths.modules(); ++m) {
+      const std::vector<int> through = paths.paths_through(m);
+      o.module_paths[m] = static_cast<int>(through.size());
+      for (int i = 0; i < islands; ++i) {
+        if (std::binary_search(through.begin(), through.end(), i % paths.paths())) o.module_islands[m].push_back(i);
+      }
+    }
+    o.norm_rescale = c.dipaco.norm_rescale;
+  } else if (!c.dipaco.levels.empty()) {
+    config::fail_key(c, "dipaco.levels", "set, but algorithm.name is " + a.name +
+                                             " (the dipaco section describes the model of algorithm dipaco)");
   }
   if (a.name == "fedavg" && o.rounds == 0) {
     if (a.local_steps == 0) {

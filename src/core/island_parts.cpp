@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/grad_mode.h>
 
+#include "src/core/components.h"
 #include "src/core/params_file.h"
 
 namespace atl::core {
@@ -50,6 +51,11 @@ IslandParts make_island_parts(const config::Config& config, const RunData& data,
                                               seed * 1000003ULL + static_cast<uint64_t>(island));
   p.optimizer = train::make_inner_optimizer(config.train);
   p.algorithm = algorithms::make_algorithm(options, island);
+  if (options.name == "dipaco") {
+    const dipaco::Paths paths = dipaco_paths(config);
+    p.path = island % paths.paths();
+    for (int b = -1; b < config.model.layers; ++b) p.block_modules.push_back(paths.module_of(b, p.path));
+  }
   return p;
 }
 

@@ -35,6 +35,9 @@ struct IslandParts {
   std::unique_ptr<data::Sampler> sampler;
   std::unique_ptr<train::InnerOptimizer> optimizer;
   std::unique_ptr<algorithms::Algorithm> algorithm;
+  int path = 0;                     // DiPaCo: the path this island trains (0 otherwise)
+  std::vector<int> block_modules;   // DiPaCo: module of block b at [b + 1] (b = -1: embeddings,
+                                    // final norm, head) on this path; empty: every parameter in 0
 };
 
 IslandParts make_island_parts(const config::Config& config, const RunData& data,

@@ -19,7 +19,11 @@ IslandRuntime::IslandRuntime(int island, IslandParts& parts, const config::Train
   context_.group = group;
   context_.codec = codec;
   context_.shard_size = shard_size;
-  for (const auto& s : parts_.model->layout()) context_.layout.push_back({s.offset, s.numel, s.block, s.shape});
+  for (const auto& s : parts_.model->layout()) {
+    const int module = parts_.block_modules.empty() ? 0 : parts_.block_modules.at(static_cast<size_t>(s.block + 1));
+    context_.layout.push_back({s.offset, s.numel, s.block, s.shape, module});
+  }
+  context_.path = parts_.path;
   context_.time = host_.time;
   context_.on_round = [this](const algorithms::RoundInfo& r) {
     if (host_.after_round) host_.after_round(r);

@@ -73,4 +73,18 @@ std::string rejoin_record(const Rejoin& r, const RecordTime& t) {
   return with_time(o, t);
 }
 
+std::string membership_record(const MembershipChange& m, const RecordTime& t) {
+  std::string ids;
+  for (int id : m.members) ids += (ids.empty() ? "" : ",") + std::to_string(id);
+  JsonObject o;
+  o.add("event", "membership").add("island", m.island).add("change", m.change).add("reason", m.reason);
+  if (m.step >= 0) {
+    o.add("step", m.step);
+  } else {
+    o.add_raw("step", "null");
+  }
+  o.add("epoch", m.epoch).add_raw("members", "[" + ids + "]").add("size", static_cast<int64_t>(m.members.size()));
+  return with_time(o, t);
+}
+
 }  // namespace atl::core

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "algorithms/algorithm.h"
 #include "src/core/evaluator.h"
@@ -51,5 +52,17 @@ struct Rejoin {
   uint64_t epoch = 0;      // membership epoch of the hand-over
 };
 std::string rejoin_record(const Rejoin& r, const RecordTime& t);
+// One island's membership change, in both modes: the simulator's scheduled events (`killed`,
+// `rejoined`, `added`) and the coordinator's view changes in real runs (`joined`, `rejoined`,
+// `added`, `ready`, `left`, `failed`). docs/metrics.md lists the changes and reasons.
+struct MembershipChange {
+  int island = 0;
+  std::string change;
+  std::string reason;        // simulate: at_step, at_time_s, event; real runs: the detector's words or ""
+  int64_t step = -1;         // the island's step at the change; -1: not known (real runs), null
+  uint64_t epoch = 0;        // the membership epoch after the change
+  std::vector<int> members;  // live island ids after the change, ascending
+};
+std::string membership_record(const MembershipChange& m, const RecordTime& t);
 
 }  // namespace atl::core

@@ -275,16 +275,10 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
     islands[j].alive = false;
     hub.remove_member(j, 0, /*failure=*/false);
   }
-  auto membership_record = [&](int i, const char* change, const char* why) {
-    dir.record(JsonObject()
-                   .add("event", "membership")
-                   .add("island", i)
-                   .add("change", change)
-                   .add("reason", why)
-                   .add("step", islands[i].runtime->steps())
-                   .add("members", static_cast<int64_t>(islands[i].group->view().members.size()))
-                   .add("sim_time_s", scheduler.time(i))
-                   .str());
+  auto membership = [&](int i, const char* change, const char* why) {
+    const transport::MembershipView view = islands[i].group->view();
+    dir.record(membership_record(MembershipChange{i, change, why, islands[i].runtime->steps(), view.epoch, view.members},
+                                 RecordTime{seconds_since(t0), scheduler.time(i)}));
   };
   auto die = [&](int i, Kill& kill, const char* why) {
     Island& is = islands[i];
@@ -294,7 +288,7 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
     hub.remove_member(i, scheduler.time(i));
     member_s[i] += scheduler.time(i) - member_since[i];
     end_time[i] = scheduler.time(i);
-    membership_record(i, "killed", why);
+    membership(i, "killed", why);
     throw IslandKilled{};
   };
   // The live island with the lowest id evaluates the global model and hands state over to
@@ -621,7 +615,7 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
         join.global = h.global;
         join.state = h.state;
         is.runtime->join(std::move(join), is.group.get());
-        membership_record(i, i < k ? "rejoined" : "added", "event");
+        membership(i, i < k ? "rejoined" : "added", "event");
         member = true;
       }
     });

@@ -106,6 +106,9 @@ void check_transport(const config::Config& c) {
                                            "neither encrypted nor authenticated; use zmq for untrusted networks)");
   if (t.collective == "star" && t.kind != "zmq")
     config::fail_key(c, "transport.collective", "'star' (all-reduce through the coordinator) needs transport.kind zmq");
+  if (c.algorithm.name == "dipaco")
+    config::fail_key(c, "algorithm.name", "dipaco runs in atoll simulate only for now (its per-module "
+                                          "all-reduces need sub-groups over zmq and gloo, not built yet)");
 }
 
 // checkpoint: and run.resume (docs/checkpoints.md): what this version saves and restores.

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <csignal>
 #include <mutex>
+#include <set>
 #include <string>
 
 #include "algorithms/algorithm.h"
@@ -33,23 +34,6 @@ namespace {
 
 std::atomic<bool> g_stop{false};
 void on_signal(int) { g_stop = true; }
-
-// One record per membership change (docs/protocol.md):
-// {"event":"membership","epoch":E,"members":[ids],"size":N,"reason":"...","wall_time":T},
-// T in Unix seconds.
-std::string membership_record(const transport::Membership& view, const std::string& reason) {
-  std::string ids;
-  for (const transport::Peer& p : view.members) ids += (ids.empty() ? "" : ",") + std::to_string(p.id);
-  const double wall = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-  return core::JsonObject()
-      .add("event", "membership")
-      .add("epoch", view.epoch)
-      .add_raw("members", "[" + ids + "]")
-      .add("size", static_cast<int64_t>(view.members.size()))
-      .add("reason", reason)
-      .add("wall_time", wall)
-      .str();
-}
 
 }  // namespace
 
@@ -100,8 +84,25 @@ int run_coordinator(const config::Config& config, const ProcessOptions& options)
   co.server = server.get();
   co.pipeline = codec;
   co.record_sink = sink;
-  co.on_membership = [&](const transport::Membership& view, const std::string& reason) {
-    sink(membership_record(view, reason));
+  // One `membership` record per island whose membership changed (docs/metrics.md). An island
+  // that joins again after it left or failed is `rejoined`; one beyond islands.count joining for
+  // the first time is `added` (as the simulator names its events).
+  std::set<int> seen;
+  co.on_membership = [&](const transport::Membership& view, const std::vector<transport::MemberChange>& changes) {
+    core::MembershipChange m;
+    m.epoch = view.epoch;
+    for (const transport::Peer& p : view.members) m.members.push_back(p.id);
+    for (const transport::MemberChange& c : changes) {
+      m.island = c.island;
+      m.change = c.change;
+      m.reason = c.why;
+      if (c.change == "joined") {
+        if (seen.count(c.island)) m.change = "rejoined";
+        else if (c.island >= k) m.change = "added";
+        seen.insert(c.island);
+      }
+      sink(core::membership_record(m, core::RecordTime{std::chrono::duration<double>(Clock::now() - t0).count(), NAN}));
+    }
   };
   if (t.curve) {
     auto keys = transport::curve::load_keypair(t.keys_dir, "coordinator");

@@ -71,13 +71,21 @@ inline config::TrainConfig sgd_train(double lr, int64_t steps) {
   return t;
 }
 
+// What a test may change in a run: the algorithm (default: the registry's make_algorithm) and
+// each island's context after the harness filled it (e.g. a layout of its own).
+struct HarnessHooks {
+  std::function<std::unique_ptr<algorithms::Algorithm>(const algorithms::AlgorithmOptions&, int)> make;
+  std::function<void(algorithms::IslandContext&)> setup_context;
+};
+
 // targets[i] = c_i; theta0 = initial parameters of every island.
 inline QuadraticRun run_quadratic(const algorithms::AlgorithmOptions& options,
                                   const config::TrainConfig& train,
                                   const std::vector<at::Tensor>& targets, const at::Tensor& theta0,
                                   const std::vector<int64_t>& shard_sizes = {},
                                   const compression::Pipeline* pipeline = nullptr,
-                                  const std::vector<algorithms::ParamRange>& layout = {}) {
+                                  const std::vector<algorithms::ParamRange>& layout = {},
+                                  const HarnessHooks& hooks = {}) {
   const int k = static_cast<int>(targets.size());
   transport::Scheduler scheduler(k);
   transport::InprocHub hub(k, scheduler);
@@ -98,7 +106,7 @@ inline QuadraticRun run_quadratic(const algorithms::AlgorithmOptions& options,
   scheduler.run([&](int i) {
     at::Tensor params = theta0.clone();
     at::Tensor grads = at::zeros_like(params);
-    auto algo = algorithms::make_algorithm(options, i);
+    auto algo = hooks.make ? hooks.make(options, i) : algorithms::make_algorithm(options, i);
     auto opt = train::make_inner_optimizer(train);
     algorithms::IslandContext ctx;
     ctx.island = i;
@@ -112,6 +120,7 @@ inline QuadraticRun run_quadratic(const algorithms::AlgorithmOptions& options,
     ctx.time = &clock;
     ctx.speed = i < static_cast<int>(options.speeds.size()) ? options.speeds[i] : 1.0;
     ctx.layout = layout;
+    if (hooks.setup_context) hooks.setup_context(ctx);
     core::IslandLoop loop;
     loop.algorithm = algo.get();
     loop.context = &ctx;

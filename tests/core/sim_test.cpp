@@ -135,6 +135,27 @@ TEST(Simulate, VirtualClockWithChurnIsDeterministic) {
                              R"("island":2,"change":"rejoined")"}) {
     EXPECT_NE(first.find(change), std::string::npos) << change;
   }
+  // A membership record carries the view after the change: island 2 is out of it after its
+  // death and back in it after its rejoin, and each change bumps the epoch.
+  {
+    std::istringstream lines(first);
+    uint64_t last_epoch = 0;
+    int seen = 0;
+    for (std::string line; std::getline(lines, line);) {
+      if (line.find(R"("event":"membership")") == std::string::npos || line.find(R"("island":2,)") == std::string::npos)
+        continue;
+      const size_t at = line.find(R"("members":[)");
+      ASSERT_NE(at, std::string::npos) << line;
+      const std::string members = line.substr(at, line.find(']', at) - at);
+      const bool killed = line.find(R"("change":"killed")") != std::string::npos;
+      EXPECT_EQ(members.find('2') == std::string::npos, killed) << line;
+      const uint64_t epoch = static_cast<uint64_t>(*json_find_number(line, "epoch"));
+      EXPECT_GT(epoch, last_epoch) << line;
+      last_epoch = epoch;
+      ++seen;
+    }
+    EXPECT_EQ(seen, 2) << first;
+  }
   // The rejoined island continues the round count it was handed (rounds at 8, 16, 24).
   EXPECT_NE(first.find(R"("island":2,"round":3,"step":24)"), std::string::npos);
   EXPECT_NE(first.find(R"("contributors":4)"), std::string::npos);

@@ -305,10 +305,11 @@ void killed_island_run_completes_with_survivors(Processes& t, const std::string&
   const std::string m = read(metrics);
   EXPECT_NE(m.find("\"contributors\":2"), std::string::npos) << "no round completed with the survivors";
   EXPECT_NE(m.find("\"event\":\"membership\""), std::string::npos);
-  // The coordinator's membership records, written by src/run through the JSON writer: the
-  // documented fields in the documented order (docs/protocol.md).
+  // The coordinator's membership records, written through the one membership_record builder
+  // (src/core/records.h) that the simulator uses too: the documented fields in the documented
+  // order (docs/metrics.md), one record per island whose membership changed.
   const std::regex membership(
-      R"(\{"event":"membership","epoch":[0-9]+,"members":\[[0-9,]*\],"size":[0-9]+,"reason":"[^"]+","wall_time":[0-9.e+]+\})");
+      R"re(\{"event":"membership","island":[0-9]+,"change":"(joined|rejoined|added|ready|left|failed)","reason":"[^"]*","step":null,"epoch":[0-9]+,"members":\[[0-9,]*\],"size":[0-9]+,"wall_time_s":[0-9.e+]+,"sim_time_s":null\})re");
   int membership_records = 0;
   std::istringstream lines(m);
   for (std::string l; std::getline(lines, l);) {
@@ -317,6 +318,10 @@ void killed_island_run_completes_with_survivors(Processes& t, const std::string&
     EXPECT_TRUE(std::regex_match(l, membership)) << l;
   }
   EXPECT_GT(membership_records, 0);
+  // The killed island (the newest child: island 2) is declared dead, and the view after it
+  // holds the survivors.
+  EXPECT_TRUE(std::regex_search(m, std::regex(R"("island":2,"change":"failed","reason":"[^"]+","step":null,"epoch":[0-9]+,"members":\[0,1\],"size":2)")))
+      << "no `failed` membership record for island 2";
   const std::string summary = read(t.dir_ / "runs/r/summary.json");
   EXPECT_NE(summary.find("\"islands_finished\":2"), std::string::npos) << summary;
   EXPECT_NE(summary.find("\"steps\":400"), std::string::npos) << summary;
@@ -439,6 +444,19 @@ void restarted_island_rejoins(Processes& t, const std::vector<std::string>& sett
   EXPECT_EQ(*first_after, *rejoin_round + 1) << "the restarted island's round count does not go on";
   EXPECT_GT(first_after - rounds_of_2.begin(), 0) << "no round of island 2 before it was killed";
 
+  // The coordinator's membership records tell the story: island 2 failed, then rejoined (a
+  // process of an island seen before), then became ready after its hand-over.
+  std::vector<std::string> changes_of_2;
+  for (const auto& l : lines(metrics)) {
+    if (json_find_string(l, "event") == "membership" && json_find_number(l, "island") == 2)
+      changes_of_2.push_back(json_find_string(l, "change").value_or(""));
+  }
+  const auto failed = std::find(changes_of_2.begin(), changes_of_2.end(), "failed");
+  ASSERT_NE(failed, changes_of_2.end()) << "no `failed` membership record for island 2";
+  const auto rejoined = std::find(failed, changes_of_2.end(), "rejoined");
+  ASSERT_NE(rejoined, changes_of_2.end()) << "no `rejoined` membership record after island 2 failed";
+  EXPECT_NE(std::find(rejoined, changes_of_2.end(), "ready"), changes_of_2.end())
+      << "island 2 never became ready after it rejoined";
   // Every island ends with the same global model.
   std::map<int, std::string> global;
   for (const auto& l : lines(metrics)) {

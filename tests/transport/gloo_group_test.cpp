@@ -1,8 +1,9 @@
 // GlooGroup over gloo's TCP transport on loopback, islands as threads: every result is
 // compared bitwise with the in-process reference (InprocHub) for the same inputs; weights,
-// broadcast, several collectives in flight, a late joiner, push/pull, byte counts; the
-// rendezvous through a real coordinator, and an island that dies mid-collective (the
-// survivors end with the same values and contributors, and go on among themselves).
+// broadcast, several collectives in flight, a late joiner, push/pull, byte counts, a
+// sub-group's own mesh; the rendezvous through a real coordinator, and an island that dies
+// mid-collective (the survivors end with the same values and contributors, and go on among
+// themselves).
 #include <gtest/gtest.h>
 
 #include <map>
@@ -175,7 +176,7 @@ class SumServer final : public OuterServer {
 
 TEST(GlooGroup, PushAndPullGoThroughTheControlPlane) {
   SumServer server;
-  GlooCluster c(2, {}, &server);
+  GlooCluster c(2, {}, true, &server);
   const compression::Pipeline fp32;
   c.run([&](int i) {
     at::Tensor t = at::full({8}, double(i + 1)), tx = at::zeros({8}), out = at::zeros({8});
@@ -267,6 +268,39 @@ TEST(GlooGroup, IslandBackFromAPartitionTakesTheResultItMissed) {
     EXPECT_EQ(r.contributors, iota_ids(3));
     EXPECT_TRUE(at::equal(b2[i], ref2[i]));
   });
+}
+
+// Sub-group {0, 2} (key 5) of three islands: its mesh connects islands 0 and 2 only, under
+// store keys of its own, while the whole group's mesh connects all three; each result is
+// bitwise the in-process one (the sub-group's is its collective #0, as in-process).
+TEST(GlooGroup, SubgroupMeshConnectsItsMembersOnlyUnderItsOwnKeys) {
+  GlooCluster c(3, {}, /*static_planes=*/false);
+  const compression::Pipeline fp32;
+  std::vector<at::Tensor> all = random_inputs(3, 1000, 5), sub = random_inputs(2, 700, 6);
+  std::vector<at::Tensor> all_ref = clones(all), sub_ref = clones(sub);
+  inproc_allreduce(all_ref, fp32, {1, 1, 1});
+  inproc_allreduce(sub_ref, fp32, {1, 1});
+  c.run([&](int i) {
+    std::unique_ptr<Group> g;
+    std::unique_ptr<Handle> h;
+    if (i != 1) {
+      g = c.groups[i]->subgroup(5, {0, 2});
+      h = g->allreduce_mean(sub[i / 2], fp32, 1.0);
+    }
+    CollectiveResult r = c.groups[i]->allreduce_mean(all[i], fp32, 1.0)->wait(in_seconds(30));
+    EXPECT_TRUE(r.status.is_ok()) << r.status.to_string();
+    if (!h) return;
+    r = h->wait(in_seconds(30));
+    EXPECT_TRUE(r.status.is_ok()) << r.status.to_string();
+    EXPECT_EQ(r.contributors, (std::vector<int>{0, 2}));
+  });
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(at::equal(all[i], all_ref[i])) << "island " << i;
+  for (int k = 0; k < 2; ++k) EXPECT_TRUE(at::equal(sub[k], sub_ref[k])) << "island " << 2 * k;
+  std::lock_guard<std::mutex> lock(c.store->mu);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(c.store->values.count("gloo/e0/g0/state/" + std::to_string(i)), 1u) << i;
+    EXPECT_EQ(c.store->values.count("gloo/k5/e0/g0/state/" + std::to_string(i)), i == 1 ? 0u : 1u) << i;
+  }
 }
 
 // Three islands with GlooGroups (64 KiB chunks) whose rendezvous goes through a real

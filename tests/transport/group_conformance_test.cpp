@@ -2,10 +2,14 @@
 // same checks against independent oracles computed here in float64 from the inputs (a dense
 // mean, the root's buffer, every member's bytes), not against another implementation:
 // all-reduce (uniform and weighted, lossless and lossy), broadcast, allgather, sub-groups
-// reducing concurrently, and a member lost before a collective. Islands are threads (the
-// in-process hub's run under its cooperative scheduler).
+// (overlapping and disjoint) running their collectives concurrently, a member lost before a
+// collective, and (ZeroMQ, gloo) a member that dies in the middle of a collective of the
+// whole group or of a sub-group. Islands are threads (the in-process hub's run under its
+// cooperative scheduler).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
@@ -79,10 +83,16 @@ double max_error(const at::Tensor& got, const at::Tensor& want) {
   return (got.to(at::kDouble) - want).abs().max().item<double>();
 }
 
-class GroupConformance : public ::testing::TestWithParam<std::string> {
- protected:
-  bool has_subgroups() const { return GetParam() == "inproc"; }
-};
+class GroupConformance : public ::testing::TestWithParam<std::string> {};
+
+// Bytes of island i's contribution to an allgather: n + i bytes (a pattern of i).
+std::vector<uint8_t> bytes_of(int i, size_t n) {
+  std::vector<uint8_t> b(n + static_cast<size_t>(i));
+  for (size_t k = 0; k < b.size(); ++k) b[k] = static_cast<uint8_t>(k * 7 + i);
+  return b;
+}
+
+bool in(const std::vector<int>& ids, int i) { return std::find(ids.begin(), ids.end(), i) != ids.end(); }
 
 // Lossless: every member ends bitwise equal, within a few fp32 roundings of the float64 mean.
 TEST_P(GroupConformance, AllreduceMeanIsTheDenseMean) {
@@ -172,7 +182,6 @@ TEST_P(GroupConformance, AllgatherCollectsEveryMembersBytes) {
 // Sub-groups {0, 1} and {1, 2, 3} all-reduce among themselves, both in flight with an
 // all-reduce of every island: each result is the dense mean over its own members.
 TEST_P(GroupConformance, SubgroupsReduceAmongTheirMembersConcurrently) {
-  if (!has_subgroups()) GTEST_SKIP() << "sub-groups are not available over " << GetParam() << " yet";
   auto c = make_cluster(GetParam(), 4);
   const std::vector<std::vector<int>> subs = {{0, 1}, {1, 2, 3}};
   const std::vector<at::Tensor> all_in = random_inputs(4, 2000, 15);
@@ -212,7 +221,134 @@ TEST_P(GroupConformance, SubgroupsReduceAmongTheirMembersConcurrently) {
   }
 }
 
+// Disjoint sub-groups {0, 1} and {2, 3} each broadcast, allgather and all-reduce (weighted)
+// among themselves while every island gathers; half the islands issue the whole group's
+// collective first, the others last (groups are matched on their own, not in issue order).
+TEST_P(GroupConformance, DisjointSubgroupsBroadcastGatherAndReduce) {
+  auto c = make_cluster(GetParam(), 4);
+  const std::vector<std::vector<int>> subs = {{0, 1}, {2, 3}};
+  const std::vector<at::Tensor> bc_in = random_inputs(4, 777, 21), ar_in = random_inputs(4, 1500, 22);
+  std::vector<at::Tensor> bc = clones(bc_in), ar = clones(ar_in);
+  std::vector<std::vector<std::vector<uint8_t>>> sub_out(4), all_out(4);
+  c->run([&](int i) {
+    const std::vector<int>& ids = subs[static_cast<size_t>(i / 2)];
+    std::unique_ptr<Group> sub = c->group(i).subgroup(static_cast<uint32_t>(10 + i / 2), ids);
+    EXPECT_EQ(sub->view().members, ids);
+    std::vector<std::unique_ptr<Handle>> handles;
+    auto gather_all = [&] { handles.push_back(c->group(i).allgather({static_cast<uint8_t>(i)}, &all_out[i])); };
+    if (i % 2 == 0) gather_all();
+    handles.push_back(sub->broadcast(ids[1], bc[i], compression::Pipeline()));
+    handles.push_back(sub->allgather(bytes_of(i, 300), &sub_out[i]));
+    handles.push_back(sub->allreduce_mean(ar[i], compression::Pipeline(), 1.0 + i));
+    if (i % 2 == 1) gather_all();
+    for (auto& h : handles) {
+      CollectiveResult r = h->wait(in_seconds(30));
+      EXPECT_TRUE(r.status.is_ok()) << r.status.to_string();
+    }
+  });
+  for (int i = 0; i < 4; ++i) {
+    const std::vector<int>& ids = subs[static_cast<size_t>(i / 2)];
+    EXPECT_TRUE(at::equal(bc[i], bc_in[ids[1]])) << "island " << i;
+    EXPECT_EQ(sub_out[i], (std::vector<std::vector<uint8_t>>{bytes_of(ids[0], 300), bytes_of(ids[1], 300)}));
+    const at::Tensor want = dense_mean({ar_in[ids[0]], ar_in[ids[1]]}, {1.0 + ids[0], 1.0 + ids[1]});
+    EXPECT_LT(max_error(ar[i], want), 1e-5) << "island " << i;
+    EXPECT_TRUE(at::equal(ar[i], ar[ids[0]])) << "island " << i;
+    EXPECT_EQ(all_out[i], (std::vector<std::vector<uint8_t>>{{0}, {1}, {2}, {3}})) << "island " << i;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Transports, GroupConformance, ::testing::Values("inproc", "zmq", "gloo"),
+                         [](const auto& info) { return info.param; });
+
+// Island 2 dies in the middle of an allgather of large strings in sub-group {0, 1, 2} while
+// sub-group {1, 3} all-reduces (its group and sub-group are destroyed: their connections
+// close, as a killed process's do); the survivors' membership drops it. Sub-group {0, 1, 2}'s
+// survivors end with the same contributors and strings (the two of them after a restart, or
+// all three when one had finished and hands its result over), then gather between
+// themselves; sub-group {1, 3} is unaffected: ok, both contributors, the dense mean.
+template <typename C, typename Options>
+void subgroup_member_dies_midway(Options o, size_t n) {
+  C c(4, o, /*static_planes=*/false);
+  const std::vector<int> a_ids = {0, 1, 2}, b_ids = {1, 3};
+  const std::vector<at::Tensor> b_in = random_inputs(4, 1000, 23);
+  std::vector<at::Tensor> b_buf = clones(b_in);
+  std::vector<std::vector<std::vector<uint8_t>>> out(4), again(4);
+  std::vector<CollectiveResult> ra(4), rb(4), rq(4);
+  c.run([&](int i) {
+    std::unique_ptr<Group> a, b;
+    std::unique_ptr<Handle> ha, hb;
+    if (in(a_ids, i)) {
+      a = c.groups[i]->subgroup(1, a_ids);
+      ha = a->allgather(bytes_of(i, n), &out[i]);
+    }
+    if (in(b_ids, i)) {
+      b = c.groups[i]->subgroup(2, b_ids);
+      hb = b->allreduce_mean(b_buf[i], compression::Pipeline(), 1.0);
+    }
+    if (i == 2) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      a.reset();
+      c.groups[2].reset();  // dies mid-way
+      const Membership survivors{1, {c.peers[0], c.peers[1], c.peers[3]}};
+      for (int j : {0, 1, 3}) c.test_planes[j]->set(survivors);
+      return;
+    }
+    if (hb) rb[i] = hb->wait(in_seconds(60));
+    if (!ha) return;
+    ra[i] = ha->wait(in_seconds(60));
+    // As islands do, each survivor goes on once it has its result (a finished member hands it
+    // to one that restarted when asked) and sees island 2 gone.
+    const Clock::time_point until = Clock::now() + std::chrono::seconds(30);
+    while (a->view().members != std::vector<int>{0, 1} && Clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    rq[i] = a->allgather(bytes_of(i, 10), &again[i])->wait(in_seconds(60));
+  });
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(ra[i].status.is_ok() || ra[i].status.code() == StatusCode::kPeerLost) << ra[i].status.to_string();
+    ASSERT_GE(ra[i].contributors.size(), 2u);
+    ASSERT_EQ(out[i].size(), ra[i].contributors.size());
+    for (size_t k = 0; k < out[i].size(); ++k) EXPECT_TRUE(out[i][k] == bytes_of(ra[i].contributors[k], n)) << k;
+    if (ra[i].contributors.size() == 2) {
+      EXPECT_EQ(ra[i].status.code(), StatusCode::kPeerLost);
+    }
+    EXPECT_TRUE(rq[i].status.is_ok()) << rq[i].status.to_string();
+    EXPECT_EQ(rq[i].contributors, (std::vector<int>{0, 1}));
+    EXPECT_EQ(again[i], (std::vector<std::vector<uint8_t>>{bytes_of(0, 10), bytes_of(1, 10)}));
+  }
+  EXPECT_EQ(ra[0].contributors, ra[1].contributors);
+  EXPECT_EQ(ra[0].status.code(), ra[1].status.code());
+  EXPECT_TRUE(out[0] == out[1]);
+  const at::Tensor want = dense_mean({b_in[1], b_in[3]}, {1, 1});
+  for (int i : b_ids) {
+    EXPECT_TRUE(rb[i].status.is_ok()) << rb[i].status.to_string();
+    EXPECT_EQ(rb[i].contributors, b_ids);
+    EXPECT_LT(max_error(b_buf[i], want), 1e-5) << "island " << i;
+    EXPECT_TRUE(at::equal(b_buf[i], b_buf[1])) << "island " << i;
+  }
+  ::testing::Test::RecordProperty("contributors", static_cast<int>(ra[0].contributors.size()));
+}
+
+class SubgroupMemberDies : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(SubgroupMemberDies, SurvivorsOfTheSubgroupAgreeAndOthersAreUnaffected) {
+  if (GetParam() == "zmq") {
+    ZmqGroupOptions o;  // slow links: small chunks, one credit
+    o.poll_ms = 10;
+    o.chunk_bytes = 64 << 10;
+    o.max_in_flight = 1;
+    o.linger_ms = 0;  // a destroyed group stops at once
+    subgroup_member_dies_midway<ZmqCluster>(o, size_t{4} << 20);
+  } else {
+    GlooGroupOptions o;
+    o.chunk_bytes = 64 << 10;
+    o.poll_ms = 20;
+    o.connect_timeout_ms = 2000;
+    subgroup_member_dies_midway<GlooCluster>(o, size_t{16} << 20);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, SubgroupMemberDies, ::testing::Values("zmq", "gloo"),
                          [](const auto& info) { return info.param; });
 
 // A member lost before it posts: the survivors' allgather and all-reduce complete with the
@@ -248,14 +384,10 @@ TEST(GroupConformanceZmq, AllgatherSurvivorsAgreeWhenAMemberDiesMidway) {
   o.max_in_flight = 1;
   o.linger_ms = 0;  // a destroyed group stops at once
   ZmqCluster c(3, o, /*static_planes=*/false);
-  auto bytes_of = [](int i) {
-    std::vector<uint8_t> b(static_cast<size_t>(4 << 20) + static_cast<size_t>(i));
-    for (size_t k = 0; k < b.size(); ++k) b[k] = static_cast<uint8_t>(k * 7 + i);
-    return b;
-  };
+  const size_t n = size_t{4} << 20;
   std::vector<std::vector<std::vector<uint8_t>>> out(3);
   std::vector<std::unique_ptr<Handle>> handles;
-  for (int i = 0; i < 3; ++i) handles.push_back(c.groups[i]->allgather(bytes_of(i), &out[i]));
+  for (int i = 0; i < 3; ++i) handles.push_back(c.groups[i]->allgather(bytes_of(i, n), &out[i]));
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   c.groups[2].reset();  // dies mid-way
   const Membership survivors{1, {c.peers[0], c.peers[1]}};
@@ -266,7 +398,7 @@ TEST(GroupConformanceZmq, AllgatherSurvivorsAgreeWhenAMemberDiesMidway) {
     ASSERT_TRUE(r[i].status.is_ok() || r[i].status.code() == StatusCode::kPeerLost) << r[i].status.to_string();
     ASSERT_GE(r[i].contributors.size(), 2u);
     ASSERT_EQ(out[i].size(), r[i].contributors.size());
-    for (size_t k = 0; k < out[i].size(); ++k) EXPECT_EQ(out[i][k], bytes_of(r[i].contributors[k]));
+    for (size_t k = 0; k < out[i].size(); ++k) EXPECT_EQ(out[i][k], bytes_of(r[i].contributors[k], n));
   }
   EXPECT_EQ(r[0].contributors, r[1].contributors);
   EXPECT_EQ(out[0], out[1]);

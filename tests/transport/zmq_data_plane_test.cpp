@@ -32,12 +32,13 @@ TEST(DataWire, HeaderRoundTripsAndRejectsDamage) {
   h.pieces = 4;
   h.offset = 100;
   h.total = 400;
+  h.group = 0x01020304;
   const uint8_t payload[6] = {1, 2, 3, 4, 5, 6};
   h.payload_len = sizeof payload;
   uint8_t b[kHeaderBytes];
   encode_header(h, payload, b);
   EXPECT_EQ(std::memcmp(b, "ATLD", 4), 0);
-  EXPECT_EQ(b[4], 3);  // data wire version 3 (docs/data_plane.md)
+  EXPECT_EQ(b[4], 4);  // data wire version 4 (docs/data_plane.md)
   EXPECT_EQ(b[5], 3);
   Header p;
   ASSERT_TRUE(parse_header(b, kHeaderBytes, payload, sizeof payload, &p).is_ok());
@@ -52,6 +53,7 @@ TEST(DataWire, HeaderRoundTripsAndRejectsDamage) {
   EXPECT_EQ(p.pieces, 4u);
   EXPECT_EQ(p.offset, 100u);
   EXPECT_EQ(p.total, 400u);
+  EXPECT_EQ(p.group, 0x01020304u);
   for (size_t n = 0; n < kHeaderBytes; ++n) EXPECT_FALSE(parse_header(b, n, payload, sizeof payload, &p).is_ok());
   EXPECT_FALSE(parse_header(b, kHeaderBytes, payload, 5, &p).is_ok());  // truncated payload
   for (size_t bit = 0; bit < (kHeaderBytes + sizeof payload) * 8; ++bit) {
@@ -332,6 +334,35 @@ TEST(AllreduceOp, RestartedPeerTakesOverAFinishedAllgather) {
   EXPECT_TRUE(r.status.is_ok()) << r.status.to_string();
   EXPECT_EQ(r.contributors, (std::vector<int>{0, 1}));
   EXPECT_EQ(out1, want);
+}
+
+// A sub-group's op names every message it sends by the sub-group's key (data wire v4:
+// group), and so does the hand-over of its finished result.
+TEST(AllreduceOp, SubgroupMessagesCarryTheGroupKey) {
+  std::vector<std::vector<uint8_t>> out0, out1;
+  std::vector<std::shared_ptr<Completion>> done = {std::make_shared<Completion>(), std::make_shared<Completion>()};
+  AllreduceOp a(0, std::vector<uint8_t>{1, 2}, &out0, 1 << 20, done[0]);
+  AllreduceOp b(0, std::vector<uint8_t>{3}, &out1, 1 << 20, done[1]);
+  a.set_group(7, {0, 1});
+  b.set_group(7, {0, 1});
+  FakeContext ca(0), cb(1);
+  a.start(ca, 0, {0, 1});
+  b.start(cb, 0, {0, 1});
+  std::vector<Header> sent;
+  auto record = [&](const Header& h) {
+    sent.push_back(h);
+    return false;
+  };
+  for (const auto& [peer, o] : cb.out) sent.push_back(o.header);
+  exchange_until_quiet(a, ca, b, cb, record);
+  ASSERT_TRUE(a.done() && b.done());
+  EXPECT_EQ(out0, out1);
+  std::unique_ptr<Retained> kept = a.take_retained();
+  ASSERT_TRUE(kept);
+  serve_result(ca, 0, 1, *kept, 1, 7);
+  for (const auto& [peer, o] : ca.out) sent.push_back(o.header);
+  ASSERT_GE(sent.size(), 4u);  // HELLO, GATHER, RESULT_INFO, RESULT
+  for (const Header& h : sent) EXPECT_EQ(h.group, 7u) << msg_type_name(h.type);
 }
 
 // pack_gathered / unpack_gathered round-trip, and a damaged packing is refused.

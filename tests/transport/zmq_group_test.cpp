@@ -151,7 +151,7 @@ TEST(ZmqGroup, BroadcastFromRootMatchesInproc) {
 
 // Per island, W = 3, n = 3000 (three chunks of 1000, one piece each):
 //   2 HELLO (header + 40-byte body), 4 ring pieces (header + 4000 bytes of raw fp32: the
-//   empty pipeline sends no frame header), and one 88-byte ACK for each of the 6 messages it
+//   empty pipeline sends no frame header), and one 92-byte ACK for each of the 6 messages it
 //   receives; the same comes back.
 TEST(ZmqGroup, ByteCountersCountWhatTheSocketsCarry) {
   ZmqCluster c(3);

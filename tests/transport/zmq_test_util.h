@@ -166,10 +166,10 @@ class RecordSink {
 // thread-safe.
 class MembershipLog {
  public:
-  std::function<void(const Membership&, const std::string&)> callback() {
-    return [this](const Membership& view, const std::string& reason) {
+  std::function<void(const Membership&, const std::vector<MemberChange>&)> callback() {
+    return [this](const Membership& view, const std::vector<MemberChange>& changes) {
       std::lock_guard<std::mutex> lock(mu_);
-      changes_.emplace_back(view, reason);
+      changes_.emplace_back(view, describe(changes));
       cv_.notify_all();
     };
   }

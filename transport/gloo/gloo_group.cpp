@@ -27,14 +27,6 @@ constexpr auto kClosedCheckPeriod = std::chrono::seconds(1);
 
 bool contains(const std::vector<int>& v, int x) { return std::find(v.begin(), v.end(), x) != v.end(); }
 
-std::vector<int> ids_of(const Membership& m) {
-  std::vector<int> ids;  // a member still waiting for its state hand-over takes no part
-  for (const Peer& p : m.members) {
-    if (in_collectives(p)) ids.push_back(p.id);
-  }
-  return ids;
-}
-
 std::string ids_text(const std::vector<int>& ids) {
   std::ostringstream os;
   for (size_t i = 0; i < ids.size(); ++i) os << (i ? ", " : "") << ids[i];
@@ -84,7 +76,7 @@ struct GlooGroup::Retained {
 
 GlooGroup::GlooGroup(ControlPlane& control, GlooGroupOptions options)
     : control_(control), options_(std::move(options)), server_(control_),
-      waits_(std::make_unique<gloo_mesh::Waits>()), counters_(std::make_unique<gloo_mesh::Counters>()),
+      waits_(std::make_unique<gloo_mesh::Waits>()), counters_(std::make_shared<gloo_mesh::Counters>()),
       next_seq_(options_.first_seq) {
   TORCH_CHECK(options_.chunk_bytes >= 4, "GlooGroupOptions::chunk_bytes must hold one float");
   ignore_sigpipe();
@@ -93,6 +85,31 @@ GlooGroup::GlooGroup(ControlPlane& control, GlooGroupOptions options)
   device_ = ::gloo::transport::tcp::CreateDevice(attr);
   worker_ = std::thread([this] { work(); });
   watchdog_ = std::thread([this] { watch(); });
+}
+
+GlooGroup::GlooGroup(const GlooGroup& parent, uint32_t key, std::vector<int> ids)
+    : control_(parent.control_), key_(key), ids_(std::move(ids)), options_([&] {
+        GlooGroupOptions o = parent.options_;
+        o.store_prefix.append("k").append(std::to_string(key)).append("/");
+        return o;
+      }()),
+      server_(control_), device_(parent.device_), waits_(std::make_unique<gloo_mesh::Waits>()),
+      counters_(parent.counters_), next_seq_(0) {
+  worker_ = std::thread([this] { work(); });
+  watchdog_ = std::thread([this] { watch(); });
+}
+
+std::unique_ptr<Group> GlooGroup::subgroup(uint32_t key, std::vector<int> ids) {
+  check_subgroup(key, ids, control_.self());
+  return std::unique_ptr<Group>(new GlooGroup(*this, key, std::move(ids)));
+}
+
+std::vector<int> GlooGroup::members(const Membership& m) const {
+  std::vector<int> ids;  // a member still waiting for its state hand-over takes no part
+  for (const Peer& p : m.members) {
+    if (in_collectives(p)) ids.push_back(p.id);
+  }
+  return within(std::move(ids), ids_);
 }
 
 GlooGroup::~GlooGroup() {
@@ -109,7 +126,7 @@ GlooGroup::~GlooGroup() {
 
 MembershipView GlooGroup::view() const {
   const Membership m = control_.membership();
-  return {m.epoch, ids_of(m), control_.self()};
+  return {m.epoch, members(m), control_.self()};
 }
 
 // Hands an op to the worker thread; its handle completes when the worker is done with it.
@@ -206,7 +223,7 @@ void GlooGroup::run(Op& op) {
     op.input = take_tensor(op.buffer.numel());
     op.input.copy_(op.buffer);
   }
-  op.first_members = ids_of(control_.membership());  // a member missing from the final mesh was lost
+  op.first_members = members(control_.membership());  // a member missing from the final mesh was lost
   for (;;) {
     Status st = ensure_mesh(op);
     if (!st.is_ok()) {
@@ -279,7 +296,7 @@ Status GlooGroup::ensure_mesh(const Op& op) {
     if (stop_) return Status(StatusCode::kUnavailable, "the group is shutting down");
     const Membership m = control_.membership();
     if (mesh_ && !mesh_broken_ && mesh_->epoch() == m.epoch) return Status::ok();
-    std::vector<int> ids = ids_of(m);
+    std::vector<int> ids = members(m);
     if (!contains(ids, self)) {
       return Status(StatusCode::kMembershipChanged,
                     "island " + std::to_string(self) + " is not a member of epoch " + std::to_string(m.epoch));
@@ -302,6 +319,7 @@ Status GlooGroup::ensure_mesh(const Op& op) {
     mo.connect_timeout = std::chrono::milliseconds(options_.connect_timeout_ms);
     mo.store_wait = std::chrono::milliseconds(options_.store_wait_ms);
     mo.stop = &stop_;
+    mo.group = key_;
     const gloo_mesh::MemberState mine{op.seq, retained_ ? retained_->seq : gloo_mesh::kNoSeq};
     try {
       mesh_ = gloo_mesh::Mesh::build(mo, m.epoch, built_generation_, ids, self, mine);
@@ -524,7 +542,7 @@ void GlooGroup::watch() {
     if (stop_) break;
     // A wait on an island the coordinator has dropped (or with this island dropped) never ends.
     const int peer = waits_->waiting_on();
-    const std::vector<int> ids = ids_of(m);
+    const std::vector<int> ids = members(m);
     if (peer >= 0 && (!contains(ids, peer) || !contains(ids, self))) {
       const std::string why = contains(ids, self) ? "island " + std::to_string(peer) + " left the membership (epoch " +
                                                         std::to_string(m.epoch) + ")"
@@ -583,10 +601,6 @@ void GlooGroup::give_tensor(at::Tensor t) {
   if (!t.defined()) return;
   if (spare_.size() >= 2) spare_.erase(spare_.begin());
   spare_.push_back(std::move(t));
-}
-
-std::unique_ptr<Group> GlooGroup::subgroup(uint32_t, std::vector<int>) {
-  throw std::logic_error("sub-groups are not available over gloo yet");
 }
 
 }  // namespace atl::transport

@@ -36,6 +36,14 @@
 // pairs of a new mesh. So a dead peer never hangs the group: the round completes with the
 // survivors, as with ZmqGroup.
 //
+// Sub-groups (subgroup()). A sub-group is a GlooGroup of its own over the same gloo device
+// and control plane: its meshes connect its live members only (store keys under
+// "<store_prefix>k<key>/", the key in every slot), it numbers its collectives from 0, and it
+// has its own worker and watchdog threads, so its collectives run concurrently with the
+// parent's and other sub-groups' and it restarts and hands over results on its own, as above.
+// Its first collective is number 0 on every island (a joiner does not take part in
+// sub-groups yet). Its bytes are counted in the parent's bytes().
+//
 // Thread model. A GlooGroup belongs to one island thread (like every Group). It owns a
 // worker thread (meshes and collectives: encoding, decoding, fp32 arithmetic) and a
 // watchdog thread (membership and timeouts); gloo's device owns its event-loop thread.
@@ -111,7 +119,7 @@ class GlooGroup final : public Group {
   // Queued like the other collectives; restarts among the survivors and hands a finished
   // result to members that did not finish it, as all-reduces do.
   std::unique_ptr<Handle> allgather(std::vector<uint8_t> bytes, std::vector<std::vector<uint8_t>>* out) override;
-  // Not available over gloo yet (docs/collectives.md): throws std::logic_error.
+  // See "Sub-groups" above.
   std::unique_ptr<Group> subgroup(uint32_t key, std::vector<int> ids) override;
   // ServerLink (server_link.h), as ZmqGroup.
   std::unique_ptr<Handle> push(uint64_t tag, at::Tensor buffer, const compression::Pipeline& codec,
@@ -128,6 +136,11 @@ class GlooGroup final : public Group {
  private:
   struct Op;
   struct Retained;
+
+  // Sub-group `key` of `parent`'s islands `ids`.
+  GlooGroup(const GlooGroup& parent, uint32_t key, std::vector<int> ids);
+  // The islands of `m` that take part in this group's collectives.
+  std::vector<int> members(const Membership& m) const;
 
   std::unique_ptr<Handle> enqueue(std::unique_ptr<Op> op);
   void work();    // worker thread
@@ -149,11 +162,13 @@ class GlooGroup final : public Group {
   void give_tensor(at::Tensor t);
 
   ControlPlane& control_;
+  const uint32_t key_ = 0;      // 0: the group of every island; else a sub-group's key
+  const std::vector<int> ids_;  // a sub-group's islands (empty: every island)
   const GlooGroupOptions options_;
   ServerLink server_;
   std::shared_ptr<::gloo::transport::Device> device_;
   std::unique_ptr<gloo_mesh::Waits> waits_;
-  std::unique_ptr<gloo_mesh::Counters> counters_;
+  std::shared_ptr<gloo_mesh::Counters> counters_;  // shared with the sub-groups
   uint64_t next_seq_;  // island thread
 
   // Worker thread only.

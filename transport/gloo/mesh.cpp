@@ -103,6 +103,7 @@ std::unique_ptr<Mesh> Mesh::build(const MeshOptions& o, uint64_t epoch, uint64_t
   std::unique_ptr<Mesh> m(new Mesh);
   m->epoch_ = epoch;
   m->generation_ = generation;
+  m->group_ = o.group;
   m->ids_ = std::move(ids);
   m->self_ = self;
   const int rank = m->rank(self);
@@ -158,11 +159,14 @@ std::vector<int> Mesh::adopters(uint64_t seq) const {
 }
 
 uint64_t Wire::slot(Kind kind, uint32_t index) const {
-  if (seq_ >= (uint64_t{1} << 32) || index >= (1u << 28)) {
+  if (index >= (1u << 28)) {
     throw std::logic_error("gloo mesh: slot out of range (collective " + std::to_string(seq_) + ", index " +
                            std::to_string(index) + ")");
   }
-  return (seq_ << 32) | (static_cast<uint64_t>(kind) << 28) | index;
+  // group (low 12 bits) | seq (low 20 bits) | kind (4 bits) | index (28 bits). A mesh runs one
+  // collective at a time (and hands over the one before), so 20 bits of seq tell them apart.
+  const uint64_t group = mesh_.group() & 0xfffu, seq = seq_ & 0xfffffu;
+  return (group << 52) | (seq << 32) | (static_cast<uint64_t>(kind) << 28) | index;
 }
 
 Wire::Message Wire::send(int to, const void* ptr, size_t bytes, Kind kind, uint32_t index, uint64_t raw) {

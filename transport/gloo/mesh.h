@@ -14,10 +14,12 @@
 // (adopter); the members that run `seq` are those whose next collective is at most `seq`.
 //
 // Messages (Wire). Every message is a gloo unbound-buffer send/recv on a slot derived from
-// (collective seq, kind, index), so messages of different collectives never match each
-// other. Waits go through Waits, which the group's watchdog thread can interrupt (a peer
-// left the membership); an interrupted wait, a failed pair (peer closed or reset the
-// connection) or a gloo error throws MeshBroken: the mesh is then discarded and rebuilt.
+// (group, collective seq, kind, index), so messages of different collectives never match each
+// other. A sub-group (Group::subgroup) has meshes of its own (its live members, its own store
+// keys and gloo context); its key is in the slots too. Waits go through Waits, which the
+// group's watchdog thread can interrupt (a peer left the membership); an interrupted wait, a
+// failed pair (peer closed or reset the connection) or a gloo error throws MeshBroken: the
+// mesh is then discarded and rebuilt.
 //
 // Thread model: a Mesh and its Wires are used by the group's worker thread only; Waits is
 // shared with the watchdog and is thread-safe.
@@ -109,6 +111,7 @@ struct MeshOptions {
   std::chrono::milliseconds connect_timeout{30000}; // gloo's timeout for connecting the pairs
   std::chrono::milliseconds store_wait{1000};       // longest wait of one store_get (ControlStore)
   const std::atomic<bool>* stop = nullptr;          // set when the group is going away
+  uint32_t group = 0;                               // 0, or the sub-group's key (in the slots)
 };
 
 class Mesh {
@@ -125,6 +128,7 @@ class Mesh {
   // watchdogs look for this key when a wait makes no progress.
   std::string closed_key() const { return scope_ + "closed"; }
   uint64_t generation() const { return generation_; }
+  uint32_t group() const { return group_; }
   const std::vector<int>& ids() const { return ids_; }
   int self() const { return self_; }
   int rank(int id) const;
@@ -141,6 +145,7 @@ class Mesh {
  private:
   Mesh() = default;
   uint64_t epoch_ = 0, generation_ = 0;
+  uint32_t group_ = 0;
   std::string scope_;                // store keys of this mesh: "<prefix>e<epoch>/g<generation>/"
   std::vector<int> ids_;
   int self_ = -1;

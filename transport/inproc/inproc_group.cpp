@@ -70,12 +70,7 @@ class InprocGroup final : public Group {
 
   MembershipView view() const override {
     hub_.scheduler_.yield(id_);  // deaths earlier on the clock have happened
-    if (key_ == 0) return {hub_.epoch_, hub_.members_, id_};
-    std::vector<int> live;
-    for (int m : hub_.members_) {
-      if (std::binary_search(ids_.begin(), ids_.end(), m)) live.push_back(m);
-    }
-    return {hub_.epoch_, live, id_};
+    return {hub_.epoch_, within(hub_.members_, ids_), id_};
   }
 
   std::unique_ptr<Handle> allreduce_mean(at::Tensor buffer, const compression::Pipeline& codec,
@@ -113,10 +108,7 @@ class InprocGroup final : public Group {
   }
 
   std::unique_ptr<Group> subgroup(uint32_t key, std::vector<int> ids) override {
-    TORCH_CHECK(key > 0, "subgroup: key 0 is the group of every island");
-    TORCH_CHECK(std::is_sorted(ids.begin(), ids.end()) && std::adjacent_find(ids.begin(), ids.end()) == ids.end(),
-                "subgroup: ids must be ascending and distinct");
-    TORCH_CHECK(std::binary_search(ids.begin(), ids.end(), id_), "subgroup: island ", id_, " is not in it");
+    check_subgroup(key, ids, id_);
     for (int m : ids) TORCH_CHECK(m >= 0 && m < hub_.size(), "subgroup: no island ", m);
     return std::make_unique<InprocGroup>(hub_, id_, key, std::move(ids));
   }

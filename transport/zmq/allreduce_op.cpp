@@ -82,6 +82,7 @@ void AllreduceOp::attempt(OpContext& ctx, uint64_t epoch, const std::vector<int>
   h.sender = self;
   h.epoch = epoch_;
   h.seq = seq_;
+  h.group = group_;
   auto body = std::make_shared<const Bytes>(encode_hello(hello_));
   for (int p : members) {
     if (p != self) ctx.send(p, Outbound{h, body, 0, body->size(), 0});
@@ -141,8 +142,9 @@ void AllreduceOp::begin_data(OpContext& ctx, const std::vector<int>& parts) {
     const int pos = static_cast<int>(std::find(parts.begin(), parts.end(), ctx.self()) - parts.begin());
     double expected = 0;
     for (int p : parts) expected += static_cast<double>(answers_[p]->numel);
-    start_exchange(ctx, make_gather_exchange(seq_, epoch_, parts, pos, &gather_in_, std::move(sizes), gather_out_,
-                                             chunk_bytes_),
+    start_exchange(ctx,
+                   make_gather_exchange(group_, seq_, epoch_, parts, pos, &gather_in_, std::move(sizes), gather_out_,
+                                        chunk_bytes_),
                    expected);
     return;
   }
@@ -159,6 +161,7 @@ void AllreduceOp::begin_data(OpContext& ctx, const std::vector<int>& parts) {
     buffer_.mul_(weight_);
   }
   ExchangeSetup s;
+  s.group = group_;
   s.seq = seq_;
   s.epoch = epoch_;
   s.members = parts;
@@ -370,12 +373,13 @@ Status unpack_gathered(const at::Tensor& words, std::vector<std::vector<uint8_t>
   return Status::ok();
 }
 
-void serve_result(OpContext& ctx, uint64_t seq, uint64_t epoch, const Retained& r, int peer) {
+void serve_result(OpContext& ctx, uint64_t seq, uint64_t epoch, const Retained& r, int peer, uint32_t group) {
   Header h;
   h.type = MsgType::kResultInfo;
   h.sender = ctx.self();
   h.epoch = epoch;
   h.seq = seq;
+  h.group = group;
   ResultInfoBody info{r.result.status.code(), r.result.weight_sum, static_cast<uint64_t>(r.values.numel()),
                       r.result.contributors};
   auto body = std::make_shared<const Bytes>(encode_result_info(info));

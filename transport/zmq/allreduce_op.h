@@ -120,6 +120,6 @@ at::Tensor pack_gathered(const std::vector<std::vector<uint8_t>>& gathered);
 Status unpack_gathered(const at::Tensor& words, std::vector<std::vector<uint8_t>>* gathered);
 
 // Sends a finished all-reduce's outcome to `peer` (RESULT_INFO, then fp32 RESULT pieces).
-void serve_result(OpContext& ctx, uint64_t seq, uint64_t epoch, const Retained& r, int peer);
+void serve_result(OpContext& ctx, uint64_t seq, uint64_t epoch, const Retained& r, int peer, uint32_t group = 0);
 
 }  // namespace atl::transport::dataplane

@@ -20,7 +20,7 @@ void BroadcastOp::start(OpContext& ctx, uint64_t epoch, const std::vector<int>& 
     return;
   }
   // A receiver takes the root's messages whatever their epoch: its wire knows only the root.
-  wire_ = std::make_unique<ZmqWire>(seq_, epoch, chunk_bytes_, std::vector<int>{root_}, nullptr);
+  wire_ = std::make_unique<ZmqWire>(group_, seq_, epoch, chunk_bytes_, std::vector<int>{root_}, nullptr);
   wire_->bind(ctx);
   program_ = collectives::broadcast(*wire_, {members, root_, buffer_, &codec_, piece_elements(codec_, chunk_bytes_)});
   step(ctx);

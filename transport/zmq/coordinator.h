@@ -64,11 +64,11 @@ struct CoordinatorOptions {
   // One call per RECORD (a JSON object, no line break): the process appends it to
   // metrics.jsonl. nullptr: records are dropped.
   std::function<void(const std::string& json)> record_sink;
-  // One call per membership change, after the epoch bump: the new view and why ("island 2
-  // failed (no heartbeat for 512 ms)"). The coordinator process writes it as a `membership`
-  // record (src/run/coordinator_process.cpp); the transport builds no records itself.
-  // nullptr: not reported (the change is still logged).
-  std::function<void(const Membership& view, const std::string& reason)> on_membership;
+  // One call per membership change, after the epoch bump: the new view and the islands whose
+  // change it is (several when the failure detector declares several dead at once). The
+  // coordinator process writes `membership` records from it (src/run/coordinator_process.cpp);
+  // the transport builds no records itself. nullptr: not reported (the change is still logged).
+  std::function<void(const Membership& view, const std::vector<MemberChange>& changes)> on_membership;
 
   // Limits against hostile or broken peers.
   int64_t max_message_bytes = int64_t{1} << 30;  // larger messages drop the connection

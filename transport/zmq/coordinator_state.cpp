@@ -100,7 +100,7 @@ void CoordinatorState::on_message(const std::string& routing_id, const std::stri
       return;
     case MsgType::kLeave:
       remove_island(id);
-      return membership_changed("island " + std::to_string(id) + " left", -1, out);
+      return membership_changed({{id, "left", ""}}, -1, out);
     case MsgType::kSuspect: return on_suspect(id, m, now);
     case MsgType::kPush: return on_push(id, isl, m, out);
     case MsgType::kPull: return on_pull(id, isl, m, now, out);
@@ -154,7 +154,7 @@ void CoordinatorState::on_join(const std::string& routing_id, const std::string&
     isl.routing_id = routing_id;
     isl.last_seen = now;
     isl.endpoint = m.endpoint;
-    membership_changed("island " + std::to_string(id) + " published its data endpoint", id, out);
+    membership_changed({{id, "ready", ""}}, id, out);
     Message body;
     body.membership = membership();
     out->push_back({routing_id, reply(MsgType::kJoinAck, id, h.session, h.request_id, &body)});
@@ -177,7 +177,7 @@ void CoordinatorState::on_join(const std::string& routing_id, const std::string&
   // Epochs never go back, even across a coordinator restart: the islands remember theirs.
   // (A claim beyond 2^62 is ignored: no overflow back to 0.)
   if (h.epoch < (uint64_t{1} << 62)) epoch_ = std::max(epoch_, h.epoch);
-  membership_changed("island " + std::to_string(id) + (known ? " rejoined" : " joined"), id, out);
+  membership_changed({{id, known ? "rejoined" : "joined", ""}}, id, out);
   Message body;
   body.membership = membership();
   out->push_back({routing_id, reply(MsgType::kJoinAck, id, h.session, h.request_id, &body)});
@@ -199,7 +199,7 @@ void CoordinatorState::on_suspect(int id, const Message& m, Clock::time_point no
 }
 
 void CoordinatorState::on_tick(Clock::time_point now, std::vector<Outgoing>* out) {
-  std::string reason;
+  std::vector<MemberChange> failed;
   for (auto it = islands_.begin(); it != islands_.end();) {
     const Island& isl = it->second;
     const int64_t silent = ms_between(isl.last_seen, now);
@@ -214,9 +214,9 @@ void CoordinatorState::on_tick(Clock::time_point now, std::vector<Outgoing>* out
     if (why.empty()) continue;
     ATOLL_WARN("coordinator: island " << id << " declared dead: " << why);
     remove_island(id);
-    reason += (reason.empty() ? "" : "; ") + ("island " + std::to_string(id) + " failed (" + why + ")");
+    failed.push_back({id, "failed", why});
   }
-  if (!reason.empty()) membership_changed(reason, -1, out);
+  if (!failed.empty()) membership_changed(failed, -1, out);
 
   for (auto it = pending_.begin(); it != pending_.end();) {
     if (!it->deadline || now < *it->deadline) {
@@ -251,7 +251,8 @@ void CoordinatorState::remove_island(int id) {
   all_present_logged_ = false;
 }
 
-void CoordinatorState::membership_changed(const std::string& reason, int skip, std::vector<Outgoing>* out) {
+void CoordinatorState::membership_changed(const std::vector<MemberChange>& changes, int skip,
+                                          std::vector<Outgoing>* out) {
   ++epoch_;
   Message body;
   body.membership = membership();
@@ -262,10 +263,10 @@ void CoordinatorState::membership_changed(const std::string& reason, int skip, s
   for (size_t i = 0; i < body.membership.members.size(); ++i) {
     ids << (i ? "," : "") << body.membership.members[i].id;
   }
-  ATOLL_INFO("coordinator: epoch " << epoch_ << ", members [" << ids.str() << "]: " << reason);
+  ATOLL_INFO("coordinator: epoch " << epoch_ << ", members [" << ids.str() << "]: " << describe(changes));
   star_.on_membership(collective_members());  // star all-reduces no longer waiting for anyone complete
   answer_pulls(out, /*star_only=*/true);
-  if (options_.on_membership) options_.on_membership(body.membership, reason);
+  if (options_.on_membership) options_.on_membership(body.membership, changes);
 }
 
 bool CoordinatorState::add_pending(Pending p, uint32_t wait_ms, Clock::time_point now) {

@@ -91,7 +91,7 @@ class CoordinatorState {
   void on_suspect(int id, const proto::Message& m, Clock::time_point now);
 
   // Bumps the epoch, sends MEMBERSHIP to every live island but `skip`, records the change.
-  void membership_changed(const std::string& reason, int skip, std::vector<Outgoing>* out);
+  void membership_changed(const std::vector<MemberChange>& changes, int skip, std::vector<Outgoing>* out);
   void remove_island(int id);
   // Answers every waiting PULL the server (or the star all-reduce) can answer now;
   // `star_only`: only those under star tags (the server role is not asked).

@@ -12,7 +12,7 @@ namespace atl::transport::dataplane {
 
 static_assert(std::endian::native == std::endian::little,
               "the data plane writes little-endian fields with memcpy");
-static_assert(kHeaderBytes == 88 && kChecksumOffset == 80, "data header layout changed");
+static_assert(kHeaderBytes == 92 && kChecksumOffset == 84, "data header layout changed");
 static_assert(sizeof(double) == 8 && sizeof(int32_t) == 4);
 
 namespace {
@@ -51,8 +51,8 @@ uint64_t checksum_payload(const uint8_t* payload, size_t payload_len) {
   return xxh3_64(payload, payload_len);
 }
 
-uint64_t message_checksum(const uint8_t* header80, uint64_t payload_hash) {
-  return xxh3_64(header80, kChecksumOffset, payload_hash);
+uint64_t message_checksum(const uint8_t* header84, uint64_t payload_hash) {
+  return xxh3_64(header84, kChecksumOffset, payload_hash);
 }
 
 uint64_t copy_and_checksum(uint8_t* dst, const uint8_t* src, size_t n) {
@@ -81,12 +81,15 @@ void encode_header_hashed(const Header& h, uint64_t payload_hash, uint8_t out[kH
   put<uint32_t>(out, 60, h.payload_len);
   put<uint64_t>(out, 64, h.offset);
   put<uint64_t>(out, 72, h.total);
+  put<uint32_t>(out, 80, h.group);
   put<uint64_t>(out, kChecksumOffset, message_checksum(out, payload_hash));
 }
 
 Status parse_header(const uint8_t* b, size_t size, const uint8_t* payload, size_t payload_size,
                     Header* h) {
-  if (size != kHeaderBytes) return bad("header frame of " + std::to_string(size) + " bytes, want 88");
+  if (size != kHeaderBytes) {
+    return bad("header frame of " + std::to_string(size) + " bytes, want " + std::to_string(kHeaderBytes));
+  }
   if (std::memcmp(b, kMagic, 4) != 0) return bad("wrong magic");
   if (b[4] != kVersion) return bad("unsupported version " + std::to_string(b[4]));
   if (b[5] == 0 || b[5] > kMaxMsgType) return bad("unknown type " + std::to_string(b[5]));
@@ -107,6 +110,7 @@ Status parse_header(const uint8_t* b, size_t size, const uint8_t* payload, size_
   h->payload_len = get<uint32_t>(b, 60);
   h->offset = get<uint64_t>(b, 64);
   h->total = get<uint64_t>(b, 72);
+  h->group = get<uint32_t>(b, 80);
   if (h->sender < 0 || h->sender > kMaxIslandId) return bad("sender id out of range");
   if (h->payload_len > kMaxPayloadBytes || h->payload_len != payload_size) {
     return bad("payload length " + std::to_string(h->payload_len) + " but a payload frame of " +

@@ -2,20 +2,21 @@
 // frozen type ids, the two small bodies (HELLO, RESULT_INFO) and the drop log. The message
 // flow is described in transport/zmq/zmq_group.h; the layout in docs/data_plane.md.
 //
-// A data message is one ZeroMQ multipart message: a fixed 88-byte little-endian header frame,
+// A data message is one ZeroMQ multipart message: a fixed 92-byte little-endian header frame,
 // then (when payload_len > 0) one payload frame:
 //
-//   magic "ATLD" | version u8 = 3 | type u8 | flags u8 | reserved u8 = 0 | sender i32
+//   magic "ATLD" | version u8 = 4 | type u8 | flags u8 | reserved u8 = 0 | sender i32
 //   | step u32 | epoch u64 | seq u64 | link_seq u64 | done_below u64 | chunk u32 | piece u32
-//   | pieces u32 | payload_len u32 | offset u64 | total u64
-//   | checksum u64 = XXH3_64bits_withSeed(header[0, 80), 80, XXH3_64bits(payload, payload_len))
+//   | pieces u32 | payload_len u32 | offset u64 | total u64 | group u32
+//   | checksum u64 = XXH3_64bits_withSeed(header[0, 84), 84, XXH3_64bits(payload, payload_len))
 //
 // The payload of a data piece is a compression frame (compression/frame.h); with kSplit, the
 // byte range [offset, offset + payload_len) of one frame of `total` bytes; with kRaw (the
 // empty pipeline: lossless fp32), the piece's elements as little-endian fp32, no frame around
 // them. Every piece is checksummed here, so a damaged piece is caught before it is
 // acknowledged; for a raw piece this checksum is the only one (version 2 added kRaw and
-// seeds the header's hash with the payload's).
+// seeds the header's hash with the payload's; version 4 added `group`: a collective is named
+// by (group, seq), group 0 being every island and any other a sub-group's key).
 //
 // Ids of MsgType are frozen: never renumbered, only appended; a new field or a changed layout
 // means a new version. Pure functions; thread-safe; parse never reads outside its input.
@@ -34,9 +35,9 @@
 namespace atl::transport::dataplane {
 
 constexpr uint8_t kMagic[4] = {'A', 'T', 'L', 'D'};
-constexpr uint8_t kVersion = 3;
-constexpr size_t kHeaderBytes = 88;
-constexpr size_t kChecksumOffset = 80;
+constexpr uint8_t kVersion = 4;
+constexpr size_t kHeaderBytes = 92;
+constexpr size_t kChecksumOffset = 84;
 constexpr int32_t kMaxIslandId = (1 << 20) - 1;
 constexpr uint32_t kMaxPayloadBytes = 0x7fffffffu;
 constexpr uint32_t kMaxMembers = 4096;
@@ -66,18 +67,19 @@ struct Header {
   int32_t sender = -1;      // island id
   uint32_t step = 0;        // ring step / direct phase
   uint64_t epoch = 0;       // membership epoch of the sender's attempt
-  uint64_t seq = 0;         // collective sequence number
+  uint64_t seq = 0;         // collective sequence number in its group
   uint64_t link_seq = 0;    // per-link message number (1, 2, ...); ACK: cumulative
-  uint64_t done_below = 0;  // the sender has completed every collective with seq below it
+  uint64_t done_below = 0;  // the sender has completed every collective of `group` with seq below it
   uint32_t chunk = 0;       // chunk index (ring / direct)
   uint32_t piece = 0;       // piece index within the transfer
   uint32_t pieces = 0;      // piece count of the transfer
   uint32_t payload_len = 0;
   uint64_t offset = 0;      // split: byte offset in the frame; RESULT piece: first element; else 0
   uint64_t total = 0;       // split: frame bytes; RESULT piece: result elements; else payload bytes
+  uint32_t group = 0;       // 0: the group of every island; else the sub-group's key (Group::subgroup)
 };
 
-// Writes the 88 header bytes (checksum over them and `payload`) into `out`.
+// Writes the 92 header bytes (checksum over them and `payload`) into `out`.
 void encode_header(const Header& h, const uint8_t* payload, uint8_t out[kHeaderBytes]);
 // The same with the payload's checksum_payload() already known (the header changes per
 // transmission, the payload's hash does not).
@@ -90,9 +92,9 @@ void encode_header_hashed(const Header& h, uint64_t payload_hash, uint8_t out[kH
 Status parse_header(const uint8_t* bytes, size_t size, const uint8_t* payload,
                     size_t payload_size, Header* h);
 
-// Checksum of a message: XXH3-64 of header[0, 80) seeded with the payload's XXH3-64, so that
+// Checksum of a message: XXH3-64 of header[0, 84) seeded with the payload's XXH3-64, so that
 // a payload is hashed once however often its header is rewritten (link_seq, done_below).
-uint64_t message_checksum(const uint8_t* header80, uint64_t payload_hash);
+uint64_t message_checksum(const uint8_t* header84, uint64_t payload_hash);
 uint64_t checksum_payload(const uint8_t* payload, size_t payload_len);
 // memcpy(dst, src, n) that returns checksum_payload(dst, n), hashing each block while it is
 // still in cache: a sender's copy and hash of a payload in one pass over memory.

@@ -22,6 +22,7 @@
 namespace atl::transport::dataplane {
 
 struct ExchangeSetup {
+  uint32_t group = 0;         // Header::group
   uint64_t seq = 0;
   uint64_t epoch = 0;
   std::vector<int> members;   // participants, ascending ids (= ring order)
@@ -60,7 +61,8 @@ class Exchange {
 std::unique_ptr<Exchange> make_exchange(ExchangeSetup setup);
 // The data phase of an allgather among `members` (this island at `pos`), every member's
 // byte count in `sizes`; fills `*out`.
-std::unique_ptr<Exchange> make_gather_exchange(uint64_t seq, uint64_t epoch, std::vector<int> members, int pos,
+std::unique_ptr<Exchange> make_gather_exchange(uint32_t group, uint64_t seq, uint64_t epoch,
+                                               std::vector<int> members, int pos,
                                                const std::vector<uint8_t>* mine, std::vector<uint64_t> sizes,
                                                std::vector<std::vector<uint8_t>>* out, int64_t chunk_bytes);
 
@@ -70,7 +72,8 @@ class ZmqWire final : public collectives::Wire {
  public:
   // `members`: the attempt's participants (messages from others are dropped); `backup`
   // (may be null) saves buffer regions before the schedule writes them.
-  ZmqWire(uint64_t seq, uint64_t epoch, int64_t chunk_bytes, std::vector<int> members, InputBackup* backup);
+  ZmqWire(uint32_t group, uint64_t seq, uint64_t epoch, int64_t chunk_bytes, std::vector<int> members,
+          InputBackup* backup);
   void bind(OpContext& ctx) { ctx_ = &ctx; }
 
   int self() const override { return ctx_->self(); }
@@ -106,6 +109,7 @@ class ZmqWire final : public collectives::Wire {
   void release(Slot& s);
 
   OpContext* ctx_ = nullptr;
+  const uint32_t group_;
   const uint64_t seq_, epoch_;
   const int64_t chunk_bytes_;
   const std::vector<int> members_;

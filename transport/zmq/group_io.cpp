@@ -49,7 +49,7 @@ void keep_freed_message_memory() {
 GroupIo::GroupIo(ControlPlane& control, const ZmqGroupOptions& options)
     : control_(control), options_(options), self_(control.self()),
       pool_(std::make_shared<BufferPool>(4 * static_cast<size_t>(options.max_in_flight) + 64, 2)), ctx_(1),
-      issued_below_(options.first_seq), done_below_(options.first_seq),
+      groups_{{0, Sequence{{}, options.first_seq, options.first_seq, options.first_seq, {}}}},
       bandwidth_(std::max(1e3, options.bandwidth_mbps * 1e6 / 8)) {
   TORCH_CHECK(options_.chunk_bytes >= 1024 && options_.chunk_bytes <= (int64_t{1} << 30),
               "ZmqGroupOptions::chunk_bytes must be in [1024, 2^30]");
@@ -82,7 +82,7 @@ GroupIo::GroupIo(ControlPlane& control, const ZmqGroupOptions& options)
   links_ = std::make_unique<PeerLinks>(ctx_, self_, bind_endpoint(control_, options_), lo, drops_);
   endpoint_ = links_->endpoint();
   links_->set_peers(membership_.members);
-  links_->set_done_below(done_below_);
+  links_->set_done_below(0, options.first_seq);
   wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (wake_fd_ < 0) throw std::runtime_error("zmq data plane: eventfd failed");
   thread_ = std::thread([this] { run(); });
@@ -109,21 +109,15 @@ void GroupIo::submit(std::unique_ptr<Op> op) {
 
 MembershipView GroupIo::view() const {
   std::lock_guard<std::mutex> lock(mu_);
-  MembershipView v;
-  v.epoch = membership_.epoch;
-  v.self = self_;
-  for (const Peer& p : membership_.members) {
-    if (in_collectives(p)) v.members.push_back(p.id);
-  }
-  return v;
+  return {membership_.epoch, member_ids(), self_};
 }
 
-std::vector<int> GroupIo::member_ids() const {
-  std::vector<int> ids;  // a member still waiting for its state hand-over takes no part
+std::vector<int> GroupIo::member_ids(const std::vector<int>& ids) const {
+  std::vector<int> live;  // a member still waiting for its state hand-over takes no part
   for (const Peer& p : membership_.members) {
-    if (in_collectives(p)) ids.push_back(p.id);
+    if (in_collectives(p)) live.push_back(p.id);
   }
-  return ids;
+  return within(std::move(live), ids);
 }
 
 void GroupIo::suspect(int peer) {
@@ -153,7 +147,7 @@ void GroupIo::run() {
       if (links_->idle() || now >= stop_at) break;
     }
     Clock::time_point wake = std::min(next_refresh_, links_->next_timer());
-    for (auto& [seq, op] : ops_) wake = std::min(wake, op->next_timer());
+    for (auto& [id, op] : ops_) wake = std::min(wake, op->next_timer());
     auto timeout = std::chrono::duration_cast<std::chrono::milliseconds>(wake - now);
     timeout = std::clamp(timeout, std::chrono::milliseconds(0), std::chrono::milliseconds(options_.poll_ms));
     if (refresh_due_) timeout = std::chrono::milliseconds(0);
@@ -161,10 +155,10 @@ void GroupIo::run() {
     now = Clock::now();
     if (refresh_due_ || now >= next_refresh_) refresh();
     for (int peer : links_->check_timers(now)) suspect(peer);
-    for (auto& [seq, op] : ops_) op->on_timer(*this, now);
+    for (auto& [id, op] : ops_) op->on_timer(*this, now);
     reap();
   }
-  for (auto& [seq, op] : ops_) op->abandon(Status(StatusCode::kUnavailable, "the ZmqGroup was destroyed"));
+  for (auto& [id, op] : ops_) op->abandon(Status(StatusCode::kUnavailable, "the ZmqGroup was destroyed"));
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& op : submitted_) op->abandon(Status(StatusCode::kUnavailable, "the ZmqGroup was destroyed"));
 }
@@ -179,14 +173,15 @@ void GroupIo::start_new_ops() {
   // The island may have just seen a new epoch through the ControlPlane: start in that one,
   // not in a view up to poll_ms old.
   refresh();
-  const std::vector<int> ids = member_ids();
   for (auto& op : fresh) {
-    const uint64_t seq = op->seq();
-    issued_below_ = seq + 1;
+    const Cid id{op->group(), op->seq()};
+    Sequence& s = groups_[id.first];
+    s.ids = op->ids();
+    s.issued_below = id.second + 1;
     Op& o = *op;
-    ops_[seq] = std::move(op);
-    o.start(*this, membership_.epoch, ids);
-    auto kept = stash_.find(seq);
+    ops_[id] = std::move(op);
+    o.start(*this, membership_.epoch, member_ids(s.ids));
+    auto kept = stash_.find(id);
     if (kept != stash_.end()) {
       for (Inbound& m : kept->second) {
         stash_bytes_ -= static_cast<int64_t>(m.size());
@@ -200,36 +195,40 @@ void GroupIo::start_new_ops() {
 
 void GroupIo::dispatch(Inbound& m) {
   const Header& h = m.header;
-  uint64_t& peer_done = peer_done_below_[h.sender];
+  const Cid id{h.group, h.seq};
+  uint64_t& peer_done = peer_done_below_[{h.sender, h.group}];
   peer_done = std::max(peer_done, h.done_below);
-  auto op = ops_.find(h.seq);
+  auto op = ops_.find(id);
   if (op != ops_.end() && op->second->done()) {  // finished in this batch: keep its result first
     reap();
-    op = ops_.find(h.seq);
+    op = ops_.find(id);
   }
   if (op != ops_.end()) {
     op->second->on_message(*this, m);
     return;
   }
-  if (auto it = retained_.find(h.seq); it != retained_.end()) {
-    if (h.type == MsgType::kHello && served_.insert({h.seq, h.sender, h.epoch}).second) {
-      ATOLL_INFO("zmq data plane: island " << self_ << " hands collective #" << h.seq
-                                           << "'s result to island " << h.sender << " (it restarted it)");
-      serve_result(*this, h.seq, h.epoch, *it->second, h.sender);
+  if (auto it = retained_.find(id); it != retained_.end()) {
+    if (h.type == MsgType::kHello && served_.insert({id, h.sender, h.epoch}).second) {
+      ATOLL_INFO("zmq data plane: island " << self_ << " hands collective #" << h.seq << " (group " << h.group
+                                           << ")'s result to island " << h.sender << " (it restarted it)");
+      serve_result(*this, h.seq, h.epoch, *it->second, h.sender, h.group);
     }
     return;  // anything else for a finished collective is stale
   }
-  if (h.seq < options_.first_seq) {
+  static const Sequence kUnknown;  // a sub-group not made here yet: nothing issued
+  auto known = groups_.find(h.group);
+  const Sequence& s = known != groups_.end() ? known->second : kUnknown;
+  if (h.seq < s.first) {
     if (h.type == MsgType::kHello) answer_absent(h);
     return;
   }
-  if (h.seq >= issued_below_) {  // a collective this island has not issued yet
+  if (h.seq >= s.issued_below) {  // a collective this island has not issued yet
     if (stash_bytes_ + static_cast<int64_t>(m.size()) > options_.max_stash_bytes) {
       drops_.drop("stash full", "collective #" + std::to_string(h.seq) + " from island " + std::to_string(h.sender));
       return;
     }
     stash_bytes_ += static_cast<int64_t>(m.size());
-    stash_[h.seq].push_back(std::move(m));
+    stash_[id].push_back(std::move(m));
     return;
   }
   if (h.type == MsgType::kHello) {
@@ -244,6 +243,7 @@ void GroupIo::answer_absent(const Header& hello) {
   h.sender = self_;
   h.epoch = hello.epoch;
   h.seq = hello.seq;
+  h.group = hello.group;
   send(hello.sender, Outbound{h, nullptr, 0, 0, 0});
 }
 
@@ -256,12 +256,12 @@ void GroupIo::refresh() {
     std::lock_guard<std::mutex> lock(mu_);
     membership_ = m;
   }
-  const std::vector<int> ids = member_ids();
-  ATOLL_INFO("zmq data plane: island " << self_ << " sees epoch " << m.epoch << " (" << ids.size() << " members)");
+  ATOLL_INFO("zmq data plane: island " << self_ << " sees epoch " << m.epoch << " (" << member_ids().size()
+                                       << " members)");
   links_->set_peers(m.members);
   // Every unfinished all-reduce restarts in the new epoch: its queued messages are stale.
   links_->purge([&](const Header& h) { return is_allreduce_message(h.type) && h.epoch < m.epoch; });
-  for (auto& [seq, op] : ops_) op->on_membership(*this, m.epoch, ids);
+  for (auto& [id, op] : ops_) op->on_membership(*this, m.epoch, member_ids(op->ids()));
 }
 
 void GroupIo::reap() {
@@ -271,24 +271,31 @@ void GroupIo::reap() {
       continue;
     }
     if (auto kept = it->second->take_retained()) retained_[it->first] = std::move(kept);
-    done_above_.insert(it->first);
+    Sequence& s = groups_[it->first.first];
+    s.done_above.insert(it->first.second);
+    while (!s.done_above.empty() && *s.done_above.begin() == s.done_below) {
+      s.done_above.erase(s.done_above.begin());
+      ++s.done_below;
+    }
+    links_->set_done_below(it->first.first, s.done_below);
     it = ops_.erase(it);
   }
-  while (!done_above_.empty() && *done_above_.begin() == done_below_) {
-    done_above_.erase(done_above_.begin());
-    ++done_below_;
-  }
-  links_->set_done_below(done_below_);
-  // A kept result is dropped once every other member has finished that collective.
+  // A kept result is dropped once every other member of its group has finished that
+  // collective, or when its group keeps more than max_retained.
+  std::map<uint32_t, int> kept;
+  for (const auto& [id, r] : retained_) ++kept[id.first];
   for (auto it = retained_.begin(); it != retained_.end();) {
+    const auto [group, seq] = it->first;
+    const std::vector<int>& ids = groups_[group].ids;
     bool all = true;
     for (const Peer& p : membership_.members) {
-      if (p.id != self_ && peer_done_below_[p.id] <= it->first) all = false;
+      const bool in_group = ids.empty() || std::binary_search(ids.begin(), ids.end(), p.id);
+      if (p.id != self_ && in_group && peer_done_below_[{p.id, group}] <= seq) all = false;
     }
-    const bool too_many = static_cast<int>(retained_.size()) > options_.max_retained;
-    if (all || too_many) {
-      const uint64_t seq = it->first;
-      std::erase_if(served_, [seq](const auto& s) { return std::get<0>(s) == seq; });
+    if (all || kept[group] > options_.max_retained) {
+      --kept[group];
+      const Cid id = it->first;
+      std::erase_if(served_, [id](const auto& s) { return std::get<0>(s) == id; });
       pool_->give(std::move(it->second->values));
       it = retained_.erase(it);
     } else {

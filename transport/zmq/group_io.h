@@ -5,10 +5,15 @@
 //
 // Loop: take newly issued ops (in sequence order) and start them in the current
 // membership; poll the sockets (at most poll_ms, less when a timer is due); hand each
-// accepted message to its op by sequence number, keep it if that op is not issued yet, or
-// answer it from a kept result; re-read the membership every poll_ms (at once after a
+// accepted message to its op by (group, sequence number), keep it if that op is not issued
+// yet, or answer it from a kept result; re-read the membership every poll_ms (at once after a
 // message from a newer epoch) and tell every op when the epoch moves; run the link and op
 // timers; forward suspicions to the ControlPlane.
+//
+// Groups. The group of every island (0) and each sub-group (ZmqGroup::subgroup, named by its
+// key) number their collectives on their own; every piece of bookkeeping below is per
+// (group, seq), so one group's collectives, kept messages and kept results never meet
+// another's. A sub-group's ops run among the live members of its islands.
 //
 // Thread-safety: submit(), view(), endpoint(), counters() and dropped() may be called from
 // any thread; everything else runs on the I/O thread.
@@ -42,7 +47,7 @@ class GroupIo final : public OpContext {
   // running complete with kUnavailable.
   ~GroupIo() override;
 
-  // Hands an op to the I/O thread; ops must be submitted in sequence order.
+  // Hands an op to the I/O thread; the ops of one group must be submitted in sequence order.
   void submit(std::unique_ptr<Op> op);
   MembershipView view() const;
   std::string endpoint() const { return endpoint_; }
@@ -71,7 +76,8 @@ class GroupIo final : public OpContext {
   void refresh();
   void reap();
   void answer_absent(const Header& hello);
-  std::vector<int> member_ids() const;
+  // The live members among `ids` (empty: every island).
+  std::vector<int> member_ids(const std::vector<int>& ids = {}) const;
 
   ControlPlane& control_;
   const ZmqGroupOptions options_;
@@ -91,14 +97,20 @@ class GroupIo final : public OpContext {
   Membership membership_;                       // guarded by mu_ (written by the I/O thread)
 
   // I/O thread only.
-  std::map<uint64_t, std::unique_ptr<Op>> ops_;
-  uint64_t issued_below_;                       // every seq below was submitted
-  uint64_t done_below_;                         // every seq below has completed
-  std::set<uint64_t> done_above_;               // completed seqs >= done_below_
-  std::map<uint64_t, std::unique_ptr<Retained>> retained_;
-  std::set<std::tuple<uint64_t, int, uint64_t>> served_;  // (seq, peer, epoch)
-  std::map<int, uint64_t> peer_done_below_;
-  std::map<uint64_t, std::vector<Inbound>> stash_;  // messages for seqs not issued yet
+  using Cid = std::pair<uint32_t, uint64_t>;    // a collective: (group, seq)
+  struct Sequence {                             // the collectives of one group
+    std::vector<int> ids;                       // a sub-group's islands (empty: every island)
+    uint64_t first = 0;                         // the first seq this island issues
+    uint64_t issued_below = 0;                  // every seq below was submitted
+    uint64_t done_below = 0;                    // every seq below has completed
+    std::set<uint64_t> done_above;              // completed seqs >= done_below
+  };
+  std::map<uint32_t, Sequence> groups_;         // by group; 0 = every island
+  std::map<Cid, std::unique_ptr<Op>> ops_;
+  std::map<Cid, std::unique_ptr<Retained>> retained_;
+  std::set<std::tuple<Cid, int, uint64_t>> served_;  // (collective, peer, epoch)
+  std::map<std::pair<int, uint32_t>, uint64_t> peer_done_below_;  // by (peer, group)
+  std::map<Cid, std::vector<Inbound>> stash_;   // messages for collectives not issued yet
   int64_t stash_bytes_ = 0;
   double bandwidth_;                            // bytes/s
   bool observed_ = false;

@@ -56,7 +56,7 @@ struct Retained {
   at::Tensor values;  // [n] float32: a copy of the result
 };
 
-// One collective, matched across members by its sequence number.
+// One collective, matched across members by its group and its sequence number in it.
 class Op {
  public:
   Op(uint64_t seq, std::shared_ptr<Completion> completion)
@@ -64,6 +64,14 @@ class Op {
   virtual ~Op() = default;
 
   uint64_t seq() const { return seq_; }
+  // Its group (Header::group: 0 = every island, else a sub-group's key) and, for a
+  // sub-group, its islands (ascending). Set before the op is submitted.
+  void set_group(uint32_t group, std::vector<int> ids) {
+    group_ = group;
+    ids_ = std::move(ids);
+  }
+  uint32_t group() const { return group_; }
+  const std::vector<int>& ids() const { return ids_; }
   bool done() const { return done_; }
 
   // Runs the first attempt among `members` (ascending ids) of membership `epoch`.
@@ -88,6 +96,8 @@ class Op {
   }
 
   const uint64_t seq_;
+  uint32_t group_ = 0;
+  std::vector<int> ids_;
 
  private:
   std::shared_ptr<Completion> completion_;

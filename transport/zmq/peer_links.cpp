@@ -163,7 +163,7 @@ void PeerLinks::pump(OutLink& l) {
     s.length = m.length;
     s.link_seq = l.next_link_seq++;
     m.header.link_seq = s.link_seq;
-    m.header.done_below = done_below_;
+    m.header.done_below = done_below_[m.header.group];
     m.header.payload_len = static_cast<uint32_t>(s.length);
     if (m.hashed) encode_header_hashed(m.header, m.payload_hash, s.header);
     else encode_header(m.header, s.length ? s.buffer->data() + s.offset : nullptr, s.header);
@@ -182,7 +182,7 @@ void PeerLinks::send_ack(const zmq::message_t& routing_id, uint64_t link_seq) {
   h.type = MsgType::kAck;
   h.sender = self_;
   h.link_seq = link_seq;
-  h.done_below = done_below_;
+  h.done_below = done_below_[0];
   uint8_t bytes[kHeaderBytes];
   encode_header(h, nullptr, bytes);
   zmq::message_t rid(routing_id.data(), routing_id.size());

@@ -112,7 +112,9 @@ class PeerLinks {
   // True when no message waits for credit or for an acknowledgement.
   bool idle() const;
 
-  void set_done_below(uint64_t v) { done_below_ = v; }
+  // Every collective of `group` below `v` has completed here (stamped on its messages; ACKs
+  // carry group 0's).
+  void set_done_below(uint32_t group, uint64_t v) { done_below_[group] = v; }
   ByteCounters counters() const;
 
  private:
@@ -162,7 +164,7 @@ class PeerLinks {
   std::set<std::string> refused_logged_;
   std::map<int, OutLink> links_;
   std::map<std::string, InLink> inlinks_;      // by routing id
-  uint64_t done_below_ = 0;
+  std::map<uint32_t, uint64_t> done_below_;   // by group
   std::atomic<uint64_t> sent_{0}, received_{0}, raw_sent_{0};
 };
 

@@ -36,8 +36,10 @@ double Exchange::expected_bytes(const ExchangeSetup& s) {
                                          static_cast<double>(kHeaderBytes);
 }
 
-ZmqWire::ZmqWire(uint64_t seq, uint64_t epoch, int64_t chunk_bytes, std::vector<int> members, InputBackup* backup)
-    : seq_(seq), epoch_(epoch), chunk_bytes_(chunk_bytes), members_(std::move(members)), backup_(backup) {}
+ZmqWire::ZmqWire(uint32_t group, uint64_t seq, uint64_t epoch, int64_t chunk_bytes, std::vector<int> members,
+                 InputBackup* backup)
+    : group_(group), seq_(seq), epoch_(epoch), chunk_bytes_(chunk_bytes), members_(std::move(members)),
+      backup_(backup) {}
 
 void ZmqWire::send(int to, const collectives::MsgKey& key, const uint8_t* data, size_t size, uint64_t raw_bytes,
                    bool raw) {
@@ -46,6 +48,7 @@ void ZmqWire::send(int to, const collectives::MsgKey& key, const uint8_t* data, 
   h.sender = ctx_->self();
   h.epoch = epoch_;
   h.seq = seq_;
+  h.group = group_;
   h.step = key.step;
   h.chunk = key.chunk;
   if (!raw && static_cast<int64_t>(size) > chunk_bytes_ && key.pieces == 1) {
@@ -206,7 +209,7 @@ class ProgramExchange final : public Exchange {
 }  // namespace
 
 std::unique_ptr<Exchange> make_exchange(ExchangeSetup s) {
-  ZmqWire wire(s.seq, s.epoch, s.chunk_bytes, s.members, s.backup);
+  ZmqWire wire(s.group, s.seq, s.epoch, s.chunk_bytes, s.members, s.backup);
   collectives::AllreduceSetup a;
   a.seq = s.seq;
   a.members = s.members;
@@ -220,10 +223,11 @@ std::unique_ptr<Exchange> make_exchange(ExchangeSetup s) {
       std::move(wire), [a](collectives::Wire& w) { return collectives::allreduce(w, a); });
 }
 
-std::unique_ptr<Exchange> make_gather_exchange(uint64_t seq, uint64_t epoch, std::vector<int> members, int pos,
+std::unique_ptr<Exchange> make_gather_exchange(uint32_t group, uint64_t seq, uint64_t epoch,
+                                               std::vector<int> members, int pos,
                                                const std::vector<uint8_t>* mine, std::vector<uint64_t> sizes,
                                                std::vector<std::vector<uint8_t>>* out, int64_t chunk_bytes) {
-  ZmqWire wire(seq, epoch, chunk_bytes, members, nullptr);
+  ZmqWire wire(group, seq, epoch, chunk_bytes, members, nullptr);
   collectives::AllgatherSetup g{std::move(members), pos, mine, std::move(sizes), out};
   return std::make_unique<ProgramExchange>(
       std::move(wire), [g](collectives::Wire& w) { return collectives::allgather(w, g); });

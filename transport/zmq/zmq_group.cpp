@@ -23,7 +23,7 @@ void check_buffer(const at::Tensor& t) {
 
 ZmqGroup::ZmqGroup(ControlPlane& control, ZmqGroupOptions options)
     : control_(control), options_(std::move(options)), server_(control_),
-      io_(std::make_unique<dataplane::GroupIo>(control_, options_)), next_seq_(options_.first_seq) {
+      io_(std::make_shared<dataplane::GroupIo>(control_, options_)), next_seq_(options_.first_seq) {
   if (options_.star) {
     StarClientOptions so;
     so.first_seq = options_.first_seq;
@@ -34,9 +34,28 @@ ZmqGroup::ZmqGroup(ControlPlane& control, ZmqGroupOptions options)
   }
 }
 
+ZmqGroup::ZmqGroup(const ZmqGroup& parent, uint32_t key, std::vector<int> ids)
+    : control_(parent.control_), options_(parent.options_), server_(control_), io_(parent.io_), next_seq_(0),
+      key_(key), ids_(std::move(ids)) {}
+
 ZmqGroup::~ZmqGroup() = default;
 
-MembershipView ZmqGroup::view() const { return io_->view(); }
+MembershipView ZmqGroup::view() const {
+  MembershipView v = io_->view();
+  v.members = within(std::move(v.members), ids_);
+  return v;
+}
+
+std::unique_ptr<Group> ZmqGroup::subgroup(uint32_t key, std::vector<int> ids) {
+  check_subgroup(key, ids, control_.self());
+  return std::unique_ptr<Group>(new ZmqGroup(*this, key, std::move(ids)));
+}
+
+std::unique_ptr<Handle> ZmqGroup::submit(std::unique_ptr<dataplane::Op> op, std::shared_ptr<Completion> done) {
+  op->set_group(key_, ids_);
+  io_->submit(std::move(op));
+  return std::make_unique<CompletionHandle>(std::move(done));
+}
 
 std::unique_ptr<Handle> ZmqGroup::allreduce_mean(at::Tensor buffer, const compression::Pipeline& codec,
                                                  double weight, at::Tensor transmitted) {
@@ -51,17 +70,17 @@ std::unique_ptr<Handle> ZmqGroup::allreduce_mean(at::Tensor buffer, const compre
   auto done = std::make_shared<Completion>();
   // The input is saved as the data phase overwrites it (input_backup.h), not copied here.
   at::Tensor input = io_->pool().tensor(buffer.numel());
-  io_->submit(std::make_unique<dataplane::AllreduceOp>(next_seq_++, std::move(buffer), std::move(input), codec,
-                                                       weight, std::move(transmitted), options_.chunk_bytes, done));
-  return std::make_unique<CompletionHandle>(std::move(done));
+  return submit(std::make_unique<dataplane::AllreduceOp>(next_seq_++, std::move(buffer), std::move(input), codec,
+                                                         weight, std::move(transmitted), options_.chunk_bytes, done),
+                done);
 }
 
 std::unique_ptr<Handle> ZmqGroup::broadcast(int root, at::Tensor buffer, const compression::Pipeline& codec) {
   check_buffer(buffer);
   auto done = std::make_shared<Completion>();
-  io_->submit(std::make_unique<dataplane::BroadcastOp>(next_seq_++, root, std::move(buffer), codec,
-                                                       options_.chunk_bytes, done));
-  return std::make_unique<CompletionHandle>(std::move(done));
+  return submit(std::make_unique<dataplane::BroadcastOp>(next_seq_++, root, std::move(buffer), codec,
+                                                         options_.chunk_bytes, done),
+                done);
 }
 
 std::unique_ptr<Handle> ZmqGroup::push(uint64_t tag, at::Tensor buffer, const compression::Pipeline& codec,
@@ -95,12 +114,8 @@ uint64_t ZmqGroup::dropped() const { return io_->dropped(); }
 std::unique_ptr<Handle> ZmqGroup::allgather(std::vector<uint8_t> bytes, std::vector<std::vector<uint8_t>>* out) {
   TORCH_CHECK(out != nullptr, "allgather: no output");
   auto done = std::make_shared<Completion>();
-  io_->submit(std::make_unique<dataplane::AllreduceOp>(next_seq_++, std::move(bytes), out, options_.chunk_bytes, done));
-  return std::make_unique<CompletionHandle>(std::move(done));
-}
-
-std::unique_ptr<Group> ZmqGroup::subgroup(uint32_t, std::vector<int>) {
-  throw std::logic_error("sub-groups are not available over zmq yet");
+  return submit(
+      std::make_unique<dataplane::AllreduceOp>(next_seq_++, std::move(bytes), out, options_.chunk_bytes, done), done);
 }
 
 }  // namespace atl::transport

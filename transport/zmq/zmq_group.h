@@ -10,7 +10,10 @@
 // the island.
 //
 // Collectives (allreduce_op.h, broadcast_op.h). Matched across members by a per-group
-// sequence number, in issue order, exactly like InprocGroup; several may be in flight. The
+// sequence number, in issue order, exactly like InprocGroup; several may be in flight.
+// Sub-groups (subgroup()) share the group's sockets and I/O thread; their messages carry
+// the sub-group's key (data_wire.h: group) and its own sequence numbers, and each keeps its
+// own restart and hand-over state (group_io.h). The
 // results are bitwise those of InprocHub for the same inputs: lossless codecs run the ring
 // of transport/ring.h, lossy codecs the direct scheme (exchange.h). A collective that loses
 // a member restarts among the survivors from its original inputs when the ControlPlane
@@ -48,7 +51,9 @@ namespace atl::transport {
 
 namespace dataplane {
 class GroupIo;
-}
+class Op;
+}  // namespace dataplane
+class Completion;
 class StarClient;
 
 struct ZmqGroupOptions {
@@ -89,7 +94,9 @@ class ZmqGroup final : public Group {
   // Peer to peer (also with options.star), with the all-reduce's attempts, restarts and
   // hand-over of a finished result (allreduce_op.h).
   std::unique_ptr<Handle> allgather(std::vector<uint8_t> bytes, std::vector<std::vector<uint8_t>>* out) override;
-  // Not available over ZeroMQ yet (docs/collectives.md): throws std::logic_error.
+  // Group::subgroup over this group's data plane and control plane (its all-reduces run peer
+  // to peer also with options.star). Its first collective is number 0 on every island (a
+  // joiner handed state does not take part in sub-groups yet).
   std::unique_ptr<Group> subgroup(uint32_t key, std::vector<int> ids) override;
   // ServerLink::push (server_link.h): encodes `buffer` as InprocGroup does, hands the frame
   // to ControlPlane::push and blocks until it answers. Counts the frame's bytes.
@@ -109,12 +116,18 @@ class ZmqGroup final : public Group {
   uint64_t dropped() const;
 
  private:
+  // Sub-group `key` of `parent`'s islands `ids`.
+  ZmqGroup(const ZmqGroup& parent, uint32_t key, std::vector<int> ids);
+  std::unique_ptr<Handle> submit(std::unique_ptr<dataplane::Op> op, std::shared_ptr<Completion> done);
+
   ControlPlane& control_;
   ZmqGroupOptions options_;
   ServerLink server_;  // push / pull
-  std::unique_ptr<dataplane::GroupIo> io_;
+  std::shared_ptr<dataplane::GroupIo> io_;  // shared with the sub-groups
   std::unique_ptr<StarClient> star_;  // options.star only; stopped before io_
   uint64_t next_seq_;
+  uint32_t key_ = 0;      // 0: the group of every island; else a sub-group's key
+  std::vector<int> ids_;  // a sub-group's islands (empty: every island)
 };
 
 }  // namespace atl::transport

@@ -1,0 +1,143 @@
+// DiPaCo's DiLoCo per module (algorithms/dipaco.cpp) through the real island loop, scheduler
+// and in-process group, on quadratics (quadratic_harness.h), against oracles: DiLoCo itself,
+// independent DiLoCo runs, and module averages recomputed by hand.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "algorithms/builtin.h"
+#include "tests/algorithms/quadratic_harness.h"
+
+namespace atl {
+namespace {
+
+using algorithms::AlgorithmOptions;
+using algorithms::ParamRange;
+
+constexpr int64_t kN = 40;
+
+// Four ranges of 10: the embeddings (block -1), block 0, block 1, the head (block -1).
+std::vector<ParamRange> four_ranges() {
+  return {{0, 10, -1, {10}, 0}, {10, 10, 0, {10}, 0}, {20, 10, 1, {10}, 0}, {30, 10, -1, {10}, 0}};
+}
+
+testing::HarnessHooks dipaco_hooks(std::function<void(algorithms::IslandContext&)> setup = {}) {
+  testing::HarnessHooks h;
+  h.make = algorithms::make_dipaco;
+  h.setup_context = std::move(setup);
+  return h;
+}
+
+AlgorithmOptions nesterov(int64_t h) {
+  AlgorithmOptions o;
+  o.name = "dipaco";
+  o.inner_steps = h;
+  return o;
+}
+
+// One path, every parameter in the shared module: DiPaCo is DiLoCo with P islands, bitwise.
+TEST(DiPaCo, OneSharedModuleIsDiLoCoBitwise) {
+  const auto targets = testing::random_targets(4, kN);
+  const at::Tensor theta0 = at::zeros({kN});
+  const auto train = testing::sgd_train(0.1, 23);  // the last round is a partial one
+  AlgorithmOptions o = nesterov(5);
+  o.weight_by_shard = true;
+  o.module_islands = {{0, 1, 2, 3}};
+  o.module_paths = {1};
+  const std::vector<int64_t> shards{10, 20, 30, 40};
+  const auto dipaco = testing::run_quadratic(o, train, targets, theta0, shards, nullptr, four_ranges(), dipaco_hooks());
+  o.name = "diloco";
+  const auto diloco = testing::run_quadratic(o, train, targets, theta0, shards, nullptr, four_ranges());
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_TRUE(at::equal(dipaco.params[i], diloco.params[i])) << i;
+    EXPECT_TRUE(at::equal(dipaco.globals[i], diloco.globals[i])) << i;
+    EXPECT_EQ(dipaco.bytes[i].sent, diloco.bytes[i].sent) << i;
+    ASSERT_EQ(dipaco.rounds[i].size(), 5u);
+    EXPECT_EQ(dipaco.rounds[i].back().contributors, 4);
+  }
+  EXPECT_FALSE(at::equal(dipaco.globals[0], theta0));
+}
+
+// Every module path-specific (each island its own path): four independent DiLoCo runs of one
+// island each, and nothing on the wire.
+TEST(DiPaCo, PathSpecificModulesAreIndependentDiLoCoRuns) {
+  const auto targets = testing::random_targets(4, kN);
+  const at::Tensor theta0 = at::zeros({kN});
+  const auto train = testing::sgd_train(0.1, 20);
+  AlgorithmOptions o = nesterov(5);
+  o.module_islands = {{0}, {1}, {2}, {3}};  // module i: island i's path-specific parameters
+  o.module_paths = {1, 1, 1, 1};
+  const auto dipaco = testing::run_quadratic(o, train, targets, theta0, {}, nullptr, four_ranges(),
+                                             dipaco_hooks([](algorithms::IslandContext& ctx) {
+                                               for (ParamRange& r : ctx.layout) r.module = ctx.island;
+                                             }));
+  o.name = "diloco";
+  for (int i = 0; i < 4; ++i) {
+    const auto alone = testing::run_quadratic(o, train, {targets[i]}, theta0);
+    EXPECT_TRUE(at::equal(dipaco.globals[i], alone.globals[0])) << i;
+    EXPECT_TRUE(at::equal(dipaco.params[i], alone.params[0])) << i;
+    EXPECT_EQ(dipaco.bytes[i].sent, 0u) << i;
+  }
+  EXPECT_FALSE(at::equal(dipaco.globals[0], dipaco.globals[1]));
+}
+
+// A 2x2: the embeddings and head shared by all four paths (module 0), block 0 in level 0
+// (modules 1, 2), block 1 in level 1 (modules 3, 4); island i trains path i, whose choices are
+// (i / 2, i % 2). With a plain outer step (SGD, lr 1, no momentum) one round sets every
+// module to theta0 minus the shard-weighted mean of the deltas of the islands through it, and
+// of no other island; with norm rescaling that mean times sqrt(paths through the module).
+void two_by_two(bool rescale) {
+  const auto targets = testing::random_targets(4, kN);
+  const at::Tensor theta0 = at::zeros({kN});
+  const int64_t h = 3;
+  const double lr = 0.1;
+  const auto train = testing::sgd_train(lr, h);
+  AlgorithmOptions o = nesterov(h);
+  o.outer.kind = algorithms::OuterKind::kSgd;
+  o.outer.lr = 1.0;
+  o.outer.momentum = 0.0;
+  o.weight_by_shard = true;
+  o.module_islands = {{0, 1, 2, 3}, {0, 1}, {2, 3}, {0, 2}, {1, 3}};
+  o.module_paths = {4, 2, 2, 2, 2};
+  o.norm_rescale = rescale;
+  const std::vector<int64_t> shards{100, 300, 50, 550};
+  auto module_of = [](int island, const ParamRange& r) {
+    if (r.block < 0) return 0;
+    return r.block == 0 ? 1 + island / 2 : 3 + island % 2;
+  };
+  const auto run = testing::run_quadratic(o, train, targets, theta0, shards, nullptr, four_ranges(),
+                                          dipaco_hooks([&](algorithms::IslandContext& ctx) {
+                                            for (ParamRange& r : ctx.layout) r.module = module_of(ctx.island, r);
+                                          }));
+  // The oracle, in double: each island's delta after h SGD steps, averaged per module.
+  std::vector<at::Tensor> delta;
+  for (int i = 0; i < 4; ++i) delta.push_back((theta0 - testing::sgd_by_hand(theta0, targets[i], lr, h)).to(at::kDouble));
+  for (int i = 0; i < 4; ++i) {
+    for (const ParamRange& r : four_ranges()) {
+      const int m = module_of(i, r);
+      at::Tensor mean = at::zeros({r.numel}, at::kDouble);
+      double total = 0;
+      for (int j : o.module_islands[m]) {
+        mean += static_cast<double>(shards[j]) * delta[j].narrow(0, r.offset, r.numel);
+        total += static_cast<double>(shards[j]);
+      }
+      mean /= total;
+      if (rescale) mean *= std::sqrt(static_cast<double>(o.module_paths[m]));
+      const at::Tensor expected = theta0.to(at::kDouble).narrow(0, r.offset, r.numel) - mean;
+      EXPECT_TRUE(at::allclose(run.globals[i].narrow(0, r.offset, r.numel).to(at::kDouble), expected, 1e-6, 1e-6))
+          << "island " << i << ", module " << m;
+    }
+    EXPECT_TRUE(at::equal(run.params[i], run.globals[i]));
+  }
+  // Islands share exactly the modules their paths share: 0 and 1 agree on module 0 and 1, not 3.
+  EXPECT_TRUE(at::equal(run.globals[0].narrow(0, 0, 20), run.globals[1].narrow(0, 0, 20)));
+  EXPECT_FALSE(at::equal(run.globals[0].narrow(0, 20, 10), run.globals[1].narrow(0, 20, 10)));
+  EXPECT_TRUE(at::equal(run.globals[0].narrow(0, 20, 10), run.globals[2].narrow(0, 20, 10)));
+  EXPECT_TRUE(at::equal(run.globals[0].narrow(0, 30, 10), run.globals[3].narrow(0, 30, 10)));
+}
+
+TEST(DiPaCo, AModuleAveragesOnlyTheIslandsThroughItWeightedByShard) { two_by_two(false); }
+TEST(DiPaCo, NormRescalingMultipliesByTheRootOfThePathsThroughAModule) { two_by_two(true); }
+
+}  // namespace
+}  // namespace atl
