@@ -14,6 +14,8 @@
 //     clip; inner_step(ctx, step) if replaces_inner_step(), else the inner optimizer
 //     after_inner_step(ctx, step)                diloco: every H steps, outer sync
 //   finish(ctx)
+// A resumed run (checkpoints, below) calls setup(ctx), then load(ctx, state), and starts
+// the loop after the checkpoint's step.
 //
 // One Algorithm object per island, used only by that island's thread. Hooks that
 // communicate block on the group (in the simulator that hands the turn to other islands).
@@ -94,6 +96,15 @@ struct AlgorithmState {
   std::vector<at::Tensor> tensors;  // e.g. outer-optimizer buffers, [N] float32 each
 };
 
+// An island's algorithm state in a checkpoint (docs/checkpoints.md): what state() returns
+// at a step boundary and load() takes back. The layout of `counters` and `tensors` is the
+// algorithm's own (each documents it beside its state()); the checkpoint stores them as
+// they are, tensors with their dtype and shape (undefined ones too).
+struct AlgorithmCheckpoint {
+  std::vector<int64_t> counters;    // e.g. rounds, outer-optimizer steps
+  std::vector<at::Tensor> tensors;  // e.g. the global model, outer-optimizer buffers
+};
+
 class Algorithm {
  public:
   virtual ~Algorithm() = default;
@@ -127,6 +138,26 @@ class Algorithm {
   // an exchange whose result a joiner could not apply (it joins from the next collective on):
   // the donor then hands over at a later boundary. Default: any boundary.
   virtual bool can_hand_over() const { return true; }
+
+  // Checkpoints (docs/checkpoints.md). Exact resume: a run stopped after a checkpoint of
+  // step S and resumed from it continues bitwise as if it had never stopped. The resumed
+  // island's parameters are set to this island's at S, its algorithm is made afresh and set
+  // up on them, then load() receives what state() returned at the boundary of step S; the
+  // island loop goes on with step S + 1. Checkpoints are taken only at boundaries where
+  // every island of the run has completed its exchanges (no collective in flight).
+  //
+  // checkpoint_limit(): empty when state() and load() capture everything this algorithm,
+  // with its options, needs to continue exactly; otherwise a phrase saying what keeps it
+  // from that ("the exchange in flight of algorithm.overlap"), for the user's error.
+  // Default: not supported (an algorithm opts in by overriding all three).
+  virtual std::string checkpoint_limit() const { return "its state is not saved in checkpoints yet"; }
+  // Whether this step boundary may hold a checkpoint: false while an exchange of this island
+  // is in flight (streaming_diloco between a fragment's send and its receive). A checkpoint
+  // that is due then falls at the next boundary where it is true; it must be true at the
+  // same boundaries on every island. Default: every boundary.
+  virtual bool can_checkpoint() const { return true; }
+  virtual AlgorithmCheckpoint state() const { return {}; }
+  virtual void load(IslandContext& ctx, const AlgorithmCheckpoint& state) {}
 };
 
 // Registry (algorithms/registry.cpp). Throws atl::UserError for an unknown name, listing

@@ -101,6 +101,32 @@ class DiLoCo final : public Algorithm {
     outer_.load(state.tensors[2].item<int64_t>(), {state.tensors[0], state.tensors[1]});
   }
 
+  // Checkpoint: counters = {round, outer-optimizer steps}; tensors = {anchor, outer state
+  // (2, undefined until used), error-feedback residual (undefined until a lossy round)}.
+  // Checkpoints fall between rounds; with overlap an exchange is always in flight there.
+  std::string checkpoint_limit() const override {
+    if (options_.overlap != Overlap::kNone) return "the exchange in flight of algorithm.overlap";
+    return {};
+  }
+  AlgorithmCheckpoint state() const override {
+    TORCH_CHECK(!handle_, "diloco: no checkpoint while an exchange is in flight");
+    AlgorithmCheckpoint s;
+    s.counters = {round_, outer_.steps()};
+    const auto outer = outer_.state();
+    s.tensors = {anchor_, outer[0], outer[1], feedback_.residual()};
+    return s;
+  }
+  void load(IslandContext&, const AlgorithmCheckpoint& state) override {
+    TORCH_CHECK(state.counters.size() == 2 && state.tensors.size() == 4, "diloco checkpoint: expected 2 counters "
+                "and 4 tensors, got ", state.counters.size(), " and ", state.tensors.size());
+    at::NoGradGuard no_grad;
+    round_ = state.counters[0];
+    anchor_.copy_(state.tensors[0]);
+    auto on = [&](const at::Tensor& t) { return t.defined() ? t.to(anchor_.device()) : t; };
+    outer_.load(state.counters[1], {on(state.tensors[1]), on(state.tensors[2])});
+    feedback_.load(state.tensors[3]);
+  }
+
  private:
   double weight(const IslandContext& ctx) const {
     return options_.weight_by_shard ? static_cast<double>(ctx.shard_size) : 1.0;

@@ -22,6 +22,11 @@ class Feedback {
   // Returns the `transmitted` buffer to hand to the collective (undefined when inactive).
   at::Tensor compensate(at::Tensor& delta, const compression::Pipeline& codec);
   void update();
+  // The residual (undefined before the first lossy round) and back, for checkpoints.
+  const at::Tensor& residual() const { return ef_.residual(); }
+  void load(const at::Tensor& residual) {
+    if (residual.defined()) ef_.load(residual);
+  }
 
  private:
   bool enabled_;

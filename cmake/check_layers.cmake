@@ -39,6 +39,8 @@ layer(transport/relay "^(transport/relay|src/base)/" "^(ATen|torch|c10|zmq|gloo)
       "transport/relay/ and src/base/, no libtorch, zmq or gloo")
 layer(transport "^(${interfaces}|transport/collectives/|transport/inproc/|compression/|src/base/)" "^(zmq|gloo/)"
       "the transport interfaces (transport/*.h), transport/collectives/, transport/inproc/, compression/ and src/base/, no zmq or gloo")
+layer(src/checkpoint "^src/(base|checkpoint)/" "^(ATen|torch|c10|zmq|gloo/|yaml-cpp/)"
+      "src/checkpoint/ and src/base/, no libtorch, zmq, gloo or yaml-cpp")
 layer(algorithms "^(algorithms/|${interfaces}|compression/|src/base/)" "^(zmq|gloo/|yaml-cpp/)"
       "algorithms/, the transport interfaces (transport/*.h), compression/ and src/base/, no zmq, gloo or yaml-cpp")
 

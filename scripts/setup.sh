@@ -18,6 +18,7 @@ PACKAGES=(
   clang libclang-rt-14-dev
   bible-kjv bible-kjv-text dataset-fashion-mnist
   python3-matplotlib    # atoll report: plots (scripts/report.py)
+  python3-torch         # tests/checkpoint: torch.load of `atoll export` files (~9 MB download)
 )
 
 missing=()

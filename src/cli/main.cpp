@@ -18,6 +18,7 @@
 #include "src/config/config.h"
 #include "src/config/sweep_spec.h"
 #include "src/run/processes.h"
+#include "src/core/export.h"
 #include "src/core/simulator.h"
 #include "src/core/validate.h"
 #include "src/sweep/compare.h"
@@ -92,6 +93,9 @@ int main(int argc, char** argv) {
   simulate->add_option("config", config_path, "experiment YAML")->required();
   simulate->add_option("--set", sets, "override a key: --set algorithm.inner_steps=100 (repeatable)");
   simulate->add_flag("--force", force, "overwrite an existing run directory");
+  bool resume = false;
+  simulate->add_flag("--resume", resume, "continue the run from its newest usable checkpoint (run.resume; "
+                                         "docs/checkpoints.md)");
   simulate->add_flag("-q,--quiet", quiet, "no progress output");
   simulate->add_flag("-v,--verbose", verbose, "debug logging");
 
@@ -170,6 +174,15 @@ int main(int argc, char** argv) {
   auto* compare = app.add_subcommand("compare", "a table of runs: the keys that differ, then their results");
   compare->add_option("runs", run_dirs, "run directories (or sweep directories: all their runs)")->required();
 
+  atl::core::ExportOptions export_options;
+  auto* export_cmd = app.add_subcommand("export", "write a run's final (or a checkpoint's) parameters as a file "
+                                                  "PyTorch loads with torch.load (docs/checkpoints.md)");
+  export_cmd->add_option("run_dir", export_options.run_dir, "runs/<name>")->required();
+  export_cmd->add_option("--format", export_options.format, "pt (a dict of parameter name -> tensor)");
+  export_cmd->add_option("--checkpoint", export_options.checkpoint, "a checkpoint file instead of final_params.bin");
+  export_cmd->add_option("--out", export_options.out, "the file to write (default RUN_DIR/final_params.pt, or "
+                                                      "RUN_DIR/step-S.pt for a checkpoint)");
+
   std::string key_dir, key_name;
   auto* keygen = app.add_subcommand("keygen", "write a CurveZMQ key pair DIR/NAME.key and DIR/NAME.pub");
   keygen->add_option("dir", key_dir, "directory for the key files")->required();
@@ -186,6 +199,12 @@ int main(int argc, char** argv) {
     if (verbose) atl::set_log_level(atl::LogLevel::kDebug);
     if (*keygen) return atl::run::keygen(key_dir, key_name);
     if (*sweep_cmd) return sweep(sweep_options);
+    if (*export_cmd) {
+      const atl::core::ExportResult r = atl::core::export_params(export_options);
+      std::printf("%s: %lld tensors, %lld parameters from %s\n", r.out.c_str(), static_cast<long long>(r.tensors),
+                  static_cast<long long>(r.params), r.source.c_str());
+      return 0;
+    }
     if (*report) {
       std::printf("%s\n", atl::sweep::write_report(sweep_dir).c_str());
       return 0;
@@ -205,6 +224,7 @@ int main(int argc, char** argv) {
                                     : *island    ? atl::core::Target::kIsland
                                     : *launch    ? atl::core::Target::kLaunch
                                                  : atl::core::Target::kSimulate;
+    if (resume) sets.push_back("run.resume=true");
     atl::config::Config config = load_and_check(config_path, sets, target);
     atl::run::ProcessOptions popts;
     popts.force = force;

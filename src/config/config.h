@@ -405,6 +405,22 @@ struct DipacoConfig {
   }
 };
 
+// Checkpoints of a run (docs/checkpoints.md): written to `dir` every `every` inner steps,
+// the newest `keep` kept; `atoll simulate --resume` (run.resume) continues from the newest.
+struct CheckpointConfig {
+  int64_t every = 0;            // inner steps between checkpoints; 0 = no checkpoints
+  int keep = 3;                 // how many of the newest checkpoints are kept
+  std::string dir;              // "" = <run.out_dir>/<run.name>/checkpoints
+
+  template <class V>
+  void fields(V& v) {
+    using namespace atl::fields;
+    v.field("every", every, at_least(0));
+    v.field("keep", keep, at_least(1));
+    v.field("dir", dir);
+  }
+};
+
 struct Config {
   std::string source;           // file the config was read from ("" when built in code)
   RunConfig run;
@@ -419,6 +435,7 @@ struct Config {
   NetworkConfig network;
   HostsConfig hosts;
   DipacoConfig dipaco;
+  CheckpointConfig checkpoint;
   // Where each key that the text set came from, for messages about it later (e.g. a missing
   // data file in check_environment): "section.key" -> "FILE:LINE" or "--set section.key=v".
   // Filled by parse_config; keys left at their defaults are absent. Not written by to_yaml.

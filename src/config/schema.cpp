@@ -97,7 +97,8 @@ std::vector<Section> build() {
           section("compute", &Config::compute),
           section("network", &Config::network),
           section("hosts", &Config::hosts),
-          section("dipaco", &Config::dipaco)};
+          section("dipaco", &Config::dipaco),
+          section("checkpoint", &Config::checkpoint)};
 }
 
 std::string join(const std::vector<std::string>& names) {

@@ -1,6 +1,8 @@
 #include "src/core/cost_model.h"
 
 #include <cmath>
+#include <sstream>
+#include <stdexcept>
 
 namespace atl::core {
 
@@ -35,6 +37,22 @@ double CostModel::next_step_s(int island) {
     t *= std::exp(n(st.rng));
   }
   return t;
+}
+
+std::string CostModel::save() const {
+  std::ostringstream out;
+  out << state_.size();
+  for (const auto& st : state_) out << ' ' << st.straggling_left << ' ' << st.rng;
+  return out.str();
+}
+
+void CostModel::load(const std::string& text) {
+  std::istringstream in(text);
+  size_t n = 0;
+  in >> n;
+  if (!in || n != state_.size()) throw std::runtime_error("cost model state: for another number of islands");
+  for (auto& st : state_) in >> st.straggling_left >> st.rng;
+  if (in.fail()) throw std::runtime_error("cost model state: unreadable");
 }
 
 }  // namespace atl::core

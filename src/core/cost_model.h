@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "src/config/config.h"
@@ -24,6 +25,10 @@ class CostModel {
   double nominal_step_s(int island) const { return base_s_ / speeds_[static_cast<size_t>(island)]; }
   double base_step_s() const { return base_s_; }
   const std::vector<double>& speeds() const { return speeds_; }
+  // Every island's RNG and straggling state as text, and back (checkpoints). load() of
+  // text from another model's save() is a std::runtime_error.
+  std::string save() const;
+  void load(const std::string& text);
 
  private:
   struct IslandState {

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <set>
+#include <vector>
 
 #include "src/core/json.h"
 
@@ -30,6 +31,21 @@ class EvalSummary {
   // Appends final_val_loss, last_val_loss, last_eval_step and best_val_loss, and with
   // `classifier` final_val_accuracy.
   void add_fields(JsonObject& summary, int64_t final_step, bool classifier) const;
+
+  // Everything above as plain values, and back (checkpoints).
+  struct Saved {
+    std::vector<int64_t> steps;  // ascending
+    int64_t last_step = -1;
+    double last_loss = NAN, last_accuracy = -1, best_loss = INFINITY;
+  };
+  Saved saved() const { return {{steps_.begin(), steps_.end()}, last_step_, last_loss_, last_accuracy_, best_loss_}; }
+  void restore(const Saved& s) {
+    steps_ = {s.steps.begin(), s.steps.end()};
+    last_step_ = s.last_step;
+    last_loss_ = s.last_loss;
+    last_accuracy_ = s.last_accuracy;
+    best_loss_ = s.best_loss;
+  }
 
  private:
   bool is_final(int64_t final_step) const { return final_step >= 0 && last_step_ == final_step; }

@@ -81,10 +81,22 @@ void IslandRuntime::join(JoinState state, transport::Group* group) {
   host_.record(rejoin_record(r, now()));
 }
 
+void IslandRuntime::resume(const Saved& state, algorithms::AlgorithmCheckpoint algorithm) {
+  steps_ = state.steps;
+  loss_acc_ = state.loss_acc;
+  loss_n_ = state.loss_n;
+  for (at::Tensor& t : algorithm.tensors)
+    if (t.defined()) t = t.to(parts_.model->params().device());
+  resuming_ = std::move(algorithm);
+}
+
 void IslandRuntime::run() {
   loop_.algorithm = parts_.algorithm.get();
   loop_.optimizer = parts_.optimizer.get();
-  if (joining_) {
+  if (resuming_) {
+    loop_.first_step = steps_ + 1;
+    loop_.after_setup = [this] { parts_.algorithm->load(context_, *resuming_); };
+  } else if (joining_) {
     loop_.first_step = joining_->step + 1;
     loop_.after_setup = [this] { parts_.algorithm->import_state(context_, joining_->state); };
   } else {

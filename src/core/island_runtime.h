@@ -108,6 +108,19 @@ class IslandRuntime {
   // model takes the global parameters, the algorithm the donor's state after setup, and
   // the loop starts after the donor's step. Writes the rejoin record.
   void join(JoinState state, transport::Group* group);
+  // What the runtime carries from one step to the next, for checkpoints
+  // (docs/checkpoints.md): the steps done and the training loss summed since the last
+  // train record.
+  struct Saved {
+    int64_t steps = 0;
+    double loss_acc = 0;
+    int64_t loss_n = 0;
+  };
+  Saved saved() const { return {steps_, loss_acc_, loss_n_}; }
+  // This island continues a run from a checkpoint: after the parts' model, sampler and inner
+  // optimizer were restored, before run(). The loop starts after `state.steps`, and the
+  // algorithm loads `algorithm` right after its setup. No record is written.
+  void resume(const Saved& state, algorithms::AlgorithmCheckpoint algorithm);
   // Runs the island loop to its last step. Exceptions from the algorithm and the hooks
   // propagate (the simulator unwinds a killed island this way).
   void run();
@@ -132,6 +145,7 @@ class IslandRuntime {
   IslandLoop loop_;
   std::unique_ptr<EvalRole> eval_role_;
   std::optional<JoinState> joining_;
+  std::optional<algorithms::AlgorithmCheckpoint> resuming_;
   int64_t steps_ = 0;
   double loss_acc_ = 0;
   int64_t loss_n_ = 0;

@@ -1,6 +1,7 @@
 #include "src/core/run_dir.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -52,8 +53,8 @@ RunDir::RunDir(const config::Config& config, bool force) {
     if (!force) {
       if (config.run.resume) {
         throw UserError("run directory '" + path_ +
-                        "' exists and run.resume is set, but this version of atoll writes no "
-                        "checkpoints to resume from; use --force to start the run over");
+                        "' exists and run.resume is set, but only atoll simulate resumes from "
+                        "checkpoints (docs/checkpoints.md); use --force to start the run over");
       }
       throw UserError("run directory '" + path_ +
                       "' already exists; pass --force to overwrite it or change run.name");
@@ -66,6 +67,33 @@ RunDir::RunDir(const config::Config& config, bool force) {
   const std::string metrics = (fs::path(path_) / "metrics.jsonl").string();
   metrics_ = std::fopen(metrics.c_str(), "w");
   if (!metrics_) throw UserError("cannot write '" + metrics + "': " + std::strerror(errno));
+}
+
+RunDir::RunDir(const config::Config& config, Continue at) {
+  path_ = (fs::path(config.run.out_dir) / config.run.name).string();
+  const std::string metrics = (fs::path(path_) / "metrics.jsonl").string();
+  std::error_code ec;
+  const auto size = fs::file_size(metrics, ec);
+  if (ec) throw UserError("cannot resume '" + path_ + "': no metrics.jsonl to continue (" + ec.message() + ")");
+  if (size < at.metrics_bytes)
+    throw UserError("cannot resume '" + path_ + "': metrics.jsonl has " + std::to_string(size) +
+                    " bytes, fewer than the checkpoint's " + std::to_string(at.metrics_bytes));
+  fs::resize_file(metrics, at.metrics_bytes, ec);
+  if (ec) throw UserError("cannot resume '" + path_ + "': cannot cut metrics.jsonl: " + ec.message());
+  // A run that had finished is running again: its results are written anew at its end.
+  fs::remove(fs::path(path_) / "summary.json", ec);
+  fs::remove(fs::path(path_) / "final_params.bin", ec);
+  write_file_atomic((fs::path(path_) / "config.yaml").string(), config::to_yaml(config));
+  metrics_ = std::fopen(metrics.c_str(), "a");
+  if (!metrics_) throw UserError("cannot write '" + metrics + "': " + std::strerror(errno));
+}
+
+uint64_t RunDir::metrics_bytes() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::fflush(metrics_);
+  struct stat st {};
+  if (::fstat(::fileno(metrics_), &st) != 0) throw std::runtime_error("cannot stat metrics.jsonl: " + std::string(std::strerror(errno)));
+  return static_cast<uint64_t>(st.st_size);
 }
 
 RunDir::~RunDir() {

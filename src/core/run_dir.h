@@ -3,6 +3,7 @@
 // line by line and flushed, so a killed run leaves every completed record readable.
 #pragma once
 
+#include <cstdint>
 #include <cstdio>
 #include <mutex>
 #include <string>
@@ -16,7 +17,18 @@ namespace atl::core {
 class RunDir {
  public:
   RunDir(const config::Config& config, bool force);
+  // Continues the run directory of `config` from a checkpoint (docs/checkpoints.md
+  // "Resuming"): metrics.jsonl is cut to its first `metrics_bytes` bytes (the records up to
+  // the checkpoint) and appended to from there; config.yaml is written again; summary.json
+  // and final_params.bin of an earlier end are removed (the run writes them at its end). An
+  // atl::UserError when metrics.jsonl is missing or shorter than that.
+  struct Continue {
+    uint64_t metrics_bytes = 0;
+  };
+  RunDir(const config::Config& config, Continue at);
   ~RunDir();
+  // The length of metrics.jsonl: every record written so far (each is flushed). Thread-safe.
+  uint64_t metrics_bytes();
   const std::string& path() const { return path_; }
   // Appends one JSON object as a line to metrics.jsonl. Thread-safe.
   void record(const std::string& json_line);

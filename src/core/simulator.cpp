@@ -1,13 +1,16 @@
 #include "src/core/simulator.h"
 
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
 #include <torch/torch.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <mutex>
 #include <thread>
@@ -16,6 +19,7 @@
 #include "algorithms/algorithm.h"
 #include "src/base/log.h"
 #include "src/base/status.h"
+#include "src/checkpoint/checkpoint_dir.h"
 #include "src/data/dataset.h"
 #include "src/models/model.h"
 #include "src/core/components.h"
@@ -29,6 +33,7 @@
 #include "src/core/params_file.h"
 #include "src/core/progress.h"
 #include "src/core/run_dir.h"
+#include "src/core/sim_checkpoint.h"
 #include "src/core/validate.h"
 #include "src/train/inner_optimizer.h"
 #include "transport/inproc/inproc_group.h"
@@ -97,6 +102,30 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// The newest usable checkpoint of an existing run directory, for run.resume
+// (docs/checkpoints.md "Resuming"). Each newer checkpoint that does not read back whole is
+// reported with one warning line and skipped. A UserError when there is none, or when it
+// belongs to another config.
+SimCheckpoint load_resume_point(const config::Config& config, const std::string& run_path,
+                                const std::string& ckpt_path, int islands) {
+  checkpoint::CheckpointDir ckpts(ckpt_path, config.checkpoint.keep);
+  StatusOr<checkpoint::Loaded> loaded =
+      ckpts.load_latest([](const std::string& line) { ATOLL_WARN(line); });
+  if (!loaded.is_ok())
+    throw UserError("run.resume: run directory '" + run_path + "' exists but '" + ckpt_path +
+                    "' holds no usable checkpoint; use --force to start the run over");
+  const std::string what = "checkpoint '" + loaded->path + "'";
+  StatusOr<SimCheckpoint> c = decode_sim_checkpoint(loaded->checkpoint, what);
+  if (!c.is_ok()) throw UserError("run.resume: " + c.status().message());
+  if (c->config_hash != resume_hash(config))
+    throw UserError("run.resume: " + what + " was written by a run with another config (only run.resume and "
+                    "checkpoint.keep/dir may differ); use --force to start the run over");
+  if (static_cast<int>(c->islands.size()) != islands)
+    throw UserError("run.resume: " + what + " holds " + std::to_string(c->islands.size()) + " islands, this run " +
+                    std::to_string(islands));
+  return std::move(*c);
+}
+
 }  // namespace
 
 RunSummary simulate(const config::Config& config, const SimulateOptions& options) {
@@ -110,6 +139,16 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
   const uint64_t seed = config.run.seed;
   const c10::Device device(config.run.device);
   torch::manual_seed(seed);
+
+  // --- resume (docs/checkpoints.md "Resuming"): a run directory that exists continues from
+  // its newest usable checkpoint; none there yet: a fresh start.
+  const std::string run_path = (std::filesystem::path(config.run.out_dir) / config.run.name).string();
+  const std::string ckpt_path = config.checkpoint.dir.empty()
+                                    ? (std::filesystem::path(run_path) / "checkpoints").string()
+                                    : config.checkpoint.dir;
+  std::optional<SimCheckpoint> resumed;
+  if (config.run.resume && !options.force && std::filesystem::exists(run_path))
+    resumed = load_resume_point(config, run_path, ckpt_path, n);
 
   // --- data, models, algorithm (everything that can fail on user input, before the run dir)
   config::Config data_config = config;  // shards for every island, including added ones
@@ -133,15 +172,23 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
                                    (classifier ? 1.0 : static_cast<double>(config.model.seq_len));
   CostModel cost(config.compute, islands[0].parts.model->flops_per_example() * examples_per_step, n, seed);
 
-  RunDir dir(config, options.force);
+  std::optional<RunDir> run_dir;
+  if (resumed) run_dir.emplace(config, RunDir::Continue{resumed->metrics_bytes});
+  else run_dir.emplace(config, options.force);
+  RunDir& dir = *run_dir;
+  checkpoint::CheckpointDir checkpoints(ckpt_path, config.checkpoint.keep);
+  if (!resumed) {  // a fresh start: checkpoints of an earlier run here are not this run's
+    for (const auto& e : checkpoints.list()) std::filesystem::remove(e.path);
+  }
   data::write_normalization(splits.normalization, splits.train->input_dim(), dir.path());  // data.normalize
   Progress progress(options.quiet ? Progress::Mode::kQuiet : Progress::Mode::kAuto);
   progress.message("atoll simulate: " + config.run.name + ": " + config.algorithm.name + ", " +
                    std::to_string(k) + (k == 1 ? " island, " : " islands, ") + config.model.name + " " +
                    std::to_string(n_params) + " params, " + splits.train->describe() + ", " +
-                   std::to_string(threads) + " threads -> " + dir.path());
+                   std::to_string(threads) + " threads -> " + dir.path() +
+                   (resumed ? " (resumed after step " + std::to_string(resumed->step) + ")" : ""));
 
-  dir.record(JsonObject()
+  if (!resumed) dir.record(JsonObject()
                  .add("event", "start")
                  .add("algorithm", config.algorithm.name)
                  .add("islands", k)
@@ -200,6 +247,7 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
         server_global = global;
       });
   hub.set_server(server.get());
+  if (resumed) hub.restore(resumed->hub);  // before the groups, which read their sequence numbers
 
   for (int i = 0; i < n; ++i) {
     islands[i].group = hub.make_group(i);
@@ -292,6 +340,90 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
     pending.clear();
   };
 
+  // Checkpoints (docs/checkpoints.md): at every checkpoint.every-th step boundary each live
+  // island saves its own state and waits; the last to arrive (every exchange is complete by
+  // then) adds the run's shared state and writes the file, then everyone goes on in the
+  // scheduler's order, as a resumed run starts.
+  int64_t ckpt_step = 0;  // the step being gathered
+  int ckpt_arrived = 0;
+  int64_t ckpt_done = resumed ? resumed->step : 0;  // the newest checkpoint's step
+  std::vector<IslandCheckpoint> ckpt_islands(static_cast<size_t>(n));
+  // Per island: the step from which its next checkpoint is due (the multiple of
+  // checkpoint.every after the latest checkpoint).
+  std::vector<int64_t> ckpt_due(static_cast<size_t>(n), config.checkpoint.every);
+  if (resumed && config.checkpoint.every > 0)
+    ckpt_due.assign(static_cast<size_t>(n), (resumed->step / config.checkpoint.every + 1) * config.checkpoint.every);
+  auto island_state = [&](int i) {
+    Island& is = islands[i];
+    IslandCheckpoint c;
+    c.params = is.parts.model->params().detach().clone();
+    c.optimizer_steps = is.parts.optimizer->steps();
+    for (const auto& t : is.parts.optimizer->state()) c.optimizer_state.push_back(t.defined() ? t.clone() : t);
+    c.sampler = is.parts.sampler->position();
+    c.algorithm = is.parts.algorithm->state();
+    for (auto& t : c.algorithm.tensors)
+      if (t.defined()) t = t.clone();
+    c.runtime = is.runtime->saved();
+    c.time_s = scheduler.time(i);
+    c.compute_s = is.compute_s;
+    c.slept_s = is.time->slept_s;
+    c.last_compute_s = is.last_compute_s;
+    c.last_comm_s = is.last_comm_s;
+    c.last_waited_s = is.last_waited_s;
+    c.last_slept_s = is.last_slept_s;
+    c.member_since_s = member_since[i];
+    c.member_s = member_s[i];
+    c.end_time_s = end_time[i];
+    c.rounds = is.rounds;
+    c.planned = is.planned;
+    c.alive = is.alive;
+    c.finished = is.finished;
+    return c;
+  };
+  auto write_checkpoint = [&](int64_t step) {
+    SimCheckpoint c;
+    c.step = step;
+    c.metrics_bytes = dir.metrics_bytes();
+    c.config_hash = resume_hash(config);
+    c.global = islands[evaluator_island()].parts.algorithm->global_params();
+    c.hub = hub.snapshot();
+    c.cost_model = cost.save();
+    c.progress = state;
+    c.evals = evals.saved();
+    c.target_time = target_time;
+    c.target_bytes = target_bytes;
+    c.target_step = target_step;
+    c.torch_rng = at::detail::getDefaultCPUGenerator().get_state();
+    c.islands = std::move(ckpt_islands);
+    ckpt_islands.assign(static_cast<size_t>(n), {});
+    // A checkpoint that cannot be written costs only the ability to resume from it.
+    const auto started = std::chrono::steady_clock::now();
+    const std::vector<checkpoint::Section> sections = encode_sim_checkpoint(c);
+    size_t bytes = 0;
+    for (const auto& sec : sections) bytes += sec.data.size();
+    if (Status st = checkpoints.save(step, sections); !st.is_ok())
+      ATOLL_WARN("checkpoint of step " << step << " not written: " << st.to_string());
+    else
+      ATOLL_DEBUG("checkpoint of step " << step << ": " << bytes / 1e6 << " MB in " << seconds_since(started) << " s");
+  };
+  auto checkpoint_at = [&](int i, int64_t step) {
+    if (ckpt_step != step) {
+      ckpt_step = step;
+      ckpt_arrived = 0;
+    }
+    ckpt_islands[i] = island_state(i);
+    int live = 0;
+    for (const Island& is : islands) live += is.alive && !is.finished;
+    if (++ckpt_arrived < live) {
+      scheduler.block_until(i, [&ckpt_done, step] { return ckpt_done >= step; },
+                            "the others to reach the checkpoint of step " + std::to_string(step));
+      return;
+    }
+    write_checkpoint(step);
+    ckpt_done = step;
+    scheduler.yield(i);  // the next to run is the one a resumed run starts with
+  };
+
   // Each island's runtime: the simulator supplies the virtual clock, the in-process group,
   // the run directory as record sink, the exact membership (the lead is the lowest live
   // island), and at step boundaries the cost model, kills, scheduling and hand-overs.
@@ -353,7 +485,7 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
         islands[i].planned = true;
       }
     };
-    host.after_step = [&, i](int64_t step, int64_t, double loss, double) {
+    host.after_step = [&, i](int64_t step, int64_t total, double loss, double) {
       Island& me = islands[i];
       ++state.steps_done;
       state.last_loss = loss;
@@ -364,15 +496,65 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
       if (!pending.empty() && i == evaluator_island() && me.parts.algorithm->can_hand_over()) hand_over(i, step);
       for (auto& kill : kills[static_cast<size_t>(i)])
         if (!kill.fired && kill.event.at_step == step) die(i, kill, "at_step");
+      // A due checkpoint waits for a boundary without an exchange in flight.
+      const int64_t every = config.checkpoint.every;
+      if (every > 0 && step >= ckpt_due[i] && step < total && me.parts.algorithm->can_checkpoint()) {
+        ckpt_due[i] = (step / every + 1) * every;
+        checkpoint_at(i, step);
+      }
     };
     is.runtime = std::make_unique<IslandRuntime>(i, is.parts, train, is.group.get(), &codec, run_data.shard_sizes[i],
                                                  evaluator.get(), classifier, std::move(host));
     is.runtime->context().speed = cost.speeds()[static_cast<size_t>(i)];
   }
 
-  // Step 0: the initial model (the server role's, or island 0's as the lead).
-  if (islands[0].parts.algorithm->global_on_server()) server_evaluate(0, islands[0].parts.model->params(), 0.0);
-  else islands[0].runtime->evaluate_start();
+  if (resumed) {
+    // Every island, the shared accounting and the RNGs as they were at the checkpoint.
+    for (int i = 0; i < n; ++i) {
+      const IslandCheckpoint& c = resumed->islands[static_cast<size_t>(i)];
+      Island& is = islands[i];
+      const c10::Device on = is.parts.model->params().device();
+      {
+        at::NoGradGuard no_grad;
+        is.parts.model->params().copy_(c.params);
+      }
+      std::vector<at::Tensor> inner;
+      for (const auto& t : c.optimizer_state) inner.push_back(t.defined() ? t.to(on) : t);
+      is.parts.optimizer->load(c.optimizer_steps, inner);
+      is.parts.sampler->seek(c.sampler);
+      is.runtime->resume(c.runtime, c.algorithm);
+      scheduler.set_time(i, c.time_s);
+      is.compute_s = c.compute_s;
+      is.time->slept_s = c.slept_s;
+      is.last_compute_s = c.last_compute_s;
+      is.last_comm_s = c.last_comm_s;
+      is.last_waited_s = c.last_waited_s;
+      is.last_slept_s = c.last_slept_s;
+      member_since[i] = c.member_since_s;
+      member_s[i] = c.member_s;
+      end_time[i] = c.end_time_s;
+      is.rounds = c.rounds;
+      is.planned = c.planned;
+      is.alive = c.alive;
+      is.finished = c.finished;
+    }
+    cost.load(resumed->cost_model);
+    state = resumed->progress;
+    evals.restore(resumed->evals);
+    target_time = resumed->target_time;
+    target_bytes = resumed->target_bytes;
+    target_step = resumed->target_step;
+    if (resumed->torch_rng.defined()) {
+      at::Generator gen = at::detail::getDefaultCPUGenerator();  // shares the default's state
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      gen.set_state(resumed->torch_rng);
+    }
+  } else if (islands[0].parts.algorithm->global_on_server()) {
+    // Step 0: the initial model (the server role's, or island 0's as the lead).
+    server_evaluate(0, islands[0].parts.model->params(), 0.0);
+  } else {
+    islands[0].runtime->evaluate_start();
+  }
 
   RunSummary summary;
   try {

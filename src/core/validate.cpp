@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "algorithms/algorithm.h"
 #include "algorithms/demo.h"
 #include "algorithms/options.h"
 #include "src/data/partition_rules.h"
@@ -106,6 +107,28 @@ void check_transport(const config::Config& c) {
                                            "neither encrypted nor authenticated; use zmq for untrusted networks)");
   if (t.collective == "star" && t.kind != "zmq")
     config::fail_key(c, "transport.collective", "'star' (all-reduce through the coordinator) needs transport.kind zmq");
+}
+
+// checkpoint: and run.resume (docs/checkpoints.md): what this version saves and restores.
+void check_checkpoint(const config::Config& c, Target target) {
+  const auto& k = c.checkpoint;
+  if (real_run(target)) {
+    if (k.every > 0)
+      config::fail_key(c, "checkpoint.every", "checkpoints are written by atoll simulate only; real runs (launch, "
+                                              "island, coordinator) do not write them yet (set it to 0)");
+    return;
+  }
+  if (c.run.resume && k.every == 0)
+    config::fail_key(c, "run.resume", "there is nothing to resume from: checkpoints are off (set checkpoint.every)");
+  if (k.every == 0) return;
+  const std::string limit = algorithms::make_algorithm(algorithm_options(c, {}), 0)->checkpoint_limit();
+  if (!limit.empty())
+    config::fail_key(c, "checkpoint.every", "algorithm '" + c.algorithm.name + "' cannot be checkpointed: " + limit +
+                                                " (set it to 0)");
+  for (const auto& e : c.islands.events)
+    if (e.kill >= 0 || e.rejoin >= 0 || e.add > 0)
+      config::fail_key(c, "checkpoint.every", "checkpoints do not save the state of kill, rejoin and add events "
+                                              "yet (remove the events or set it to 0)");
 }
 
 std::string human_bytes(double b) {
@@ -205,6 +228,7 @@ void validate_config(const config::Config& c, Target target) {
   if (auto p = data::check_partition(c.data)) fail(c, *p);
   if (auto p = algorithms::check_options(algorithm_options(c, {}))) fail(c, *p);
   check_events(c, target);
+  check_checkpoint(c, target);
   if (real_run(target)) check_transport(c);
   check_memory(c, target);
 }

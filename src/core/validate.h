@@ -37,6 +37,8 @@ enum class Target : uint8_t {
 // 7. islands.events: kill, rejoin and add need an algorithm without a server round barrier
 //    (not fedavg); real runs (kLaunch, kIsland, kCoordinator) refuse them, since only the
 //    simulator applies them (partitions are kept: launch --emulate-wan applies those);
+// 7b. checkpoint: real runs write none yet; run.resume needs checkpoint.every; the algorithm
+//    must save its whole state (Algorithm::checkpoint_limit) and events are not saved yet;
 // 8. real runs: transport settings that only one transport supports;
 // 9. memory (cpu): parameters, gradients and optimizer state of the islands this process
 //    holds (estimate_memory) must fit in the machine's physical memory.

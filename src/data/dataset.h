@@ -108,6 +108,15 @@ class Sampler {
   Batch next(int batch_size);
   int64_t epoch() const { return epoch_; }
   int64_t shard_size() const { return static_cast<int64_t>(shard_.size()); }
+  // Where the next batch starts (checkpoints): the epoch and the position in its order.
+  // seek() goes back there (the epoch's order is recomputed from the seed); a position
+  // outside the epoch's order is a bug (c10::Error).
+  struct Position {
+    int64_t epoch = 0;
+    uint64_t pos = 0;
+  };
+  Position position() const { return {epoch_, pos_}; }
+  void seek(Position p);
 
  private:
   std::shared_ptr<const Dataset> data_;

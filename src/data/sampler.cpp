@@ -52,6 +52,14 @@ Batch Sampler::next(int batch_size) {
   return data_->gather(indices);
 }
 
+void Sampler::seek(Position p) {
+  TORCH_CHECK(p.epoch >= 0 && p.pos <= shard_.size(), "Sampler::seek: position ", p.pos, " of epoch ", p.epoch,
+              " is outside a shard of ", shard_.size());
+  if (p.epoch != epoch_) order_ = epoch_order(shard_, seed_, p.epoch);
+  epoch_ = p.epoch;
+  pos_ = static_cast<size_t>(p.pos);
+}
+
 std::vector<Batch> validation_batches(const Dataset& val, int batch_size, int max_batches,
                                       uint64_t seed) {
   TORCH_CHECK(batch_size > 0, "validation_batches: batch_size must be positive, got ", batch_size);

@@ -31,6 +31,14 @@ class AdamW final : public InnerOptimizer {
   }
   int64_t steps() const override { return t_; }
   std::vector<at::Tensor> state() const override { return {m_, v_}; }
+  void load(int64_t steps, const std::vector<at::Tensor>& state) override {
+    TORCH_CHECK(state.size() == 2 && state[0].defined() == state[1].defined(),
+                "adamw state: expected 2 tensors (m, v), got ", state.size());
+    t_ = steps;
+    m_ = state[0].defined() ? state[0].clone() : at::Tensor();
+    v_ = state[1].defined() ? state[1].clone() : at::Tensor();
+    denom_ = m_.defined() ? at::empty_like(m_) : at::Tensor();
+  }
 
  private:
   double b1_, b2_, eps_, wd_;
@@ -57,6 +65,11 @@ class Sgd final : public InnerOptimizer {
   int64_t steps() const override { return t_; }
   std::vector<at::Tensor> state() const override {
     return buf_.defined() ? std::vector<at::Tensor>{buf_} : std::vector<at::Tensor>{};
+  }
+  void load(int64_t steps, const std::vector<at::Tensor>& state) override {
+    TORCH_CHECK(state.size() <= 1, "sgd state: expected at most 1 tensor, got ", state.size());
+    t_ = steps;
+    buf_ = state.empty() || !state[0].defined() ? at::Tensor() : state[0].clone();
   }
 
  private:

@@ -29,6 +29,9 @@ class InnerOptimizer {
   virtual int64_t steps() const = 0;
   // Internal state tensors (for checkpoints and the "state unchanged by sync" oracle).
   virtual std::vector<at::Tensor> state() const = 0;
+  // Takes back what steps() and state() returned (a checkpoint's; tensors are copied, on
+  // the device they come on). Throws c10::Error for a state of another optimizer.
+  virtual void load(int64_t steps, const std::vector<at::Tensor>& state) = 0;
 };
 
 std::unique_ptr<InnerOptimizer> make_inner_optimizer(const config::TrainConfig& config);

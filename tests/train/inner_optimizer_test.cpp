@@ -85,5 +85,37 @@ TEST(LearningRate, WarmupThenCosineToFloor) {
   EXPECT_DOUBLE_EQ(learning_rate(c, 50, 110), 1.0);
 }
 
+// A checkpoint's state (steps() and state(), loaded into a fresh optimizer) continues
+// bitwise like the optimizer it came from: AdamW (moments and step count) and SGD momentum.
+TEST(InnerOptimizer, LoadedStateContinuesBitwise) {
+  for (const char* name : {"adamw", "sgd"}) {
+    torch::manual_seed(3);
+    config::TrainConfig c = base();
+    c.optimizer = name;
+    c.momentum = 0.9;
+    at::Tensor p = torch::randn({64});
+    std::vector<at::Tensor> grads;
+    for (int s = 0; s < 12; ++s) grads.push_back(torch::randn({64}));
+    auto a = make_inner_optimizer(c);
+    for (int s = 0; s < 5; ++s) a->step(p, grads[s], c.lr);
+    auto b = make_inner_optimizer(c);
+    std::vector<at::Tensor> saved;
+    for (const auto& t : a->state()) saved.push_back(t.clone());
+    b->load(a->steps(), saved);
+    at::Tensor q = p.clone();
+    for (int s = 5; s < 12; ++s) {
+      a->step(p, grads[s], c.lr);
+      b->step(q, grads[s], c.lr);
+    }
+    EXPECT_TRUE(torch::equal(p, q)) << name;
+    EXPECT_EQ(b->steps(), 12) << name;
+    // A fresh optimizer's (empty) state loads too.
+    auto fresh = make_inner_optimizer(c);
+    auto other = make_inner_optimizer(c);
+    other->load(fresh->steps(), fresh->state());
+    EXPECT_EQ(other->steps(), 0) << name;
+  }
+}
+
 }  // namespace
 }  // namespace atl::train

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <sstream>
 #include <string>
 #include <tuple>
 
@@ -243,6 +244,46 @@ InprocHub::InprocHub(int islands, Scheduler& scheduler)
       waits_(static_cast<size_t>(islands)), first_seq_(static_cast<size_t>(islands), 0),
       next_seq_(static_cast<size_t>(islands), 0) {
   for (int i = 0; i < islands; ++i) members_.push_back(i);
+}
+
+InprocHub::Snapshot InprocHub::snapshot() const {
+  TORCH_CHECK(quiescent(), "InprocHub::snapshot: a collective is in flight");
+  Snapshot s;
+  s.members = members_;
+  s.epoch = epoch_;
+  s.counters = counters_;
+  s.waits = waits_;
+  s.first_seq = first_seq_;
+  s.next_seq = next_seq_;
+  s.sub_next_seq = sub_next_seq_;
+  s.sub_first_seq = sub_first_seq_;
+  s.joiners = joiners_;
+  s.detected_at = detected_at_;
+  s.last_push_arrival = last_push_arrival_;
+  std::ostringstream rng;
+  rng << rng_;
+  s.rng = rng.str();
+  return s;
+}
+
+void InprocHub::restore(const Snapshot& s) {
+  TORCH_CHECK(quiescent() && s.counters.size() == counters_.size() && s.waits.size() == waits_.size() &&
+                  s.first_seq.size() == first_seq_.size() && s.next_seq.size() == next_seq_.size(),
+              "InprocHub::restore: a snapshot of another hub");
+  members_ = s.members;
+  epoch_ = s.epoch;
+  counters_ = s.counters;
+  waits_ = s.waits;
+  first_seq_ = s.first_seq;
+  next_seq_ = s.next_seq;
+  sub_next_seq_ = s.sub_next_seq;
+  sub_first_seq_ = s.sub_first_seq;
+  joiners_ = s.joiners;
+  detected_at_ = s.detected_at;
+  last_push_arrival_ = s.last_push_arrival;
+  std::istringstream rng(s.rng);
+  rng >> rng_;
+  TORCH_CHECK(!rng.fail(), "InprocHub::restore: unreadable network RNG state");
 }
 
 void InprocHub::set_network(const NetworkModel* network, uint64_t seed, double detect_s) {

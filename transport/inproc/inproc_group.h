@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "transport/group.h"
@@ -77,6 +78,25 @@ class InprocHub {
     double idle_s = 0;
   };
   WaitTime wait_time(int id) const { return waits_[static_cast<size_t>(id)]; }
+
+  // The hub's state between collectives, for the simulator's checkpoints (src/core): taken
+  // while no collective is in flight (quiescent()), restored into a hub built the same way
+  // (same islands, network, seed) before any group is made.
+  struct Snapshot {
+    std::vector<int> members;
+    uint64_t epoch = 0;
+    std::vector<ByteCounters> counters;
+    std::vector<WaitTime> waits;
+    std::vector<uint64_t> first_seq, next_seq;
+    std::map<std::pair<uint32_t, int>, uint64_t> sub_next_seq, sub_first_seq;
+    std::vector<int> joiners;
+    double detected_at = 0;
+    double last_push_arrival = 0;
+    std::string rng;  // the network RNG, as std::mt19937_64's operator<< writes it
+  };
+  bool quiescent() const { return collectives_.empty(); }
+  Snapshot snapshot() const;
+  void restore(const Snapshot& s);
 
  private:
   friend class InprocGroup;

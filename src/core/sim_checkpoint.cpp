@@ -1,0 +1,313 @@
+#include "src/core/sim_checkpoint.h"
+
+#include <ATen/ATen.h>
+
+#include <cstring>
+
+#include "src/core/run_dir.h"
+
+namespace atl::core {
+namespace {
+
+using checkpoint::ByteReader;
+using checkpoint::ByteWriter;
+
+// Dtype codes of stored tensors (docs/checkpoints.md "Tensors"); never renumber.
+enum class TensorCode : uint8_t { kFloat32 = 1, kFloat64 = 2, kInt64 = 3, kUInt8 = 4 };
+
+bool code_of(at::ScalarType t, TensorCode& code) {
+  switch (t) {
+    case at::kFloat: code = TensorCode::kFloat32; return true;
+    case at::kDouble: code = TensorCode::kFloat64; return true;
+    case at::kLong: code = TensorCode::kInt64; return true;
+    case at::kByte: code = TensorCode::kUInt8; return true;
+    default: return false;
+  }
+}
+
+bool type_of(uint8_t code, at::ScalarType& t) {
+  switch (static_cast<TensorCode>(code)) {
+    case TensorCode::kFloat32: t = at::kFloat; return true;
+    case TensorCode::kFloat64: t = at::kDouble; return true;
+    case TensorCode::kInt64: t = at::kLong; return true;
+    case TensorCode::kUInt8: t = at::kByte; return true;
+  }
+  return false;
+}
+
+void put_tensors(ByteWriter& w, const std::vector<at::Tensor>& ts) {
+  w.u64(ts.size());
+  for (const auto& t : ts) put_tensor(w, t);
+}
+std::vector<at::Tensor> get_tensors(ByteReader& r) {
+  const uint64_t n = r.u64();
+  std::vector<at::Tensor> out;
+  if (n > r.remaining()) {  // every tensor takes at least one byte
+    r.fail();
+    return out;
+  }
+  for (uint64_t i = 0; i < n && r.ok(); ++i) out.push_back(get_tensor(r));
+  return out;
+}
+
+void put_hub(ByteWriter& w, const transport::InprocHub::Snapshot& h) {
+  w.i64s({h.members.begin(), h.members.end()});
+  w.u64(h.epoch);
+  w.u64(h.counters.size());
+  for (const auto& c : h.counters) {
+    w.u64(c.sent);
+    w.u64(c.received);
+    w.u64(c.raw_sent);
+  }
+  w.u64(h.waits.size());
+  for (const auto& x : h.waits) {
+    w.f64(x.comm_s);
+    w.f64(x.idle_s);
+  }
+  w.i64s({h.first_seq.begin(), h.first_seq.end()});
+  w.i64s({h.next_seq.begin(), h.next_seq.end()});
+  for (const auto* m : {&h.sub_next_seq, &h.sub_first_seq}) {
+    w.u64(m->size());
+    for (const auto& [k, v] : *m) {
+      w.u32(k.first);
+      w.i64(k.second);
+      w.u64(v);
+    }
+  }
+  w.i64s({h.joiners.begin(), h.joiners.end()});
+  w.f64(h.detected_at);
+  w.f64(h.last_push_arrival);
+  w.str(h.rng);
+}
+
+transport::InprocHub::Snapshot get_hub(ByteReader& r) {
+  transport::InprocHub::Snapshot h;
+  for (int64_t m : r.i64s()) h.members.push_back(static_cast<int>(m));
+  h.epoch = r.u64();
+  for (uint64_t i = 0, n = r.u64(); i < n && r.ok(); ++i) {
+    transport::ByteCounters c;
+    c.sent = r.u64();
+    c.received = r.u64();
+    c.raw_sent = r.u64();
+    h.counters.push_back(c);
+  }
+  for (uint64_t i = 0, n = r.u64(); i < n && r.ok(); ++i) {
+    transport::InprocHub::WaitTime x;
+    x.comm_s = r.f64();
+    x.idle_s = r.f64();
+    h.waits.push_back(x);
+  }
+  for (int64_t v : r.i64s()) h.first_seq.push_back(static_cast<uint64_t>(v));
+  for (int64_t v : r.i64s()) h.next_seq.push_back(static_cast<uint64_t>(v));
+  for (auto* m : {&h.sub_next_seq, &h.sub_first_seq}) {
+    for (uint64_t i = 0, n = r.u64(); i < n && r.ok(); ++i) {
+      const uint32_t key = r.u32();
+      const int id = static_cast<int>(r.i64());
+      (*m)[{key, id}] = r.u64();
+    }
+  }
+  for (int64_t j : r.i64s()) h.joiners.push_back(static_cast<int>(j));
+  h.detected_at = r.f64();
+  h.last_push_arrival = r.f64();
+  h.rng = r.str();
+  return h;
+}
+
+std::string island_section(size_t i) { return "island." + std::to_string(i); }
+
+}  // namespace
+
+void put_tensor(ByteWriter& w, const at::Tensor& t) {
+  if (!t.defined()) {
+    w.u8(0);
+    return;
+  }
+  TensorCode code{};
+  TORCH_CHECK(code_of(t.scalar_type(), code), "checkpoint: tensors of dtype ", t.scalar_type(), " are not stored");
+  const at::Tensor c = t.detach().to(at::kCPU).contiguous();
+  w.u8(1);
+  w.u8(static_cast<uint8_t>(code));
+  w.i64s(c.sizes().vec());
+  w.u64(c.nbytes());
+  w.raw(c.data_ptr(), c.nbytes());
+}
+
+at::Tensor get_tensor(ByteReader& r) {
+  if (r.u8() == 0) return {};
+  at::ScalarType type{};
+  const uint8_t code = r.u8();
+  const std::vector<int64_t> sizes = r.i64s();
+  const uint64_t nbytes = r.u64();
+  int64_t numel = 1;
+  bool sane = type_of(code, type);
+  for (int64_t s : sizes) {
+    sane = sane && s >= 0 && (s == 0 || numel <= (int64_t{1} << 40) / s);
+    if (sane) numel *= s;
+  }
+  if (!r.ok() || !sane || nbytes != static_cast<uint64_t>(numel) * c10::elementSize(type) || nbytes > r.remaining()) {
+    r.fail();
+    return {};
+  }
+  at::Tensor t = at::empty(sizes, at::TensorOptions().dtype(type));
+  r.raw(t.data_ptr(), nbytes);
+  return t;
+}
+
+std::string resume_hash(const config::Config& config) {
+  config::Config c = config;
+  c.run.resume = false;
+  c.checkpoint.keep = 0;
+  c.checkpoint.dir.clear();
+  return config_hash(c);
+}
+
+std::vector<checkpoint::Section> encode_sim_checkpoint(const SimCheckpoint& c) {
+  std::vector<checkpoint::Section> out;
+  {
+    ByteWriter w;
+    w.i64(c.step);
+    w.u64(c.metrics_bytes);
+    w.str(c.config_hash);
+    w.u64(c.islands.size());
+    out.push_back({"run", std::move(w).bytes()});
+  }
+  {
+    ByteWriter w;
+    put_tensor(w, c.global);
+    out.push_back({"global", std::move(w).bytes()});
+  }
+  {
+    ByteWriter w;
+    put_hub(w, c.hub);
+    w.str(c.cost_model);
+    const ProgressState& p = c.progress;
+    w.i64(p.steps_done);
+    w.i64(p.steps_total);
+    w.f64(p.last_loss);
+    w.f64(p.val_loss);
+    w.i64(p.rounds);
+    w.u64(p.bytes);
+    w.i64s(c.evals.steps);
+    w.i64(c.evals.last_step);
+    w.f64(c.evals.last_loss);
+    w.f64(c.evals.last_accuracy);
+    w.f64(c.evals.best_loss);
+    w.f64(c.target_time);
+    w.f64(c.target_bytes);
+    w.i64(c.target_step);
+    put_tensor(w, c.torch_rng);
+    out.push_back({"simulator", std::move(w).bytes()});
+  }
+  for (size_t i = 0; i < c.islands.size(); ++i) {
+    const IslandCheckpoint& is = c.islands[i];
+    ByteWriter w;
+    put_tensor(w, is.params);
+    w.i64(is.optimizer_steps);
+    put_tensors(w, is.optimizer_state);
+    w.i64(is.sampler.epoch);
+    w.u64(is.sampler.pos);
+    w.i64s(is.algorithm.counters);
+    put_tensors(w, is.algorithm.tensors);
+    w.i64(is.runtime.steps);
+    w.f64(is.runtime.loss_acc);
+    w.i64(is.runtime.loss_n);
+    for (double d : {is.time_s, is.compute_s, is.slept_s, is.last_compute_s, is.last_comm_s, is.last_waited_s,
+                     is.last_slept_s, is.member_since_s, is.member_s, is.end_time_s})
+      w.f64(d);
+    w.i64(is.rounds);
+    w.boolean(is.planned);
+    w.boolean(is.alive);
+    w.boolean(is.finished);
+    out.push_back({island_section(i), std::move(w).bytes()});
+  }
+  return out;
+}
+
+namespace {
+
+// Reads "run" and "global" into c.
+Status decode_head(const checkpoint::Checkpoint& file, const std::string& what, SimCheckpoint& c, uint64_t& islands) {
+  const std::string* run = file.find("run");
+  const std::string* global = file.find("global");
+  if (run == nullptr || global == nullptr) return corrupt(what + ": not a simulator checkpoint (no run or global section)");
+  ByteReader r(*run);
+  c.step = r.i64();
+  c.metrics_bytes = r.u64();
+  c.config_hash = r.str();
+  islands = r.u64();
+  if (!r.done()) return corrupt(what + ": malformed section 'run'");
+  ByteReader g(*global);
+  c.global = get_tensor(g);
+  if (!g.done() || !c.global.defined()) return corrupt(what + ": malformed section 'global'");
+  return Status::ok();
+}
+
+}  // namespace
+
+StatusOr<SimCheckpoint> decode_global(const checkpoint::Checkpoint& file, const std::string& what) {
+  SimCheckpoint c;
+  uint64_t islands = 0;
+  Status s = decode_head(file, what, c, islands);
+  if (!s.is_ok()) return s;
+  return c;
+}
+
+StatusOr<SimCheckpoint> decode_sim_checkpoint(const checkpoint::Checkpoint& file, const std::string& what) {
+  SimCheckpoint c;
+  uint64_t islands = 0;
+  Status s = decode_head(file, what, c, islands);
+  if (!s.is_ok()) return s;
+  const std::string* sim = file.find("simulator");
+  if (sim == nullptr) return corrupt(what + ": no section 'simulator'");
+  {
+    ByteReader r(*sim);
+    c.hub = get_hub(r);
+    c.cost_model = r.str();
+    ProgressState& p = c.progress;
+    p.steps_done = r.i64();
+    p.steps_total = r.i64();
+    p.last_loss = r.f64();
+    p.val_loss = r.f64();
+    p.rounds = r.i64();
+    p.bytes = r.u64();
+    c.evals.steps = r.i64s();
+    c.evals.last_step = r.i64();
+    c.evals.last_loss = r.f64();
+    c.evals.last_accuracy = r.f64();
+    c.evals.best_loss = r.f64();
+    c.target_time = r.f64();
+    c.target_bytes = r.f64();
+    c.target_step = r.i64();
+    c.torch_rng = get_tensor(r);
+    if (!r.done()) return corrupt(what + ": malformed section 'simulator'");
+  }
+  for (uint64_t i = 0; i < islands; ++i) {
+    const std::string name = island_section(i);
+    const std::string* bytes = file.find(name);
+    if (bytes == nullptr) return corrupt(what + ": no section '" + name + "'");
+    ByteReader r(*bytes);
+    IslandCheckpoint is;
+    is.params = get_tensor(r);
+    is.optimizer_steps = r.i64();
+    is.optimizer_state = get_tensors(r);
+    is.sampler.epoch = r.i64();
+    is.sampler.pos = r.u64();
+    is.algorithm.counters = r.i64s();
+    is.algorithm.tensors = get_tensors(r);
+    is.runtime.steps = r.i64();
+    is.runtime.loss_acc = r.f64();
+    is.runtime.loss_n = r.i64();
+    for (double* d : {&is.time_s, &is.compute_s, &is.slept_s, &is.last_compute_s, &is.last_comm_s, &is.last_waited_s,
+                      &is.last_slept_s, &is.member_since_s, &is.member_s, &is.end_time_s})
+      *d = r.f64();
+    is.rounds = r.i64();
+    is.planned = r.boolean();
+    is.alive = r.boolean();
+    is.finished = r.boolean();
+    if (!r.done() || !is.params.defined()) return corrupt(what + ": malformed section '" + name + "'");
+    c.islands.push_back(std::move(is));
+  }
+  return c;
+}
+
+}  // namespace atl::core

@@ -1,0 +1,77 @@
+// The simulator's checkpoint: what `atoll simulate` saves at a step boundary and restores on
+// `--resume`, as sections of a checkpoint file (src/checkpoint/checkpoint_file.h). The
+// sections and their payloads are documented byte by byte in docs/checkpoints.md
+// ("Simulator sections"); this file is their one reader and writer.
+//
+// A checkpoint of step S is taken when every island of the run has finished step S and
+// completed its exchanges (no collective in flight), so it is a consistent cut: restoring
+// it and running on gives bitwise the same parameters and metrics as never stopping.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "algorithms/algorithm.h"
+#include "src/base/status.h"
+#include "src/checkpoint/bytes.h"
+#include "src/checkpoint/checkpoint_file.h"
+#include "src/core/eval_summary.h"
+#include "src/core/island_runtime.h"
+#include "src/core/progress.h"
+#include "src/data/dataset.h"
+#include "transport/inproc/inproc_group.h"
+
+namespace atl::core {
+
+// One island at the checkpoint's step boundary.
+struct IslandCheckpoint {
+  at::Tensor params;                      // [N] float32: the model's parameters
+  int64_t optimizer_steps = 0;            // inner optimizer: step count and state tensors
+  std::vector<at::Tensor> optimizer_state;
+  data::Sampler::Position sampler;        // where its next batch starts
+  algorithms::AlgorithmCheckpoint algorithm;
+  IslandRuntime::Saved runtime;
+  // The simulator's own accounting of the island (src/core/simulator.cpp's Island).
+  double time_s = 0;                      // its virtual clock
+  double compute_s = 0, slept_s = 0;
+  double last_compute_s = 0, last_comm_s = 0, last_waited_s = 0, last_slept_s = 0;
+  double member_since_s = 0, member_s = 0, end_time_s = 0;
+  int64_t rounds = 0;
+  bool planned = false, alive = true, finished = false;
+};
+
+struct SimCheckpoint {
+  int64_t step = 0;              // every island has finished this inner step
+  uint64_t metrics_bytes = 0;    // metrics.jsonl's length when the checkpoint was taken
+  std::string config_hash;       // resume_hash() of the run's config
+  at::Tensor global;             // [N] float32: the run's global model (for atoll export)
+  transport::InprocHub::Snapshot hub;
+  std::string cost_model;        // CostModel::save()
+  ProgressState progress;
+  EvalSummary::Saved evals;
+  double target_time = 0, target_bytes = 0;
+  int64_t target_step = -1;
+  at::Tensor torch_rng;          // libtorch's default CPU generator (dropout), uint8 state
+  std::vector<IslandCheckpoint> islands;
+};
+
+// The config's identity for resuming: config_hash() of the config with run.resume and the
+// checkpoint: section's keep and dir left out (they may differ between the two runs).
+std::string resume_hash(const config::Config& config);
+
+std::vector<checkpoint::Section> encode_sim_checkpoint(const SimCheckpoint& c);
+// kCorrupt (one line, prefixed by `what`) for a missing or malformed section.
+StatusOr<SimCheckpoint> decode_sim_checkpoint(const checkpoint::Checkpoint& file, const std::string& what);
+// Only the "run" and "global" sections (atoll export): step and global model.
+StatusOr<SimCheckpoint> decode_global(const checkpoint::Checkpoint& file, const std::string& what);
+
+// Tensors in section payloads (docs/checkpoints.md "Tensors"): u8 defined; then u8 dtype
+// code (TensorCode), u64 ndim, ndim i64 sizes, u64 byte count, the bytes of the contiguous
+// CPU tensor. Undefined tensors are one byte 0.
+void put_tensor(checkpoint::ByteWriter& w, const at::Tensor& t);
+at::Tensor get_tensor(checkpoint::ByteReader& r);  // undefined (and r not ok()) on bad input
+
+}  // namespace atl::core
