@@ -110,8 +110,12 @@ class SimResume : public ::testing::Test {
     if (algorithm == "diloco") y << ", inner_steps: 4";
     // Fragments in flight across step boundaries (overlap_steps), int8 with error feedback.
     if (algorithm == "streaming_diloco") y << ", inner_steps: 4, fragments: 2, overlap_steps: 1, error_feedback: true";
+    // DiPaCo 2 paths over 3 islands: module 0 shared by all, module 1 by islands 0 and 2
+    // (path 0), module 2 island 1's alone; int8 with error feedback per module.
+    if (algorithm == "dipaco") y << ", inner_steps: 4, error_feedback: true";
     y << "}\n";
-    if (algorithm == "streaming_diloco") y << "compression: [{quantize: int8}]\n";
+    if (algorithm == "streaming_diloco" || algorithm == "dipaco") y << "compression: [{quantize: int8}]\n";
+    if (algorithm == "dipaco") y << "dipaco: {levels: [{blocks: [1], modules: 2}], routing: none}\n";
     y << "checkpoint: {every: 5, keep: 2}\n";
     const fs::path p = dir_ / (algorithm + ".yaml");
     std::ofstream(p) << y.str();
@@ -161,7 +165,7 @@ class SimResume : public ::testing::Test {
 // half-written file is never used, the second checkpoint is. (streaming_diloco: a due
 // checkpoint moves past a fragment in flight, to steps 5, 11, 15.)
 TEST_F(SimResume, KilledMidCheckpointWriteResumesFromThePreviousOne) {
-  for (const char* algorithm : {"diloco", "ddp", "streaming_diloco"}) {
+  for (const char* algorithm : {"diloco", "ddp", "streaming_diloco", "demo", "dipaco"}) {
     SCOPED_TRACE(algorithm);
     const std::string cfg = config(algorithm);
     const std::string name = std::string("fault_") + algorithm;
@@ -182,7 +186,7 @@ TEST_F(SimResume, KilledMidCheckpointWriteResumesFromThePreviousOne) {
 // SIGKILL from outside at a random moment of the run, then --resume.
 TEST_F(SimResume, KilledAtARandomStepResumesBitwise) {
   std::mt19937 rng(static_cast<unsigned>(::getpid()));
-  for (const char* algorithm : {"diloco", "ddp", "streaming_diloco"}) {
+  for (const char* algorithm : {"diloco", "ddp", "streaming_diloco", "demo", "dipaco"}) {
     SCOPED_TRACE(algorithm);
     const std::string cfg = config(algorithm, 150);
     const std::string name = std::string("kill_") + algorithm;
