@@ -144,7 +144,9 @@ class Algorithm {
   // island's parameters are set to this island's at S, its algorithm is made afresh and set
   // up on them, then load() receives what state() returned at the boundary of step S; the
   // island loop goes on with step S + 1. Checkpoints are taken only at boundaries where
-  // every island of the run has completed its exchanges (no collective in flight).
+  // every island of the run has posted its exchanges and they are complete; one may still be
+  // uncollected (diloco with overlap): state() saves what it needs of it and load() takes
+  // its handle back from ctx.group->resume_in_flight().
   //
   // checkpoint_limit(): empty when state() and load() capture everything this algorithm,
   // with its options, needs to continue exactly; otherwise a phrase saying what keeps it

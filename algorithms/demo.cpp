@@ -15,7 +15,8 @@
 // bitwise identical. A lost island simply sends nothing from then on (the means are over the
 // senders). With a lossy value codec (compression: fp16, int8, ...), q and the means use the
 // values as decoded, so the quantisation error stays in δ.
-// State per island: δ [N] float32 (CPU), scratch buffers [N] and [K], a step count.
+// State per island: δ [N] float32 (CPU), scratch buffers [N] and [K], a step count (δ and
+// the count are all a checkpoint holds).
 // Bytes on the wire per step and island: one allgather of
 //   [indices: sum over blocks of k * ceil(log2(n1 n2)) bits, padded to a byte]
 //   [values: one codec frame of the K = sum of k over blocks values (raw fp32: 4 K bytes)]
@@ -215,6 +216,22 @@ AlgorithmState Demo::export_state() const {
 
 void Demo::import_state(IslandContext&, const AlgorithmState& state) {
   steps_ = state.rounds;  // δ stays zero (see demo.h)
+}
+
+AlgorithmCheckpoint Demo::state() const {
+  AlgorithmCheckpoint s;
+  s.counters = {steps_};
+  s.tensors = {delta_};
+  return s;
+}
+
+void Demo::load(IslandContext&, const AlgorithmCheckpoint& state) {
+  TORCH_CHECK(state.counters.size() == 1 && state.tensors.size() == 1 && state.tensors[0].defined() &&
+                  state.tensors[0].numel() == delta_.numel(),
+              "demo checkpoint: expected 1 counter and the residual of ", delta_.numel(), " elements");
+  at::NoGradGuard no_grad;
+  steps_ = state.counters[0];
+  delta_.copy_(state.tensors[0]);
 }
 
 void Demo::inner_step(IslandContext& ctx, int64_t step) {

@@ -101,30 +101,62 @@ class DiLoCo final : public Algorithm {
     outer_.load(state.tensors[2].item<int64_t>(), {state.tensors[0], state.tensors[1]});
   }
 
-  // Checkpoint: counters = {round, outer-optimizer steps}; tensors = {anchor, outer state
-  // (2, undefined until used), error-feedback residual (undefined until a lossy round)}.
-  // Checkpoints fall between rounds; with overlap an exchange is always in flight there.
-  std::string checkpoint_limit() const override {
-    if (options_.overlap != Overlap::kNone) return "the exchange in flight of algorithm.overlap";
-    return {};
-  }
+  // Checkpoint (docs/checkpoints.md): counters = {round, outer-optimizer steps}; tensors =
+  // {anchor, outer state (2, undefined until used), error-feedback residual (undefined until
+  // a lossy round)}. Without overlap checkpoints fall between rounds, where nothing is in
+  // flight. With overlap the exchange of the last round is always in flight there; every
+  // island has posted it, so it is complete in the simulator and saved with the run
+  // (Group::resume_in_flight() hands its result back): then counters add {1, the round's
+  // byte counters at its start (sent, received, raw_sent), its members, error feedback
+  // active (0/1)} and tensors add {the average in flight, this island's contribution in
+  // flight (eager; else undefined), the compensated contribution and what the others decoded
+  // of it (error feedback; else undefined)}; with nothing in flight yet, counters add {0}.
+  std::string checkpoint_limit() const override { return {}; }
   AlgorithmCheckpoint state() const override {
-    TORCH_CHECK(!handle_, "diloco: no checkpoint while an exchange is in flight");
     AlgorithmCheckpoint s;
     s.counters = {round_, outer_.steps()};
     const auto outer = outer_.state();
     s.tensors = {anchor_, outer[0], outer[1], feedback_.residual()};
+    if (options_.overlap == Overlap::kNone) {
+      TORCH_CHECK(!handle_, "diloco: no checkpoint while an exchange is in flight");
+      return s;
+    }
+    s.counters.push_back(handle_ ? 1 : 0);
+    if (!handle_) return s;
+    const transport::ByteCounters& b = meter_.before();
+    for (uint64_t v : {b.sent, b.received, b.raw_sent}) s.counters.push_back(static_cast<int64_t>(v));
+    s.counters.push_back(meter_.members());
+    s.counters.push_back(feedback_.active() ? 1 : 0);
+    s.tensors.push_back(delta_);
+    s.tensors.push_back(options_.overlap == Overlap::kEager ? sent_ : at::Tensor());
+    s.tensors.push_back(feedback_.active() ? feedback_.sent() : at::Tensor());
+    s.tensors.push_back(feedback_.active() ? feedback_.transmitted() : at::Tensor());
     return s;
   }
-  void load(IslandContext&, const AlgorithmCheckpoint& state) override {
-    TORCH_CHECK(state.counters.size() == 2 && state.tensors.size() == 4, "diloco checkpoint: expected 2 counters "
-                "and 4 tensors, got ", state.counters.size(), " and ", state.tensors.size());
+  void load(IslandContext& ctx, const AlgorithmCheckpoint& state) override {
+    const bool overlap = options_.overlap != Overlap::kNone;
+    const bool in_flight = overlap && state.counters.size() > 2 && state.counters[2] == 1;
+    const size_t counters = overlap ? (in_flight ? 8 : 3) : 2, tensors = in_flight ? 8 : 4;
+    TORCH_CHECK(state.counters.size() == counters && state.tensors.size() == tensors, "diloco checkpoint: expected ",
+                counters, " counters and ", tensors, " tensors, got ", state.counters.size(), " and ",
+                state.tensors.size());
     at::NoGradGuard no_grad;
     round_ = state.counters[0];
     anchor_.copy_(state.tensors[0]);
     auto on = [&](const at::Tensor& t) { return t.defined() ? t.to(anchor_.device()) : t; };
     outer_.load(state.counters[1], {on(state.tensors[1]), on(state.tensors[2])});
     feedback_.load(state.tensors[3]);
+    if (!in_flight) return;
+    const auto& c = state.counters;
+    meter_ = RoundMeter(transport::ByteCounters{static_cast<uint64_t>(c[3]), static_cast<uint64_t>(c[4]),
+                                                static_cast<uint64_t>(c[5])},
+                        static_cast<int>(c[6]));
+    auto cpu = [](const at::Tensor& t) { return t.defined() ? t.to(at::kCPU) : t; };
+    delta_.copy_(state.tensors[4]);
+    if (options_.overlap == Overlap::kEager) sent_.copy_(state.tensors[5]);
+    feedback_.load_in_flight(c[7] == 1, cpu(state.tensors[6]), cpu(state.tensors[7]));
+    handle_ = ctx.group->resume_in_flight();
+    TORCH_CHECK(handle_, "diloco checkpoint: an exchange was in flight, but the group has none to resume");
   }
 
  private:

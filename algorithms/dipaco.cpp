@@ -117,6 +117,32 @@ class DiPaCo final : public Algorithm {
     outer_.load(state.tensors[2].item<int64_t>(), {state.tensors[0], state.tensors[1]});
   }
 
+  // Checkpoint (docs/checkpoints.md): counters = {round, outer-optimizer steps}; tensors =
+  // {anchor, outer state (2, undefined until used), then each module's error-feedback
+  // residual in ascending module id (undefined until a lossy round; always undefined for a
+  // module only this island goes through)}. Every module's exchange completes within the
+  // sync step, so any step boundary may hold a checkpoint.
+  std::string checkpoint_limit() const override { return {}; }
+  AlgorithmCheckpoint state() const override {
+    AlgorithmCheckpoint s;
+    s.counters = {round_, outer_.steps()};
+    const auto outer = outer_.state();
+    s.tensors = {anchor_, outer[0], outer[1]};
+    for (const Module& m : modules_) s.tensors.push_back(m.feedback->residual());
+    return s;
+  }
+  void load(IslandContext&, const AlgorithmCheckpoint& state) override {
+    TORCH_CHECK(state.counters.size() == 2 && state.tensors.size() == 3 + modules_.size(), "dipaco checkpoint: "
+                "expected 2 counters and ", 3 + modules_.size(), " tensors, got ", state.counters.size(), " and ",
+                state.tensors.size());
+    at::NoGradGuard no_grad;
+    round_ = state.counters[0];
+    anchor_.copy_(state.tensors[0]);
+    auto on = [&](const at::Tensor& t) { return t.defined() ? t.to(anchor_.device()) : t; };
+    outer_.load(state.counters[1], {on(state.tensors[1]), on(state.tensors[2])});
+    for (size_t i = 0; i < modules_.size(); ++i) modules_[i].feedback->load(state.tensors[3 + i]);
+  }
+
  private:
   struct Module {
     int id = 0;

@@ -27,6 +27,16 @@ class Feedback {
   void load(const at::Tensor& residual) {
     if (residual.defined()) ef_.load(residual);
   }
+  // Between compensate() and update() (an exchange in flight across a checkpoint): whether
+  // the round is compensated, what was sent and what the others decoded, and back.
+  bool active() const { return active_; }
+  const at::Tensor& sent() const { return sent_; }
+  const at::Tensor& transmitted() const { return transmitted_; }
+  void load_in_flight(bool active, const at::Tensor& sent, const at::Tensor& transmitted) {
+    active_ = active;
+    sent_ = sent.defined() ? sent.clone() : sent;
+    transmitted_ = transmitted.defined() ? transmitted.clone() : transmitted;
+  }
 
  private:
   bool enabled_;
@@ -50,6 +60,10 @@ class RoundMeter {
   RoundMeter() = default;
   explicit RoundMeter(const transport::Group& group)
       : before_(group.bytes()), members_(static_cast<int>(group.view().members.size())) {}
+  // A round in flight across a checkpoint: its counters at the start, and back.
+  RoundMeter(transport::ByteCounters before, int members) : before_(before), members_(members) {}
+  const transport::ByteCounters& before() const { return before_; }
+  int members() const { return members_; }
   RoundInfo finish(const transport::Group& group, int64_t round, int64_t step, int contributors,
                    double outer_grad_norm = 0) const;
 

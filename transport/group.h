@@ -121,6 +121,13 @@ class Group {
                                        const compression::Pipeline& codec) = 0;
 
   virtual ByteCounters bytes() const = 0;
+
+  // Simulator checkpoints (docs/checkpoints.md): the handle of this member's oldest
+  // collective on this group that was in flight (posted by every member, complete, not yet
+  // collected by this one) when the checkpoint was taken and that was restored with it; its
+  // result lands in nothing (the algorithm restores its buffers itself), wait() returns it.
+  // nullptr when there is none, and on transports that do not restore checkpoints (default).
+  virtual std::unique_ptr<Handle> resume_in_flight() { return nullptr; }
 };
 
 // Checks subgroup()'s arguments for island `self` (c10::Error): key > 0, `ids` ascending,

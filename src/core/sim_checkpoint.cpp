@@ -115,6 +115,57 @@ transport::InprocHub::Snapshot get_hub(ByteReader& r) {
 
 std::string island_section(size_t i) { return "island." + std::to_string(i); }
 
+// Section "inflight" (docs/checkpoints.md): the hub's collectives complete but not yet
+// collected by every member (InprocHub::Settled); written only when there is one.
+void put_settled(ByteWriter& w, const std::vector<transport::InprocHub::Settled>& settled) {
+  w.u64(settled.size());
+  for (const auto& p : settled) {
+    w.u32(p.key);
+    w.u64(p.seq);
+    w.u8(p.kind);
+    w.i64(p.root);
+    w.i64s({p.ids.begin(), p.ids.end()});
+    w.u8(static_cast<uint8_t>(p.result.status.code()));
+    w.str(p.result.status.message());
+    w.i64s({p.result.contributors.begin(), p.result.contributors.end()});
+    w.f64(p.result.weight_sum);
+    w.f64(p.start);
+    w.f64(p.done_at);
+    w.u64(p.holders.size());
+    for (const auto& [island, posted] : p.holders) {
+      w.i64(island);
+      w.f64(posted);
+    }
+  }
+}
+
+std::vector<transport::InprocHub::Settled> get_settled(ByteReader& r) {
+  std::vector<transport::InprocHub::Settled> out;
+  for (uint64_t i = 0, n = r.u64(); i < n && r.ok(); ++i) {
+    transport::InprocHub::Settled p;
+    p.key = r.u32();
+    p.seq = r.u64();
+    p.kind = r.u8();
+    p.root = static_cast<int>(r.i64());
+    for (int64_t id : r.i64s()) p.ids.push_back(static_cast<int>(id));
+    const uint8_t code = r.u8();
+    std::string message = r.str();
+    if (code > static_cast<uint8_t>(StatusCode::kInternal) || p.kind > 2) r.fail();
+    p.result.status = Status(static_cast<StatusCode>(code), std::move(message));
+    for (int64_t id : r.i64s()) p.result.contributors.push_back(static_cast<int>(id));
+    p.result.weight_sum = r.f64();
+    p.start = r.f64();
+    p.done_at = r.f64();
+    for (uint64_t j = 0, m = r.u64(); j < m && r.ok(); ++j) {
+      const int island = static_cast<int>(r.i64());
+      p.holders.emplace_back(island, r.f64());
+    }
+    if (p.holders.empty()) r.fail();
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
 }  // namespace
 
 void put_tensor(ByteWriter& w, const at::Tensor& t) {
@@ -198,6 +249,11 @@ std::vector<checkpoint::Section> encode_sim_checkpoint(const SimCheckpoint& c) {
     put_tensor(w, c.torch_rng);
     out.push_back({"simulator", std::move(w).bytes()});
   }
+  if (!c.hub.settled.empty()) {
+    ByteWriter w;
+    put_settled(w, c.hub.settled);
+    out.push_back({"inflight", std::move(w).bytes()});
+  }
   for (size_t i = 0; i < c.islands.size(); ++i) {
     const IslandCheckpoint& is = c.islands[i];
     ByteWriter w;
@@ -280,6 +336,11 @@ StatusOr<SimCheckpoint> decode_sim_checkpoint(const checkpoint::Checkpoint& file
     c.target_step = r.i64();
     c.torch_rng = get_tensor(r);
     if (!r.done()) return corrupt(what + ": malformed section 'simulator'");
+  }
+  if (const std::string* inflight = file.find("inflight")) {
+    ByteReader r(*inflight);
+    c.hub.settled = get_settled(r);
+    if (!r.done()) return corrupt(what + ": malformed section 'inflight'");
   }
   for (uint64_t i = 0; i < islands; ++i) {
     const std::string name = island_section(i);

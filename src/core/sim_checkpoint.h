@@ -4,7 +4,8 @@
 // ("Simulator sections"); this file is their one reader and writer.
 //
 // A checkpoint of step S is taken when every island of the run has finished step S and
-// completed its exchanges (no collective in flight), so it is a consistent cut: restoring
+// posted its exchanges and they are complete (an overlapped one may be uncollected: section
+// "inflight" holds its result and timing), so it is a consistent cut: restoring
 // it and running on gives bitwise the same parameters and metrics as never stopping.
 #pragma once
 

@@ -341,13 +341,15 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
   };
 
   // Checkpoints (docs/checkpoints.md): at every checkpoint.every-th step boundary each live
-  // island saves its own state and waits; the last to arrive (every exchange is complete by
-  // then) adds the run's shared state and writes the file, then everyone goes on in the
-  // scheduler's order, as a resumed run starts.
+  // island arrives and waits; the last to arrive (every exchange is posted and complete by
+  // then) saves every arrived island's state and the run's shared state and writes the file,
+  // then everyone goes on in the scheduler's order, as a resumed run starts. An island's
+  // state is read at the write, not at its arrival: a collective it posted may complete only
+  // when a later island posts (diloco with overlap: the average lands in its buffer then).
   int64_t ckpt_step = 0;  // the step being gathered
   int ckpt_arrived = 0;
   int64_t ckpt_done = resumed ? resumed->step : 0;  // the newest checkpoint's step
-  std::vector<IslandCheckpoint> ckpt_islands(static_cast<size_t>(n));
+  std::vector<char> ckpt_arrived_at(static_cast<size_t>(n), 0);  // islands at the gathered step
   // Per island: the step from which its next checkpoint is due (the multiple of
   // checkpoint.every after the latest checkpoint).
   std::vector<int64_t> ckpt_due(static_cast<size_t>(n), config.checkpoint.every);
@@ -394,8 +396,10 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
     c.target_bytes = target_bytes;
     c.target_step = target_step;
     c.torch_rng = at::detail::getDefaultCPUGenerator().get_state();
-    c.islands = std::move(ckpt_islands);
-    ckpt_islands.assign(static_cast<size_t>(n), {});
+    c.islands.resize(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i)
+      if (ckpt_arrived_at[static_cast<size_t>(i)]) c.islands[static_cast<size_t>(i)] = island_state(i);
+    ckpt_arrived_at.assign(static_cast<size_t>(n), 0);
     // A checkpoint that cannot be written costs only the ability to resume from it.
     const auto started = std::chrono::steady_clock::now();
     const std::vector<checkpoint::Section> sections = encode_sim_checkpoint(c);
@@ -411,7 +415,7 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
       ckpt_step = step;
       ckpt_arrived = 0;
     }
-    ckpt_islands[i] = island_state(i);
+    ckpt_arrived_at[static_cast<size_t>(i)] = 1;
     int live = 0;
     for (const Island& is : islands) live += is.alive && !is.finished;
     if (++ckpt_arrived < live) {

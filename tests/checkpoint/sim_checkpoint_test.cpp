@@ -31,6 +31,15 @@ SimCheckpoint sample() {
   c.hub.detected_at = 1.5;
   c.hub.last_push_arrival = -0.0;
   c.hub.rng = "1 2 3";
+  transport::InprocHub::Settled settled;  // an all-reduce in flight (section "inflight")
+  settled.key = 2;
+  settled.seq = 8;
+  settled.ids = {0, 2};
+  settled.result = {Status(StatusCode::kPeerLost, "island 1 lost"), {0, 2}, 2.5};
+  settled.start = 3.25;
+  settled.done_at = 4.5;
+  settled.holders = {{0, 3.0}, {2, 3.25}};
+  c.hub.settled = {settled};
   c.cost_model = "3 0 1 0 2 0 3";
   c.progress = {120, 300, 2.5, -1, 10, 999};
   c.evals.steps = {0, 7, 14};
@@ -87,6 +96,28 @@ TEST(SimCheckpoint, RoundTripsExactly) {
   EXPECT_EQ(d.hub.detected_at, 1.5);
   EXPECT_TRUE(std::signbit(d.hub.last_push_arrival));
   EXPECT_EQ(d.hub.rng, "1 2 3");
+  ASSERT_EQ(d.hub.settled.size(), 1u);
+  const auto& st = d.hub.settled[0];
+  EXPECT_EQ(st.key, 2u);
+  EXPECT_EQ(st.seq, 8u);
+  EXPECT_EQ(st.kind, 0);
+  EXPECT_EQ(st.root, -1);
+  EXPECT_EQ(st.ids, (std::vector<int>{0, 2}));
+  EXPECT_EQ(st.result.status.code(), StatusCode::kPeerLost);
+  EXPECT_EQ(st.result.status.message(), "island 1 lost");
+  EXPECT_EQ(st.result.contributors, (std::vector<int>{0, 2}));
+  EXPECT_EQ(st.result.weight_sum, 2.5);
+  EXPECT_EQ(st.start, 3.25);
+  EXPECT_EQ(st.done_at, 4.5);
+  EXPECT_EQ(st.holders, c.hub.settled[0].holders);
+  // Nothing in flight: no "inflight" section at all.
+  SimCheckpoint quiet = c;
+  quiet.hub.settled.clear();
+  const checkpoint::Checkpoint quiet_file(encode_sim_checkpoint(quiet));
+  EXPECT_EQ(quiet_file.find("inflight"), nullptr);
+  StatusOr<SimCheckpoint> quiet_back = decode_sim_checkpoint(quiet_file, "f");
+  ASSERT_TRUE(quiet_back.is_ok());
+  EXPECT_TRUE(quiet_back->hub.settled.empty());
   EXPECT_EQ(d.cost_model, c.cost_model);
   EXPECT_EQ(d.progress.steps_done, 120);
   EXPECT_EQ(d.progress.bytes, 999u);
@@ -136,7 +167,7 @@ TEST(SimCheckpoint, MalformedSectionsAreRefusedWithOneLine) {
   refused(without("run"), "not a simulator checkpoint");
   refused(without("simulator"), "no section 'simulator'");
   refused(without("island.1"), "no section 'island.1'");
-  for (const char* name : {"run", "global", "simulator", "island.0"}) {
+  for (const char* name : {"run", "global", "simulator", "island.0", "inflight"}) {
     auto s = sections;
     for (auto& x : s)
       if (x.name == name) x.data.resize(x.data.size() - 3);

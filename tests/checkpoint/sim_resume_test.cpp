@@ -96,7 +96,11 @@ class SimResume : public ::testing::Test {
   // A small GPT with dropout (libtorch's RNG), compute jitter and stragglers (the cost
   // model's RNGs), network jitter (the hub's RNG), 3 islands, evals and logs at steps that
   // do not fall on checkpoints, so every piece of state is exercised.
-  std::string config(const std::string& algorithm, int steps = 60) {
+  // `variant`: an algorithm name, or diloco_delayed / diloco_eager (diloco with
+  // algorithm.overlap: an exchange in flight at every checkpoint; eager with int8 and error
+  // feedback, so the compensated contribution in flight is saved too).
+  std::string config(const std::string& variant, int steps = 60) {
+    const std::string algorithm = variant.rfind("diloco_", 0) == 0 ? "diloco" : variant;
     std::ostringstream y;
     y << "run: {name: x, seed: 7, out_dir: " << (dir_ / "runs").string() << ", threads: 1}\n"
       << "model: {name: gpt, layers: 2, heads: 2, dim: 16, seq_len: 16, dropout: 0.1}\n"
@@ -108,12 +112,19 @@ class SimResume : public ::testing::Test {
       << "network: {latency_ms: 20, jitter_ms: 5, bandwidth_mbps: 100}\n"
       << "algorithm: {name: " << algorithm;
     if (algorithm == "diloco") y << ", inner_steps: 4";
+    if (variant == "diloco_delayed") y << ", overlap: delayed";
+    if (variant == "diloco_eager") y << ", overlap: eager, error_feedback: true";
     // Fragments in flight across step boundaries (overlap_steps), int8 with error feedback.
     if (algorithm == "streaming_diloco") y << ", inner_steps: 4, fragments: 2, overlap_steps: 1, error_feedback: true";
+    // DiPaCo 2 paths over 3 islands: module 0 shared by all, module 1 by islands 0 and 2
+    // (path 0), module 2 island 1's alone; int8 with error feedback per module.
+    if (algorithm == "dipaco") y << ", inner_steps: 4, error_feedback: true";
     y << "}\n";
-    if (algorithm == "streaming_diloco") y << "compression: [{quantize: int8}]\n";
+    if (algorithm == "streaming_diloco" || algorithm == "dipaco" || variant == "diloco_eager")
+      y << "compression: [{quantize: int8}]\n";
+    if (algorithm == "dipaco") y << "dipaco: {levels: [{blocks: [1], modules: 2}], routing: none}\n";
     y << "checkpoint: {every: 5, keep: 2}\n";
-    const fs::path p = dir_ / (algorithm + ".yaml");
+    const fs::path p = dir_ / (variant + ".yaml");
     std::ofstream(p) << y.str();
     return p.string();
   }
@@ -161,7 +172,8 @@ class SimResume : public ::testing::Test {
 // half-written file is never used, the second checkpoint is. (streaming_diloco: a due
 // checkpoint moves past a fragment in flight, to steps 5, 11, 15.)
 TEST_F(SimResume, KilledMidCheckpointWriteResumesFromThePreviousOne) {
-  for (const char* algorithm : {"diloco", "ddp", "streaming_diloco"}) {
+  for (const char* algorithm :
+       {"diloco", "ddp", "streaming_diloco", "demo", "dipaco", "diloco_delayed", "diloco_eager"}) {
     SCOPED_TRACE(algorithm);
     const std::string cfg = config(algorithm);
     const std::string name = std::string("fault_") + algorithm;
@@ -182,7 +194,8 @@ TEST_F(SimResume, KilledMidCheckpointWriteResumesFromThePreviousOne) {
 // SIGKILL from outside at a random moment of the run, then --resume.
 TEST_F(SimResume, KilledAtARandomStepResumesBitwise) {
   std::mt19937 rng(static_cast<unsigned>(::getpid()));
-  for (const char* algorithm : {"diloco", "ddp", "streaming_diloco"}) {
+  for (const char* algorithm :
+       {"diloco", "ddp", "streaming_diloco", "demo", "dipaco", "diloco_delayed", "diloco_eager"}) {
     SCOPED_TRACE(algorithm);
     const std::string cfg = config(algorithm, 150);
     const std::string name = std::string("kill_") + algorithm;
@@ -259,10 +272,11 @@ TEST_F(SimResume, RefusalsAreOneLine) {
   // Nothing to resume from: checkpoints off.
   std::string e = simulate(cfg, "x", {"checkpoint.every=0", "run.resume=true"});
   EXPECT_NE(e.find("run.resume"), std::string::npos) << e;
-  // An algorithm whose state is not saved.
-  e = simulate(cfg, "x", {"algorithm.overlap=delayed"});
+  // An algorithm whose state is not saved (diloco with algorithm.overlap is saved now:
+  // SimResume.*Resumes* with diloco_delayed and diloco_eager).
+  e = simulate(cfg, "x", {"algorithm.name=async_local_sgd"});
   EXPECT_NE(e.find("checkpoint.every"), std::string::npos) << e;
-  EXPECT_NE(e.find("overlap"), std::string::npos) << e;
+  EXPECT_NE(e.find("async_local_sgd"), std::string::npos) << e;
   e = simulate(cfg, "x", {"algorithm.name=fedavg", "algorithm.rounds=4", "algorithm.local_steps=5"});
   EXPECT_NE(e.find("cannot be checkpointed"), std::string::npos) << e;
   e = simulate(cfg, "x", {"islands.events=[{kill: 1, at_step: 7}]"});

@@ -19,6 +19,9 @@ class InprocHandle final : public Handle {
  public:
   InprocHandle(InprocHub& hub, int self, InprocHub::CollectiveId id)
       : hub_(hub), self_(self), id_(id), posted_(hub.scheduler_.time(self)) {}
+  // A collective restored from a checkpoint, posted at virtual time `posted`.
+  InprocHandle(InprocHub& hub, int self, InprocHub::CollectiveId id, double posted)
+      : hub_(hub), self_(self), id_(id), posted_(posted) {}
   ~InprocHandle() override {
     // After an abort every thread unwinds at once: leave the hub alone.
     if (!collected_ && !hub_.scheduler_.aborted()) collect();
@@ -50,6 +53,7 @@ class InprocHandle final : public Handle {
     if (it == hub_.collectives_.end()) return;
     result_ = it->second.result;
     collected_ = true;
+    it->second.holders.erase(self_);
     if (--it->second.waiting == 0 && it->second.done) hub_.collectives_.erase(it);
   }
   InprocHub& hub_;
@@ -156,6 +160,19 @@ class InprocGroup final : public Group {
 
   ByteCounters bytes() const override { return hub_.counters_[id_]; }
 
+  std::unique_ptr<Handle> resume_in_flight() override {
+    auto it = hub_.restored_.find(id_);
+    if (it == hub_.restored_.end()) return nullptr;
+    auto& list = it->second;
+    for (size_t i = 0; i < list.size(); ++i) {
+      if (list[i].first.first != key_) continue;
+      const auto [cid, posted] = list[i];
+      list.erase(list.begin() + static_cast<std::ptrdiff_t>(i));
+      return std::make_unique<InprocHandle>(hub_, id_, cid, posted);
+    }
+    return nullptr;
+  }
+
  private:
   static void check_buffer(const at::Tensor& buffer) {
     TORCH_CHECK(buffer.is_contiguous() && buffer.scalar_type() == at::kFloat && buffer.device().is_cpu(),
@@ -181,6 +198,7 @@ class InprocGroup final : public Group {
     }
     c.contributions[id_] = std::move(part);
     ++c.waiting;
+    c.holders[id_] = hub_.scheduler_.time(id_);
     c.start = std::max(c.start, hub_.scheduler_.time(id_));
     auto handle = std::make_unique<InprocHandle>(hub_, id_, cid);
     if (c.contributions.size() == hub_.participants(c, key_, seq)) hub_.complete(c, seq);
@@ -246,8 +264,14 @@ InprocHub::InprocHub(int islands, Scheduler& scheduler)
   for (int i = 0; i < islands; ++i) members_.push_back(i);
 }
 
+bool InprocHub::settled() const {
+  for (const auto& [id, c] : collectives_)
+    if (!c.done) return false;
+  return true;
+}
+
 InprocHub::Snapshot InprocHub::snapshot() const {
-  TORCH_CHECK(quiescent(), "InprocHub::snapshot: a collective is in flight");
+  TORCH_CHECK(settled(), "InprocHub::snapshot: a collective is in flight and not complete");
   Snapshot s;
   s.members = members_;
   s.epoch = epoch_;
@@ -263,6 +287,20 @@ InprocHub::Snapshot InprocHub::snapshot() const {
   std::ostringstream rng;
   rng << rng_;
   s.rng = rng.str();
+  for (const auto& [id, c] : collectives_) {
+    if (c.holders.empty()) continue;
+    Settled p;
+    p.key = id.first;
+    p.seq = id.second;
+    p.kind = static_cast<uint8_t>(c.kind);
+    p.root = c.root;
+    p.ids = c.ids;
+    p.result = c.result;
+    p.start = c.start;
+    p.done_at = c.done_at;
+    p.holders.assign(c.holders.begin(), c.holders.end());
+    s.settled.push_back(std::move(p));
+  }
   return s;
 }
 
@@ -284,6 +322,24 @@ void InprocHub::restore(const Snapshot& s) {
   std::istringstream rng(s.rng);
   rng >> rng_;
   TORCH_CHECK(!rng.fail(), "InprocHub::restore: unreadable network RNG state");
+  for (const Settled& p : s.settled) {
+    TORCH_CHECK(p.kind <= static_cast<uint8_t>(Kind::kAllgather) && !p.holders.empty(),
+                "InprocHub::restore: malformed collective in flight");
+    Collective& c = collectives_[{p.key, p.seq}];
+    c.kind = static_cast<Kind>(p.kind);
+    c.root = p.root;
+    c.ids = p.ids;
+    c.done = true;
+    c.result = p.result;
+    c.start = p.start;
+    c.done_at = p.done_at;
+    for (const auto& [island, posted] : p.holders) {
+      TORCH_CHECK(island >= 0 && island < size(), "InprocHub::restore: no island ", island);
+      c.holders[island] = posted;
+      restored_[island].push_back({{p.key, p.seq}, posted});
+    }
+    c.waiting = static_cast<int>(c.holders.size());
+  }
 }
 
 void InprocHub::set_network(const NetworkModel* network, uint64_t seed, double detect_s) {

@@ -79,9 +79,23 @@ class InprocHub {
   };
   WaitTime wait_time(int id) const { return waits_[static_cast<size_t>(id)]; }
 
+  // A collective every member had posted, complete (its results are in the members'
+  // buffers) but not yet collected by some of them: an exchange in flight across a
+  // checkpoint's step boundary (diloco with algorithm.overlap).
+  struct Settled {
+    uint32_t key = 0;             // its group (0: every island; else a sub-group's key)
+    uint64_t seq = 0;
+    uint8_t kind = 0;             // 0 all-reduce, 1 broadcast, 2 all-gather
+    int root = -1;
+    std::vector<int> ids;         // sub-group: its islands (empty = every island)
+    CollectiveResult result;
+    double start = 0, done_at = 0;
+    std::vector<std::pair<int, double>> holders;  // (island, virtual time it posted), ascending
+  };
   // The hub's state between collectives, for the simulator's checkpoints (src/core): taken
-  // while no collective is in flight (quiescent()), restored into a hub built the same way
-  // (same islands, network, seed) before any group is made.
+  // while every collective in flight is complete (settled()), restored into a hub built the
+  // same way (same islands, network, seed) before any group is made; each restored Settled
+  // goes back to its holders through Group::resume_in_flight().
   struct Snapshot {
     std::vector<int> members;
     uint64_t epoch = 0;
@@ -93,8 +107,10 @@ class InprocHub {
     double detected_at = 0;
     double last_push_arrival = 0;
     std::string rng;  // the network RNG, as std::mt19937_64's operator<< writes it
+    std::vector<Settled> settled;  // ascending (key, seq)
   };
   bool quiescent() const { return collectives_.empty(); }
+  bool settled() const;  // every collective in flight is complete
   Snapshot snapshot() const;
   void restore(const Snapshot& s);
 
@@ -123,6 +139,7 @@ class InprocHub {
     bool done = false;
     CollectiveResult result;
     int waiting = 0;                            // handles that have not collected the result
+    std::map<int, double> holders;              // their islands -> virtual time they posted
     double start = 0;                           // virtual time the last member posted
     double done_at = 0;                         // virtual time the result is everywhere
   };
@@ -175,6 +192,8 @@ class InprocHub {
   // takes part in (a joiner: the sub-group's next collective when it joined).
   std::map<std::pair<uint32_t, int>, uint64_t> sub_next_seq_, sub_first_seq_;
   std::vector<int> joiners_;  // islands added by add_member()
+  // Restored collectives not yet handed back: per island, (collective, time it posted).
+  std::map<int, std::vector<std::pair<CollectiveId, double>>> restored_;
   bool star_ = false;                // all-reduce through the server (set_star)
   // Members that take part in collective `seq` of `c`'s group.
   size_t participants(const Collective& c, uint32_t key, uint64_t seq) const;
