@@ -87,18 +87,12 @@ class DiLoCo final : public Algorithm {
   // A joiner gets the outer optimizer's state and round count. [impl choice] With overlap,
   // the exchange in flight at the hand-over is not the joiner's: it starts like a first
   // round (no stale average), so its anchor lacks that one outer step.
-  AlgorithmState export_state() const override {
-    AlgorithmState s;
-    s.rounds = round_;
-    s.tensors = outer_.state();
-    s.tensors.push_back(at::scalar_tensor(static_cast<double>(outer_.steps()), at::kDouble));
-    return s;
-  }
+  AlgorithmState export_state() const override { return {round_, outer_.handover()}; }
 
   void import_state(IslandContext&, const AlgorithmState& state) override {
     TORCH_CHECK(state.tensors.size() == 3, "diloco state: expected 3 tensors, got ", state.tensors.size());
     round_ = state.rounds;
-    outer_.load(state.tensors[2].item<int64_t>(), {state.tensors[0], state.tensors[1]});
+    outer_.load_handover(state.tensors.data());
   }
 
   // Checkpoint (docs/checkpoints.md): counters = {round, outer-optimizer steps}; tensors =
@@ -113,10 +107,8 @@ class DiLoCo final : public Algorithm {
   // of it (error feedback; else undefined)}; with nothing in flight yet, counters add {0}.
   std::string checkpoint_limit() const override { return {}; }
   AlgorithmCheckpoint state() const override {
-    AlgorithmCheckpoint s;
-    s.counters = {round_, outer_.steps()};
-    const auto outer = outer_.state();
-    s.tensors = {anchor_, outer[0], outer[1], feedback_.residual()};
+    AlgorithmCheckpoint s = anchor_and_outer(round_, anchor_, outer_);
+    s.tensors.push_back(feedback_.residual());
     if (options_.overlap == Overlap::kNone) {
       TORCH_CHECK(!handle_, "diloco: no checkpoint while an exchange is in flight");
       return s;
@@ -140,11 +132,8 @@ class DiLoCo final : public Algorithm {
     TORCH_CHECK(state.counters.size() == counters && state.tensors.size() == tensors, "diloco checkpoint: expected ",
                 counters, " counters and ", tensors, " tensors, got ", state.counters.size(), " and ",
                 state.tensors.size());
+    load_anchor_and_outer(state, round_, anchor_, outer_);
     at::NoGradGuard no_grad;
-    round_ = state.counters[0];
-    anchor_.copy_(state.tensors[0]);
-    auto on = [&](const at::Tensor& t) { return t.defined() ? t.to(anchor_.device()) : t; };
-    outer_.load(state.counters[1], {on(state.tensors[1]), on(state.tensors[2])});
     feedback_.load(state.tensors[3]);
     if (!in_flight) return;
     const auto& c = state.counters;

@@ -103,18 +103,12 @@ class DiPaCo final : public Algorithm {
   at::Tensor global_params() const override { return anchor_; }
 
   // A joiner gets the outer optimizer's state and the round count (as DiLoCo's).
-  AlgorithmState export_state() const override {
-    AlgorithmState s;
-    s.rounds = round_;
-    s.tensors = outer_.state();
-    s.tensors.push_back(at::scalar_tensor(static_cast<double>(outer_.steps()), at::kDouble));
-    return s;
-  }
+  AlgorithmState export_state() const override { return {round_, outer_.handover()}; }
 
   void import_state(IslandContext&, const AlgorithmState& state) override {
     TORCH_CHECK(state.tensors.size() == 3, "dipaco state: expected 3 tensors, got ", state.tensors.size());
     round_ = state.rounds;
-    outer_.load(state.tensors[2].item<int64_t>(), {state.tensors[0], state.tensors[1]});
+    outer_.load_handover(state.tensors.data());
   }
 
   // Checkpoint (docs/checkpoints.md): counters = {round, outer-optimizer steps}; tensors =
@@ -124,10 +118,7 @@ class DiPaCo final : public Algorithm {
   // sync step, so any step boundary may hold a checkpoint.
   std::string checkpoint_limit() const override { return {}; }
   AlgorithmCheckpoint state() const override {
-    AlgorithmCheckpoint s;
-    s.counters = {round_, outer_.steps()};
-    const auto outer = outer_.state();
-    s.tensors = {anchor_, outer[0], outer[1]};
+    AlgorithmCheckpoint s = anchor_and_outer(round_, anchor_, outer_);
     for (const Module& m : modules_) s.tensors.push_back(m.feedback->residual());
     return s;
   }
@@ -135,11 +126,7 @@ class DiPaCo final : public Algorithm {
     TORCH_CHECK(state.counters.size() == 2 && state.tensors.size() == 3 + modules_.size(), "dipaco checkpoint: "
                 "expected 2 counters and ", 3 + modules_.size(), " tensors, got ", state.counters.size(), " and ",
                 state.tensors.size());
-    at::NoGradGuard no_grad;
-    round_ = state.counters[0];
-    anchor_.copy_(state.tensors[0]);
-    auto on = [&](const at::Tensor& t) { return t.defined() ? t.to(anchor_.device()) : t; };
-    outer_.load(state.counters[1], {on(state.tensors[1]), on(state.tensors[2])});
+    load_anchor_and_outer(state, round_, anchor_, outer_);
     for (size_t i = 0; i < modules_.size(); ++i) modules_[i].feedback->load(state.tensors[3 + i]);
   }
 

@@ -1,6 +1,7 @@
 #include "algorithms/exchange.h"
 
 #include <ATen/ATen.h>
+#include <torch/csrc/autograd/grad_mode.h>
 
 #include <string>
 #include <utility>
@@ -45,6 +46,22 @@ RoundInfo RoundMeter::finish(const transport::Group& group, int64_t round, int64
   info.raw_bytes_sent = after.raw_sent - before_.raw_sent;
   info.outer_grad_norm = outer_grad_norm;
   return info;
+}
+
+AlgorithmCheckpoint anchor_and_outer(int64_t round, const at::Tensor& anchor, const OuterOptimizer& outer) {
+  AlgorithmCheckpoint s;
+  s.counters = {round, outer.steps()};
+  const auto state = outer.state();
+  s.tensors = {anchor, state[0], state[1]};
+  return s;
+}
+
+void load_anchor_and_outer(const AlgorithmCheckpoint& s, int64_t& round, at::Tensor& anchor, OuterOptimizer& outer) {
+  at::NoGradGuard no_grad;
+  round = s.counters[0];
+  anchor.copy_(s.tensors[0]);
+  auto on = [&](const at::Tensor& t) { return t.defined() ? t.to(anchor.device()) : t; };
+  outer.load(s.counters[1], {on(s.tensors[1]), on(s.tensors[2])});
 }
 
 }  // namespace atl::algorithms

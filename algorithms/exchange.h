@@ -5,6 +5,7 @@
 #include <ATen/core/Tensor.h>
 
 #include "algorithms/algorithm.h"
+#include "algorithms/outer_optimizer.h"
 #include "compression/error_feedback.h"
 #include "compression/pipeline.h"
 #include "transport/group.h"
@@ -55,6 +56,13 @@ void require_usable(const transport::CollectiveResult& result, const IslandConte
                     const char* what, int64_t step, bool survivors_ok = true);
 
 // Measures one round on a group: construct before the exchange, finish() after.
+// The part of a checkpoint that the algorithms with one anchor and one outer optimizer share
+// (diloco, dipaco): counters {round, outer steps}, tensors {anchor, outer state x2}; the
+// algorithm appends its own. load_anchor_and_outer reads them back (the anchor in place, the
+// outer state on the anchor's device).
+AlgorithmCheckpoint anchor_and_outer(int64_t round, const at::Tensor& anchor, const OuterOptimizer& outer);
+void load_anchor_and_outer(const AlgorithmCheckpoint& s, int64_t& round, at::Tensor& anchor, OuterOptimizer& outer);
+
 class RoundMeter {
  public:
   RoundMeter() = default;

@@ -14,6 +14,12 @@ void OuterOptimizer::load(int64_t steps, const std::vector<at::Tensor>& state) {
   v_ = state[1].defined() ? state[1].clone() : at::Tensor();
 }
 
+std::vector<at::Tensor> OuterOptimizer::handover() const {
+  return {buf_, v_, at::scalar_tensor(static_cast<double>(steps_), at::kDouble)};
+}
+
+void OuterOptimizer::load_handover(const at::Tensor* three) { load(three[2].item<int64_t>(), {three[0], three[1]}); }
+
 void OuterOptimizer::step(at::Tensor& theta_g, const at::Tensor& delta) {
   at::NoGradGuard no_grad;
   ++steps_;

@@ -26,6 +26,11 @@ class OuterOptimizer {
   // step) and back: for handing it to an island that joins.
   std::vector<at::Tensor> state() const { return {buf_, v_}; }
   void load(int64_t steps, const std::vector<at::Tensor>& state);
+  // The state and the step count as three tensors (the count a scalar double tensor), as an
+  // algorithm hands them to a joiner (Algorithm::export_state); load_handover reads `three`
+  // such tensors back.
+  std::vector<at::Tensor> handover() const;
+  void load_handover(const at::Tensor* three);
 
  private:
   OuterOptimizerOptions options_;

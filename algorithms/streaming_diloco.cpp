@@ -241,8 +241,7 @@ class StreamingDiLoCo final : public Algorithm {
     AlgorithmState s;
     s.rounds = round_;
     for (const Fragment& f : fragments_) {
-      for (const at::Tensor& t : f.outer.state()) s.tensors.push_back(t);
-      s.tensors.push_back(at::scalar_tensor(static_cast<double>(f.outer.steps()), at::kDouble));
+      for (const at::Tensor& t : f.outer.handover()) s.tensors.push_back(t);
     }
     return s;
   }
@@ -251,10 +250,7 @@ class StreamingDiLoCo final : public Algorithm {
     TORCH_CHECK(state.tensors.size() == 3 * fragments_.size(), "streaming_diloco state: expected ",
                 3 * fragments_.size(), " tensors (3 per fragment), got ", state.tensors.size());
     round_ = state.rounds;
-    for (size_t p = 0; p < fragments_.size(); ++p) {
-      const at::Tensor* t = &state.tensors[3 * p];
-      fragments_[p].outer.load(t[2].item<int64_t>(), {t[0], t[1]});
-    }
+    for (size_t p = 0; p < fragments_.size(); ++p) fragments_[p].outer.load_handover(&state.tensors[3 * p]);
   }
 
  private:
