@@ -39,29 +39,9 @@ int run(const std::string& args) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
-// Starts ATOLL_BINARY with `args`, its output into `log`.
-pid_t spawn(const std::vector<std::string>& args, const fs::path& log) {
-  const pid_t pid = fork();
-  if (pid != 0) return pid;
-  if (!std::freopen(log.c_str(), "w", stdout) || dup2(fileno(stdout), 2) < 0) _exit(126);
-  std::vector<char*> argv = {const_cast<char*>("atoll")};
-  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  execv(ATOLL_BINARY, argv.data());
-  _exit(127);
-}
-
-// Waits up to `seconds` for `pid` to exit: its exit code, or -1 (then it is killed).
-int wait_bounded(pid_t pid, int seconds) {
-  int status = 0;
-  for (int i = 0; i < seconds * 10; ++i) {
-    if (waitpid(pid, &status, WNOHANG) == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  kill(pid, SIGKILL);
-  waitpid(pid, &status, 0);
-  return -1;
-}
+// The shared helpers of tests/run/process_test_util.h under this file's short names.
+pid_t spawn(const std::vector<std::string>& args, const fs::path& log) { return atl::testing::spawn_atoll(args, log); }
+int wait_bounded(pid_t pid, int seconds) { return atl::testing::wait_exit(pid, seconds); }
 
 // Polls `metrics` for up to `seconds` until some line contains all of `parts`.
 bool wait_for_record(const fs::path& metrics, const std::vector<std::string>& parts, int seconds) {
