@@ -70,6 +70,7 @@ void IslandRuntime::join(JoinState state, transport::Group* group) {
     if (t.defined()) t = t.to(parts_.model->params().device());
   }
   steps_ = state.step;
+  resuming_.reset();  // a resumed island that died and rejoins starts from the hand-over
   joining_ = std::move(state);
   Rejoin r;
   r.island = island_;
@@ -81,11 +82,12 @@ void IslandRuntime::join(JoinState state, transport::Group* group) {
   host_.record(rejoin_record(r, now()));
 }
 
-void IslandRuntime::resume(const Saved& state, algorithms::AlgorithmCheckpoint algorithm) {
+void IslandRuntime::resume(const Saved& state, std::optional<algorithms::AlgorithmCheckpoint> algorithm) {
   steps_ = state.steps;
   loss_acc_ = state.loss_acc;
   loss_n_ = state.loss_n;
-  for (at::Tensor& t : algorithm.tensors)
+  if (!algorithm) return;
+  for (at::Tensor& t : algorithm->tensors)
     if (t.defined()) t = t.to(parts_.model->params().device());
   resuming_ = std::move(algorithm);
 }

@@ -119,8 +119,10 @@ class IslandRuntime {
   Saved saved() const { return {steps_, loss_acc_, loss_n_}; }
   // This island continues a run from a checkpoint: after the parts' model, sampler and inner
   // optimizer were restored, before run(). The loop starts after `state.steps`, and the
-  // algorithm loads `algorithm` right after its setup. No record is written.
-  void resume(const Saved& state, algorithms::AlgorithmCheckpoint algorithm);
+  // algorithm loads `algorithm` right after its setup. No record is written. Without
+  // `algorithm` (an island dead at the checkpoint) only the counts are restored: it runs
+  // again only after join().
+  void resume(const Saved& state, std::optional<algorithms::AlgorithmCheckpoint> algorithm);
   // Runs the island loop to its last step. Exceptions from the algorithm and the hooks
   // propagate (the simulator unwinds a killed island this way).
   void run();

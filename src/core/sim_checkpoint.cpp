@@ -1,5 +1,7 @@
 #include "src/core/sim_checkpoint.h"
 
+#include <algorithm>
+
 #include <ATen/ATen.h>
 
 #include <cstring>
@@ -254,6 +256,11 @@ std::vector<checkpoint::Section> encode_sim_checkpoint(const SimCheckpoint& c) {
     put_settled(w, c.hub.settled);
     out.push_back({"inflight", std::move(w).bytes()});
   }
+  if (!c.kills_fired.empty()) {
+    ByteWriter w;
+    w.i64s(c.kills_fired);
+    out.push_back({"events", std::move(w).bytes()});
+  }
   for (size_t i = 0; i < c.islands.size(); ++i) {
     const IslandCheckpoint& is = c.islands[i];
     ByteWriter w;
@@ -342,6 +349,12 @@ StatusOr<SimCheckpoint> decode_sim_checkpoint(const checkpoint::Checkpoint& file
     c.hub.settled = get_settled(r);
     if (!r.done()) return corrupt(what + ": malformed section 'inflight'");
   }
+  if (const std::string* events = file.find("events")) {
+    ByteReader r(*events);
+    c.kills_fired = r.i64s();
+    if (!r.done() || !std::is_sorted(c.kills_fired.begin(), c.kills_fired.end()))
+      return corrupt(what + ": malformed section 'events'");
+  }
   for (uint64_t i = 0; i < islands; ++i) {
     const std::string name = island_section(i);
     const std::string* bytes = file.find(name);
@@ -365,7 +378,7 @@ StatusOr<SimCheckpoint> decode_sim_checkpoint(const checkpoint::Checkpoint& file
     is.planned = r.boolean();
     is.alive = r.boolean();
     is.finished = r.boolean();
-    if (!r.done() || !is.params.defined()) return corrupt(what + ": malformed section '" + name + "'");
+    if (!r.done() || is.params.defined() != is.alive) return corrupt(what + ": malformed section '" + name + "'");
     c.islands.push_back(std::move(is));
   }
   return c;

@@ -56,7 +56,8 @@ struct SimCheckpoint {
   double target_time = 0, target_bytes = 0;
   int64_t target_step = -1;
   at::Tensor torch_rng;          // libtorch's default CPU generator (dropout), uint8 state
-  std::vector<IslandCheckpoint> islands;
+  std::vector<int64_t> kills_fired;  // islands.events indices of the kills that happened, ascending
+  std::vector<IslandCheckpoint> islands;  // a dead one without params, optimizer, algorithm
 };
 
 // The config's identity for resuming: config_hash() of the config with run.resume and the

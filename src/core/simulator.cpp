@@ -10,6 +10,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <optional>
 #include <string>
 #include <mutex>
@@ -258,13 +259,15 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
   // Membership events of each island (islands.events): kills, and the times it (re)joins.
   struct Kill {
     config::IslandEvent event;
+    int64_t index = 0;  // in islands.events
     bool fired = false;
   };
   std::vector<std::vector<Kill>> kills(static_cast<size_t>(n));
   std::vector<std::vector<double>> joins(static_cast<size_t>(n));
   int next_added = k;
-  for (const auto& e : config.islands.events) {
-    if (e.kill >= 0) kills[static_cast<size_t>(e.kill)].push_back({e});
+  for (size_t ei = 0; ei < config.islands.events.size(); ++ei) {
+    const auto& e = config.islands.events[ei];
+    if (e.kill >= 0) kills[static_cast<size_t>(e.kill)].push_back({e, static_cast<int64_t>(ei)});
     if (e.rejoin >= 0) joins[static_cast<size_t>(e.rejoin)].push_back(e.at_time_s);
     for (int a = 0; a < e.add; ++a) joins[static_cast<size_t>(next_added++)].push_back(e.at_time_s);
   }
@@ -274,13 +277,16 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
   std::vector<double> end_time(static_cast<size_t>(n), 0.0);  // when each island last left or finished
   for (int j = k; j < n; ++j) {
     islands[j].alive = false;
-    hub.remove_member(j, 0, /*failure=*/false);
+    if (!resumed) hub.remove_member(j, 0, /*failure=*/false);  // a restored hub has its members
   }
   auto membership = [&](int i, const char* change, const char* why) {
     const transport::MembershipView view = islands[i].group->view();
     dir.record(membership_record(MembershipChange{i, change, why, islands[i].runtime->steps(), view.epoch, view.members},
                                  RecordTime{seconds_since(t0), scheduler.time(i)}));
   };
+  // A death may complete the gathering of a checkpoint that waited only for this island
+  // (defined with the checkpoints below).
+  std::function<void(int)> checkpoint_after_death;
   auto die = [&](int i, Kill& kill, const char* why) {
     Island& is = islands[i];
     kill.fired = true;
@@ -290,6 +296,7 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
     member_s[i] += scheduler.time(i) - member_since[i];
     end_time[i] = scheduler.time(i);
     membership(i, "killed", why);
+    checkpoint_after_death(i);
     throw IslandKilled{};
   };
   // The live island with the lowest id evaluates the global model and hands state over to
@@ -318,6 +325,9 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
   };
   std::vector<int> pending;  // joiners waiting for a hand-over
   std::vector<Handover> handovers(static_cast<size_t>(n));
+  // Joiners between their join time and their first step as members (waiting for a
+  // hand-over, or for its arrival): their state is no checkpoint's.
+  std::vector<char> joining(static_cast<size_t>(n), 0);
   auto hand_over = [&](int donor, int64_t step) {
     Island& d = islands[donor];
     for (int j : pending) {
@@ -346,6 +356,10 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
   // then everyone goes on in the scheduler's order, as a resumed run starts. An island's
   // state is read at the write, not at its arrival: a collective it posted may complete only
   // when a later island posts (diloco with overlap: the average lands in its buffer then).
+  // With islands.events: an island killed while the others wait completes the gathering
+  // instead of arriving; dead islands are saved as dead (their clock, which kills fired);
+  // and a checkpoint is skipped (not written, the run goes on alike) while a joiner is
+  // between its join time and its first step, whose state is in no island's.
   int64_t ckpt_step = 0;  // the step being gathered
   int ckpt_arrived = 0;
   int64_t ckpt_done = resumed ? resumed->step : 0;  // the newest checkpoint's step
@@ -358,13 +372,15 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
   auto island_state = [&](int i) {
     Island& is = islands[i];
     IslandCheckpoint c;
-    c.params = is.parts.model->params().detach().clone();
-    c.optimizer_steps = is.parts.optimizer->steps();
-    for (const auto& t : is.parts.optimizer->state()) c.optimizer_state.push_back(t.defined() ? t.clone() : t);
-    c.sampler = is.parts.sampler->position();
-    c.algorithm = is.parts.algorithm->state();
-    for (auto& t : c.algorithm.tensors)
-      if (t.defined()) t = t.clone();
+    c.sampler = is.parts.sampler->position();  // a rejoin reads on from there
+    if (is.alive) {  // a dead island keeps only its accounting and data position
+      c.params = is.parts.model->params().detach().clone();
+      c.optimizer_steps = is.parts.optimizer->steps();
+      for (const auto& t : is.parts.optimizer->state()) c.optimizer_state.push_back(t.defined() ? t.clone() : t);
+      c.algorithm = is.parts.algorithm->state();
+      for (auto& t : c.algorithm.tensors)
+        if (t.defined()) t = t.clone();
+    }
     c.runtime = is.runtime->saved();
     c.time_s = scheduler.time(i);
     c.compute_s = is.compute_s;
@@ -397,9 +413,11 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
     c.target_step = target_step;
     c.torch_rng = at::detail::getDefaultCPUGenerator().get_state();
     c.islands.resize(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) c.islands[static_cast<size_t>(i)] = island_state(i);
     for (int i = 0; i < n; ++i)
-      if (ckpt_arrived_at[static_cast<size_t>(i)]) c.islands[static_cast<size_t>(i)] = island_state(i);
-    ckpt_arrived_at.assign(static_cast<size_t>(n), 0);
+      for (const Kill& kill : kills[static_cast<size_t>(i)])
+        if (kill.fired) c.kills_fired.push_back(kill.index);
+    std::sort(c.kills_fired.begin(), c.kills_fired.end());
     // A checkpoint that cannot be written costs only the ability to resume from it.
     const auto started = std::chrono::steady_clock::now();
     const std::vector<checkpoint::Section> sections = encode_sim_checkpoint(c);
@@ -410,22 +428,42 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
     else
       ATOLL_DEBUG("checkpoint of step " << step << ": " << bytes / 1e6 << " MB in " << seconds_since(started) << " s");
   };
+  // The islands the checkpoint of `step` waits for: running, and due at it (a joiner that
+  // came in at `step` itself is due only at the next one).
+  auto expected_at = [&](int64_t step) {
+    int expected = 0;
+    for (int j = 0; j < n; ++j)
+      expected += islands[j].alive && !islands[j].finished && (ckpt_arrived_at[j] || ckpt_due[j] <= step);
+    return expected;
+  };
+  // Every expected island is there: write (unless a joiner is in between), release them.
+  auto complete_checkpoint = [&](int64_t step) {
+    bool consistent = true;
+    for (int j = 0; j < n; ++j)
+      consistent = consistent && !joining[j] && (ckpt_arrived_at[j] || !islands[j].alive);
+    if (consistent) write_checkpoint(step);
+    else ATOLL_DEBUG("checkpoint of step " << step << " skipped: an island is joining");
+    ckpt_arrived_at.assign(static_cast<size_t>(n), 0);
+    ckpt_done = step;
+  };
   auto checkpoint_at = [&](int i, int64_t step) {
+    if (step <= ckpt_done) return;  // already taken (or skipped) without this island
     if (ckpt_step != step) {
       ckpt_step = step;
       ckpt_arrived = 0;
     }
     ckpt_arrived_at[static_cast<size_t>(i)] = 1;
-    int live = 0;
-    for (const Island& is : islands) live += is.alive && !is.finished;
-    if (++ckpt_arrived < live) {
+    if (++ckpt_arrived < expected_at(step)) {
       scheduler.block_until(i, [&ckpt_done, step] { return ckpt_done >= step; },
                             "the others to reach the checkpoint of step " + std::to_string(step));
       return;
     }
-    write_checkpoint(step);
-    ckpt_done = step;
+    complete_checkpoint(step);
     scheduler.yield(i);  // the next to run is the one a resumed run starts with
+  };
+  checkpoint_after_death = [&](int) {
+    if (ckpt_step > ckpt_done && ckpt_arrived > 0 && ckpt_arrived >= expected_at(ckpt_step))
+      complete_checkpoint(ckpt_step);
   };
 
   // Each island's runtime: the simulator supplies the virtual clock, the in-process group,
@@ -518,15 +556,20 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
       const IslandCheckpoint& c = resumed->islands[static_cast<size_t>(i)];
       Island& is = islands[i];
       const c10::Device on = is.parts.model->params().device();
-      {
-        at::NoGradGuard no_grad;
-        is.parts.model->params().copy_(c.params);
+      if (c.alive) {
+        {
+          at::NoGradGuard no_grad;
+          is.parts.model->params().copy_(c.params);
+        }
+        std::vector<at::Tensor> inner;
+        for (const auto& t : c.optimizer_state) inner.push_back(t.defined() ? t.to(on) : t);
+        is.parts.optimizer->load(c.optimizer_steps, inner);
+        is.runtime->resume(c.runtime, c.algorithm);
+      } else {
+        // Dead (or not added yet): its steps so far; a rejoin starts from a hand-over.
+        is.runtime->resume(c.runtime, std::nullopt);
       }
-      std::vector<at::Tensor> inner;
-      for (const auto& t : c.optimizer_state) inner.push_back(t.defined() ? t.to(on) : t);
-      is.parts.optimizer->load(c.optimizer_steps, inner);
       is.parts.sampler->seek(c.sampler);
-      is.runtime->resume(c.runtime, c.algorithm);
       scheduler.set_time(i, c.time_s);
       is.compute_s = c.compute_s;
       is.time->slept_s = c.slept_s;
@@ -542,6 +585,9 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
       is.alive = c.alive;
       is.finished = c.finished;
     }
+    for (auto& of_island : kills)
+      for (Kill& kill : of_island)
+        kill.fired = std::binary_search(resumed->kills_fired.begin(), resumed->kills_fired.end(), kill.index);
     cost.load(resumed->cost_model);
     state = resumed->progress;
     evals.restore(resumed->evals);
@@ -596,10 +642,12 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
         if (evaluator_island() < 0) return;  // nobody left to hand the state over
         handovers[i] = {};
         pending.push_back(i);
+        joining[i] = 1;
         scheduler.block_until(
             i, [&] { return handovers[i].ready || evaluator_island() < 0; }, "state hand-over");
         if (!handovers[i].ready) {  // every donor finished or died meanwhile
           pending.erase(std::remove(pending.begin(), pending.end(), i), pending.end());
+          joining[i] = 0;
           return;
         }
         Handover& h = handovers[i];
@@ -611,7 +659,10 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
         is.time->sleep_until_s(h.arrival);
         scheduler.yield(i);  // others earlier on the clock do not see it yet
         is.alive = true;
+        joining[i] = 0;
         member_since[i] = scheduler.time(i);
+        if (config.checkpoint.every > 0)  // due at the next multiple after the donor's step
+          ckpt_due[i] = (h.step / config.checkpoint.every + 1) * config.checkpoint.every;
         JoinState join;
         join.donor = h.donor;
         join.step = h.step;

@@ -125,10 +125,6 @@ void check_checkpoint(const config::Config& c, Target target) {
   if (!limit.empty())
     config::fail_key(c, "checkpoint.every", "algorithm '" + c.algorithm.name + "' cannot be checkpointed: " + limit +
                                                 " (set it to 0)");
-  for (const auto& e : c.islands.events)
-    if (e.kill >= 0 || e.rejoin >= 0 || e.add > 0)
-      config::fail_key(c, "checkpoint.every", "checkpoints do not save the state of kill, rejoin and add events "
-                                              "yet (remove the events or set it to 0)");
 }
 
 std::string human_bytes(double b) {

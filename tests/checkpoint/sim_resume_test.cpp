@@ -81,6 +81,10 @@ int count(const std::string& s, const std::string& what) {
   return n;
 }
 
+const char* const kEvents =
+    ", events: [{kill: 1, at_step: 12}, {rejoin: 1, at_time_s: 2.5}, {add: 1, at_time_s: 3.5}, "
+    "{kill: 0, at_time_s: 5.0}]";
+
 class SimResume : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -98,7 +102,10 @@ class SimResume : public ::testing::Test {
   // do not fall on checkpoints, so every piece of state is exercised.
   // `variant`: an algorithm name, or diloco_delayed / diloco_eager (diloco with
   // algorithm.overlap: an exchange in flight at every checkpoint; eager with int8 and error
-  // feedback, so the compensated contribution in flight is saved too).
+  // feedback, so the compensated contribution in flight is saved too), diloco_events (diloco
+  // with islands.events: island 1 killed at step 12 and rejoining at 2.5 s, an island added at
+  // 3.5 s, island 0 (the evaluator) killed at 5 s), diloco_events1 (the same with a
+  // checkpoint at every step: the one of step 16, where the joiners are handed over, is skipped).
   std::string config(const std::string& variant, int steps = 60) {
     const std::string algorithm = variant.rfind("diloco_", 0) == 0 ? "diloco" : variant;
     std::ostringstream y;
@@ -107,7 +114,7 @@ class SimResume : public ::testing::Test {
       << "data: {kind: text, path: " << (dir_ / "corpus.txt").string() << "}\n"
       << "train: {optimizer: adamw, lr: 0.003, warmup_steps: 5, batch_size: 4, steps: " << steps
       << ", eval_every: 7, eval_batches: 2, log_every: 3}\n"
-      << "islands: {count: 3}\n"
+      << "islands: {count: 3" << (variant.rfind("diloco_events", 0) == 0 ? kEvents : "") << "}\n"
       << "compute: {step_time_s: 0.1, jitter: 0.2, straggler_prob: 0.1}\n"
       << "network: {latency_ms: 20, jitter_ms: 5, bandwidth_mbps: 100}\n"
       << "algorithm: {name: " << algorithm;
@@ -123,7 +130,7 @@ class SimResume : public ::testing::Test {
     if (algorithm == "streaming_diloco" || algorithm == "dipaco" || variant == "diloco_eager")
       y << "compression: [{quantize: int8}]\n";
     if (algorithm == "dipaco") y << "dipaco: {levels: [{blocks: [1], modules: 2}], routing: none}\n";
-    y << "checkpoint: {every: 5, keep: 2}\n";
+    y << "checkpoint: {every: " << (variant == "diloco_events1" ? 1 : 5) << ", keep: 2}\n";
     const fs::path p = dir_ / (variant + ".yaml");
     std::ofstream(p) << y.str();
     return p.string();
@@ -173,7 +180,7 @@ class SimResume : public ::testing::Test {
 // checkpoint moves past a fragment in flight, to steps 5, 11, 15.)
 TEST_F(SimResume, KilledMidCheckpointWriteResumesFromThePreviousOne) {
   for (const char* algorithm :
-       {"diloco", "ddp", "streaming_diloco", "demo", "dipaco", "diloco_delayed", "diloco_eager"}) {
+       {"diloco", "ddp", "streaming_diloco", "demo", "dipaco", "diloco_delayed", "diloco_eager", "diloco_events"}) {
     SCOPED_TRACE(algorithm);
     const std::string cfg = config(algorithm);
     const std::string name = std::string("fault_") + algorithm;
@@ -192,10 +199,38 @@ TEST_F(SimResume, KilledMidCheckpointWriteResumesFromThePreviousOne) {
 }
 
 // SIGKILL from outside at a random moment of the run, then --resume.
+// With islands.events, killed later: the checkpoint it resumes from holds a dead island
+// (killed at step 12, rejoining after the resume) and is followed by the rejoin, the added
+// island and the evaluator's death, all replayed alike.
+TEST_F(SimResume, RunWithKillRejoinAndAddEventsResumesBitwise) {
+  const std::string cfg = config("diloco_events");
+  const pid_t pid = start(cfg, "events", "kill_mid_write:4");
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << "status " << status;
+  const std::string metrics = slurp(run_dir("events") / "metrics.jsonl");
+  EXPECT_NE(metrics.find("\"change\":\"killed\""), std::string::npos) << "the kill at step 12 came before";
+  expect_same_as_uninterrupted(cfg, "events");
+  const std::string m = slurp(run_dir("events") / "metrics.jsonl");
+  EXPECT_NE(m.find("\"change\":\"rejoined\""), std::string::npos);
+  EXPECT_NE(m.find("\"change\":\"added\""), std::string::npos);
+  EXPECT_EQ(count(m, "\"change\":\"killed\""), 2);
+
+  // A checkpoint at every step, killed writing the one of step 17: the resume from step 15
+  // replays the skipped checkpoint of step 16 (joiners in transit) and everything after.
+  const std::string every1 = config("diloco_events1");
+  const pid_t pid1 = start(every1, "events1", "kill_mid_write:16");
+  ASSERT_EQ(::waitpid(pid1, &status, 0), pid1);
+  ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << "status " << status;
+  EXPECT_TRUE(fs::exists(run_dir("events1") / "checkpoints" / "step-000000000015.ckpt"));
+  EXPECT_TRUE(fs::exists(run_dir("events1") / "checkpoints" / ".step-000000000017.ckpt.tmp"));
+  expect_same_as_uninterrupted(every1, "events1");
+}
+
 TEST_F(SimResume, KilledAtARandomStepResumesBitwise) {
   std::mt19937 rng(static_cast<unsigned>(::getpid()));
   for (const char* algorithm :
-       {"diloco", "ddp", "streaming_diloco", "demo", "dipaco", "diloco_delayed", "diloco_eager"}) {
+       {"diloco", "ddp", "streaming_diloco", "demo", "dipaco", "diloco_delayed", "diloco_eager", "diloco_events"}) {
     SCOPED_TRACE(algorithm);
     const std::string cfg = config(algorithm, 150);
     const std::string name = std::string("kill_") + algorithm;
@@ -279,8 +314,7 @@ TEST_F(SimResume, RefusalsAreOneLine) {
   EXPECT_NE(e.find("async_local_sgd"), std::string::npos) << e;
   e = simulate(cfg, "x", {"algorithm.name=fedavg", "algorithm.rounds=4", "algorithm.local_steps=5"});
   EXPECT_NE(e.find("cannot be checkpointed"), std::string::npos) << e;
-  e = simulate(cfg, "x", {"islands.events=[{kill: 1, at_step: 7}]"});
-  EXPECT_NE(e.find("kill, rejoin and add events"), std::string::npos) << e;
+  // (kill, rejoin and add events are saved: SimResume.RunWithKillRejoinAndAddEventsResumesBitwise.)
   // Real runs write no checkpoints yet.
   atl::config::Config real = atl::config::load_config(cfg);
   try {
