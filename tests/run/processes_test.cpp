@@ -133,6 +133,50 @@ void dipaco_launch_matches_simulate(Processes& t, const std::string& kind) {
 TEST_F(Processes, DiPaCoLaunchMatchesSimulateBitwise) { dipaco_launch_matches_simulate(*this, "zmq"); }
 TEST_F(Processes, DiPaCoLaunchWithGlooMatchesSimulateBitwise) { dipaco_launch_matches_simulate(*this, "gloo"); }
 
+// DiPaCo with two paths (one level of two modules on block 1) over five islands: paths 0, 1,
+// 0, 1, 0. Island 4 (path 0) is killed with SIGKILL mid-run: the run finishes with the four
+// survivors (exit 3), the shared module's rounds go on with four contributors, and the
+// modules of path 0 keep being averaged between islands 0 and 2 — each pair of islands on
+// one path ends with bitwise the same path model, and the two paths differ.
+void dipaco_killed_island_modules_averaged_among_the_rest(Processes& t, const std::string& kind) {
+  const std::string cfg = t.config(5, 400, "dipaco: {levels: [{blocks: [1], modules: 2}], routing: none}\n");
+  const pid_t pid = spawn({"launch", cfg, "--quiet", "--set", "algorithm.name=dipaco", "--set", "model.layers=2",
+                           "--set", "transport.kind=" + kind},
+                          t.dir_ / "launch.log");
+  ASSERT_GT(pid, 0);
+  const fs::path metrics = t.dir_ / "runs/r/metrics.jsonl";
+  ASSERT_TRUE(wait_for_record(metrics, {"\"round\":3,"}, 60)) << "no rounds within 60 s";
+  const auto kids = children_of(pid);
+  ASSERT_EQ(kids.size(), 6u);
+  ASSERT_EQ(kill(*kids.rbegin(), SIGKILL), 0);  // the newest child: island 4
+  const int code = wait_bounded(pid, 120);
+  EXPECT_EQ(code, 3) << read(t.dir_ / "launch.log");
+  std::map<int, std::string> hash;
+  bool after_kill = false, four_after_kill = false;
+  for (const auto& l : lines(metrics)) {
+    const std::string event = json_find_string(l, "event").value_or("");
+    if (event == "membership" && l.find("\"island\":4,\"change\":\"failed\"") != std::string::npos) after_kill = true;
+    if (event == "round" && after_kill && l.find("\"contributors\":4,") != std::string::npos) four_after_kill = true;
+    if (event == "island_end")
+      hash[static_cast<int>(json_find_number(l, "island").value_or(-1))] = json_find_string(l, "global_xxh64").value_or("");
+  }
+  EXPECT_TRUE(after_kill) << "no `failed` membership record for island 4";
+  EXPECT_TRUE(four_after_kill) << "no round with the four survivors after the kill";
+  ASSERT_EQ(hash.size(), 4u) << "island_end records: " << hash.size();
+  EXPECT_EQ(hash.count(4), 0u);
+  EXPECT_EQ(hash.at(0), hash.at(2)) << "path 0's modules stopped being averaged between islands 0 and 2";
+  EXPECT_EQ(hash.at(1), hash.at(3)) << "path 1's modules stopped being averaged between islands 1 and 3";
+  EXPECT_NE(hash.at(0), hash.at(1)) << "the two paths ended the same";
+  EXPECT_NE(read(t.dir_ / "runs/r/summary.json").find("\"islands_finished\":4"), std::string::npos);
+}
+
+TEST_F(Processes, DiPaCoKilledIslandsModulesAreAveragedAmongTheRest) {
+  dipaco_killed_island_modules_averaged_among_the_rest(*this, "zmq");
+}
+TEST_F(Processes, DiPaCoKilledIslandsModulesAreAveragedAmongTheRestOverGloo) {
+  dipaco_killed_island_modules_averaged_among_the_rest(*this, "gloo");
+}
+
 // The island runtime writes the same record types in both modes with the same keys, in the
 // same order (docs/metrics.md); what a mode does not measure is null.
 TEST_F(Processes, IslandRecordsHaveTheSameKeysInLaunchAndSimulate) {
