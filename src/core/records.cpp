@@ -12,9 +12,13 @@ std::string with_time(JsonObject& o, const RecordTime& t) {
 }
 
 std::string id_list(const std::vector<int>& ids) {
-  std::string out;
-  for (int id : ids) out += (out.empty() ? "" : ",") + std::to_string(id);
-  return "[" + out + "]";
+  std::string out = "[";
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (i > 0) out += ',';
+    out += std::to_string(ids[i]);
+  }
+  out += ']';
+  return out;
 }
 
 }  // namespace
