@@ -24,6 +24,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -158,6 +159,15 @@ class Algorithm {
   // that is due then falls at the next boundary where it is true; it must be true at the
   // same boundaries on every island. Default: every boundary.
   virtual bool can_checkpoint() const { return true; }
+  // Where checkpoints are cut. Default: at a step boundary every island reaches (the step
+  // counts toward checkpoint.every). true (fedavg): at server rounds, checkpoint.every rounds
+  // apart (docs/checkpoints.md "fedavg: a cut at a server round"): checkpoint_position() is
+  // then the round this island pulls next, at the boundaries where its next action is that
+  // pull, and -1 at every other boundary.
+  virtual bool checkpoints_at_server_rounds() const { return false; }
+  // The position of the boundary after `step` (0: before the first step) in the units of
+  // checkpoint.every; -1: no checkpoint here. Default: the step.
+  virtual int64_t checkpoint_position(int64_t step) const { return step; }
   virtual AlgorithmCheckpoint state() const { return {}; }
   virtual void load(IslandContext& ctx, const AlgorithmCheckpoint& state) {}
 };
@@ -166,12 +176,26 @@ class Algorithm {
 // the valid names.
 std::unique_ptr<Algorithm> make_algorithm(const AlgorithmOptions& options, int island);
 std::vector<std::string> algorithm_names();
+// A round the server role closed, as its on_round callback sees it.
+struct ServerRound {
+  int64_t round = 0;   // fedavg: rounds closed so far (1-based); async_local_sgd: local steps
+                       // applied so far, summed over islands
+  at::Tensor global;   // the global model after it (the server's buffer: read, do not keep
+                       // beyond the next call without cloning)
+  double at_s = NAN;   // fedavg: when it closed, on the clock of OuterServer::on_time; NaN:
+                       // the server does not know (async_local_sgd)
+  // fedavg only (selected < 0 for other servers), docs/algorithms.md §7:
+  int selected = -1;           // clients selected for the round
+  std::vector<int> delivered;  // whose results were aggregated (or would have been: skipped)
+  std::vector<int> lost;       // selected, but the membership lost them before they delivered
+  std::vector<int> late;       // selected and live, but not in by the round's deadline
+  bool skipped = false;        // fewer than algorithm.min_clients delivered: model unchanged
+};
+
 // The server role of `options.name`, or nullptr when it has none. `initial` is θ_0 [N].
-// `on_round(round, global)` is called each time the server completes a round
-// (async_local_sgd: after every arrival, with `round` = local steps applied so far, summed
-// over islands).
-std::unique_ptr<transport::OuterServer> make_server(
-    const AlgorithmOptions& options, const at::Tensor& initial,
-    std::function<void(int64_t round, const at::Tensor& global)> on_round);
+// `on_round` is called each time the server closes a round (async_local_sgd: after every
+// arrival).
+std::unique_ptr<transport::OuterServer> make_server(const AlgorithmOptions& options, const at::Tensor& initial,
+                                                    std::function<void(const ServerRound&)> on_round);
 
 }  // namespace atl::algorithms

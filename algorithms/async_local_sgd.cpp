@@ -186,7 +186,7 @@ class AsyncWorker final : public Algorithm {
 class AsyncServer final : public transport::OuterServer {
  public:
   AsyncServer(const AlgorithmOptions& options, const at::Tensor& initial,
-              std::function<void(int64_t, const at::Tensor&)> on_round)
+              std::function<void(const ServerRound&)> on_round)
       : outer_(options.outer),
         dn_(options.outer.lr, options.outer.momentum,
             options.buffer_size > 0 ? options.buffer_size : options.islands, options.dn_c),
@@ -203,7 +203,12 @@ class AsyncServer final : public transport::OuterServer {
       dn_.apply(global_, payload);
     }
     applied_steps_ += std::llround(weight);
-    if (on_round_) on_round_(applied_steps_, global_);
+    if (on_round_) {
+      ServerRound r;
+      r.round = applied_steps_;
+      r.global = global_;
+      on_round_(r);
+    }
   }
 
   std::optional<at::Tensor> on_pull(int, uint64_t) override { return global_; }
@@ -212,7 +217,7 @@ class AsyncServer final : public transport::OuterServer {
   OuterOptimizer outer_;
   async_local_sgd::DelayedNesterov dn_;
   bool naive_;
-  std::function<void(int64_t, const at::Tensor&)> on_round_;
+  std::function<void(const ServerRound&)> on_round_;
   at::Tensor global_;
   int64_t applied_steps_ = 0;
 };
@@ -225,7 +230,7 @@ std::unique_ptr<Algorithm> make_async_local_sgd(const AlgorithmOptions& options,
 
 std::unique_ptr<transport::OuterServer> make_async_local_sgd_server(
     const AlgorithmOptions& options, const at::Tensor& initial,
-    std::function<void(int64_t, const at::Tensor&)> on_round) {
+    std::function<void(const ServerRound&)> on_round) {
   return std::make_unique<AsyncServer>(options, initial, std::move(on_round));
 }
 

@@ -17,9 +17,9 @@ std::unique_ptr<Algorithm> make_demo(const AlgorithmOptions& options, int island
 std::unique_ptr<Algorithm> make_dipaco(const AlgorithmOptions& options, int island);
 std::unique_ptr<transport::OuterServer> make_fedavg_server(
     const AlgorithmOptions& options, const at::Tensor& initial,
-    std::function<void(int64_t, const at::Tensor&)> on_round);
+    std::function<void(const ServerRound&)> on_round);
 std::unique_ptr<transport::OuterServer> make_async_local_sgd_server(
     const AlgorithmOptions& options, const at::Tensor& initial,
-    std::function<void(int64_t, const at::Tensor&)> on_round);
+    std::function<void(const ServerRound&)> on_round);
 
 }  // namespace atl::algorithms

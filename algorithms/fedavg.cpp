@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <map>
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 #include "algorithms/builtin.h"
@@ -40,6 +41,17 @@ int64_t local_steps(const AlgorithmOptions& options, int64_t shard_size) {
   if (options.local_steps > 0) return options.local_steps;
   const int64_t b = std::max(1, options.batch_size);
   return options.local_epochs * ((shard_size + b - 1) / b);
+}
+
+std::optional<OptionProblem> check(const AlgorithmOptions& options) {
+  const int m = clients_per_round(options.client_fraction, options.islands);
+  if (options.min_clients > m)
+    return OptionProblem{"algorithm.min_clients", std::to_string(options.min_clients) +
+                                                      " is more than the clients selected per round (" +
+                                                      std::to_string(m) + " = max(floor(client_fraction x " +
+                                                      std::to_string(options.islands) +
+                                                      " islands), 1)): every round would be skipped"};
+  return std::nullopt;
 }
 
 }  // namespace fedavg
@@ -101,6 +113,31 @@ class FedAvgClient final : public Algorithm {
 
   at::Tensor global_params() const override { return global_; }
 
+  // Checkpoints at server rounds (docs/checkpoints.md): a client is at the cut at the
+  // boundaries where its next action is a pull. State: counters {participations done
+  // (next_)}; tensors {the pulled global model, the error-feedback residual (undefined
+  // before a lossy push)}.
+  std::string checkpoint_limit() const override { return {}; }
+  bool checkpoints_at_server_rounds() const override { return true; }
+  int64_t checkpoint_position(int64_t step) const override {
+    if (next_ >= plan_.size() || plan_[next_].first_step != step + 1) return -1;
+    return plan_[next_].round;
+  }
+  AlgorithmCheckpoint state() const override {
+    AlgorithmCheckpoint s;
+    s.counters = {static_cast<int64_t>(next_)};
+    s.tensors = {global_, feedback_.residual()};
+    return s;
+  }
+  void load(IslandContext&, const AlgorithmCheckpoint& state) override {
+    TORCH_CHECK(state.counters.size() == 1 && state.tensors.size() == 2,
+                "fedavg checkpoint: expected 1 counter and 2 tensors");
+    at::NoGradGuard no_grad;
+    next_ = static_cast<size_t>(state.counters[0]);
+    global_.copy_(state.tensors[0]);
+    feedback_.load(state.tensors[1]);
+  }
+
  private:
   struct Participation {
     int64_t round;
@@ -120,59 +157,178 @@ class FedAvgClient final : public Algorithm {
 };
 
 // Aggregates the selected clients' deltas of the current round. They are summed in client-id
-// order once all have arrived, so the result does not depend on arrival order (the
+// order once the round closes, so the result does not depend on arrival order (the
 // simulator and a real run give bitwise the same model).
+//
+// A round opens when the previous one closes (round 0: at the first on_time()). It closes
+// when every selected client has delivered or was lost (on_member_lost), or at its deadline
+// (algorithm.round_timeout_s after it opened, seen through on_time()), with what it has:
+// fewer than min_clients results skip it (model unchanged). Results of a closed round are
+// ignored (accepts() is false for them), and a pull of a closed round is answered with the
+// newest model, so a late client goes on with its plan and nobody waits for it.
 class FedAvgServer final : public transport::OuterServer {
  public:
   FedAvgServer(const AlgorithmOptions& options, const at::Tensor& initial,
-               std::function<void(int64_t, const at::Tensor&)> on_round)
+               std::function<void(const ServerRound&)> on_round)
       : options_(options), outer_(options.outer), on_round_(std::move(on_round)) {
     global_ = initial.detach().to(at::kCPU).clone();
     sum_ = at::zeros_like(global_);
     m_ = fedavg::clients_per_round(options.client_fraction, options.islands);
-    expected_ = fedavg::select_clients(options_.seed, 0, options_.islands, m_);
+    if (options_.rounds > 0) expected_ = fedavg::select_clients(options_.seed, 0, options_.islands, m_);
   }
 
   void on_push(int island, uint64_t tag, const at::Tensor& payload, double weight) override {
     at::NoGradGuard no_grad;
-    TORCH_CHECK(static_cast<int64_t>(tag) == round_, "fedavg server: push for round ", tag,
+    TORCH_CHECK(static_cast<int64_t>(tag) <= round_, "fedavg server: push for round ", tag,
                 " while in round ", round_);
+    if (!accepts(island, tag)) return;  // its round closed without it (late), or it was lost
     TORCH_CHECK(std::binary_search(expected_.begin(), expected_.end(), island),
                 "fedavg server: island ", island, " was not selected for round ", round_);
     TORCH_CHECK(received_.count(island) == 0, "fedavg server: island ", island, " pushed twice in round ", round_);
     received_[island] = {payload.clone(), weight};
-    if (received_.size() < expected_.size()) return;
-    double weight_sum = 0;
-    for (auto& [id, contribution] : received_) {
-      sum_.add_(contribution.first, contribution.second);
-      weight_sum += contribution.second;
-    }
-    sum_.div_(weight_sum);
-    outer_.step(global_, sum_);
-    sum_.zero_();
-    received_.clear();
-    ++round_;
-    if (round_ < options_.rounds) {
-      expected_ = fedavg::select_clients(options_.seed, round_, options_.islands, m_);
-    }
-    if (on_round_) on_round_(round_, global_);
+    if (complete()) close(closing_time(now_));
   }
 
   std::optional<at::Tensor> on_pull(int, uint64_t tag) override {
-    if (static_cast<int64_t>(tag) != round_) return std::nullopt;
-    return global_;
+    if (static_cast<int64_t>(tag) > round_) return std::nullopt;
+    return global_;  // this round's model, or (a round that closed without this client) the newest
+  }
+
+  bool on_member_lost(int island, double at_s) override {
+    if (lost_.count(island) || round_ >= options_.rounds) return false;
+    lost_[island] = at_s;
+    if (std::isnan(open_at_)) open_at_ = at_s;
+    if (!std::binary_search(expected_.begin(), expected_.end(), island) || received_.count(island)) return false;
+    if (!complete()) return false;
+    close(closing_time(now_));
+    return true;
+  }
+
+  double on_time(double now_s) override {
+    now_ = std::max(now_, now_s);
+    if (std::isnan(open_at_)) open_at_ = now_s;
+    double changed = -1;
+    while (now_s >= next_deadline()) {
+      changed = next_deadline();
+      close(changed);
+    }
+    return changed;
+  }
+
+  double changed_at() const override { return changed_at_; }
+
+  // Checkpoints are cut between rounds (nothing received in the open round). counters:
+  // {round, outer-optimizer steps, lost clients...}; reals: {open_at, now, changed_at, when
+  // each lost client was noticed...}; tensors: {global model, outer state 1, outer state 2}.
+  State state() const override {
+    TORCH_CHECK(received_.empty(), "fedavg server: no checkpoint while a round has results");
+    State s;
+    s.counters = {round_, outer_.steps()};
+    s.reals = {open_at_, now_, changed_at_};
+    for (const auto& [id, noticed] : lost_) {
+      s.counters.push_back(id);
+      s.reals.push_back(noticed);
+    }
+    const auto outer = outer_.state();
+    s.tensors = {global_, outer[0], outer[1]};
+    return s;
+  }
+  void load(const State& s) override {
+    TORCH_CHECK(s.counters.size() >= 2 && s.reals.size() == s.counters.size() + 1 && s.tensors.size() == 3,
+                "fedavg server checkpoint: malformed state");
+    at::NoGradGuard no_grad;
+    round_ = s.counters[0];
+    global_.copy_(s.tensors[0]);
+    auto cpu = [](const at::Tensor& t) { return t.defined() ? t.to(at::kCPU) : t; };
+    outer_.load(s.counters[1], {cpu(s.tensors[1]), cpu(s.tensors[2])});
+    open_at_ = s.reals[0];
+    now_ = s.reals[1];
+    changed_at_ = s.reals[2];
+    lost_.clear();
+    for (size_t i = 2; i < s.counters.size(); ++i) lost_[static_cast<int>(s.counters[i])] = s.reals[i + 1];
+    received_.clear();
+    expected_.clear();
+    if (round_ < options_.rounds) expected_ = fedavg::select_clients(options_.seed, round_, options_.islands, m_);
+  }
+
+  double next_deadline() const override {
+    if (options_.round_timeout_s <= 0 || round_ >= options_.rounds || std::isnan(open_at_))
+      return std::numeric_limits<double>::infinity();
+    return open_at_ + options_.round_timeout_s;
   }
 
  private:
+  // A push of `tag` from `island` is used: its round is open and the island not lost.
+  bool accepts(int island, uint64_t tag) const {
+    return static_cast<int64_t>(tag) == round_ && round_ < options_.rounds && lost_.count(island) == 0;
+  }
+
+  // Every selected client of the open round has delivered or was lost.
+  bool complete() const {
+    for (int id : expected_)
+      if (!received_.count(id) && !lost_.count(id)) return false;
+    return true;
+  }
+
+  // When the open round, now complete, closes: at `now_s`, but not before the loss of each
+  // client it is missing was noticed (the server cannot know it is gone before then).
+  double closing_time(double now_s) const {
+    double t = now_s;
+    for (int id : expected_)
+      if (auto it = lost_.find(id); it != lost_.end() && !received_.count(id)) t = std::max(t, it->second);
+    return t;
+  }
+
+  // Closes the open round at `at_s` with the results it has; then closes each next round
+  // whose every selected client is already lost.
+  void close(double at_s) {
+    do {
+      ServerRound r;
+      r.selected = static_cast<int>(expected_.size());
+      for (int id : expected_) {
+        if (received_.count(id)) r.delivered.push_back(id);
+        else if (lost_.count(id)) r.lost.push_back(id);
+        else r.late.push_back(id);
+      }
+      r.skipped = static_cast<int>(r.delivered.size()) < options_.min_clients;
+      if (!r.skipped) {
+        double weight_sum = 0;
+        for (auto& [id, contribution] : received_) {
+          sum_.add_(contribution.first, contribution.second);
+          weight_sum += contribution.second;
+        }
+        sum_.div_(weight_sum);
+        outer_.step(global_, sum_);
+        sum_.zero_();
+      }
+      received_.clear();
+      ++round_;
+      open_at_ = at_s;
+      changed_at_ = at_s;
+      expected_.clear();
+      if (round_ < options_.rounds) expected_ = fedavg::select_clients(options_.seed, round_, options_.islands, m_);
+      r.round = round_;
+      r.global = global_;
+      r.at_s = at_s;
+      if (on_round_) on_round_(r);
+      if (round_ < options_.rounds && complete()) at_s = closing_time(at_s);
+    } while (round_ < options_.rounds && complete());
+  }
+
   AlgorithmOptions options_;
   OuterOptimizer outer_;
-  std::function<void(int64_t, const at::Tensor&)> on_round_;
+  std::function<void(const ServerRound&)> on_round_;
   at::Tensor global_;
   at::Tensor sum_;
   std::map<int, std::pair<at::Tensor, double>> received_;  // this round's deltas by client id
   int m_ = 1;
   int64_t round_ = 0;
-  std::vector<int> expected_;
+  std::vector<int> expected_;  // the clients selected for the open round, ascending
+  std::map<int, double> lost_;  // clients the membership lost (never expected again) -> when
+                                // the loss was noticed
+  double open_at_ = NAN;        // when the open round opened (NaN: before the first on_time)
+  double now_ = 0;              // the latest time on_time() was given
+  double changed_at_ = -1;      // when the latest round closed (-1: none yet)
 };
 
 }  // namespace
@@ -183,7 +339,7 @@ std::unique_ptr<Algorithm> make_fedavg(const AlgorithmOptions& options, int isla
 
 std::unique_ptr<transport::OuterServer> make_fedavg_server(
     const AlgorithmOptions& options, const at::Tensor& initial,
-    std::function<void(int64_t, const at::Tensor&)> on_round) {
+    std::function<void(const ServerRound&)> on_round) {
   return std::make_unique<FedAvgServer>(options, initial, std::move(on_round));
 }
 

@@ -9,9 +9,15 @@
 //   optimizers give FedOpt.
 // State: server w [N] + outer optimizer state; client: the pulled w_t [N] for its delta.
 // Bytes per round: each selected client pulls N*b and pushes N*b; nothing for the others.
+// Faults (docs/algorithms.md §7, Flower's accept_failures / min-clients): a selected client
+//   the membership loses before it delivers, or whose result is not in by the round's
+//   deadline (round_timeout_s after the round opened), is dropped from the round; the round
+//   closes with the rest, weights renormalised over those that delivered. Fewer than
+//   min_clients results: the round is skipped (model unchanged, the round counter advances).
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "algorithms/options.h"
@@ -24,5 +30,7 @@ int clients_per_round(double fraction, int clients);
 std::vector<int> select_clients(uint64_t seed, int64_t round, int clients, int m);
 // Local steps of a client with n examples per participation.
 int64_t local_steps(const AlgorithmOptions& options, int64_t shard_size);
+// The option rules of fedavg: min_clients at most the clients per round.
+std::optional<OptionProblem> check(const AlgorithmOptions& options);
 
 }  // namespace atl::algorithms::fedavg

@@ -41,6 +41,9 @@ struct AlgorithmOptions {
   int64_t rounds = 0;            // R; 0 = derived: train.steps / local_steps
   int64_t local_steps = 0;       // inner steps per selected client per round; 0 = local_epochs
   int local_epochs = 1;          // E: passes over the shard when local_steps == 0
+  double round_timeout_s = 0;    // a round's deadline after it opens (virtual s in simulate,
+                                 // wall s in real runs): results not in by then are dropped; 0 = none
+  int min_clients = 1;           // fewer results than this: the round is skipped (model unchanged)
   bool error_feedback = true;    // lossy codecs: carry each island's compression error into
                                  // its next exchange (residual added before encoding)
   // diloco
@@ -83,6 +86,8 @@ struct AlgorithmOptions {
     v.field("rounds", rounds, at_least(0));
     v.field("local_steps", local_steps, at_least(0));
     v.field("local_epochs", local_epochs, at_least(1));
+    v.field("round_timeout_s", round_timeout_s, at_least(0));
+    v.field("min_clients", min_clients, at_least(1));
     v.field("error_feedback", error_feedback);
     v.choice("overlap", overlap,
              {{"none", Overlap::kNone}, {"delayed", Overlap::kDelayed}, {"eager", Overlap::kEager}});

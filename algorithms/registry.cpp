@@ -4,6 +4,7 @@
 
 #include "algorithms/async_local_sgd.h"
 #include "algorithms/builtin.h"
+#include "algorithms/fedavg.h"
 #include "algorithms/streaming_diloco.h"
 #include "src/base/status.h"
 
@@ -31,7 +32,7 @@ struct Entry {
 constexpr Entry kAlgorithms[] = {
     {"ddp", make_ddp, no_rules},
     {"diloco", make_diloco, no_rules},
-    {"fedavg", make_fedavg, no_rules},
+    {"fedavg", make_fedavg, fedavg::check},
     {"streaming_diloco", make_streaming_diloco, streaming_rules},
     {"async_local_sgd", make_async_local_sgd, async_local_sgd::check_dn_c},
     {"demo", make_demo, no_rules},
@@ -67,9 +68,8 @@ std::unique_ptr<Algorithm> make_algorithm(const AlgorithmOptions& options, int i
   throw UserError("unknown algorithm '" + options.name + "' (valid: " + joined_names() + ")");
 }
 
-std::unique_ptr<transport::OuterServer> make_server(
-    const AlgorithmOptions& options, const at::Tensor& initial,
-    std::function<void(int64_t, const at::Tensor&)> on_round) {
+std::unique_ptr<transport::OuterServer> make_server(const AlgorithmOptions& options, const at::Tensor& initial,
+                                                    std::function<void(const ServerRound&)> on_round) {
   if (options.name == "fedavg") return make_fedavg_server(options, initial, std::move(on_round));
   if (options.name == "async_local_sgd") {
     return make_async_local_sgd_server(options, initial, std::move(on_round));

@@ -105,6 +105,12 @@ void IslandRuntime::run() {
     loop_.first_step = 1;
     loop_.after_setup = nullptr;
   }
+  if (host_.after_setup) {
+    loop_.after_setup = [this, inner = loop_.after_setup, step = loop_.first_step - 1] {
+      if (inner) inner();
+      host_.after_setup(step);
+    };
+  }
   parts_.model->set_training(true);
   run_island(loop_);
 }

@@ -74,6 +74,9 @@ struct IslandHost {
   std::function<void(int64_t step)> after_compute;  // see IslandLoop::after_compute
   std::function<void(int64_t step, int64_t total, double loss)> before_records;
   std::function<void(int64_t step, int64_t total, double loss, double lr)> after_step;
+  // After the algorithm's setup (and load / import), before the first step it runs: the
+  // boundary after step `step` (0 on a fresh start). May be empty.
+  std::function<void(int64_t step)> after_setup;
 };
 
 // A live island's state, handed to a joiner (src/run/handover.h carries it between

@@ -11,6 +11,16 @@ std::string with_time(JsonObject& o, const RecordTime& t) {
   return o.add("wall_time_s", t.wall_s).add("sim_time_s", t.sim_s).str();
 }
 
+std::string id_list(const std::vector<int>& ids) {
+  std::string out = "[";
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (i > 0) out += ',';
+    out += std::to_string(ids[i]);
+  }
+  out += ']';
+  return out;
+}
+
 }  // namespace
 
 std::string train_record(int island, int64_t step, double loss, double lr, const RecordTime& t) {
@@ -38,6 +48,21 @@ std::string round_record(int island, const algorithms::RoundInfo& r, const Round
       .add("idle_s", times.idle_s)
       .add("sync_s", times.sync_s)
       .str();
+}
+
+std::string server_round_record(const algorithms::ServerRound& r, int64_t step, const RecordTime& t) {
+  JsonObject o;
+  o.add("event", "round")
+      .add("island", -1)
+      .add("round", r.round)
+      .add("step", step)
+      .add("contributors", static_cast<int64_t>(r.delivered.size()))
+      .add("selected", r.selected)
+      .add_raw("delivered", id_list(r.delivered))
+      .add_raw("lost", id_list(r.lost))
+      .add_raw("late", id_list(r.late))
+      .add("skipped", r.skipped);
+  return with_time(o, t);
 }
 
 std::string eval_record(int island, int64_t step, const EvalResult& r, bool classifier, uint64_t bytes_sent,

@@ -32,6 +32,9 @@ struct RoundTimes {
 
 std::string train_record(int island, int64_t step, double loss, double lr, const RecordTime& t);
 std::string round_record(int island, const algorithms::RoundInfo& r, const RoundTimes& times, const RecordTime& t);
+// The server role's record of a fedavg round it closed (island -1; docs/metrics.md): `step`
+// is the round's nominal step label (ServerEvalSchedule::label).
+std::string server_round_record(const algorithms::ServerRound& r, int64_t step, const RecordTime& t);
 // `island`: the island that evaluated (-1: the server role). `bytes_sent`: bytes sent so far
 // (the simulator: all islands; real runs: the evaluating island, or 0 for the server).
 std::string eval_record(int island, int64_t step, const EvalResult& r, bool classifier, uint64_t bytes_sent,

@@ -261,6 +261,16 @@ std::vector<checkpoint::Section> encode_sim_checkpoint(const SimCheckpoint& c) {
     w.i64s(c.kills_fired);
     out.push_back({"events", std::move(w).bytes()});
   }
+  if (c.has_server) {
+    ByteWriter w;
+    w.f64(c.server_time);
+    w.i64(c.server_round);
+    w.i64s(c.server.counters);
+    w.u64(c.server.reals.size());
+    for (double d : c.server.reals) w.f64(d);
+    put_tensors(w, c.server.tensors);
+    out.push_back({"server", std::move(w).bytes()});
+  }
   for (size_t i = 0; i < c.islands.size(); ++i) {
     const IslandCheckpoint& is = c.islands[i];
     ByteWriter w;
@@ -354,6 +364,18 @@ StatusOr<SimCheckpoint> decode_sim_checkpoint(const checkpoint::Checkpoint& file
     c.kills_fired = r.i64s();
     if (!r.done() || !std::is_sorted(c.kills_fired.begin(), c.kills_fired.end()))
       return corrupt(what + ": malformed section 'events'");
+  }
+  if (const std::string* server = file.find("server")) {
+    ByteReader r(*server);
+    c.has_server = true;
+    c.server_time = r.f64();
+    c.server_round = r.i64();
+    c.server.counters = r.i64s();
+    const uint64_t reals = r.u64();
+    if (reals > r.remaining() / 8) r.fail();
+    for (uint64_t i = 0; i < reals && r.ok(); ++i) c.server.reals.push_back(r.f64());
+    c.server.tensors = get_tensors(r);
+    if (!r.done()) return corrupt(what + ": malformed section 'server'");
   }
   for (uint64_t i = 0; i < islands; ++i) {
     const std::string name = island_section(i);

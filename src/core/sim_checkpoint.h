@@ -58,6 +58,12 @@ struct SimCheckpoint {
   at::Tensor torch_rng;          // libtorch's default CPU generator (dropout), uint8 state
   std::vector<int64_t> kills_fired;  // islands.events indices of the kills that happened, ascending
   std::vector<IslandCheckpoint> islands;  // a dead one without params, optimizer, algorithm
+  // The server role (fedavg), section "server": its state, and the simulator's latest server
+  // round and the virtual time it closed.
+  bool has_server = false;
+  transport::OuterServer::State server;
+  double server_time = 0;
+  int64_t server_round = 0;
 };
 
 // The config's identity for resuming: config_hash() of the config with run.resume and the

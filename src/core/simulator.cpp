@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <optional>
 #include <string>
 #include <mutex>
@@ -239,13 +240,17 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
   double server_time = 0;    // virtual time of the latest server round (the pusher's clock)
   int64_t server_round = 0;
   auto server = algorithms::make_server(
-      algo_options, islands[0].parts.model->params(), [&](int64_t round, const at::Tensor& global) {
-        server_time = scheduler.time(scheduler.current());  // the pusher runs the server
-        server_round = round;
-        const int64_t step = server_evals.after_round(round);
-        if (step >= 0) server_evaluate(step, global, server_time);
-        if (server_evals.counts_rounds()) state.rounds = std::max(state.rounds, round);
-        server_global = global;
+      algo_options, islands[0].parts.model->params(), [&](const algorithms::ServerRound& r) {
+        // fedavg knows when the round closed (a deadline, a loss noticed); otherwise the
+        // pusher, which runs the server, holds the time.
+        server_time = std::isnan(r.at_s) ? scheduler.time(scheduler.current()) : r.at_s;
+        server_round = r.round;
+        const int64_t step = server_evals.after_round(r.round);
+        if (r.selected >= 0)
+          dir.record(server_round_record(r, server_evals.label(r.round), RecordTime{seconds_since(t0), server_time}));
+        if (step >= 0) server_evaluate(step, r.global, server_time);
+        if (server_evals.counts_rounds()) state.rounds = std::max(state.rounds, r.round);
+        server_global = r.global;
       });
   hub.set_server(server.get());
   if (resumed) hub.restore(resumed->hub);  // before the groups, which read their sequence numbers
@@ -286,7 +291,7 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
   };
   // A death may complete the gathering of a checkpoint that waited only for this island
   // (defined with the checkpoints below).
-  std::function<void(int)> checkpoint_after_death;
+  std::function<void(int)> checkpoint_after_leaving;
   auto die = [&](int i, Kill& kill, const char* why) {
     Island& is = islands[i];
     kill.fired = true;
@@ -296,7 +301,7 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
     member_s[i] += scheduler.time(i) - member_since[i];
     end_time[i] = scheduler.time(i);
     membership(i, "killed", why);
-    checkpoint_after_death(i);
+    checkpoint_after_leaving(i);
     throw IslandKilled{};
   };
   // The live island with the lowest id evaluates the global model and hands state over to
@@ -364,6 +369,9 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
   int ckpt_arrived = 0;
   int64_t ckpt_done = resumed ? resumed->step : 0;  // the newest checkpoint's step
   std::vector<char> ckpt_arrived_at(static_cast<size_t>(n), 0);  // islands at the gathered step
+  // Islands whose thread is done (finished, with their island_end record): a checkpoint
+  // waits for them no longer and saves their final state.
+  std::vector<char> ckpt_gone(static_cast<size_t>(n), 0);
   // Per island: the step from which its next checkpoint is due (the multiple of
   // checkpoint.every after the latest checkpoint).
   std::vector<int64_t> ckpt_due(static_cast<size_t>(n), config.checkpoint.every);
@@ -403,7 +411,15 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
     c.step = step;
     c.metrics_bytes = dir.metrics_bytes();
     c.config_hash = resume_hash(config);
-    c.global = islands[evaluator_island()].parts.algorithm->global_params();
+    c.global = server_global.defined() ? server_global : islands[evaluator_island()].parts.algorithm->global_params();
+    if (server) {  // the server role (fedavg): cut between its rounds
+      c.has_server = true;
+      c.server = server->state();
+      for (auto& t : c.server.tensors)
+        if (t.defined()) t = t.clone();
+      c.server_time = server_time;
+      c.server_round = server_round;
+    }
     c.hub = hub.snapshot();
     c.cost_model = cost.save();
     c.progress = state;
@@ -428,19 +444,19 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
     else
       ATOLL_DEBUG("checkpoint of step " << step << ": " << bytes / 1e6 << " MB in " << seconds_since(started) << " s");
   };
-  // The islands the checkpoint of `step` waits for: running, and due at it (a joiner that
-  // came in at `step` itself is due only at the next one).
+  // The islands the checkpoint of `step` waits for: alive, thread not done, and due at it
+  // (a joiner that came in at `step` itself is due only at the next one).
   auto expected_at = [&](int64_t step) {
     int expected = 0;
     for (int j = 0; j < n; ++j)
-      expected += islands[j].alive && !islands[j].finished && (ckpt_arrived_at[j] || ckpt_due[j] <= step);
+      expected += islands[j].alive && !ckpt_gone[static_cast<size_t>(j)] && (ckpt_arrived_at[j] || ckpt_due[j] <= step);
     return expected;
   };
   // Every expected island is there: write (unless a joiner is in between), release them.
   auto complete_checkpoint = [&](int64_t step) {
     bool consistent = true;
     for (int j = 0; j < n; ++j)
-      consistent = consistent && !joining[j] && (ckpt_arrived_at[j] || !islands[j].alive);
+      consistent = consistent && !joining[j] && (ckpt_arrived_at[j] || !islands[j].alive || ckpt_gone[static_cast<size_t>(j)]);
     if (consistent) write_checkpoint(step);
     else ATOLL_DEBUG("checkpoint of step " << step << " skipped: an island is joining");
     ckpt_arrived_at.assign(static_cast<size_t>(n), 0);
@@ -455,15 +471,37 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
     ckpt_arrived_at[static_cast<size_t>(i)] = 1;
     if (++ckpt_arrived < expected_at(step)) {
       scheduler.block_until(i, [&ckpt_done, step] { return ckpt_done >= step; },
-                            "the others to reach the checkpoint of step " + std::to_string(step));
+                            "the others to reach the checkpoint of " + std::to_string(step));
       return;
     }
     complete_checkpoint(step);
     scheduler.yield(i);  // the next to run is the one a resumed run starts with
   };
-  checkpoint_after_death = [&](int) {
+  // An island that died or whose thread is done may complete a gathering that waited for it.
+  checkpoint_after_leaving = [&](int) {
     if (ckpt_step > ckpt_done && ckpt_arrived > 0 && ckpt_arrived >= expected_at(ckpt_step))
       complete_checkpoint(ckpt_step);
+  };
+  // A due checkpoint: at a step boundary every island reaches (where the algorithm has no
+  // exchange in flight), or, for algorithms cut at server rounds (fedavg), at each multiple
+  // of checkpoint.every rounds that this island's next pull reaches (docs/checkpoints.md).
+  auto maybe_checkpoint = [&](int i, int64_t step, int64_t total) {
+    const int64_t every = config.checkpoint.every;
+    if (every <= 0) return;
+    const algorithms::Algorithm& a = *islands[i].parts.algorithm;
+    if (a.checkpoints_at_server_rounds()) {
+      const int64_t position = a.checkpoint_position(step);
+      while (position >= 0 && position >= ckpt_due[i]) {
+        const int64_t cut = ckpt_due[i];
+        ckpt_due[i] += every;
+        checkpoint_at(i, cut);
+      }
+      return;
+    }
+    if (step >= ckpt_due[i] && step < total && a.can_checkpoint()) {
+      ckpt_due[i] = (step / every + 1) * every;
+      checkpoint_at(i, step);
+    }
   };
 
   // Each island's runtime: the simulator supplies the virtual clock, the in-process group,
@@ -538,12 +576,13 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
       if (!pending.empty() && i == evaluator_island() && me.parts.algorithm->can_hand_over()) hand_over(i, step);
       for (auto& kill : kills[static_cast<size_t>(i)])
         if (!kill.fired && kill.event.at_step == step) die(i, kill, "at_step");
-      // A due checkpoint waits for a boundary without an exchange in flight.
-      const int64_t every = config.checkpoint.every;
-      if (every > 0 && step >= ckpt_due[i] && step < total && me.parts.algorithm->can_checkpoint()) {
-        ckpt_due[i] = (step / every + 1) * every;
-        checkpoint_at(i, step);
-      }
+      maybe_checkpoint(i, step, total);
+    };
+    // A client of fedavg whose first pull (after a resume: its next) is at or past a cut
+    // arrives there before it.
+    host.after_setup = [&, i](int64_t step) {
+      if (islands[i].parts.algorithm->checkpoints_at_server_rounds())
+        maybe_checkpoint(i, step, std::numeric_limits<int64_t>::max());
     };
     is.runtime = std::make_unique<IslandRuntime>(i, is.parts, train, is.group.get(), &codec, run_data.shard_sizes[i],
                                                  evaluator.get(), classifier, std::move(host));
@@ -584,11 +623,18 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
       is.planned = c.planned;
       is.alive = c.alive;
       is.finished = c.finished;
+      if (is.finished) ckpt_gone[static_cast<size_t>(i)] = 1;  // a checkpoint waits for it no more
     }
     for (auto& of_island : kills)
       for (Kill& kill : of_island)
         kill.fired = std::binary_search(resumed->kills_fired.begin(), resumed->kills_fired.end(), kill.index);
     cost.load(resumed->cost_model);
+    if (resumed->has_server && server) {
+      server->load(resumed->server);
+      server_time = resumed->server_time;
+      server_round = resumed->server_round;
+      if (server_round > 0) server_global = *server->on_pull(0, 0);  // the server's model
+    }
     state = resumed->progress;
     evals.restore(resumed->evals);
     target_time = resumed->target_time;
@@ -611,6 +657,7 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
     scheduler.run([&](int i) {
       at::init_num_threads();
       Island& is = islands[i];
+      if (is.finished) return;  // resumed: it had finished before the checkpoint
       size_t next_join = 0;
       for (bool member = is.alive;;) {
         if (member) {
@@ -626,6 +673,9 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
             is.runtime->finish();
             // Joiners still waiting get the final state (they have no steps left to run).
             if (donor && !pending.empty()) hand_over(i, is.runtime->steps());
+            // A checkpoint gathered while this island ran its last steps waits for it no more.
+            ckpt_gone[static_cast<size_t>(i)] = 1;
+            checkpoint_after_leaving(i);
             return;
           } catch (const IslandKilled&) {
             // Unwound; its collectives completed without it. Drop the algorithm now: it may

@@ -88,9 +88,12 @@ void check_events(const config::Config& c, Target target) {
     const auto& e = c.islands.events[i];
     const std::string key = "islands.events[" + std::to_string(i) + "]";
     if (e.kill < 0 && e.rejoin < 0 && e.add <= 0) continue;  // a partition
-    if (c.algorithm.name == "fedavg")
-      config::fail_key(c, key, "kill, rejoin and add events need an algorithm without a round barrier on the "
-                               "server (fedavg waits for every selected client)", "islands.events");
+    // fedavg drops a killed client from its rounds (docs/algorithms.md §7); a client that
+    // joins would need a place in the server's plan of rounds, which it does not have.
+    if (c.algorithm.name == "fedavg" && (e.rejoin >= 0 || e.add > 0))
+      config::fail_key(c, key, "rejoin and add events are not available with fedavg (its clients follow a plan "
+                               "of rounds fixed at the start; a killed client is dropped from its rounds)",
+                       "islands.events");
     if (real_run(target))
       config::fail_key(c, key, "kill, rejoin and add events are applied by atoll simulate only; a real run "
                                "would ignore them (remove the event, and stop or start island processes "

@@ -74,10 +74,14 @@ int run_coordinator(const config::Config& config, const ProcessOptions& options)
     auto init = core::make_island_parts(config, data, algo_options, 0);
     evaluator = core::make_evaluator(config, data);
     evals = std::make_unique<core::ServerEvalSchedule>(algo_options, config.train, data.splits.train->size());
-    server = algorithms::make_server(algo_options, init.model->params(), [&](int64_t round, const at::Tensor& global) {
-      server_global = global;
-      server_round = round;
-      if (const int64_t step = evals->after_round(round); step >= 0) server_eval(step, global);
+    server = algorithms::make_server(algo_options, init.model->params(), [&](const algorithms::ServerRound& r) {
+      server_global = r.global;
+      server_round = r.round;
+      const int64_t step = evals->after_round(r.round);
+      if (r.selected >= 0)  // fedavg: which clients made it into the round (docs/metrics.md)
+        sink(core::server_round_record(
+            r, evals->label(r.round), core::RecordTime{std::chrono::duration<double>(Clock::now() - t0).count(), NAN}));
+      if (step >= 0) server_eval(step, r.global);
     });
     server_eval(0, init.model->params());  // step 0, the initial model, as simulate does
   }

@@ -4,6 +4,7 @@
 
 #include <set>
 
+#include "algorithms/algorithm.h"
 #include "algorithms/fedavg.h"
 #include "compression/frame.h"
 #include "tests/algorithms/quadratic_harness.h"
@@ -82,6 +83,152 @@ TEST(FedAvg, WeightsNormaliseOverSelectedClients) {
     EXPECT_EQ(run.bytes[i].sent, selected ? frame : 0u);
     EXPECT_EQ(run.bytes[i].received, selected ? frame : 0u);
   }
+}
+
+// The server role alone, driven as a transport drives it (on_time, on_push, on_member_lost),
+// with every ServerRound it reports (globals cloned).
+struct ServerRun {
+  explicit ServerRun(const AlgorithmOptions& o, const at::Tensor& theta0)
+      : server(make_server(o, theta0, [this](const ServerRound& r) {
+          rounds.push_back(r);
+          rounds.back().global = r.global.clone();
+        })) {}
+  at::Tensor global() { return *server->on_pull(0, 0); }
+  std::unique_ptr<transport::OuterServer> server;
+  std::vector<ServerRound> rounds;
+};
+
+// docs/algorithms.md §7, faults: a selected client the membership loses is dropped from the
+// round, which closes with the rest, weights renormalised over the clients that delivered;
+// it is never waited for again, and a result it still sends is ignored.
+TEST(FedAvg, LostClientIsDroppedAndWeightsRenormaliseOverTheRest) {
+  const int64_t n = 7;
+  auto o = fedavg_options(4, 1.0, 3, 2);  // all four clients in every round
+  at::manual_seed(5);
+  const at::Tensor theta0 = at::randn({n});
+  std::vector<at::Tensor> d;
+  for (int i = 0; i < 4; ++i) d.push_back(at::randn({n}));
+  const std::vector<double> w = {10, 20, 30, 40};
+  ServerRun s(o, theta0);
+  s.server->on_time(0);
+  s.server->on_push(0, 0, d[0], w[0]);
+  s.server->on_time(1);
+  s.server->on_push(2, 0, d[2], w[2]);
+  EXPECT_FALSE(s.server->on_member_lost(1, 1.5));  // client 3 is still missing
+  EXPECT_TRUE(s.rounds.empty());
+  EXPECT_TRUE(s.server->on_member_lost(3, 2.5));  // the last one it waited for
+  ASSERT_EQ(s.rounds.size(), 1u);
+  const at::Tensor expected = theta0 - (w[0] * d[0] + w[2] * d[2]) / (w[0] + w[2]);
+  EXPECT_TRUE(at::allclose(s.rounds[0].global, expected, 1e-6, 1e-6));
+  EXPECT_EQ(s.rounds[0].round, 1);
+  EXPECT_EQ(s.rounds[0].selected, 4);
+  EXPECT_EQ(s.rounds[0].delivered, (std::vector<int>{0, 2}));
+  EXPECT_EQ(s.rounds[0].lost, (std::vector<int>{1, 3}));
+  EXPECT_TRUE(s.rounds[0].late.empty());
+  EXPECT_FALSE(s.rounds[0].skipped);
+  EXPECT_EQ(s.rounds[0].at_s, 2.5);  // when the loss was noticed
+  EXPECT_EQ(s.server->changed_at(), 2.5);
+  // A result a lost client still sends is ignored (a real client declared dead too early).
+  s.server->on_time(3);
+  s.server->on_push(1, 1, d[1], w[1]);
+  // Round 1 waits only for the live clients 0 and 2.
+  s.server->on_push(2, 1, d[2], w[2]);
+  EXPECT_EQ(s.rounds.size(), 1u);
+  s.server->on_push(0, 1, d[0], w[0]);
+  ASSERT_EQ(s.rounds.size(), 2u);
+  EXPECT_TRUE(at::allclose(s.rounds[1].global, expected - (w[0] * d[0] + w[2] * d[2]) / (w[0] + w[2]), 1e-6, 1e-6));
+  EXPECT_EQ(s.rounds[1].at_s, 3);
+}
+
+// A client whose result is not in by the round's deadline (round_timeout_s after the round
+// opened) is dropped from it; its later result is ignored, its pull of the closed round gets
+// the newest model, and rounds nobody delivers to close empty at their deadlines (skipped).
+TEST(FedAvg, DeadlineDropsLateClientsAndEmptyRoundsAreSkipped) {
+  const int64_t n = 5;
+  auto o = fedavg_options(3, 1.0, 4, 2);
+  o.round_timeout_s = 5;
+  at::manual_seed(6);
+  const at::Tensor theta0 = at::randn({n});
+  const at::Tensor d0 = at::randn({n}), d1 = at::randn({n}), d2 = at::randn({n});
+  ServerRun s(o, theta0);
+  EXPECT_LT(s.server->on_time(0), 0);  // round 0 opens
+  s.server->on_time(1);
+  s.server->on_push(0, 0, d0, 1);
+  s.server->on_time(2);
+  s.server->on_push(1, 0, d1, 3);
+  EXPECT_LT(s.server->on_time(4.99), 0);
+  EXPECT_FALSE(s.server->on_pull(0, 1).has_value());  // round 1 is not open yet
+  EXPECT_EQ(s.server->on_time(6), 5);  // closed at its deadline
+  ASSERT_EQ(s.rounds.size(), 1u);
+  EXPECT_EQ(s.rounds[0].delivered, (std::vector<int>{0, 1}));
+  EXPECT_EQ(s.rounds[0].late, (std::vector<int>{2}));
+  EXPECT_TRUE(s.rounds[0].lost.empty());
+  EXPECT_EQ(s.rounds[0].at_s, 5);
+  const at::Tensor after0 = theta0 - (1 * d0 + 3 * d1) / 4;
+  EXPECT_TRUE(at::allclose(s.global(), after0, 1e-6, 1e-6));
+  // The late client: its result for round 0 is ignored; its pull of round 0 is answered with
+  // the newest model (nobody waits for it).
+  s.server->on_push(2, 0, d2, 2);
+  EXPECT_TRUE(at::equal(s.global(), s.rounds[0].global));
+  auto late_pull = s.server->on_pull(2, 0);
+  ASSERT_TRUE(late_pull.has_value());
+  EXPECT_TRUE(at::equal(*late_pull, s.rounds[0].global));
+  // Round 1 opened at 5: nothing arrives; at 17 rounds 1 (deadline 10) and 2 (15) close empty.
+  EXPECT_EQ(s.server->on_time(17), 15);
+  ASSERT_EQ(s.rounds.size(), 3u);
+  for (int r = 1; r <= 2; ++r) {
+    EXPECT_TRUE(s.rounds[r].skipped);
+    EXPECT_TRUE(s.rounds[r].delivered.empty());
+    EXPECT_EQ(s.rounds[r].late, (std::vector<int>{0, 1, 2}));
+    EXPECT_EQ(s.rounds[r].round, r + 1);
+    EXPECT_TRUE(at::equal(s.rounds[r].global, s.rounds[0].global));  // unchanged
+  }
+  EXPECT_EQ(s.rounds[1].at_s, 10);
+  EXPECT_EQ(s.rounds[2].at_s, 15);
+  // Round 3 (the last) completes normally before its deadline (20).
+  for (int i = 0; i < 3; ++i) s.server->on_push(i, 3, d0, 1);
+  ASSERT_EQ(s.rounds.size(), 4u);
+  EXPECT_FALSE(s.rounds[3].skipped);
+  EXPECT_EQ(s.rounds[3].round, 4);
+  EXPECT_LT(s.server->on_time(100), 0);  // no round left to close
+}
+
+// algorithm.min_clients: a round with fewer results is skipped (the model is unchanged bitwise
+// and the round counter advances); a round every selected client of which is already lost
+// closes at once. More than the clients per round is refused.
+TEST(FedAvg, RoundWithFewerThanMinClientsResultsIsSkipped) {
+  const int64_t n = 6;
+  auto o = fedavg_options(3, 1.0, 3, 2);
+  o.min_clients = 2;
+  at::manual_seed(7);
+  const at::Tensor theta0 = at::randn({n});
+  ServerRun s(o, theta0);
+  s.server->on_time(0);
+  s.server->on_push(0, 0, at::randn({n}), 1);
+  EXPECT_FALSE(s.server->on_member_lost(1, 1));
+  EXPECT_TRUE(s.server->on_member_lost(2, 2));
+  // Round 0: one result < 2: skipped. Rounds 1 and 2 wait for client 0 alone.
+  ASSERT_EQ(s.rounds.size(), 1u);
+  EXPECT_TRUE(s.rounds[0].skipped);
+  EXPECT_EQ(s.rounds[0].delivered, (std::vector<int>{0}));
+  EXPECT_TRUE(at::equal(s.rounds[0].global, theta0));
+  s.server->on_push(0, 1, at::randn({n}), 1);
+  ASSERT_EQ(s.rounds.size(), 2u);
+  EXPECT_TRUE(s.rounds[1].skipped);
+  EXPECT_EQ(s.rounds[1].lost, (std::vector<int>{1, 2}));
+  EXPECT_EQ(s.rounds[1].round, 2);
+  // The last client lost too: the open round and nothing after it wait for anybody.
+  EXPECT_TRUE(s.server->on_member_lost(0, 3));
+  ASSERT_EQ(s.rounds.size(), 3u);
+  EXPECT_TRUE(s.rounds[2].skipped);
+  EXPECT_EQ(s.rounds[2].round, 3);
+  EXPECT_TRUE(at::equal(s.global(), theta0));
+
+  EXPECT_FALSE(check_options(o).has_value());  // 2 <= 3 clients per round
+  o.client_fraction = 0.5;                     // 1 client per round
+  auto problem = check_options(o);
+  ASSERT_TRUE(problem.has_value());
+  EXPECT_EQ(problem->key, "algorithm.min_clients");
 }
 
 TEST(FedAvg, ClientSelectionIsSeededSampleWithoutReplacement) {

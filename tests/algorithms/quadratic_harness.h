@@ -96,9 +96,9 @@ inline QuadraticRun run_quadratic(const algorithms::AlgorithmOptions& options,
   out.globals.resize(k);
   out.bytes.resize(k);
   out.rounds.resize(k);
-  auto server = algorithms::make_server(options, theta0, [&](int64_t round, const at::Tensor& g) {
-    out.server_global = g.clone();
-    out.server_rounds.push_back(round);
+  auto server = algorithms::make_server(options, theta0, [&](const algorithms::ServerRound& r) {
+    out.server_global = r.global.clone();
+    out.server_rounds.push_back(r.round);
   });
   hub.set_server(server.get());
   std::vector<std::unique_ptr<transport::Group>> groups;

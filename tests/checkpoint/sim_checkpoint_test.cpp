@@ -49,6 +49,12 @@ SimCheckpoint sample() {
   c.target_time = NAN;
   c.target_step = -1;
   c.torch_rng = torch::randint(0, 255, {16}, torch::kByte);
+  c.has_server = true;  // a server role (section "server")
+  c.server_time = 7.75;
+  c.server_round = 5;
+  c.server.counters = {5, 4, 2};
+  c.server.reals = {NAN, 7.75, 7.5, 9.0};
+  c.server.tensors = {torch::randn({10}), at::Tensor(), torch::randn({10})};
   for (int i = 0; i < 2; ++i) {
     IslandCheckpoint is;
     is.params = torch::randn({10});
@@ -144,6 +150,21 @@ TEST(SimCheckpoint, RoundTripsExactly) {
     EXPECT_EQ(b.finished, a.finished);
     EXPECT_TRUE(b.planned);
   }
+  ASSERT_TRUE(d.has_server);
+  EXPECT_EQ(d.server_time, 7.75);
+  EXPECT_EQ(d.server_round, 5);
+  EXPECT_EQ(d.server.counters, c.server.counters);
+  ASSERT_EQ(d.server.reals.size(), 4u);
+  EXPECT_TRUE(std::isnan(d.server.reals[0]));
+  EXPECT_EQ(d.server.reals[3], 9.0);
+  ASSERT_EQ(d.server.tensors.size(), 3u);
+  for (size_t t = 0; t < 3; ++t) EXPECT_TRUE(same(c.server.tensors[t], d.server.tensors[t])) << t;
+  // Without a server role: no "server" section.
+  SimCheckpoint serverless = c;
+  serverless.has_server = false;
+  const checkpoint::Checkpoint serverless_file(encode_sim_checkpoint(serverless));
+  EXPECT_EQ(serverless_file.find("server"), nullptr);
+  EXPECT_FALSE(decode_sim_checkpoint(serverless_file, "f")->has_server);
   // Export reads the global model alone.
   StatusOr<SimCheckpoint> g = decode_global(file, "f");
   ASSERT_TRUE(g.is_ok());
@@ -167,7 +188,7 @@ TEST(SimCheckpoint, MalformedSectionsAreRefusedWithOneLine) {
   refused(without("run"), "not a simulator checkpoint");
   refused(without("simulator"), "no section 'simulator'");
   refused(without("island.1"), "no section 'island.1'");
-  for (const char* name : {"run", "global", "simulator", "island.0", "inflight"}) {
+  for (const char* name : {"run", "global", "simulator", "island.0", "inflight", "server"}) {
     auto s = sections;
     for (auto& x : s)
       if (x.name == name) x.data.resize(x.data.size() - 3);

@@ -126,8 +126,12 @@ class SimResume : public ::testing::Test {
     // DiPaCo 2 paths over 3 islands: module 0 shared by all, module 1 by islands 0 and 2
     // (path 0), module 2 island 1's alone; int8 with error feedback per module.
     if (algorithm == "dipaco") y << ", inner_steps: 4, error_feedback: true";
+    // FedAvg: 2 of 3 clients per round, 3 local steps (not a divisor of the 5 rounds between
+    // checkpoints: clients reach a cut at different steps), int8 with error feedback, outer
+    // Nesterov (its state is saved with the server's).
+    if (algorithm == "fedavg") y << ", client_fraction: 0.67, local_steps: 3, error_feedback: true";
     y << "}\n";
-    if (algorithm == "streaming_diloco" || algorithm == "dipaco" || variant == "diloco_eager")
+    if (algorithm == "streaming_diloco" || algorithm == "dipaco" || algorithm == "fedavg" || variant == "diloco_eager")
       y << "compression: [{quantize: int8}]\n";
     if (algorithm == "dipaco") y << "dipaco: {levels: [{blocks: [1], modules: 2}], routing: none}\n";
     y << "checkpoint: {every: " << (variant == "diloco_events1" ? 1 : 5) << ", keep: 2}\n";
@@ -177,10 +181,11 @@ class SimResume : public ::testing::Test {
 
 // Killed by the fault-injection point in the middle of its third checkpoint write: the
 // half-written file is never used, the second checkpoint is. (streaming_diloco: a due
-// checkpoint moves past a fragment in flight, to steps 5, 11, 15.)
+// checkpoint moves past a fragment in flight, to steps 5, 11, 15; fedavg: cut at server
+// rounds 5, 10, 15 of its 20.)
 TEST_F(SimResume, KilledMidCheckpointWriteResumesFromThePreviousOne) {
   for (const char* algorithm :
-       {"diloco", "ddp", "streaming_diloco", "demo", "dipaco", "diloco_delayed", "diloco_eager", "diloco_events"}) {
+       {"diloco", "ddp", "streaming_diloco", "demo", "dipaco", "diloco_delayed", "diloco_eager", "diloco_events", "fedavg"}) {
     SCOPED_TRACE(algorithm);
     const std::string cfg = config(algorithm);
     const std::string name = std::string("fault_") + algorithm;
@@ -230,7 +235,7 @@ TEST_F(SimResume, RunWithKillRejoinAndAddEventsResumesBitwise) {
 TEST_F(SimResume, KilledAtARandomStepResumesBitwise) {
   std::mt19937 rng(static_cast<unsigned>(::getpid()));
   for (const char* algorithm :
-       {"diloco", "ddp", "streaming_diloco", "demo", "dipaco", "diloco_delayed", "diloco_eager", "diloco_events"}) {
+       {"diloco", "ddp", "streaming_diloco", "demo", "dipaco", "diloco_delayed", "diloco_eager", "diloco_events", "fedavg"}) {
     SCOPED_TRACE(algorithm);
     const std::string cfg = config(algorithm, 150);
     const std::string name = std::string("kill_") + algorithm;
@@ -312,8 +317,12 @@ TEST_F(SimResume, RefusalsAreOneLine) {
   e = simulate(cfg, "x", {"algorithm.name=async_local_sgd"});
   EXPECT_NE(e.find("checkpoint.every"), std::string::npos) << e;
   EXPECT_NE(e.find("async_local_sgd"), std::string::npos) << e;
-  e = simulate(cfg, "x", {"algorithm.name=fedavg", "algorithm.rounds=4", "algorithm.local_steps=5"});
-  EXPECT_NE(e.find("cannot be checkpointed"), std::string::npos) << e;
+  // fedavg is saved now (cut at server rounds: SimResume.*Resumes* with fedavg), and so are
+  // its deadline and min_clients.
+  e = simulate(cfg, "fa", {"algorithm.name=fedavg", "algorithm.rounds=4", "algorithm.local_steps=5",
+                           "algorithm.round_timeout_s=0.5", "algorithm.min_clients=2",
+                           "algorithm.client_fraction=1"});
+  EXPECT_EQ(e, "");
   // (kill, rejoin and add events are saved: SimResume.RunWithKillRejoinAndAddEventsResumesBitwise.)
   // Real runs write no checkpoints yet.
   atl::config::Config real = atl::config::load_config(cfg);

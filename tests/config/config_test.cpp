@@ -119,6 +119,8 @@ void expect_same(const Config& a, const Config& b) {
   EXPECT_EQ(a.algorithm.rounds, b.algorithm.rounds);
   EXPECT_EQ(a.algorithm.local_steps, b.algorithm.local_steps);
   EXPECT_EQ(a.algorithm.local_epochs, b.algorithm.local_epochs);
+  EXPECT_EQ(a.algorithm.round_timeout_s, b.algorithm.round_timeout_s);
+  EXPECT_EQ(a.algorithm.min_clients, b.algorithm.min_clients);
 }
 
 TEST_F(ConfigTest, EmptyFileGivesDefaults) {
@@ -208,6 +210,8 @@ TEST_F(ConfigTest, RoundTripOfEveryField) {
   c.algorithm.rounds = 7;
   c.algorithm.local_steps = 3;
   c.algorithm.local_epochs = 2;
+  c.algorithm.round_timeout_s = 2.5;
+  c.algorithm.min_clients = 3;
 
   const std::string text = to_yaml(c);
   const Config back = parse_config(text, "resolved.yaml");

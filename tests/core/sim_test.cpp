@@ -1,5 +1,6 @@
 // End-to-end simulations on small real data: determinism of metrics.jsonl, the run
 // directory contract, and sanity of what the algorithms report.
+#include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -12,7 +13,9 @@
 #include "compression/frame.h"
 #include "src/base/status.h"
 #include "src/config/config.h"
+#include "src/core/island_parts.h"
 #include "src/core/json.h"
+#include "src/core/params_file.h"
 #include "src/core/simulator.h"
 
 namespace fs = std::filesystem;
@@ -383,6 +386,124 @@ TEST(Simulate, FedAvgOnSyntheticClassification) {
   const uint64_t frame = n * 4u + compression::kMinFrameHeaderBytes;
   EXPECT_EQ(s.bytes_sent_total, 20u * 3u * frame);
   EXPECT_EQ(s.bytes_recv_total, 20u * 3u * frame);
+}
+
+// FedAvg on three clients, every client in every round (C = 1), outer SGD lr 1: a round's
+// result is the weighted mean of the local models of the clients that delivered.
+config::Config fedavg_fault_config(const fs::path& dir, const std::string& name, int64_t rounds,
+                                   const std::string& events, const std::string& extra = "") {
+  std::ostringstream y;
+  y << "run: {name: " << name << ", seed: 2, out_dir: " << (dir / "runs").string() << ", threads: 1}\n"
+    << "model: {name: mlp, hidden: [16]}\n"
+    << "data: {kind: synthetic, synthetic_examples: 400, synthetic_dim: 8, synthetic_classes: 3, partition: iid}\n"
+    << "train: {optimizer: sgd, lr: 0.1, schedule: constant, warmup_steps: 0, weight_decay: 0, grad_clip: 0, "
+       "batch_size: 10, steps: " << rounds * 4 << ", eval_every: 4, eval_batches: 0}\n"
+    << "compute: {step_time_s: 0.1}\n"
+    << "islands: {count: 3" << (events.empty() ? "" : ", events: " + events) << "}\n"
+    << "algorithm: {name: fedavg, client_fraction: 1, local_steps: 4, rounds: " << rounds
+    << ", outer_optimizer: sgd, outer_lr: 1.0, outer_momentum: 0" << extra << "}\n";
+  return config::parse_config(y.str(), (dir / (name + ".yaml")).string());
+}
+
+at::Tensor final_params(const fs::path& dir, const std::string& name) {
+  auto p = read_params((dir / "runs" / name / "final_params.bin").string());
+  EXPECT_TRUE(p.is_ok()) << name;
+  return p.is_ok() ? *p : at::Tensor();
+}
+
+// The server role's round records (island -1) of a metrics.jsonl.
+std::vector<std::string> server_rounds(const std::string& jsonl) {
+  std::vector<std::string> out;
+  std::istringstream lines(jsonl);
+  for (std::string line; std::getline(lines, line);)
+    if (json_find_string(line, "event") == "round" && json_find_number(line, "island") == -1) out.push_back(line);
+  return out;
+}
+
+// docs/algorithms.md §7, faults: a selected client killed mid-round is dropped from the round,
+// which completes with the other two, weighted by their shard sizes renormalised over them.
+// The oracle, computed here: each survivor's local model alone (a run in which every other
+// client dies before delivering: a round of one, outer SGD lr 1, gives that client's model),
+// and θ_0 (a run in which all die: the round is skipped).
+TEST(Simulate, FedAvgKilledClientIsDroppedAndTheRoundCompletesWithTheRest) {
+  TempDir tmp;
+  const SimulateOptions quiet{false, true};
+  config::Config c = fedavg_fault_config(tmp.path, "t", 1, "[{kill: 1, at_step: 2}]");
+  const std::string metrics = metrics_of_two_identical_runs(c, tmp.path);  // deterministic
+  simulate(fedavg_fault_config(tmp.path, "only0", 1, "[{kill: 1, at_step: 1}, {kill: 2, at_step: 1}]"), quiet);
+  simulate(fedavg_fault_config(tmp.path, "only2", 1, "[{kill: 0, at_step: 1}, {kill: 1, at_step: 1}]"), quiet);
+  simulate(fedavg_fault_config(tmp.path, "none", 1,
+                               "[{kill: 0, at_step: 1}, {kill: 1, at_step: 1}, {kill: 2, at_step: 1}]"),
+           quiet);
+  simulate(fedavg_fault_config(tmp.path, "all", 1, ""), quiet);
+  const std::vector<int64_t> n = load_run_data(c).shard_sizes;
+  ASSERT_EQ(n.size(), 3u);
+  const at::Tensor theta0 = final_params(tmp.path, "none");
+  const at::Tensor w0 = final_params(tmp.path, "only0"), w2 = final_params(tmp.path, "only2");
+  const double n0 = static_cast<double>(n[0]), n2 = static_cast<double>(n[2]);
+  const at::Tensor expected = theta0 - (n0 * (theta0 - w0) + n2 * (theta0 - w2)) / (n0 + n2);
+  const at::Tensor got = final_params(tmp.path, "t");
+  EXPECT_TRUE(at::allclose(got, expected, 1e-5, 1e-6)) << (got - expected).abs().max().item<double>();
+  EXPECT_FALSE(at::allclose(got, final_params(tmp.path, "all"), 1e-5, 1e-6)) << "the oracle cannot tell";
+  // The server's round record says who made it in.
+  const auto rounds = server_rounds(metrics);
+  ASSERT_EQ(rounds.size(), 1u) << metrics;
+  EXPECT_NE(rounds[0].find(R"("round":1,"step":4,"contributors":2,"selected":3,"delivered":[0,2],"lost":[1],"late":[],"skipped":false)"),
+            std::string::npos) << rounds[0];
+  EXPECT_NE(server_rounds(read(tmp.path / "runs/none/metrics.jsonl"))[0].find(R"("skipped":true)"), std::string::npos);
+}
+
+// algorithm.min_clients: rounds with fewer results are skipped (the model stays θ_0 bitwise,
+// the round counter advances, the final eval equals the first); with min_clients 1 the same
+// run trains.
+TEST(Simulate, FedAvgRoundsWithFewerThanMinClientsResultsAreSkipped) {
+  TempDir tmp;
+  const std::string kills = "[{kill: 1, at_step: 1}, {kill: 2, at_step: 5}]";
+  config::Config c = fedavg_fault_config(tmp.path, "t", 3, kills, ", min_clients: 2");
+  const std::string metrics = metrics_of_two_identical_runs(c, tmp.path);
+  simulate(fedavg_fault_config(tmp.path, "none", 1,
+                               "[{kill: 0, at_step: 1}, {kill: 1, at_step: 1}, {kill: 2, at_step: 1}]"),
+           {false, true});
+  simulate(fedavg_fault_config(tmp.path, "one", 3, kills), {false, true});
+  const auto rounds = server_rounds(metrics);
+  ASSERT_EQ(rounds.size(), 3u) << metrics;
+  // Round 1: clients 0 and 2 deliver (2 >= 2); rounds 2 and 3: client 0 alone, skipped.
+  EXPECT_NE(rounds[0].find(R"("round":1,"step":4,"contributors":2,"selected":3,"delivered":[0,2],"lost":[1],"late":[],"skipped":false)"), std::string::npos) << rounds[0];
+  EXPECT_NE(rounds[1].find(R"("round":2,"step":8,"contributors":1,"selected":3,"delivered":[0],"lost":[1,2],"late":[],"skipped":true)"), std::string::npos) << rounds[1];
+  EXPECT_NE(rounds[2].find(R"("round":3,"step":12,"contributors":1,"selected":3,"delivered":[0],"lost":[1,2],"late":[],"skipped":true)"), std::string::npos) << rounds[2];
+  const std::string summary = read(tmp.path / "runs/t/summary.json");
+  EXPECT_EQ(json_find_number(summary, "rounds"), 3) << summary;
+  // Skipped rounds leave the model of round 1: the evals at steps 4, 8 and 12 are equal.
+  std::map<int64_t, double> evals;
+  std::istringstream lines(metrics);
+  for (std::string line; std::getline(lines, line);)
+    if (json_find_string(line, "event") == "eval") evals[static_cast<int64_t>(*json_find_number(line, "step"))] = *json_find_number(line, "val_loss");
+  ASSERT_EQ(evals.size(), 4u) << metrics;
+  EXPECT_NE(evals[0], evals[4]);
+  EXPECT_EQ(evals[4], evals[8]);
+  EXPECT_EQ(evals[4], evals[12]);
+  // With min_clients 1 the rounds of client 0 alone are applied: the model moves on.
+  EXPECT_FALSE(at::equal(final_params(tmp.path, "t"), final_params(tmp.path, "one")));
+  EXPECT_FALSE(at::equal(final_params(tmp.path, "t"), final_params(tmp.path, "none")));
+}
+
+// algorithm.round_timeout_s (virtual seconds in simulate): a client too slow for the deadline
+// is dropped from the round exactly as a lost one is, so the model equals bitwise the run in
+// which that client is killed; its result, when it comes, is ignored.
+TEST(Simulate, FedAvgClientLateForTheDeadlineIsDroppedLikeALostOne) {
+  TempDir tmp;
+  // Four local steps take 0.4 s at speed 1 and 4 s for client 2 at speed 0.1.
+  config::Config c = fedavg_fault_config(tmp.path, "t", 2, "", ", round_timeout_s: 1");
+  c.compute.speeds = {1, 1, 0.1};
+  const std::string metrics = metrics_of_two_identical_runs(c, tmp.path);
+  config::Config killed = fedavg_fault_config(tmp.path, "killed", 2, "[{kill: 2, at_step: 1}]");
+  killed.compute.speeds = {1, 1, 0.1};
+  simulate(killed, {false, true});
+  EXPECT_TRUE(at::equal(final_params(tmp.path, "t"), final_params(tmp.path, "killed")));
+  const auto rounds = server_rounds(metrics);
+  ASSERT_EQ(rounds.size(), 2u) << metrics;
+  EXPECT_NE(rounds[0].find(R"("delivered":[0,1],"lost":[],"late":[2],"skipped":false,"wall_time_s")"), std::string::npos) << rounds[0];
+  EXPECT_NE(rounds[0].find(R"("sim_time_s":1})"), std::string::npos) << rounds[0];  // at its deadline
 }
 
 }  // namespace

@@ -46,6 +46,38 @@ TEST(Scheduler, BlockUntilHandsTheTurnOver) {
   EXPECT_EQ(trace, (std::vector<std::string>{"0 waits", "1 sets", "0 resumes"}));
 }
 
+// A timed wait (the simulator's deadlines): the waiter resumes at wake_at() once nobody that
+// can run is earlier on the clock, its clock moved there; earlier participants go first, and
+// ready() before that time resumes it without moving its clock. wake_at() is read anew.
+TEST(Scheduler, TimedWaitWakesAtItsTimeAfterEveryoneEarlier) {
+  Scheduler s(2);
+  std::vector<std::string> trace;
+  bool flag = false;
+  double deadline = 5;
+  bool first = true, second = true;
+  s.run([&](int id) {
+    if (id == 0) {
+      first = s.block_until(0, [&] { return flag; }, "flag", [&] { return deadline; });
+      trace.push_back("0 woken at " + std::to_string(static_cast<int>(s.time(0))));
+      deadline = 9;
+      second = s.block_until(0, [&] { return flag; }, "flag", [&] { return deadline; });
+      trace.push_back("0 ready at " + std::to_string(static_cast<int>(s.time(0))));
+    } else {
+      s.advance(1, 3);
+      s.yield(1);
+      trace.push_back("1 at 3");
+      deadline = 4;  // read anew: island 1 at 7 is later, so 0 wakes at 4 before it
+      s.advance(1, 7);
+      s.yield(1);
+      trace.push_back("1 at 7");
+      flag = true;  // ready before 9: 0 resumes at its own time
+    }
+  });
+  EXPECT_FALSE(first);
+  EXPECT_TRUE(second);
+  EXPECT_EQ(trace, (std::vector<std::string>{"1 at 3", "0 woken at 4", "1 at 7", "0 ready at 4"}));
+}
+
 TEST(Scheduler, DetectsDeadlockAndNamesTheWait) {
   Scheduler s(2);
   try {

@@ -259,6 +259,73 @@ TEST(ZmqControl, PushAndPullThroughTheHostedServer) {
   EXPECT_EQ(server.pushers().size(), 2u);  // not applied
 }
 
+// The hosted server role hears of lost islands (failed or left) and of the time while pulls
+// wait on it (OuterServer::on_member_lost / on_time, as fedavg's deadlines and dropped
+// clients need): a pull waiting for a loss is answered once the island is declared dead, one
+// waiting for a deadline once the coordinator's clock passed it, with no message from anyone.
+class WaitingServer final : public OuterServer {
+ public:
+  void on_push(int, uint64_t, const at::Tensor&, double) override {}
+  std::optional<at::Tensor> on_pull(int, uint64_t tag) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if ((tag == 1 && !lost_.empty()) || (tag == 2 && deadline_passed_)) return torch::tensor({static_cast<float>(tag)});
+    return std::nullopt;
+  }
+  bool on_member_lost(int island, double) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    lost_.push_back(island);
+    return true;
+  }
+  double on_time(double now_s) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!first_) first_ = now_s;
+    if (deadline_passed_ || now_s < *first_ + 0.3) return -1;
+    deadline_passed_ = true;
+    return *first_ + 0.3;
+  }
+  std::vector<int> lost() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return lost_;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<int> lost_;
+  std::optional<double> first_;
+  bool deadline_passed_ = false;
+};
+
+TEST(ZmqControl, HostedServerHearsOfLostIslandsAndOfTimeWhilePullsWait) {
+  WaitingServer server;
+  CoordinatorOptions co = fast_coordinator();
+  co.server = &server;
+  auto coord = start_coordinator(co);
+  auto a = join(fast_client(coord->endpoint(), 0));
+  ControlClientOptions crash = fast_client(coord->endpoint(), 2);
+  crash.leave_on_destroy = false;
+  auto c = join(crash);
+  ASSERT_TRUE(a && c);
+  wait_for_ids(*a, {0, 2});
+  const compression::Pipeline fp32;
+  // A deadline 0.3 s after the server first heard of the time (this pull): answered by the
+  // coordinator's ticks.
+  auto t0 = Clock::now();
+  StatusOr<std::vector<uint8_t>> timed = a->pull(2, in_ms(5000));
+  ASSERT_TRUE(timed.is_ok()) << timed.status().to_string();
+  EXPECT_GE(ms_since(t0), 250);
+  EXPECT_TRUE(torch::equal(decode_tensor(fp32, *timed, 1), torch::tensor({2.f})));
+  // A loss: island 2 gone without LEAVE, declared dead after the heartbeat timeout.
+  auto waiting = std::async(std::launch::async, [&] { return a->pull(1, in_ms(5000)); });
+  std::this_thread::sleep_for(milliseconds(100));
+  EXPECT_EQ(waiting.wait_for(milliseconds(0)), std::future_status::timeout);
+  EXPECT_TRUE(server.lost().empty());
+  c.reset();
+  StatusOr<std::vector<uint8_t>> after_loss = waiting.get();
+  ASSERT_TRUE(after_loss.is_ok()) << after_loss.status().to_string();
+  EXPECT_TRUE(torch::equal(decode_tensor(fp32, *after_loss, 1), torch::tensor({1.f})));
+  EXPECT_EQ(server.lost(), std::vector<int>{2});
+}
+
 TEST(ZmqControl, WithoutServerPushAndPullAreUnavailable) {
   auto coord = start_coordinator();
   auto a = join(fast_client(coord->endpoint(), 0));

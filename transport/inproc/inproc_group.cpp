@@ -130,6 +130,7 @@ class InprocGroup final : public Group {
     // The server applies pushes in arrival order: whatever is earlier on the clock goes first.
     hub_.resume(id_, posted, posted, arrival);
     hub_.scheduler_.yield(id_);
+    hub_.server_->on_time(arrival);
     hub_.last_push_arrival_ = std::max(hub_.last_push_arrival_, arrival);
     hub_.server_->on_push(id_, tag, received, weight);
     return std::make_unique<DoneHandle>(CollectiveResult{Status::ok(), {id_}, weight});
@@ -142,14 +143,23 @@ class InprocGroup final : public Group {
     OuterServer* server = hub_.server_;
     const int self = id_;
     const double posted = hub_.scheduler_.time(id_);
+    server->on_time(posted);
     const bool ready = server->on_pull(self, tag).has_value();
-    if (!ready) {
+    // Waits for the answer; a deadline of the server (fedavg's round_timeout_s) wakes it at
+    // that virtual time, when no island earlier on the clock can still deliver, and the
+    // server acts on it.
+    while (!server->on_pull(self, tag).has_value()) {
       hub_.scheduler_.block_until(
           id_, [server, self, tag] { return server->on_pull(self, tag).has_value(); },
-          "server answer to tag " + std::to_string(tag));
+          "server answer to tag " + std::to_string(tag), [server] { return server->next_deadline(); });
+      server->on_time(hub_.scheduler_.time(id_));
     }
-    // An answer that needed other islands' pushes exists once the latest of them arrived.
-    const double available = ready ? posted : std::max(posted, hub_.last_push_arrival_);
+    // An answer that needed other islands' pushes exists once the latest of them arrived; a
+    // server that keeps the time its answers last changed (fedavg: a round closed, maybe at a
+    // deadline or when a loss was noticed) says when.
+    const double changed = server->changed_at();
+    const double available = changed >= 0 ? std::max(posted, changed)
+                                          : (ready ? posted : std::max(posted, hub_.last_push_arrival_));
     at::Tensor answer = *server->on_pull(id_, tag);
     hub_.transfer(-1, id_, answer, out, codec);
     double arrival = available;
@@ -451,6 +461,8 @@ void InprocHub::remove_member(int id, double at, bool failure) {
   members_.erase(it);
   ++epoch_;
   if (failure) detected_at_ = std::max(detected_at_, at + detect_s_);
+  // The server role hears of it when the survivors would (a round may close without it).
+  if (server_) server_->on_member_lost(id, failure ? at + detect_s_ : at);
   for (auto cit = collectives_.begin(); cit != collectives_.end();) {
     Collective& c = cit->second;
     if (!c.done) {

@@ -1,6 +1,7 @@
 #include "transport/inproc/scheduler.h"
 
 #include <algorithm>
+#include <cmath>
 #include <thread>
 
 namespace atl::transport {
@@ -11,11 +12,24 @@ Scheduler::Scheduler(int participants) : slots_(static_cast<size_t>(participants
 
 int Scheduler::pick_locked() {
   int best = -1;
+  double best_time = 0;
   for (int i = 0; i < size(); ++i) {
     Slot& s = slots_[i];
     if (s.finished) continue;
-    if (s.ready && !s.ready()) continue;
-    if (best < 0 || s.time < slots_[best].time) best = i;  // ties: lowest id (scan order)
+    double t = s.time;
+    if (s.ready && !s.ready()) {
+      const double wake = s.wake_at ? s.wake_at() : INFINITY;
+      if (!std::isfinite(wake)) continue;
+      t = std::max(s.time, wake);  // a timed wait: runnable at its wake-up time
+    }
+    if (best < 0 || t < best_time) {  // ties: lowest id (scan order)
+      best = i;
+      best_time = t;
+    }
+  }
+  if (best >= 0 && slots_[best].ready && !slots_[best].ready()) {  // woken by its timer
+    slots_[best].time = best_time;
+    slots_[best].woken = true;
   }
   if (best < 0) {
     std::string blocked;
@@ -69,16 +83,22 @@ void Scheduler::run(const std::function<void(int)>& body) {
   if (!deadlock_.empty()) throw std::runtime_error(deadlock_);
 }
 
-void Scheduler::block_until(int id, const std::function<bool()>& ready, const std::string& what) {
+bool Scheduler::block_until(int id, const std::function<bool()>& ready, const std::string& what,
+                            const std::function<double()>& wake_at) {
   std::unique_lock<std::mutex> lock(mu_);
   if (aborted_) throw SchedulerAborted();
-  if (ready()) return;
-  slots_[id].ready = ready;
-  slots_[id].what = what;
+  if (ready()) return true;
+  Slot& s = slots_[id];
+  s.ready = ready;
+  s.what = what;
+  s.wake_at = wake_at;
+  s.woken = false;
   current_ = pick_locked();
   cv_.notify_all();
   wait_turn_locked(lock, id);
-  slots_[id].ready = nullptr;
+  s.ready = nullptr;
+  s.wake_at = nullptr;
+  return !s.woken;
 }
 
 void Scheduler::yield(int id) {

@@ -14,6 +14,7 @@
 #include <condition_variable>
 #include <exception>
 #include <functional>
+#include <limits>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -41,7 +42,15 @@ class Scheduler {
   // the next participant, under the scheduler's lock: it must only read state that is
   // changed by participants holding the turn, and must not block. `what` names the wait
   // for deadlock reports.
-  void block_until(int id, const std::function<bool()>& ready, const std::string& what);
+  //
+  //
+  // `wake_at` (optional; read like ready(), it may change while the participant waits;
+  // infinity = none): a timed wait. The participant also resumes when no participant that
+  // can run is earlier on the clock than wake_at() (ties: lowest id), its clock then moved to
+  // it. Returns whether ready() held (false: woken by the time; the caller decides whether
+  // to wait again).
+  bool block_until(int id, const std::function<bool()>& ready, const std::string& what,
+                   const std::function<double()>& wake_at = nullptr);
   // Lets participants with a smaller (time, id) run first.
   void yield(int id);
   // Sets the participant's priority key (e.g. virtual time). Smaller runs first.
@@ -64,6 +73,8 @@ class Scheduler {
     std::function<bool()> ready;  // empty = runnable
     std::string what;
     double time = 0;
+    std::function<double()> wake_at;  // a timed wait's wake-up time (empty: none)
+    bool woken = false;  // its timed wait ended at wake_at (not by ready())
   };
   int pick_locked();              // next participant to run, or -1
   void wait_turn_locked(std::unique_lock<std::mutex>& lock, int id);

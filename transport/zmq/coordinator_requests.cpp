@@ -73,6 +73,7 @@ void CoordinatorState::on_push(int id, Island& isl, const Message& m, std::vecto
     warn("PUSH from island " + std::to_string(id) + ": " + st.message(), Clock::now());
     return fail(ErrorCode::kCorrupt, st.message());
   }
+  server_time(Clock::now(), out);  // a deadline that passed first closes its round
   try {
     options_.server->on_push(id, m.tag, payload, m.weight);
   } catch (const std::exception& e) {
@@ -136,6 +137,7 @@ void CoordinatorState::on_pull(int id, Island& isl, const Message& m, Clock::tim
                                           "this run's coordinator hosts no server role")});
     return;
   }
+  if (!star::is_star_tag(m.tag)) server_time(now, out);
   if (std::optional<std::vector<uint8_t>> answer = try_pull(id, isl, m.tag, rid)) {
     out->push_back({isl.routing_id, std::move(*answer)});
   } else if (m.wait_ms == 0) {

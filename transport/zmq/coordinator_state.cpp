@@ -7,6 +7,7 @@
 
 #include "compression/frame.h"
 #include "src/base/log.h"
+#include "transport/star.h"
 
 namespace atl::transport {
 
@@ -217,6 +218,11 @@ void CoordinatorState::on_tick(Clock::time_point now, std::vector<Outgoing>* out
     failed.push_back({id, "failed", why});
   }
   if (!failed.empty()) membership_changed(failed, -1, out);
+  // Deadlines of the server role (fedavg's round_timeout_s) pass while islands wait on it.
+  if (options_.server && std::any_of(pending_.begin(), pending_.end(), [](const Pending& p) {
+        return p.type == MsgType::kPull && !star::is_star_tag(p.tag);
+      }))
+    server_time(now, out);
 
   for (auto it = pending_.begin(); it != pending_.end();) {
     if (!it->deadline || now < *it->deadline) {
@@ -265,8 +271,19 @@ void CoordinatorState::membership_changed(const std::vector<MemberChange>& chang
   }
   ATOLL_INFO("coordinator: epoch " << epoch_ << ", members [" << ids.str() << "]: " << describe(changes));
   star_.on_membership(collective_members());  // star all-reduces no longer waiting for anyone complete
-  answer_pulls(out, /*star_only=*/true);
+  // The server role drops a lost island from what it waits for (fedavg: the open round).
+  bool server_changed = false;
+  if (options_.server) {
+    const double at = std::chrono::duration<double>(Clock::now() - started_).count();
+    for (const MemberChange& c : changes)
+      if (c.change == "failed" || c.change == "left") server_changed |= options_.server->on_member_lost(c.island, at);
+  }
+  answer_pulls(out, /*star_only=*/!server_changed);
   if (options_.on_membership) options_.on_membership(body.membership, changes);
+}
+
+void CoordinatorState::server_time(Clock::time_point now, std::vector<Outgoing>* out) {
+  if (options_.server->on_time(std::chrono::duration<double>(now - started_).count()) >= 0) answer_pulls(out);
 }
 
 bool CoordinatorState::add_pending(Pending p, uint32_t wait_ms, Clock::time_point now) {

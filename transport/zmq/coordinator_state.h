@@ -107,6 +107,9 @@ class CoordinatorState {
   // The server's answer to (island, tag) as a PULL_REPLY, or nullopt; ERROR when it throws.
   std::optional<std::vector<uint8_t>> try_pull(int id, const Island& isl, uint64_t tag, uint64_t rid);
   bool add_pending(Pending p, uint32_t wait_ms, Clock::time_point now);
+  // The server role's clock (OuterServer::on_time): seconds since this state was made. A
+  // deadline it acted on may answer waiting PULLs (into `out`).
+  void server_time(Clock::time_point now, std::vector<Outgoing>* out);
 
   // Message builders; the header is addressed to (island, session) with the current epoch.
   std::vector<uint8_t> reply(proto::MsgType type, int id, uint64_t session, uint64_t rid,
@@ -129,6 +132,7 @@ class CoordinatorState {
   uint64_t messages_ = 0;
   uint64_t dropped_ = 0;
   LogLimiter limiter_;
+  Clock::time_point started_ = Clock::now();  // the origin of the server role's clock
 };
 
 }  // namespace atl::transport
