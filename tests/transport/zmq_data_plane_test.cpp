@@ -38,7 +38,7 @@ TEST(DataWire, HeaderRoundTripsAndRejectsDamage) {
   uint8_t b[kHeaderBytes];
   encode_header(h, payload, b);
   EXPECT_EQ(std::memcmp(b, "ATLD", 4), 0);
-  EXPECT_EQ(b[4], 4);  // data wire version 4 (docs/data_plane.md)
+  EXPECT_EQ(b[4], 5);  // data wire version 5 (docs/data_plane.md)
   EXPECT_EQ(b[5], 3);
   Header p;
   ASSERT_TRUE(parse_header(b, kHeaderBytes, payload, sizeof payload, &p).is_ok());

@@ -18,7 +18,7 @@
 
 #include "compression/pipeline.h"
 #include "transport/collectives/program.h"
-#include "transport/zmq/exchange.h"
+#include "transport/zmq/zmq_wire.h"
 #include "transport/zmq/op.h"
 
 namespace atl::transport::dataplane {

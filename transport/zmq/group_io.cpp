@@ -83,6 +83,11 @@ GroupIo::GroupIo(ControlPlane& control, const ZmqGroupOptions& options)
   endpoint_ = links_->endpoint();
   links_->set_peers(membership_.members);
   links_->set_done_below(0, options.first_seq);
+  for (const auto& [key, first] : options.first_seqs) {  // a joiner's sub-groups
+    if (key == 0) continue;
+    groups_[key] = Sequence{{}, first, first, first, {}};
+    links_->set_done_below(key, first);
+  }
   wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (wake_fd_ < 0) throw std::runtime_error("zmq data plane: eventfd failed");
   thread_ = std::thread([this] { run(); });

@@ -12,6 +12,7 @@
 #include <memory>
 #include <vector>
 
+#include "transport/collectives/attempt.h"
 #include "transport/completion.h"
 #include "transport/group.h"
 #include "transport/zmq/data_wire.h"
@@ -49,12 +50,8 @@ class OpContext {
   virtual void recycle(at::Tensor t) {}
 };
 
-// A finished all-reduce's outcome, kept to answer peers that restart it (AllreduceOp).
-struct Retained {
-  uint64_t epoch = 0;
-  CollectiveResult result;
-  at::Tensor values;  // [n] float32: a copy of the result
-};
+// A finished collective's outcome, kept to answer peers that restart it (AllreduceOp).
+using Retained = collectives::Kept;
 
 // One collective, matched across members by its group and its sequence number in it.
 class Op {
