@@ -3,33 +3,23 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <cstring>
 #include <sstream>
 #include <string>
 
 #include "src/base/log.h"
+#include "transport/collectives/le.h"
 #include "transport/collectives/schedules.h"
 
 namespace atl::transport::collectives {
-
-static_assert(std::endian::native == std::endian::little, "the bodies are written little-endian with memcpy");
 
 namespace {
 
 using Bytes = std::vector<uint8_t>;
 
-template <typename T>
-void put(uint8_t* out, size_t at, T v) {
-  std::memcpy(out + at, &v, sizeof(T));
-}
-template <typename T>
-T get(const uint8_t* in, size_t at) {
-  T v;
-  std::memcpy(&v, in + at, sizeof(T));
-  return v;
-}
+using le::get;
+using le::put;
 
 Status bad(const std::string& what) { return corrupt("data message: " + what); }
 

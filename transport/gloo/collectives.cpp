@@ -4,6 +4,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "transport/collectives/le.h"
 #include "transport/collectives/schedules.h"
 
 namespace atl::transport::gloo_mesh {
@@ -11,17 +12,6 @@ namespace atl::transport::gloo_mesh {
 namespace {
 
 using Bytes = std::vector<uint8_t>;
-
-template <typename T>
-void put(Bytes& out, size_t at, T v) {
-  std::memcpy(out.data() + at, &v, sizeof v);
-}
-template <typename T>
-T get(const Bytes& in, size_t at) {
-  T v;
-  std::memcpy(&v, in.data() + at, sizeof v);
-  return v;
-}
 
 // Slots within one collective: ring pieces by (step, piece), direct contributions and means
 // by (phase, chunk), broadcast, hand-over and allgather messages by piece.
@@ -43,7 +33,7 @@ void GlooWire::send(int to, const collectives::MsgKey& key, const uint8_t* data,
     return;
   }
   Bytes& out = framed_sends_.emplace_back(8 + size);
-  put<uint64_t>(out, 0, uint64_t{static_cast<uint8_t>(key.tag)} << 56 | size);
+  le::put<uint64_t>(out.data(), 0, uint64_t{static_cast<uint8_t>(key.tag)} << 56 | size);
   if (size > 0) std::memcpy(out.data() + 8, data, size);
   sends_.push_back(wire_.send(to, out.data(), out.size(), key.tag, slot_index(key), raw_bytes));
 }
@@ -81,7 +71,7 @@ collectives::Payload GlooWire::take(collectives::RecvId id) {
     wire_.received(r.capacity);
     return {r.dst, r.capacity, r.tag};
   }
-  const uint64_t prefix = get<uint64_t>(r.framed, 0), len = prefix & ((uint64_t{1} << 56) - 1);
+  const uint64_t prefix = le::get<uint64_t>(r.framed.data(), 0), len = prefix & ((uint64_t{1} << 56) - 1);
   const auto tag = static_cast<collectives::Tag>(prefix >> 56);
   if (collectives::receive_tag(tag) != collectives::receive_tag(r.tag)) {
     throw CorruptMessage("collective #" + std::to_string(wire_.seq()) + ": a message from island " +

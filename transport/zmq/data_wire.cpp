@@ -1,32 +1,22 @@
 #include "transport/zmq/data_wire.h"
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <cstring>
 
 #include "src/base/hash.h"
 #include "src/base/log.h"
+#include "transport/collectives/le.h"
 
 namespace atl::transport::dataplane {
 
-static_assert(std::endian::native == std::endian::little,
-              "the data plane writes little-endian fields with memcpy");
 static_assert(kHeaderBytes == 92 && kChecksumOffset == 84, "data header layout changed");
 static_assert(sizeof(double) == 8 && sizeof(int32_t) == 4);
 
 namespace {
 
-template <typename T>
-void put(uint8_t* out, size_t at, T v) {
-  std::memcpy(out + at, &v, sizeof(T));
-}
-template <typename T>
-T get(const uint8_t* in, size_t at) {
-  T v;
-  std::memcpy(&v, in + at, sizeof(T));
-  return v;
-}
+using le::get;
+using le::put;
 
 Status bad(const std::string& what) { return corrupt("data message: " + what); }
 

@@ -42,9 +42,8 @@ class OpContext {
   virtual double bandwidth() const = 0;  // bytes/s: the EWMA of observed throughput
   virtual void observe_throughput(double bytes, double seconds) = 0;
   virtual DropLog& drops() = 0;
-  // An empty buffer for an encoded frame (recycled after its last send; see buffer_pool.h).
-  virtual std::shared_ptr<Bytes> frame_buffer() { return std::make_shared<Bytes>(); }
-  // A buffer of exactly `size` bytes with unspecified contents (recycled the same way).
+  // A buffer of exactly `size` bytes with unspecified contents (recycled after its last send;
+  // see buffer_pool.h).
   virtual std::shared_ptr<Bytes> payload_buffer(size_t size) { return std::make_shared<Bytes>(size); }
   // A tensor the operation no longer needs, for reuse.
   virtual void recycle(at::Tensor t) {}
