@@ -47,6 +47,18 @@ AllreduceOp::AllreduceOp(uint64_t seq, std::vector<uint8_t> bytes, std::vector<s
   req_.result_piece_elems = result_piece_elements(chunk_bytes);
 }
 
+AllreduceOp::AllreduceOp(uint64_t seq, int root, at::Tensor buffer, const compression::Pipeline& codec,
+                         int64_t chunk_bytes, std::shared_ptr<Completion> completion)
+    : Op(seq, std::move(completion)), codec_(codec), chunk_bytes_(chunk_bytes) {
+  req_.seq = seq;
+  req_.buffer = std::move(buffer);
+  req_.codec = &codec_;
+  req_.hello = {collectives::kHelloBroadcast, static_cast<uint64_t>(req_.buffer.numel()), 1.0,
+                collectives::codec_fingerprint(codec_), static_cast<uint64_t>(piece_elements(codec_, chunk_bytes)),
+                root};
+  req_.result_piece_elems = result_piece_elements(chunk_bytes);
+}
+
 void AllreduceOp::start(OpContext& ctx, uint64_t epoch, const std::vector<int>& members) {
   attempt(ctx, epoch, members);
 }
@@ -91,7 +103,11 @@ void AllreduceOp::on_message(OpContext& ctx, Inbound& m) {
                                  " epoch " + std::to_string(h.epoch) + " from island " + std::to_string(h.sender) +
                                  " (this island is in epoch " + std::to_string(epoch_) + ")");
   };
-  if (h.type == MsgType::kBroadcast) return drop("a broadcast message for an all-reduce");
+  if ((h.type == MsgType::kBroadcast) != (req_.hello.kind == collectives::kHelloBroadcast) &&
+      (h.type == MsgType::kBroadcast || h.type == MsgType::kRing || h.type == MsgType::kDirect ||
+       h.type == MsgType::kGather)) {
+    return drop("a message of another kind of collective");
+  }
   if (h.epoch < epoch_) return drop("stale epoch");
   if (h.epoch > epoch_) {
     future_.push_back(std::move(m));
@@ -147,6 +163,8 @@ void AllreduceOp::complete(OpContext& ctx, CollectiveResult result) {
                     !result.contributors.empty();
   if (keep && req_.gather_out) {
     retained_ = std::make_unique<Retained>(Retained{result, collectives::pack_gathered(*req_.gather_out)});
+  } else if (keep && !input_.defined()) {  // a broadcast
+    retained_ = std::make_unique<Retained>(Retained{result, req_.buffer.clone()});
   } else if (keep) {
     // Copied before the caller is woken: from then on the buffer is the caller's again. The
     // saved input's memory is no longer needed and takes the result.

@@ -1,4 +1,4 @@
-// One all-reduce or allgather over the data plane: collectives::attempt (the rendezvous,
+// One all-reduce, broadcast or allgather over the data plane: collectives::attempt (the rendezvous,
 // hand-over and data phase written once for every networked transport: transport/collectives/
 // attempt.h) run over ZmqWire, one attempt per membership epoch.
 //
@@ -43,6 +43,10 @@ class AllreduceOp final : public Op {
   // and hand-over (its result is kept packed as fp32 words: collectives::pack_gathered).
   AllreduceOp(uint64_t seq, std::vector<uint8_t> bytes, std::vector<std::vector<uint8_t>>* out,
               int64_t chunk_bytes, std::shared_ptr<Completion> completion);
+  // A broadcast of the root's `buffer` (Group::broadcast), with the same attempts, restarts
+  // and hand-over; a receiver's buffer needs no backup (the result overwrites it whole).
+  AllreduceOp(uint64_t seq, int root, at::Tensor buffer, const compression::Pipeline& codec, int64_t chunk_bytes,
+              std::shared_ptr<Completion> completion);
 
   void start(OpContext& ctx, uint64_t epoch, const std::vector<int>& members) override;
   void on_membership(OpContext& ctx, uint64_t epoch, const std::vector<int>& members) override;
@@ -60,7 +64,7 @@ class AllreduceOp final : public Op {
   collectives::Request req_;
   std::vector<uint8_t> gather_in_;
   compression::Pipeline codec_;
-  at::Tensor input_;               // the saved input (backup_), then the retained result
+  at::Tensor input_;               // all-reduce: the saved input (backup_), then the retained result
   std::optional<InputBackup> backup_;  // all-reduce, until completion
   int64_t chunk_bytes_;
 

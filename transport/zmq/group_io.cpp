@@ -25,9 +25,10 @@ std::string bind_endpoint(const ControlPlane& control, const ZmqGroupOptions& o)
                               " has no data endpoint in the membership and no ZmqGroupOptions::bind");
 }
 
-bool is_allreduce_message(MsgType t) {
+// The messages of an attempt (collectives/attempt.h), which a new epoch makes stale.
+bool is_attempt_message(MsgType t) {
   return t == MsgType::kHello || t == MsgType::kAbsent || t == MsgType::kRing || t == MsgType::kDirect ||
-         t == MsgType::kGather;
+         t == MsgType::kBroadcast || t == MsgType::kGather;
 }
 
 // libzmq mallocs every received message. With glibc's defaults, the megabytes freed after each
@@ -264,8 +265,8 @@ void GroupIo::refresh() {
   ATOLL_INFO("zmq data plane: island " << self_ << " sees epoch " << m.epoch << " (" << member_ids().size()
                                        << " members)");
   links_->set_peers(m.members);
-  // Every unfinished all-reduce restarts in the new epoch: its queued messages are stale.
-  links_->purge([&](const Header& h) { return is_allreduce_message(h.type) && h.epoch < m.epoch; });
+  // Every unfinished collective restarts in the new epoch: its queued messages are stale.
+  links_->purge([&](const Header& h) { return is_attempt_message(h.type) && h.epoch < m.epoch; });
   for (auto& [id, op] : ops_) op->on_membership(*this, m.epoch, member_ids(op->ids()));
 }
 

@@ -1,7 +1,7 @@
 // The pieces every data-plane collective is built from: what an operation may ask of the
 // I/O thread that runs it (OpContext), and the operation interface itself (Op). The
-// concrete operations are AllreduceOp (allreduce_op.h) and BroadcastOp (broadcast_op.h);
-// ZmqGroup (zmq_group.h) runs them.
+// concrete operation is AllreduceOp (allreduce_op.h: all-reduce, broadcast, allgather);
+// ZmqGroup (zmq_group.h) runs it.
 //
 // Thread model: an Op is built on the island thread (it copies what it needs from the
 // caller) and from then on is touched only by the group's I/O thread. Completion

@@ -6,7 +6,6 @@
 
 #include "transport/completion.h"
 #include "transport/zmq/allreduce_op.h"
-#include "transport/zmq/broadcast_op.h"
 #include "transport/zmq/group_io.h"
 #include "transport/zmq/star_client.h"
 
@@ -80,9 +79,9 @@ std::unique_ptr<Handle> ZmqGroup::allreduce_mean(at::Tensor buffer, const compre
 std::unique_ptr<Handle> ZmqGroup::broadcast(int root, at::Tensor buffer, const compression::Pipeline& codec) {
   check_buffer(buffer);
   auto done = std::make_shared<Completion>();
-  return submit(std::make_unique<dataplane::BroadcastOp>(next_seq_++, root, std::move(buffer), codec,
-                                                         options_.chunk_bytes, done),
-                done);
+  return submit(
+      std::make_unique<dataplane::AllreduceOp>(next_seq_++, root, std::move(buffer), codec, options_.chunk_bytes, done),
+      done);
 }
 
 std::unique_ptr<Handle> ZmqGroup::push(uint64_t tag, at::Tensor buffer, const compression::Pipeline& codec,

@@ -9,7 +9,7 @@
 // duplicate messages are logged once per kind and dropped; nothing a peer sends can crash
 // the island.
 //
-// Collectives (allreduce_op.h, broadcast_op.h). Matched across members by a per-group
+// Collectives (allreduce_op.h). Matched across members by a per-group
 // sequence number, in issue order, exactly like InprocGroup; several may be in flight.
 // Sub-groups (subgroup()) share the group's sockets and I/O thread; their messages carry
 // the sub-group's key (data_wire.h: group) and its own sequence numbers, and each keeps its

@@ -1,6 +1,6 @@
 // ZmqWire: the collectives::Wire of one attempt of one collective over the ZeroMQ data plane
 // (zmq_wire.cpp), on which AllreduceOp runs collectives::attempt (rendezvous, hand-over,
-// data phase) and BroadcastOp the broadcast schedule.
+// data phase) for every collective.
 //
 // Thread model: the I/O thread; bind() the context of each call first.
 #pragma once
