@@ -24,7 +24,8 @@ namespace {
 
 constexpr char kBlobMagic[4] = {'A', 'T', 'H', 'B'};
 constexpr char kIndexMagic[4] = {'A', 'T', 'H', 'I'};
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;  // the blob's; the index's is kIndexVersion
+constexpr uint32_t kIndexVersion = 1;
 constexpr size_t kPartBytes = size_t{16} << 20;  // below the store's 64 MiB value limit
 constexpr int kMaxDims = 8;
 
@@ -136,7 +137,7 @@ struct Index {
 
 std::vector<uint8_t> encode_index(const Index& x) {
   std::vector<uint8_t> out = with_magic(kIndexMagic);
-  put(out, kVersion);
+  put(out, kIndexVersion);
   put(out, x.donor);
   put(out, x.epoch);
   put(out, x.step);
@@ -150,7 +151,7 @@ bool decode_index(const std::vector<uint8_t>& v, Index* x) {
   Reader r(v.data(), v.size());
   const uint8_t* magic = r.take(4);
   uint32_t version = 0;
-  return magic && std::memcmp(magic, kIndexMagic, 4) == 0 && r.get(&version) && version == kVersion &&
+  return magic && std::memcmp(magic, kIndexMagic, 4) == 0 && r.get(&version) && version == kIndexVersion &&
          r.get(&x->donor) && r.get(&x->epoch) && r.get(&x->step) && r.get(&x->parts) && r.get(&x->bytes) && r.get(&x->checksum) &&
          r.left() == 0;
 }
@@ -177,6 +178,11 @@ std::vector<uint8_t> encode_handover(const Handover& h) {
               "hand-over: the global model must be a [N] float32 tensor");
   put_tensor(out, h.global);
   for (const at::Tensor& t : h.state.tensors) put_tensor(out, t);
+  put(out, static_cast<uint32_t>(h.subgroup_seqs.size()));
+  for (const auto& [key, seq] : h.subgroup_seqs) {
+    put(out, key);
+    put(out, seq);
+  }
   return out;
 }
 
@@ -200,6 +206,18 @@ Status decode_handover(const uint8_t* data, size_t size, Handover* h) {
   }
   h->state.tensors.assign(count - 1, at::Tensor());
   for (at::Tensor& t : h->state.tensors) ATOLL_TRY(get_tensor(r, &t));
+  uint32_t subgroups = 0;
+  if (!r.get(&subgroups) || subgroups > r.left() / 12) return corrupt("hand-over: bad sub-group count");
+  h->subgroup_seqs.clear();
+  for (uint32_t i = 0; i < subgroups; ++i) {
+    uint32_t key = 0;
+    uint64_t seq = 0;
+    if (!r.get(&key) || !r.get(&seq)) return corrupt("hand-over: truncated sub-groups");
+    if (key == 0 || (!h->subgroup_seqs.empty() && key <= h->subgroup_seqs.rbegin()->first)) {
+      return corrupt("hand-over: sub-group keys not ascending and > 0");
+    }
+    h->subgroup_seqs[key] = seq;
+  }
   if (r.left() != 0) return corrupt("hand-over: " + std::to_string(r.left()) + " trailing bytes");
   return Status::ok();
 }
@@ -262,23 +280,29 @@ StatusOr<Handover> fetch_handover(transport::ControlPlane& control, int joiner, 
 }
 
 HandoverDonor::HandoverDonor(transport::ControlPlane& control, std::function<Handover()> make,
-                             std::function<void(const std::string&)> record, std::function<Status()> healthy)
-    : control_(control), make_(std::move(make)), record_(std::move(record)), healthy_(std::move(healthy)) {}
+                             std::function<void(const std::string&)> record, std::function<Status()> healthy,
+                             std::function<bool(int, int)> holds)
+    : control_(control), make_(std::move(make)), record_(std::move(record)), healthy_(std::move(healthy)),
+      holds_(std::move(holds)) {}
 
 void HandoverDonor::at_step_boundary() {
   transport::Membership m = control_.membership();
   const int self = control_.self();
-  int donor = -1;
+  // The joiners whose donor this island is: the lowest-id member in collectives that holds
+  // their state.
+  auto donor_of = [&](int joiner) {
+    for (const auto& p : m.members) {
+      if (transport::in_collectives(p) && (!holds_ || holds_(p.id, joiner))) return p.id;
+    }
+    return -1;
+  };
   std::vector<int> joiners;
   for (const auto& p : m.members) {
-    if (transport::in_collectives(p)) {
-      if (donor < 0) donor = p.id;
-    } else if (p.id != self) {
-      auto served = served_.find(p.id);
-      if (served == served_.end() || served->second != m.epoch) joiners.push_back(p.id);
-    }
+    if (transport::in_collectives(p) || p.id == self || donor_of(p.id) != self) continue;
+    auto served = served_.find(p.id);
+    if (served == served_.end() || served->second != m.epoch) joiners.push_back(p.id);
   }
-  if (donor != self || joiners.empty()) return;
+  if (joiners.empty()) return;
   const auto t0 = Clock::now();
   Handover h = make_();
   h.epoch = m.epoch;

@@ -5,12 +5,14 @@
 // Protocol (docs/protocol.md "Rejoining a running run"), over the coordinator's store:
 //   1. The joiner joins without a data endpoint: a member of the control plane that takes
 //      part in no collective (transport::in_collectives).
-//   2. The donor, the lowest-id member that takes part in collectives, sees it at its next
-//      step boundary and publishes a Handover (its step, its next collective sequence number,
-//      Algorithm::global_params() and export_state()) under keys naming the joiner, with an
-//      xxhash64 checksum, then waits until the joiner takes part (or is gone).
+//   2. The donor, the lowest-id member that takes part in collectives and holds the joiner's
+//      state (DiPaCo: an island on the joiner's path), sees it at its next step boundary and
+//      publishes a Handover (its step, its next collective sequence number in the group and
+//      in each sub-group, Algorithm::global_params() and export_state()) under keys naming
+//      the joiner, with an xxhash64 checksum, then waits until the joiner takes part (or is
+//      gone).
 //   3. The joiner reads it, checks the checksum, starts its data plane at the donor's
-//      sequence number (ZmqGroupOptions::first_seq) and publishes its data endpoint
+//      sequence numbers (ZmqGroupOptions::first_seq, first_seqs) and publishes its data endpoint
 //      (ZmqControlClient::publish_endpoint): from that epoch on it takes part in collectives,
 //      from the donor's next one on, and runs from the donor's step + 1.
 //
@@ -37,14 +39,17 @@ struct Handover {
   uint64_t epoch = 0;      // the donor's membership epoch in which it saw the joiner waiting
   int64_t step = 0;        // the donor's last completed inner step: the joiner starts after it
   uint64_t first_seq = 0;  // the donor's next collective: the joiner takes part from it on
+  std::map<uint32_t, uint64_t> subgroup_seqs;  // the same for each sub-group the donor made, by key
   at::Tensor global;       // [N] float32: Algorithm::global_params()
   algorithms::AlgorithmState state;  // Algorithm::export_state() (undefined tensors allowed)
 };
 
-// The hand-over's bytes (little-endian): "ATHB", u32 version = 1, i32 donor, u64 epoch,
+// The hand-over's bytes (little-endian): "ATHB", u32 version = 2, i32 donor, u64 epoch,
 // i64 step, u64 first_seq, i64 rounds, u32 tensor count (the global model first, then the
 // state's tensors), and per tensor: u8 defined, u8 dtype (1 f32, 2 f64, 3 i64, 4 i32, 5 bf16,
-// 6 f16), u8 ndim (<= 8), ndim x i64 sizes, then the values. Tensors are copied to the CPU.
+// 6 f16), u8 ndim (<= 8), ndim x i64 sizes, then the values; then (version 2) u32 sub-group
+// count and (u32 key > 0, u64 next seq) x count in ascending key order. Tensors are copied to
+// the CPU.
 std::vector<uint8_t> encode_handover(const Handover& h);
 // kCorrupt naming the field for bytes that are truncated, have trailing bytes, a wrong magic,
 // version or dtype, or sizes that do not add up. Never reads outside `data`.
@@ -69,12 +74,14 @@ class HandoverDonor {
   // `make` builds the hand-over at the current step boundary (donor, step, first_seq, the
   // tensors; the epoch is filled in here). `record` receives one JSON record per hand-over.
   // `healthy` says whether this island is still part of the run (an error ends a wait).
+  // `holds(d, j)`: whether island d holds the state island j needs (null: every island does).
   HandoverDonor(transport::ControlPlane& control, std::function<Handover()> make,
-                std::function<void(const std::string&)> record, std::function<Status()> healthy);
+                std::function<void(const std::string&)> record, std::function<Status()> healthy,
+                std::function<bool(int, int)> holds = nullptr);
 
-  // When this island is the donor (the lowest-id member in collectives) and members wait
-  // for a hand-over that this island has not served in the current epoch: publishes one to
-  // each and waits until all of them take part in collectives or are gone, so that its next
+  // For the members that wait for a hand-over this island has not served in the current
+  // epoch and whose donor it is (the lowest-id member in collectives that holds their
+  // state): publishes one to each and waits until all of them take part in collectives or are gone, so that its next
   // collective (the hand-over's first_seq) includes them. The wait has no deadline of its
   // own: a joiner bounds each of its steps and exits when one fails (its LEAVE, or the
   // heartbeat timeout, removes it). Cheap otherwise: one look at the membership.
@@ -85,6 +92,7 @@ class HandoverDonor {
   std::function<Handover()> make_;
   std::function<void(const std::string&)> record_;
   std::function<Status()> healthy_;
+  std::function<bool(int, int)> holds_;
   std::map<int, uint64_t> served_;  // joiner -> epoch of the hand-over it got and has not used yet
 };
 

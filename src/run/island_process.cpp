@@ -71,7 +71,6 @@ Status check_rejoin(const config::Config& config, const algorithms::Algorithm& a
   std::string why;
   if (config.transport.kind != "zmq") why = "transport.kind " + config.transport.kind + " (use zmq)";
   else if (algorithm.global_on_server()) why = config.algorithm.name + " (its global model lives in the coordinator's server role)";
-  else if (config.algorithm.name == "dipaco") why = "dipaco (a joiner cannot yet take part in sub-groups that already ran)";
   if (why.empty()) return Status::ok();
   return Status(StatusCode::kUnavailable, "rejoining a running run is not supported with " + why);
 }
@@ -157,6 +156,10 @@ StatusOr<IslandEnd> run_island_once(const config::Config& config, int island, co
     start_set = decision->islands;
     late = std::find(start_set.begin(), start_set.end(), island) == start_set.end();
   }
+  // Whether island `d` holds the state island `j` needs: DiPaCo's islands hold their path's
+  // parameters (island i trains path i mod paths), every other algorithm's the one model.
+  const int paths = config.algorithm.name == "dipaco" ? core::dipaco_paths(config).paths() : 1;
+  auto holds = [paths](int d, int j) { return d % paths == j % paths; };
   std::optional<Handover> handover;
   if (late) {
     if (Status st = check_rejoin(config, *parts.algorithm); !st.is_ok()) {
@@ -167,9 +170,10 @@ StatusOr<IslandEnd> run_island_once(const config::Config& config, int island, co
     auto got = fetch_handover(control, island, join_epoch, Clock::now() + std::chrono::seconds(300), [&]() -> Status {
       if (!joined.status().is_ok()) return joined.status();
       for (const auto& p : control.membership().members) {
-        if (p.id != island && transport::in_collectives(p)) return Status::ok();
+        if (p.id != island && transport::in_collectives(p) && holds(p.id, island)) return Status::ok();
       }
-      return Status(StatusCode::kPeerLost, "no live island is left to hand its state over (the run has ended)");
+      return Status(StatusCode::kPeerLost, paths > 1 ? "no live island on this island's path is left to hand its state over"
+                                                     : "no live island is left to hand its state over (the run has ended)");
     });
     if (!got.is_ok()) return failed(island, got.status(), "cannot rejoin the run: ");
     handover = std::move(got.value());
@@ -178,6 +182,7 @@ StatusOr<IslandEnd> run_island_once(const config::Config& config, int island, co
   transport::ZmqGroupOptions go;
   go.bind = endpoint;
   go.first_seq = handover ? handover->first_seq : 0;  // the donor's next collective
+  if (handover) go.first_seqs = handover->subgroup_seqs;  // and its sub-groups' (dipaco)
   go.star = t.collective == "star";
   go.chunk_bytes = t.chunk_bytes;
   go.max_in_flight = t.max_in_flight;
@@ -325,11 +330,13 @@ StatusOr<IslandEnd> run_island_once(const config::Config& config, int island, co
           h.donor = island;
           h.step = runtime.steps();
           h.first_seq = zmq_group.next_seq();
+          h.subgroup_seqs = zmq_group.next_seqs();
+          h.subgroup_seqs.erase(0);
           h.global = parts.algorithm->global_params();
           h.state = parts.algorithm->export_state();
           return h;
         },
-        [&](const std::string& json) { control.record(json); }, in_run);
+        [&](const std::string& json) { control.record(json); }, in_run, holds);
   }
   try {
     runtime.run();

@@ -25,6 +25,7 @@ Handover sample(int64_t n) {
   h.epoch = 17;
   h.step = 250;
   h.first_seq = 49;
+  h.subgroup_seqs = {{1, 12}, {4, 0}, {70000, 3}};
   h.global = torch::randn({n});
   h.state.rounds = 48;
   h.state.tensors = {torch::randn({n}), at::Tensor(), torch::arange(6, torch::kLong).view({2, 3}),
@@ -37,6 +38,7 @@ void expect_same(const Handover& a, const Handover& b) {
   EXPECT_EQ(a.epoch, b.epoch);
   EXPECT_EQ(a.step, b.step);
   EXPECT_EQ(a.first_seq, b.first_seq);
+  EXPECT_EQ(a.subgroup_seqs, b.subgroup_seqs);
   EXPECT_EQ(a.state.rounds, b.state.rounds);
   EXPECT_TRUE(at::equal(a.global, b.global));
   ASSERT_EQ(a.state.tensors.size(), b.state.tensors.size());
@@ -125,6 +127,38 @@ TEST(Handover, DonorHandsItsStateToAJoinerThatThenTakesPart) {
   // Nobody waits any more: the next step boundary does nothing.
   donor.at_step_boundary();
   EXPECT_EQ(records.size(), 1u);
+}
+
+// A joiner whose state this island does not hold (DiPaCo: a joiner on another path) is left
+// to an island that holds it: nothing is made, published or waited for.
+TEST(Handover, DonorServesOnlyJoinersWhoseStateItHolds) {
+  auto coord = start_coordinator();
+  ASSERT_TRUE(coord);
+  auto donor_client = join(fast_client(coord->endpoint(), 0));
+  ASSERT_TRUE(donor_client);
+  transport::ControlClientOptions o = fast_client(coord->endpoint(), 1);
+  o.data_endpoint = "";
+  auto joiner = join(o);
+  ASSERT_TRUE(joiner);
+  int made = 0;
+  std::vector<std::string> records;
+  HandoverDonor donor(
+      *donor_client,
+      [&] {
+        ++made;
+        return sample(4);
+      },
+      [&](const std::string& r) { records.push_back(r); }, [] { return Status::ok(); },
+      [](int d, int j) { return d % 2 == j % 2; });
+  while (donor_client->membership().members.size() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  auto served = std::async(std::launch::async, [&] { donor.at_step_boundary(); });
+  struct LeaveFirst {  // on a failed assertion: the joiner leaves, which ends a donor's wait
+    std::unique_ptr<transport::ZmqControlClient>& client;
+    ~LeaveFirst() { client.reset(); }
+  } leave_first{joiner};
+  ASSERT_EQ(served.wait_for(std::chrono::seconds(5)), std::future_status::ready) << "island 0 served island 1";
+  EXPECT_EQ(made, 0);
+  EXPECT_TRUE(records.empty());
 }
 
 // A hand-over from an island that is not (or no longer) a member is not taken; a joiner that

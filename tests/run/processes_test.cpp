@@ -579,6 +579,67 @@ TEST_F(Processes, RestartedIslandRejoinsAStreamingDiLoCoRun) {
                                    "algorithm.fragments=2", "algorithm.overlap_steps=2"});
 }
 
+// DiPaCo with one level of two modules: two paths, islands 0 and 2 on path 0, 1 and 3 on
+// path 1. Island 3 is killed and restarted: it rejoins with the state of island 1 (the live
+// island on its path; island 0, the lowest id, holds another path), takes part in the
+// sub-groups of its modules from the donor's next collective in each (ZmqGroupOptions::
+// first_seqs), and its modules are averaged with the islands sharing them again: every
+// round after the hand-over has all four islands in the shared module, and island 3 ends
+// with island 1's path model.
+TEST_F(Processes, RestartedIslandRejoinsADiPaCoRun) {
+  const int steps = 3000;
+  const std::string cfg = config(4, steps, "dipaco: {levels: [{blocks: [0], modules: 2}], prefix: 8}\n");
+  const std::vector<std::string> set = {"--set", "algorithm.name=dipaco"};
+  const fs::path metrics = dir_ / "runs/r/metrics.jsonl";
+  std::vector<std::string> launch_args = {"launch", cfg, "--quiet"};
+  launch_args.insert(launch_args.end(), set.begin(), set.end());
+  const pid_t launch = spawn(launch_args, dir_ / "launch.log");
+  ASSERT_GT(launch, 0);
+  ASSERT_TRUE(wait_for_record(metrics, {"\"event\":\"round\"", "\"round\":3,"}, 60)) << "no rounds within 60 s";
+  const auto kids = children_of(launch);
+  ASSERT_EQ(kids.size(), 5u);
+  ASSERT_EQ(kill(*kids.rbegin(), SIGKILL), 0);  // the newest child: island 3
+  ASSERT_TRUE(wait_for_record(metrics, {"\"event\":\"round\"", "\"contributors\":3,"}, 30))
+      << "the survivors did not go on without island 3";
+
+  std::vector<std::string> island_args = {"island", cfg, "--id", "3", "--quiet"};
+  island_args.insert(island_args.end(), set.begin(), set.end());
+  const pid_t restarted = spawn(island_args, dir_ / "island3.log");
+  ASSERT_GT(restarted, 0);
+  const int launch_rc = wait_bounded(launch, 120);
+  const int island_rc = wait_bounded(restarted, 30);
+  ASSERT_NE(launch_rc, -1) << "launch did not finish (a hang)\n" << read(dir_ / "launch.log");
+  ASSERT_EQ(island_rc, 0) << read(dir_ / "island3.log");
+
+  std::optional<double> rejoin_round;
+  for (const auto& l : lines(metrics)) {
+    if (json_find_string(l, "event") == "rejoin" && json_find_number(l, "island") == 3) {
+      rejoin_round = json_find_number(l, "round");
+      EXPECT_EQ(json_find_number(l, "donor"), 1) << "the donor is not the live island on island 3's path: " << l;
+    }
+  }
+  ASSERT_TRUE(rejoin_round) << "no rejoin record\n" << read(dir_ / "island3.log");
+  int after = 0;
+  for (const auto& l : lines(metrics)) {
+    if (json_find_string(l, "event") != "round" || json_find_number(l, "round").value_or(-1) <= *rejoin_round) continue;
+    ++after;
+    EXPECT_EQ(json_find_number(l, "contributors"), 4) << l;
+  }
+  EXPECT_GE(after, 4 * 10) << "fewer than 10 rounds after the rejoin";
+  std::map<int, std::string> global;
+  for (const auto& l : lines(metrics)) {
+    if (json_find_string(l, "event") != "island_end") continue;
+    global[static_cast<int>(json_find_number(l, "island").value_or(-1))] = json_find_string(l, "global_xxh64").value_or("");
+    EXPECT_EQ(json_find_number(l, "steps"), steps) << l;
+  }
+  ASSERT_EQ(global.size(), 4u);
+  EXPECT_FALSE(global[1].empty());
+  EXPECT_EQ(global[1], global[3]) << "the restarted island's path model differs from its path's other island's";
+  EXPECT_EQ(global[0], global[2]);
+  EXPECT_NE(global[0], global[1]) << "the two paths ended the same";
+  EXPECT_NE(read(dir_ / "runs/r/summary.json").find("\"islands_finished\":4"), std::string::npos);
+}
+
 
 // DeMo (docs/algorithms.md §4): one allgather of (index, value) pairs every step. Over zmq
 // and gloo, a real run ends on the same parameters as the simulator, bit for bit (every

@@ -156,6 +156,44 @@ TEST(GlooGroup, LateJoinerSitsOutEarlierCollectives) {
   }
 }
 
+// A late joiner in a sub-group (GlooGroupOptions::first_seqs): islands 0 and 1 run sub-group
+// 5's collectives #0 and #1 while island 2, whose sub-group starts at #2, waits in #2 (the
+// mesh's rendezvous states leave it out of #0 and #1); #2 runs among all three.
+TEST(GlooGroup, LateJoinerTakesPartInASubgroupFromItsFirstSeq) {
+  StaticClusterOptions so;
+  so.peers = loopback_peers(3);
+  StaticCluster cluster(so);
+  auto p0 = cluster.plane(0), p1 = cluster.plane(1), p2 = cluster.plane(2);
+  GlooGroupOptions late;
+  late.first_seqs = {{5, 2}};
+  GlooGroup g0(*p0), g1(*p1), g2(*p2, late);
+  const std::vector<int> ids = {0, 1, 2};
+  std::vector<std::unique_ptr<Group>> subs;
+  for (GlooGroup* g : {&g0, &g1, &g2}) subs.push_back(g->subgroup(5, ids));
+  std::vector<std::vector<at::Tensor>> b(3);
+  std::vector<std::vector<CollectiveResult>> r(3);
+  run_islands(3, [&](int i) {
+    for (int k = i == 2 ? 2 : 0; k < 3; ++k) {
+      b[i].push_back(at::full({50}, double(i + 1 + k)));
+      r[i].push_back(subs[i]->allreduce_mean(b[i].back(), compression::Pipeline(), 1.0)->wait(in_seconds(30)));
+    }
+  });
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_EQ(r[i].size(), 3u);
+    for (int k = 0; k < 2; ++k) {
+      EXPECT_TRUE(r[i][k].status.is_ok()) << r[i][k].status.to_string();
+      EXPECT_EQ(r[i][k].contributors, (std::vector<int>{0, 1})) << "island " << i << ", collective #" << k;
+      EXPECT_TRUE(at::equal(b[i][k], at::full({50}, 1.5 + k))) << "island " << i << ", collective #" << k;
+    }
+  }
+  for (int i = 0; i < 3; ++i) {
+    const CollectiveResult& last = r[i].back();
+    EXPECT_TRUE(last.status.is_ok()) << last.status.to_string();
+    EXPECT_EQ(last.contributors, (std::vector<int>{0, 1, 2})) << "island " << i;
+    EXPECT_TRUE(at::equal(b[i].back(), at::full({50}, 4.0))) << "island " << i;
+  }
+}
+
 // The server role: the sum of what was pushed, by tag.
 class SumServer final : public OuterServer {
  public:
@@ -194,14 +232,14 @@ TEST(GlooGroup, PushAndPullGoThroughTheControlPlane) {
 }
 
 // Per island, W = 2, n = 1000 raw fp32 (two chunks of 500, one piece each): one HELLO
-// (40 bytes) and two ring messages (2000 bytes) each way; every message costs gloo's
-// 48-byte data preamble and a ready notification from each end.
+// (40 bytes behind GlooWire's 8-byte tag and length) and two ring messages (2000 bytes) each
+// way; every message costs gloo's 48-byte data preamble and a ready notification from each end.
 TEST(GlooGroup, ByteCountersCountPayloadsAndGlooFraming) {
   GlooCluster c(2);
   std::vector<at::Tensor> b = random_inputs(2, 1000, 1);
   gloo_allreduce(c, b, compression::Pipeline(), {1, 1});
   const uint64_t p = gloo_mesh::kGlooPreambleBytes;
-  const uint64_t want = (40 + 3 * p) + 2 * (2000 + 3 * p);
+  const uint64_t want = (8 + 40 + 3 * p) + 2 * (2000 + 3 * p);
   for (int i = 0; i < 2; ++i) {
     const ByteCounters got = c.groups[i]->bytes();
     EXPECT_EQ(got.sent, want) << "island " << i;

@@ -38,7 +38,7 @@ TEST(DataWire, HeaderRoundTripsAndRejectsDamage) {
   uint8_t b[kHeaderBytes];
   encode_header(h, payload, b);
   EXPECT_EQ(std::memcmp(b, "ATLD", 4), 0);
-  EXPECT_EQ(b[4], 4);  // data wire version 4 (docs/data_plane.md)
+  EXPECT_EQ(b[4], 5);  // data wire version 5 (docs/data_plane.md)
   EXPECT_EQ(b[5], 3);
   Header p;
   ASSERT_TRUE(parse_header(b, kHeaderBytes, payload, sizeof payload, &p).is_ok());
@@ -334,6 +334,39 @@ TEST(AllreduceOp, RestartedPeerTakesOverAFinishedAllgather) {
   EXPECT_TRUE(r.status.is_ok()) << r.status.to_string();
   EXPECT_EQ(r.contributors, (std::vector<int>{0, 1}));
   EXPECT_EQ(out1, want);
+}
+
+// A broadcast runs in attempts too (data wire v5): island 1 misses the root's piece,
+// restarts in epoch 1, and takes the root's finished result instead.
+TEST(AllreduceOp, RestartedReceiverTakesOverAFinishedBroadcast) {
+  const compression::Pipeline fp32;
+  at::manual_seed(4);
+  const at::Tensor sent = at::randn({1001});
+  at::Tensor root = sent.clone(), got = at::zeros({1001});
+  std::vector<std::shared_ptr<Completion>> done = {std::make_shared<Completion>(), std::make_shared<Completion>()};
+  AllreduceOp a(0, 0, root, fp32, 1 << 20, done[0]);
+  AllreduceOp b(0, 0, got, fp32, 1 << 20, done[1]);
+  FakeContext ca(0), cb(1);
+  a.start(ca, 0, {0, 1});
+  b.start(cb, 0, {0, 1});
+  std::vector<Outbound> withheld =
+      exchange_until_quiet(a, ca, b, cb, [](const Header& h) { return h.type == MsgType::kBroadcast; });
+  ASSERT_TRUE(a.done());
+  ASSERT_FALSE(b.done());
+  ASSERT_EQ(withheld.size(), 1u);
+  std::unique_ptr<Retained> kept = a.take_retained();
+  ASSERT_TRUE(kept);
+  b.on_membership(cb, 1, {0, 1});
+  ASSERT_EQ(cb.out.size(), 1u);
+  EXPECT_EQ(cb.out.front().second.header.type, MsgType::kHello);
+  serve_result(ca, 0, 1, *kept, 1);
+  deliver_all(ca, b, cb);
+  ASSERT_TRUE(b.done());
+  CollectiveResult r = done[1]->wait(std::nullopt);
+  EXPECT_TRUE(r.status.is_ok()) << r.status.to_string();
+  EXPECT_EQ(r.contributors, (std::vector<int>{0, 1}));
+  EXPECT_TRUE(at::equal(got, sent));
+  EXPECT_TRUE(at::equal(root, sent));
 }
 
 // A sub-group's op names every message it sends by the sub-group's key (data wire v4:

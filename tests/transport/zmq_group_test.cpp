@@ -352,6 +352,44 @@ TEST(ZmqGroup, LateJoinerSitsOutEarlierCollectives) {
   }
 }
 
+// A late joiner in a sub-group (ZmqGroupOptions::first_seqs, from a donor's next_seqs()):
+// islands 0 and 1 run sub-group 5's collectives #0 and #1, which island 2 (a member from the
+// start) answers ABSENT; it makes the sub-group at #2 and takes part from there.
+TEST(ZmqGroup, LateJoinerTakesPartInASubgroupFromItsFirstSeq) {
+  ZmqCluster c(3);
+  c.groups[2].reset();
+  ZmqGroupOptions late;
+  late.first_seqs = {{5, 2}};
+  c.groups[2] = std::make_unique<ZmqGroup>(*c.planes[2], late);
+  const std::vector<int> ids = {0, 1, 2};
+  std::vector<std::unique_ptr<Group>> subs(3);
+  for (int i = 0; i < 2; ++i) subs[i] = c.groups[i]->subgroup(5, ids);
+  for (int k = 0; k < 2; ++k) {
+    std::vector<at::Tensor> b = {at::full({50}, 1.0 + k), at::full({50}, 3.0 + k)};
+    auto h0 = subs[0]->allreduce_mean(b[0], compression::Pipeline(), 1.0);
+    auto h1 = subs[1]->allreduce_mean(b[1], compression::Pipeline(), 1.0);
+    for (auto* h : {h0.get(), h1.get()}) {
+      CollectiveResult r = h->wait(in_seconds(20));
+      EXPECT_TRUE(r.status.is_ok()) << r.status.to_string();
+      EXPECT_EQ(r.contributors, (std::vector<int>{0, 1})) << "collective #" << k;
+    }
+    for (int i = 0; i < 2; ++i) EXPECT_TRUE(at::equal(b[i], at::full({50}, 2.0 + k))) << "collective #" << k;
+  }
+  subs[2] = c.groups[2]->subgroup(5, ids);
+  std::vector<at::Tensor> b = {at::full({50}, 1.0), at::full({50}, 2.0), at::full({50}, 6.0)};
+  std::vector<std::unique_ptr<Handle>> h;
+  for (int i = 0; i < 3; ++i) h.push_back(subs[i]->allreduce_mean(b[i], compression::Pipeline(), 1.0));
+  for (int i = 0; i < 3; ++i) {
+    CollectiveResult r = h[i]->wait(in_seconds(20));
+    EXPECT_TRUE(r.status.is_ok()) << r.status.to_string();
+    EXPECT_EQ(r.contributors, (std::vector<int>{0, 1, 2}));
+    EXPECT_TRUE(at::equal(b[i], at::full({50}, 3.0))) << "island " << i;
+  }
+  const std::map<uint32_t, uint64_t> next = {{0, 0}, {5, 3}};
+  EXPECT_EQ(c.groups[0]->next_seqs(), next);
+  EXPECT_EQ(c.groups[2]->next_seqs(), next);
+}
+
 // The server role: the sum of what was pushed, by tag.
 class SumServer final : public OuterServer {
  public:

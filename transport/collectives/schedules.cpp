@@ -253,7 +253,7 @@ Program broadcast(Wire& wire, BroadcastSetup s) {
   // Lossless: pieces (an empty buffer still travels as one piece); lossy: one frame.
   const int pieces = codec.lossless() ? static_cast<int>(std::max<int64_t>(1, pieces_of(n, s.piece_elems))) : 1;
   auto key = [&](int k) {
-    return MsgKey{Tag::kBroadcast, 0, 0, static_cast<uint32_t>(k), static_cast<uint32_t>(pieces)};
+    return MsgKey{s.tag, 0, 0, static_cast<uint32_t>(k), static_cast<uint32_t>(pieces)};
   };
   if (wire.self() == s.root) {
     std::vector<Bytes> frames(static_cast<size_t>(pieces));

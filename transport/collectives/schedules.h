@@ -70,6 +70,7 @@ struct BroadcastSetup {
   at::Tensor buffer;             // [n] float32: the root's input, everyone's output
   const compression::Pipeline* codec = nullptr;
   int64_t piece_elems = INT64_MAX;  // lossless codecs: elements per message
+  Tag tag = Tag::kBroadcast;     // kResult: the hand-over of a finished result (attempt.h)
 };
 Program broadcast(Wire& wire, BroadcastSetup s);
 

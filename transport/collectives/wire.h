@@ -18,19 +18,30 @@
 // Thread model: used by the one thread that runs the program.
 #pragma once
 
+#include <algorithm>
 #include <coroutine>
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 namespace atl::transport::collectives {
 
 // What a message is within a collective. Ids are frozen (they travel on the ZeroMQ wire).
 enum class Tag : uint8_t {
-  kRing = 3,       // ring all-reduce piece: step t, chunk, piece
-  kDirect = 4,     // lossy all-reduce: step = phase (0 contribution, 1 mean), chunk
-  kBroadcast = 5,  // broadcast piece from the root
-  kGather = 9,     // allgather: a member's bytes
+  kHello = 1,       // rendezvous (attempt.h): what a member issued; the receive of a member's
+                    // answer, whichever of kHello, kAbsent and kResultInfo it is
+  kAbsent = 2,      // answer: "I never issue this collective" (joined later); no payload
+  kRing = 3,        // ring all-reduce piece: step t, chunk, piece
+  kDirect = 4,      // lossy all-reduce: step = phase (0 contribution, 1 mean), chunk
+  kBroadcast = 5,   // broadcast piece from the root
+  kResultInfo = 6,  // answer: the outcome of a finished collective (a hand-over follows)
+  kResult = 7,      // hand-over piece: raw fp32 values of a finished collective
+  kGather = 9,      // allgather: a member's bytes
 };
+
+// The receive a message matches: a rendezvous answer (kHello, kAbsent or kResultInfo) the
+// one receive posted for that member's answer (tag kHello); any other message its own tag's.
+inline Tag receive_tag(Tag t) { return t == Tag::kAbsent || t == Tag::kResultInfo ? Tag::kHello : t; }
 
 struct MsgKey {
   Tag tag = Tag::kRing;
@@ -44,6 +55,7 @@ struct MsgKey {
 struct Payload {
   const uint8_t* data = nullptr;
   size_t size = 0;
+  Tag tag = Tag::kRing;  // the tag it was sent with (differs from the receive's only for answers)
 };
 
 using RecvId = int;
@@ -75,19 +87,27 @@ class Wire {
   // Elements [begin, end) of the collective's buffer are about to be overwritten (a wire
   // that restarts a collective from its input saves them first).
   virtual void will_write(int64_t begin, int64_t end) {}
+  // The rendezvous is over and the data phase begins, expecting about `bytes` of payload
+  // from the others (a wire that times out data phases starts its clock here).
+  virtual void data_phase(double bytes) {}
 
   // For drivers of suspended programs: whether what the program waits for is there, so that
   // Program::resume() makes progress.
   bool can_resume() {
+    if (awaiting_ == kAny) {
+      return std::any_of(any_.begin(), any_.end(), [this](RecvId id) { return ready(id); });
+    }
     if (awaiting_ == kNothing) return true;
     return awaiting_ == kAllSent ? sent() : ready(awaiting_);
   }
 
  private:
   friend struct receive;
+  friend struct receive_any;
   friend struct all_sent;
-  static constexpr RecvId kNothing = -1, kAllSent = -2;
+  static constexpr RecvId kNothing = -1, kAllSent = -2, kAny = -3;
   RecvId awaiting_ = kNothing;  // what the suspended program waits for
+  std::vector<RecvId> any_;     // kAny: these
 };
 
 // `co_await receive(wire, id)`: the payload of receive `id` once it has arrived.
@@ -102,12 +122,47 @@ struct receive {
   }
 };
 
+// `co_await receive_any(wire, ids)`: the index in `ids` of a receive that has arrived (the
+// first in `ids` order among those that have; a blocking wire waits for ids[0]). Take its
+// payload with Wire::take.
+struct receive_any {
+  Wire& wire;
+  const std::vector<RecvId>& ids;
+  size_t found = 0;
+  bool await_ready() {
+    for (found = 0; found < ids.size(); ++found) {
+      if (wire.ready(ids[found])) return true;
+    }
+    return false;
+  }
+  void await_suspend(std::coroutine_handle<>) {
+    wire.awaiting_ = Wire::kAny;
+    wire.any_ = ids;
+  }
+  size_t await_resume() {
+    wire.awaiting_ = Wire::kNothing;
+    if (found == ids.size()) await_ready();
+    return found;
+  }
+};
+
 // `co_await all_sent(wire)`: every send posted so far has left.
 struct all_sent {
   Wire& wire;
   bool await_ready() { return wire.sent(); }
   void await_suspend(std::coroutine_handle<>) { wire.awaiting_ = Wire::kAllSent; }
   void await_resume() { wire.awaiting_ = Wire::kNothing; }
+};
+
+// `co_await pending(wire)`: what a nested program waits for. A program runs another one
+// (the data phase inside an attempt) as
+//   for (Program inner = ...; !inner.resume();) co_await pending{wire};
+// the inner program's await has told the wire what it waits for.
+struct pending {
+  Wire& wire;
+  bool await_ready() { return wire.can_resume(); }
+  void await_suspend(std::coroutine_handle<>) {}
+  void await_resume() {}
 };
 
 }  // namespace atl::transport::collectives

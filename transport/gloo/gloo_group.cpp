@@ -11,6 +11,8 @@
 #include <sstream>
 
 #include "src/base/log.h"
+#include "transport/collectives/attempt.h"
+#include "transport/collectives/schedules.h"
 #include "transport/completion.h"
 #include "transport/gloo/collectives.h"
 #include "transport/gloo/control_store.h"
@@ -51,27 +53,17 @@ void ignore_sigpipe() {
 }  // namespace
 
 struct GlooGroup::Op {
-  uint64_t seq = 0;
-  bool is_broadcast = false;
-  bool is_allgather = false;
-  std::vector<uint8_t> gather_in;                      // allgather: this member's bytes
-  std::vector<std::vector<uint8_t>>* gather_out = nullptr;
-  int root = -1;
-  at::Tensor buffer, transmitted;
-  at::Tensor input;                 // the caller's input, for restarts (worker: taken at start)
+  collectives::Request req;
   compression::Pipeline codec;
-  double weight = 1;
+  std::vector<uint8_t> gather_in;   // allgather: this member's bytes
+  at::Tensor input;                 // the caller's input, for restarts (worker: taken at start)
   std::shared_ptr<Completion> done;
-  std::vector<int> first_members;   // the membership when it started
-  bool dirty = false;               // buffer no longer equals input
-  bool transmitted_filled = false;
+  bool dirty = false;               // req.buffer may no longer equal input
 };
 
 struct GlooGroup::Retained {
   uint64_t seq = 0;
-  CollectiveResult result;
-  at::Tensor values;  // [n] float32: a copy of the result
-  std::vector<std::vector<uint8_t>> gathered;  // an allgather's result instead
+  collectives::Kept kept;
 };
 
 GlooGroup::GlooGroup(ControlPlane& control, GlooGroupOptions options)
@@ -94,7 +86,8 @@ GlooGroup::GlooGroup(const GlooGroup& parent, uint32_t key, std::vector<int> ids
         return o;
       }()),
       server_(control_), device_(parent.device_), waits_(std::make_unique<gloo_mesh::Waits>()),
-      counters_(parent.counters_), next_seq_(0) {
+      counters_(parent.counters_),
+      next_seq_(parent.options_.first_seqs.count(key) ? parent.options_.first_seqs.at(key) : 0) {
   worker_ = std::thread([this] { work(); });
   watchdog_ = std::thread([this] { watch(); });
 }
@@ -151,32 +144,37 @@ std::unique_ptr<Handle> GlooGroup::allreduce_mean(at::Tensor buffer, const compr
                 "allreduce_mean: `transmitted` must match the buffer");
   }
   auto op = std::make_unique<Op>();
-  op->seq = next_seq_++;
-  op->buffer = std::move(buffer);
-  op->transmitted = std::move(transmitted);
   op->codec = codec;
-  op->weight = weight;
+  collectives::Request& r = op->req;
+  r.seq = next_seq_++;
+  r.hello = {collectives::kHelloAllreduce, static_cast<uint64_t>(buffer.numel()), weight,
+             collectives::codec_fingerprint(codec), static_cast<uint64_t>(std::max<int64_t>(1, options_.chunk_bytes / 4))};
+  r.buffer = std::move(buffer);
+  r.transmitted = std::move(transmitted);
   return enqueue(std::move(op));
 }
 
 std::unique_ptr<Handle> GlooGroup::broadcast(int root, at::Tensor buffer, const compression::Pipeline& codec) {
   check_buffer(buffer);
   auto op = std::make_unique<Op>();
-  op->seq = next_seq_++;
-  op->is_broadcast = true;
-  op->root = root;
-  op->buffer = std::move(buffer);
   op->codec = codec;
+  collectives::Request& r = op->req;
+  r.seq = next_seq_++;
+  r.hello = {collectives::kHelloBroadcast, static_cast<uint64_t>(buffer.numel()), 1.0,
+             collectives::codec_fingerprint(codec), static_cast<uint64_t>(INT64_MAX), root};  // one piece
+  r.buffer = std::move(buffer);
   return enqueue(std::move(op));
 }
 
 std::unique_ptr<Handle> GlooGroup::allgather(std::vector<uint8_t> bytes, std::vector<std::vector<uint8_t>>* out) {
   TORCH_CHECK(out != nullptr, "allgather: no output");
   auto op = std::make_unique<Op>();
-  op->seq = next_seq_++;
-  op->is_allgather = true;
   op->gather_in = std::move(bytes);
-  op->gather_out = out;
+  collectives::Request& r = op->req;
+  r.seq = next_seq_++;
+  r.hello = {collectives::kHelloAllgather, op->gather_in.size(), 1.0, 0, 1};
+  r.gather_in = &op->gather_in;
+  r.gather_out = out;
   return enqueue(std::move(op));
 }
 
@@ -219,62 +217,68 @@ void GlooGroup::work() {
 
 void GlooGroup::run(Op& op) {
   const int self = control_.self();
-  if (op.buffer.defined()) {
-    op.input = take_tensor(op.buffer.numel());
-    op.input.copy_(op.buffer);
+  const uint64_t seq = op.req.seq;
+  op.req.codec = &op.codec;
+  op.req.result_piece_elems = INT64_MAX;  // a hand-over is one gloo message
+  if (op.req.buffer.defined()) {
+    op.input = take_tensor(op.req.buffer.numel());
+    op.input.copy_(op.req.buffer);
   }
-  op.first_members = members(control_.membership());  // a member missing from the final mesh was lost
+  auto restore = [&] {
+    if (op.dirty) op.req.buffer.copy_(op.input);
+    op.dirty = false;
+  };
+  op.req.first_members = members(control_.membership());  // a member missing from the final mesh was lost
   for (;;) {
     Status st = ensure_mesh(op);
     if (!st.is_ok()) {
-      if (op.dirty) op.buffer.copy_(op.input);
-      op.dirty = false;
+      restore();
       const bool own = st.code() == StatusCode::kMembershipChanged;
-      complete(op, {std::move(st), own ? std::vector<int>{self} : std::vector<int>{}, own ? op.weight : 0});
+      complete(op, {std::move(st), own ? std::vector<int>{self} : std::vector<int>{}, own ? op.req.hello.weight : 0});
       return;
     }
     const uint64_t epoch = mesh_->epoch(), generation = mesh_->generation();
     try {
       serve_donations();
-      const int donor = mesh_->donor(op.seq);
-      if (donor >= 0) {  // a member finished this collective before the mesh broke: take its result
-        Wire wire(*mesh_, *waits_, *counters_, op.seq);
-        op.dirty = true;
-        CollectiveResult r = op.is_allgather ? gloo_mesh::receive_gathered(wire, donor, *op.gather_out)
-                                             : gloo_mesh::receive_result(wire, donor, op.buffer);
-        ATOLL_INFO("gloo: island " << self << " takes collective #" << op.seq << "'s result from island " << donor);
-        if (op.transmitted.defined() && !op.transmitted_filled) op.transmitted.copy_(op.input);
-        complete(op, std::move(r));
-        return;
+      // The rendezvous states answer for every member: a member that finished this
+      // collective before the mesh broke hands its result over, and those that do not run it
+      // sit it out.
+      collectives::Attempt a{mesh_->ids(), {}, "gloo"};
+      const int donor = mesh_->donor(seq);
+      const std::vector<int> parts = mesh_->participants(seq);
+      for (int p : a.members) {
+        if (p == donor) a.known[p] = collectives::Tag::kResultInfo;
+        else if (p != self && (donor >= 0 || !contains(parts, p))) a.known[p] = collectives::Tag::kAbsent;
       }
-      const std::vector<int> parts = mesh_->participants(op.seq);
-      complete(op, op.is_broadcast ? run_broadcast(op, parts)
-                   : op.is_allgather ? run_allgather(op, parts)
-                                     : run_allreduce(op, parts));
+      restore();
+      op.dirty = op.req.buffer.defined();
+      Wire wire(*mesh_, *waits_, *counters_, seq);
+      gloo_mesh::GlooWire gw(wire);
+      gw.on_data_phase = [this](double bytes) { set_data_deadline(bytes); };
+      CollectiveResult r;
+      gloo_mesh::run(collectives::attempt(gw, op.req, std::move(a), &r), seq);
+      complete(op, std::move(r));
       return;
     } catch (const gloo_mesh::CorruptMessage& e) {
       ATOLL_ERROR("gloo: island " << self << ": " << e.what());
       mesh_broken_ = true;  // the sender's collective cannot complete on this mesh either
       set_suspect_deadline(std::nullopt);
-      if (op.dirty) op.buffer.copy_(op.input);
-      op.dirty = false;
+      restore();
       complete(op, {Status(StatusCode::kCorrupt, e.what()), {}, 0});
       return;
     } catch (const gloo_mesh::MeshBroken& e) {
       if (!stop_) {
-        ATOLL_WARN("gloo: island " << self << ", collective #" << op.seq << ": mesh (epoch " << epoch
-                                   << ", generation " << generation << ") broke: " << e.what()
-                                   << "; restarting it in a new mesh");
+        ATOLL_WARN("gloo: island " << self << ", collective #" << seq << ": mesh (epoch " << epoch << ", generation "
+                                   << generation << ") broke: " << e.what() << "; restarting it in a new mesh");
       }
     } catch (const ::gloo::Exception& e) {
-      ATOLL_WARN("gloo: island " << self << ", collective #" << op.seq << ": mesh (epoch " << epoch << ", generation "
+      ATOLL_WARN("gloo: island " << self << ", collective #" << seq << ": mesh (epoch " << epoch << ", generation "
                                  << generation << ") failed: " << e.what() << "; restarting it in a new mesh");
     } catch (const std::exception& e) {  // a broken invariant (gloo's GLOO_ENFORCE, TORCH_CHECK): no retry
-      ATOLL_ERROR("gloo: island " << self << ", collective #" << op.seq << ": " << e.what());
+      ATOLL_ERROR("gloo: island " << self << ", collective #" << seq << ": " << e.what());
       mesh_broken_ = true;
       set_suspect_deadline(std::nullopt);
-      if (op.dirty) op.buffer.copy_(op.input);
-      op.dirty = false;
+      restore();
       complete(op, {Status(StatusCode::kInternal, e.what()), {}, 0});
       return;
     }
@@ -320,7 +324,7 @@ Status GlooGroup::ensure_mesh(const Op& op) {
     mo.store_wait = std::chrono::milliseconds(options_.store_wait_ms);
     mo.stop = &stop_;
     mo.group = key_;
-    const gloo_mesh::MemberState mine{op.seq, retained_ ? retained_->seq : gloo_mesh::kNoSeq};
+    const gloo_mesh::MemberState mine{op.req.seq, retained_ ? retained_->seq : gloo_mesh::kNoSeq};
     try {
       mesh_ = gloo_mesh::Mesh::build(mo, m.epoch, built_generation_, ids, self, mine);
       uint64_t built;
@@ -354,133 +358,13 @@ void GlooGroup::serve_donations() {
   if (retained_ && mesh_->donor(retained_->seq) == mesh_->self()) {
     for (int to : mesh_->adopters(retained_->seq)) {
       Wire wire(*mesh_, *waits_, *counters_, retained_->seq);
-      if (retained_->values.defined()) gloo_mesh::send_result(wire, to, retained_->result, retained_->values);
-      else gloo_mesh::send_gathered(wire, to, retained_->result, retained_->gathered);
+      gloo_mesh::GlooWire gw(wire);
+      gloo_mesh::run(collectives::hand_over(gw, retained_->kept, to, INT64_MAX), retained_->seq);
       ATOLL_INFO("gloo: island " << mesh_->self() << " hands collective #" << retained_->seq << "'s result to island "
                                  << to);
     }
   }
   donations_served_ = true;
-}
-
-CollectiveResult GlooGroup::run_allreduce(Op& op, const std::vector<int>& parts) {
-  const int self = mesh_->self();
-  if (op.dirty) op.buffer.copy_(op.input);
-  op.dirty = false;
-  Status status = lost_status(op, "collective");
-  if (parts.size() == 1) {  // the mean of one buffer is that buffer, bitwise
-    if (op.transmitted.defined()) op.transmitted.copy_(op.buffer);
-    op.transmitted_filled = op.transmitted.defined();
-    return {std::move(status), parts, op.weight};
-  }
-  gloo_mesh::Hello mine;
-  mine.kind = 1;
-  mine.numel = static_cast<uint64_t>(op.buffer.numel());
-  mine.weight = op.weight;
-  mine.codec = collectives::codec_fingerprint(op.codec);
-  mine.piece_elems = static_cast<uint64_t>(std::max<int64_t>(1, options_.chunk_bytes / 4));
-  Wire wire(*mesh_, *waits_, *counters_, op.seq);
-  const std::vector<gloo_mesh::Hello> hellos = gloo_mesh::exchange_hello(wire, parts, mine);
-  double weight_sum = 0;
-  bool uniform = true;
-  for (size_t q = 0; q < parts.size(); ++q) {
-    gloo_mesh::Hello h = hellos[q];
-    h.weight = mine.weight;
-    if (!(h == mine)) {
-      std::ostringstream os;
-      os << "collective #" << op.seq << ": island " << parts[q] << " issued "
-         << (h.kind == 1 ? "an all-reduce" : "a broadcast") << " of " << h.numel << " elements, island " << self
-         << " an all-reduce of " << mine.numel << " (or they disagree on the pipeline or chunk_bytes)";
-      ATOLL_ERROR("gloo: " << os.str());
-      return {Status(StatusCode::kInternal, os.str()), {}, 0};
-    }
-    weight_sum += hellos[q].weight;
-    uniform = uniform && hellos[q].weight == hellos[0].weight;
-  }
-  op.dirty = true;
-  if (!uniform) op.buffer.mul_(op.weight);
-  collectives::AllreduceSetup s;
-  s.seq = op.seq;
-  s.members = parts;
-  s.pos = static_cast<int>(std::find(parts.begin(), parts.end(), self) - parts.begin());
-  s.buffer = op.buffer;
-  s.transmitted = op.transmitted;
-  s.codec = &op.codec;
-  s.divisor = uniform ? static_cast<double>(parts.size()) : weight_sum;
-  s.piece_elems = static_cast<int64_t>(mine.piece_elems);
-  set_data_deadline(collectives::expected_bytes(s));
-  gloo_mesh::GlooWire program_wire(wire);
-  gloo_mesh::run(collectives::allreduce(program_wire, std::move(s)), op.seq);
-  op.transmitted_filled = op.transmitted.defined();
-  return {std::move(status), parts, weight_sum};
-}
-
-CollectiveResult GlooGroup::run_broadcast(Op& op, const std::vector<int>& parts) {
-  const int self = mesh_->self();
-  if (op.dirty) op.buffer.copy_(op.input);
-  op.dirty = false;
-  if (!contains(parts, op.root)) {
-    return {Status(StatusCode::kPeerLost, "broadcast #" + std::to_string(op.seq) + ": root island " +
-                                              std::to_string(op.root) + " is not a member"),
-            {}, 0};
-  }
-  Status status = lost_status(op, "broadcast");
-  const double count = static_cast<double>(parts.size());
-  if (parts.size() == 1) return {std::move(status), parts, count};
-  gloo_mesh::Hello mine;
-  mine.kind = 2;
-  mine.root = op.root;
-  mine.numel = static_cast<uint64_t>(op.buffer.numel());
-  mine.codec = collectives::codec_fingerprint(op.codec);
-  Wire wire(*mesh_, *waits_, *counters_, op.seq);
-  const std::vector<gloo_mesh::Hello> hellos = gloo_mesh::exchange_hello(wire, parts, mine);
-  for (size_t q = 0; q < parts.size(); ++q) {
-    if (!(hellos[q] == mine)) {
-      const std::string why = "broadcast #" + std::to_string(op.seq) + ": island " + std::to_string(parts[q]) +
-                              " issued another collective (root, size or pipeline differ)";
-      ATOLL_ERROR("gloo: " << why);
-      return {Status(StatusCode::kInternal, why), {}, 0};
-    }
-  }
-  op.dirty = self != op.root;
-  set_data_deadline(static_cast<double>(op.codec.max_encoded_size(op.buffer.numel())));
-  gloo_mesh::GlooWire program_wire(wire);
-  gloo_mesh::run(collectives::broadcast(program_wire, {parts, op.root, op.buffer, &op.codec}), op.seq);
-  return {std::move(status), parts, count};
-}
-
-CollectiveResult GlooGroup::run_allgather(Op& op, const std::vector<int>& parts) {
-  const int self = mesh_->self();
-  Status status = lost_status(op, "allgather");
-  const double count = static_cast<double>(parts.size());
-  if (parts.size() == 1) {
-    *op.gather_out = {op.gather_in};
-    return {std::move(status), parts, count};
-  }
-  gloo_mesh::Hello mine;
-  mine.kind = 3;
-  mine.numel = op.gather_in.size();
-  Wire wire(*mesh_, *waits_, *counters_, op.seq);
-  const std::vector<gloo_mesh::Hello> hellos = gloo_mesh::exchange_hello(wire, parts, mine);
-  std::vector<uint64_t> sizes;
-  double total = 0;
-  for (size_t q = 0; q < parts.size(); ++q) {
-    gloo_mesh::Hello h = hellos[q];
-    h.numel = mine.numel;
-    if (!(h == mine)) {
-      const std::string why = "allgather #" + std::to_string(op.seq) + ": island " + std::to_string(parts[q]) +
-                              " issued another collective";
-      ATOLL_ERROR("gloo: " << why);
-      return {Status(StatusCode::kInternal, why), {}, 0};
-    }
-    sizes.push_back(hellos[q].numel);
-    total += static_cast<double>(hellos[q].numel);
-  }
-  set_data_deadline(total);
-  gloo_mesh::GlooWire program_wire(wire);
-  const int pos = static_cast<int>(std::find(parts.begin(), parts.end(), self) - parts.begin());
-  gloo_mesh::run(collectives::allgather(program_wire, {parts, pos, &op.gather_in, sizes, op.gather_out}), op.seq);
-  return {std::move(status), parts, count};
 }
 
 void GlooGroup::complete(Op& op, CollectiveResult result) {
@@ -490,28 +374,18 @@ void GlooGroup::complete(Op& op, CollectiveResult result) {
     // Kept until the next collective finishes: by then every member has finished this one
     // (it issued the next), so no restart can ask for it any more. The input copy's memory
     // takes it.
-    if (retained_ && retained_->values.defined()) give_tensor(std::move(retained_->values));
-    if (op.is_allgather) {
-      retained_ = std::make_unique<Retained>(Retained{op.seq, result, {}, *op.gather_out});
+    if (retained_) give_tensor(std::move(retained_->kept.values));
+    if (op.req.gather_out) {
+      retained_ = std::make_unique<Retained>(Retained{op.req.seq, {result, collectives::pack_gathered(*op.req.gather_out)}});
     } else {
-      op.input.copy_(op.buffer);
-      retained_ = std::make_unique<Retained>(Retained{op.seq, result, std::move(op.input), {}});
+      op.input.copy_(op.req.buffer);
+      retained_ = std::make_unique<Retained>(Retained{op.req.seq, {result, std::move(op.input)}});
     }
   } else if (op.input.defined()) {
     give_tensor(std::move(op.input));
   }
   op.input = at::Tensor();
   op.done->finish(std::move(result));
-}
-
-Status GlooGroup::lost_status(const Op& op, const std::string& what) const {
-  std::vector<int> lost;
-  for (int p : op.first_members) {
-    if (!contains(mesh_->ids(), p)) lost.push_back(p);
-  }
-  if (lost.empty()) return Status::ok();
-  return Status(StatusCode::kPeerLost,
-                "islands [" + ids_text(lost) + "] left during " + what + " #" + std::to_string(op.seq));
 }
 
 void GlooGroup::set_data_deadline(double expected_bytes) {

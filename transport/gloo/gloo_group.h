@@ -41,8 +41,8 @@
 // "<store_prefix>k<key>/", the key in every slot), it numbers its collectives from 0, and it
 // has its own worker and watchdog threads, so its collectives run concurrently with the
 // parent's and other sub-groups' and it restarts and hands over results on its own, as above.
-// Its first collective is number 0 on every island (a joiner does not take part in
-// sub-groups yet). Its bytes are counted in the parent's bytes().
+// Its first collective is number GlooGroupOptions::first_seqs[key] (0 unless this island
+// joined late). Its bytes are counted in the parent's bytes().
 //
 // Thread model. A GlooGroup belongs to one island thread (like every Group). It owns a
 // worker thread (meshes and collectives: encoding, decoding, fp32 arithmetic) and a
@@ -63,6 +63,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -99,6 +100,7 @@ struct GlooGroupOptions {
                                     // re-checked between requests): several round trips
   uint64_t first_seq = 0;           // sequence number of this group's first collective (an island
                                     // that joins late does not take part in earlier ones)
+  std::map<uint32_t, uint64_t> first_seqs;  // the same for the sub-groups by key (absent: 0)
 };
 
 class GlooGroup final : public Group {
@@ -148,16 +150,11 @@ class GlooGroup final : public Group {
   void run(Op& op);
   Status ensure_mesh(const Op& op);
   void serve_donations();
-  CollectiveResult run_allreduce(Op& op, const std::vector<int>& parts);
-  CollectiveResult run_broadcast(Op& op, const std::vector<int>& parts);
-  CollectiveResult run_allgather(Op& op, const std::vector<int>& parts);
   void complete(Op& op, CollectiveResult result);
   void set_suspect_deadline(std::optional<Clock::duration> timeout);
   // The data phase's timeout for `expected_bytes` received (slack * (latency + bytes /
   // bandwidth) + 1 s), from now.
   void set_data_deadline(double expected_bytes);
-  // ok, or kPeerLost naming the members of `op`'s first attempt missing from the mesh.
-  Status lost_status(const Op& op, const std::string& what) const;
   at::Tensor take_tensor(int64_t n);
   void give_tensor(at::Tensor t);
 

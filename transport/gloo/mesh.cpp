@@ -158,23 +158,24 @@ std::vector<int> Mesh::adopters(uint64_t seq) const {
   return out;
 }
 
-uint64_t Wire::slot(Kind kind, uint32_t index) const {
+uint64_t Wire::slot(collectives::Tag tag, uint32_t index) const {
   if (index >= (1u << 28)) {
     throw std::logic_error("gloo mesh: slot out of range (collective " + std::to_string(seq_) + ", index " +
                            std::to_string(index) + ")");
   }
-  // group (low 12 bits) | seq (low 20 bits) | kind (4 bits) | index (28 bits). A mesh runs one
+  // group (low 12 bits) | seq (low 20 bits) | tag (4 bits) | index (28 bits). A mesh runs one
   // collective at a time (and hands over the one before), so 20 bits of seq tell them apart.
   const uint64_t group = mesh_.group() & 0xfffu, seq = seq_ & 0xfffffu;
-  return (group << 52) | (seq << 32) | (static_cast<uint64_t>(kind) << 28) | index;
+  return (group << 52) | (seq << 32) | (static_cast<uint64_t>(collectives::receive_tag(tag)) << 28) | index;
 }
 
-Wire::Message Wire::send(int to, const void* ptr, size_t bytes, Kind kind, uint32_t index, uint64_t raw) {
+Wire::Message Wire::send(int to, const void* ptr, size_t bytes, collectives::Tag tag, uint32_t index,
+                         uint64_t raw) {
   Message m;
   m.peer = to;
   m.buf = mesh_.context()->createUnboundBuffer(const_cast<void*>(ptr), bytes);
   try {
-    m.buf->send(mesh_.rank(to), slot(kind, index), 0, bytes);
+    m.buf->send(mesh_.rank(to), slot(tag, index), 0, bytes);
   } catch (const ::gloo::Exception& e) {
     throw MeshBroken("sending to island " + std::to_string(to) + ": " + e.what());
   }
@@ -184,13 +185,13 @@ Wire::Message Wire::send(int to, const void* ptr, size_t bytes, Kind kind, uint3
   return m;
 }
 
-Wire::Message Wire::recv(int from, void* ptr, size_t capacity, Kind kind, uint32_t index) {
+Wire::Message Wire::recv(int from, void* ptr, size_t capacity, collectives::Tag tag, uint32_t index) {
   Message m;
   m.peer = from;
   m.recv = true;
   m.buf = mesh_.context()->createUnboundBuffer(ptr, capacity);
   try {
-    m.buf->recv(mesh_.rank(from), slot(kind, index), 0, capacity);
+    m.buf->recv(mesh_.rank(from), slot(tag, index), 0, capacity);
   } catch (const ::gloo::Exception& e) {
     throw MeshBroken("receiving from island " + std::to_string(from) + ": " + e.what());
   }

@@ -14,7 +14,7 @@
 // (adopter); the members that run `seq` are those whose next collective is at most `seq`.
 //
 // Messages (Wire). Every message is a gloo unbound-buffer send/recv on a slot derived from
-// (group, collective seq, kind, index), so messages of different collectives never match each
+// (group, collective seq, tag, index), so messages of different collectives never match each
 // other. A sub-group (Group::subgroup) has meshes of its own (its live members, its own store
 // keys and gloo context); its key is in the slots too. Waits go through Waits, which the
 // group's watchdog thread can interrupt (a peer left the membership); an interrupted wait, a
@@ -39,6 +39,7 @@
 #include <string>
 #include <vector>
 
+#include "transport/collectives/wire.h"
 #include "transport/control_plane.h"
 
 namespace atl::transport::gloo_mesh {
@@ -153,9 +154,6 @@ class Mesh {
   std::shared_ptr<::gloo::Context> context_;
 };
 
-// What a message carries, for its gloo slot.
-enum class Kind : uint8_t { kHello = 1, kRing = 2, kDirect = 3, kBroadcast = 4, kResult = 5, kGather = 6 };
-
 // The messages of one collective `seq` on a mesh, with byte counting.
 class Wire {
  public:
@@ -170,9 +168,9 @@ class Wire {
 
   // Posts a send of `bytes` at `ptr` to island `to` (the memory stays untouched until
   // wait()); `raw` = fp32 bytes of data it carries (ByteCounters::raw_sent).
-  Message send(int to, const void* ptr, size_t bytes, Kind kind, uint32_t index, uint64_t raw);
+  Message send(int to, const void* ptr, size_t bytes, collectives::Tag tag, uint32_t index, uint64_t raw);
   // Posts a recv of at most `capacity` bytes from island `from` into `ptr`.
-  Message recv(int from, void* ptr, size_t capacity, Kind kind, uint32_t index);
+  Message recv(int from, void* ptr, size_t capacity, collectives::Tag tag, uint32_t index);
   // Waits for a send (or recv) to complete. A recv's payload size is counted by the caller
   // with received(), since only the payload says how long it was.
   void wait(Message& m);
@@ -182,7 +180,7 @@ class Wire {
   int self() const { return mesh_.self(); }
 
  private:
-  uint64_t slot(Kind kind, uint32_t index) const;
+  uint64_t slot(collectives::Tag tag, uint32_t index) const;
 
   Mesh& mesh_;
   Waits& waits_;

@@ -18,12 +18,6 @@ std::shared_ptr<Bytes> BufferPool::take_bytes() {
   return std::shared_ptr<Bytes>(b.release(), [self](Bytes* p) { self->give_bytes(p); });
 }
 
-std::shared_ptr<Bytes> BufferPool::bytes() {
-  std::shared_ptr<Bytes> b = take_bytes();
-  b->clear();
-  return b;
-}
-
 std::shared_ptr<Bytes> BufferPool::bytes(size_t size) {
   std::shared_ptr<Bytes> b = take_bytes();
   b->resize(size);

@@ -22,11 +22,9 @@ class BufferPool : public std::enable_shared_from_this<BufferPool> {
   // Create with std::make_shared (buffers hold a reference to the pool).
   BufferPool(size_t max_buffers, size_t max_tensors) : max_buffers_(max_buffers), max_tensors_(max_tensors) {}
 
-  // An empty byte buffer (its capacity kept from an earlier use), back in the pool when the
-  // last reference is dropped.
-  std::shared_ptr<Bytes> bytes();
-  // A byte buffer of exactly `size` bytes with unspecified contents: only bytes beyond its
-  // earlier size are zero-filled, so steady-state reuse writes nothing before the caller.
+  // A byte buffer of exactly `size` bytes with unspecified contents, back in the pool when the
+  // last reference is dropped: only bytes beyond its earlier size are zero-filled, so
+  // steady-state reuse writes nothing before the caller.
   std::shared_ptr<Bytes> bytes(size_t size);
   // An uninitialised [n] float32 tensor, reused when one of that size was given back.
   at::Tensor tensor(int64_t n);

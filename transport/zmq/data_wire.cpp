@@ -1,32 +1,22 @@
 #include "transport/zmq/data_wire.h"
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <cstring>
 
 #include "src/base/hash.h"
 #include "src/base/log.h"
+#include "transport/collectives/le.h"
 
 namespace atl::transport::dataplane {
 
-static_assert(std::endian::native == std::endian::little,
-              "the data plane writes little-endian fields with memcpy");
 static_assert(kHeaderBytes == 92 && kChecksumOffset == 84, "data header layout changed");
 static_assert(sizeof(double) == 8 && sizeof(int32_t) == 4);
 
 namespace {
 
-template <typename T>
-void put(uint8_t* out, size_t at, T v) {
-  std::memcpy(out + at, &v, sizeof(T));
-}
-template <typename T>
-T get(const uint8_t* in, size_t at) {
-  T v;
-  std::memcpy(&v, in + at, sizeof(T));
-  return v;
-}
+using le::get;
+using le::put;
 
 Status bad(const std::string& what) { return corrupt("data message: " + what); }
 
@@ -147,74 +137,6 @@ Status parse_header(const uint8_t* b, size_t size, const uint8_t* payload, size_
   if (get<uint64_t>(b, kChecksumOffset) != message_checksum(b, checksum_payload(payload, payload_size))) {
     return bad("checksum mismatch");
   }
-  return Status::ok();
-}
-
-std::vector<uint8_t> encode_hello(const HelloBody& hb) {
-  std::vector<uint8_t> out(kHelloBytes, 0);
-  out[0] = hb.kind;
-  put<uint64_t>(out.data(), 8, hb.numel);
-  put<double>(out.data(), 16, hb.weight);
-  put<uint64_t>(out.data(), 24, hb.codec);
-  put<uint64_t>(out.data(), 32, hb.piece_elems);
-  return out;
-}
-
-Status parse_hello(const uint8_t* p, size_t n, HelloBody* hb) {
-  if (n != kHelloBytes) return bad("HELLO body size");
-  hb->kind = p[0];
-  for (int i = 1; i < 8; ++i) {
-    if (p[i] != 0) return bad("HELLO padding set");
-  }
-  hb->numel = get<uint64_t>(p, 8);
-  hb->weight = get<double>(p, 16);
-  hb->codec = get<uint64_t>(p, 24);
-  hb->piece_elems = get<uint64_t>(p, 32);
-  if (hb->kind != kHelloAllreduce && hb->kind != kHelloAllgather) return bad("HELLO of unknown kind");
-  if (!std::isfinite(hb->weight) || hb->weight <= 0) return bad("HELLO weight not finite and > 0");
-  if (hb->piece_elems == 0) return bad("HELLO piece length 0");
-  return Status::ok();
-}
-
-std::vector<uint8_t> encode_result_info(const ResultInfoBody& rb) {
-  std::vector<uint8_t> out(24 + 4 * rb.contributors.size(), 0);
-  out[0] = static_cast<uint8_t>(rb.status);
-  put<uint32_t>(out.data(), 4, static_cast<uint32_t>(rb.contributors.size()));
-  put<double>(out.data(), 8, rb.weight_sum);
-  put<uint64_t>(out.data(), 16, rb.numel);
-  for (size_t i = 0; i < rb.contributors.size(); ++i) {
-    put<int32_t>(out.data(), 24 + 4 * i, rb.contributors[i]);
-  }
-  return out;
-}
-
-size_t result_info_size(const uint8_t* p, size_t n) {
-  if (n < 24) return 0;
-  const uint32_t count = get<uint32_t>(p, 4);
-  return count == 0 || count > kMaxMembers ? 0 : 24 + 4 * size_t{count};
-}
-
-Status parse_result_info(const uint8_t* p, size_t n, ResultInfoBody* rb) {
-  if (n < 24) return bad("RESULT_INFO body truncated");
-  if (p[0] > static_cast<uint8_t>(StatusCode::kInternal) || p[1] || p[2] || p[3]) {
-    return bad("RESULT_INFO status");
-  }
-  const uint32_t count = get<uint32_t>(p, 4);
-  if (count == 0 || count > kMaxMembers || n != 24 + 4 * size_t{count}) {
-    return bad("RESULT_INFO contributor count");
-  }
-  rb->status = static_cast<StatusCode>(p[0]);
-  rb->weight_sum = get<double>(p, 8);
-  rb->numel = get<uint64_t>(p, 16);
-  rb->contributors.clear();
-  for (uint32_t i = 0; i < count; ++i) {
-    const int32_t id = get<int32_t>(p, 24 + 4 * size_t{i});
-    if (id < 0 || id > kMaxIslandId || (i > 0 && id <= rb->contributors.back())) {
-      return bad("RESULT_INFO contributors not ascending ids");
-    }
-    rb->contributors.push_back(id);
-  }
-  if (!std::isfinite(rb->weight_sum) || rb->weight_sum <= 0) return bad("RESULT_INFO weight sum");
   return Status::ok();
 }
 

@@ -1,11 +1,11 @@
 // The ZeroMQ data plane's wire format: the header every peer-to-peer message starts with, its
-// frozen type ids, the two small bodies (HELLO, RESULT_INFO) and the drop log. The message
-// flow is described in transport/zmq/zmq_group.h; the layout in docs/data_plane.md.
+// frozen type ids and the drop log (the HELLO and RESULT_INFO bodies: collectives/attempt.h).
+// The message flow is described in transport/zmq/zmq_group.h; the layout in docs/data_plane.md.
 //
 // A data message is one ZeroMQ multipart message: a fixed 92-byte little-endian header frame,
 // then (when payload_len > 0) one payload frame:
 //
-//   magic "ATLD" | version u8 = 4 | type u8 | flags u8 | reserved u8 = 0 | sender i32
+//   magic "ATLD" | version u8 = 5 | type u8 | flags u8 | reserved u8 = 0 | sender i32
 //   | step u32 | epoch u64 | seq u64 | link_seq u64 | done_below u64 | chunk u32 | piece u32
 //   | pieces u32 | payload_len u32 | offset u64 | total u64 | group u32
 //   | checksum u64 = XXH3_64bits_withSeed(header[0, 84), 84, XXH3_64bits(payload, payload_len))
@@ -16,7 +16,9 @@
 // them. Every piece is checksummed here, so a damaged piece is caught before it is
 // acknowledged; for a raw piece this checksum is the only one (version 2 added kRaw and
 // seeds the header's hash with the payload's; version 4 added `group`: a collective is named
-// by (group, seq), group 0 being every island and any other a sub-group's key).
+// by (group, seq), group 0 being every island and any other a sub-group's key; version 5
+// hands a finished result over as RESULT pieces named like BROADCAST pieces, written once
+// for every transport in transport/collectives/attempt.h).
 //
 // Ids of MsgType are frozen: never renumbered, only appended; a new field or a changed layout
 // means a new version. Pure functions; thread-safe; parse never reads outside its input.
@@ -31,30 +33,40 @@
 #include <vector>
 
 #include "src/base/status.h"
+#include "transport/collectives/attempt.h"
 
 namespace atl::transport::dataplane {
 
 constexpr uint8_t kMagic[4] = {'A', 'T', 'L', 'D'};
-constexpr uint8_t kVersion = 4;
+constexpr uint8_t kVersion = 5;
 constexpr size_t kHeaderBytes = 92;
 constexpr size_t kChecksumOffset = 84;
-constexpr int32_t kMaxIslandId = (1 << 20) - 1;
+using collectives::kMaxIslandId;
+using collectives::kMaxMembers;
 constexpr uint32_t kMaxPayloadBytes = 0x7fffffffu;
-constexpr uint32_t kMaxMembers = 4096;
 
 // Frozen wire ids.
 enum class MsgType : uint8_t {
-  kHello = 1,       // all-reduce rendezvous for (seq, epoch): body HelloBody
+  kHello = 1,       // rendezvous for (group, seq, epoch): body HelloBody
   kAbsent = 2,      // reply to HELLO: "I never issue this seq" (joined later); no body
   kRing = 3,        // ring piece: step t, chunk, piece k of pieces; payload = one frame
   kDirect = 4,      // lossy all-reduce piece: step = phase (0 contribution, 1 mean), chunk
   kBroadcast = 5,   // broadcast piece from the root
-  kResultInfo = 6,  // a finished all-reduce's outcome, to a peer that restarted it
-  kResult = 7,      // piece of that finished result (fp32 frames)
+  kResultInfo = 6,  // a finished collective's outcome, to a peer that restarted it
+  kResult = 7,      // piece k of that finished result (raw fp32, like a BROADCAST piece)
   kAck = 8,         // link acknowledgement: link_seq = last message received in order
   kGather = 9,      // allgather: a member's bytes (collectives::Tag::kGather)
 };
 constexpr uint8_t kMaxMsgType = 9;
+// The messages a collective's program sends carry its tag as their type.
+static_assert(static_cast<uint8_t>(MsgType::kHello) == static_cast<uint8_t>(collectives::Tag::kHello) &&
+              static_cast<uint8_t>(MsgType::kAbsent) == static_cast<uint8_t>(collectives::Tag::kAbsent) &&
+              static_cast<uint8_t>(MsgType::kRing) == static_cast<uint8_t>(collectives::Tag::kRing) &&
+              static_cast<uint8_t>(MsgType::kDirect) == static_cast<uint8_t>(collectives::Tag::kDirect) &&
+              static_cast<uint8_t>(MsgType::kBroadcast) == static_cast<uint8_t>(collectives::Tag::kBroadcast) &&
+              static_cast<uint8_t>(MsgType::kResultInfo) == static_cast<uint8_t>(collectives::Tag::kResultInfo) &&
+              static_cast<uint8_t>(MsgType::kResult) == static_cast<uint8_t>(collectives::Tag::kResult) &&
+              static_cast<uint8_t>(MsgType::kGather) == static_cast<uint8_t>(collectives::Tag::kGather));
 const char* msg_type_name(MsgType type);
 
 // Header flag bits (all others reserved, must be 0; at most one of them set).
@@ -100,32 +112,18 @@ uint64_t checksum_payload(const uint8_t* payload, size_t payload_len);
 // still in cache: a sender's copy and hash of a payload in one pass over memory.
 uint64_t copy_and_checksum(uint8_t* dst, const uint8_t* src, size_t n);
 
-// HELLO body: what every member must agree on before data moves (40 bytes).
-constexpr uint8_t kHelloAllreduce = 1, kHelloAllgather = 3;
-struct HelloBody {
-  uint8_t kind = kHelloAllreduce;  // kHelloAllreduce or kHelloAllgather
-  uint64_t numel = 0;        // buffer elements (allgather: this member's bytes)
-  double weight = 1;         // this member's weight, finite and > 0
-  uint64_t codec = 0;        // fingerprint of the pipeline (hash of an empty frame)
-  uint64_t piece_elems = 0;  // ring piece length (from chunk_bytes and the codec)
-};
-constexpr size_t kHelloBytes = 40;
-std::vector<uint8_t> encode_hello(const HelloBody& b);
-Status parse_hello(const uint8_t* p, size_t n, HelloBody* b);
-
-// RESULT_INFO body: status u8 | pad[3] | count u32 | weight_sum f64 | numel u64 | ids i32...
-struct ResultInfoBody {
-  StatusCode status = StatusCode::kOk;
-  double weight_sum = 0;
-  uint64_t numel = 0;
-  std::vector<int> contributors;
-};
-std::vector<uint8_t> encode_result_info(const ResultInfoBody& b);
-Status parse_result_info(const uint8_t* p, size_t n, ResultInfoBody* b);
-// Bytes of the RESULT_INFO body that starts at p[0, n) (from its count field), or 0 when
-// fewer than 24 bytes are there or the count is out of range. For bodies followed by more
-// (the star all-reduce's result: transport/zmq/star_reducer.h).
-size_t result_info_size(const uint8_t* p, size_t n);
+// The HELLO and RESULT_INFO bodies: written once for every networked transport
+// (transport/collectives/attempt.h).
+using HelloBody = collectives::Hello;
+using ResultInfoBody = collectives::ResultInfo;
+using collectives::encode_hello;
+using collectives::encode_result_info;
+using collectives::kHelloAllgather;
+using collectives::kHelloAllreduce;
+using collectives::kHelloBytes;
+using collectives::parse_hello;
+using collectives::parse_result_info;
+using collectives::result_info_size;
 
 // Counts rejected messages by reason and logs the first of each reason once (ATOLL_WARN);
 // later ones are counted only (ATOLL_DEBUG). Thread-safe.

@@ -25,9 +25,10 @@ std::string bind_endpoint(const ControlPlane& control, const ZmqGroupOptions& o)
                               " has no data endpoint in the membership and no ZmqGroupOptions::bind");
 }
 
-bool is_allreduce_message(MsgType t) {
+// The messages of an attempt (collectives/attempt.h), which a new epoch makes stale.
+bool is_attempt_message(MsgType t) {
   return t == MsgType::kHello || t == MsgType::kAbsent || t == MsgType::kRing || t == MsgType::kDirect ||
-         t == MsgType::kGather;
+         t == MsgType::kBroadcast || t == MsgType::kGather;
 }
 
 // libzmq mallocs every received message. With glibc's defaults, the megabytes freed after each
@@ -83,6 +84,11 @@ GroupIo::GroupIo(ControlPlane& control, const ZmqGroupOptions& options)
   endpoint_ = links_->endpoint();
   links_->set_peers(membership_.members);
   links_->set_done_below(0, options.first_seq);
+  for (const auto& [key, first] : options.first_seqs) {  // a joiner's sub-groups
+    if (key == 0) continue;
+    groups_[key] = Sequence{{}, first, first, first, {}};
+    links_->set_done_below(key, first);
+  }
   wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (wake_fd_ < 0) throw std::runtime_error("zmq data plane: eventfd failed");
   thread_ = std::thread([this] { run(); });
@@ -259,8 +265,8 @@ void GroupIo::refresh() {
   ATOLL_INFO("zmq data plane: island " << self_ << " sees epoch " << m.epoch << " (" << member_ids().size()
                                        << " members)");
   links_->set_peers(m.members);
-  // Every unfinished all-reduce restarts in the new epoch: its queued messages are stale.
-  links_->purge([&](const Header& h) { return is_allreduce_message(h.type) && h.epoch < m.epoch; });
+  // Every unfinished collective restarts in the new epoch: its queued messages are stale.
+  links_->purge([&](const Header& h) { return is_attempt_message(h.type) && h.epoch < m.epoch; });
   for (auto& [id, op] : ops_) op->on_membership(*this, m.epoch, member_ids(op->ids()));
 }
 

@@ -63,7 +63,6 @@ class GroupIo final : public OpContext {
   double bandwidth() const override { return bandwidth_; }
   void observe_throughput(double bytes, double seconds) override;
   DropLog& drops() override { return drops_; }
-  std::shared_ptr<Bytes> frame_buffer() override { return pool_->bytes(); }
   std::shared_ptr<Bytes> payload_buffer(size_t size) override { return pool_->bytes(size); }
   void recycle(at::Tensor t) override { pool_->give(std::move(t)); }
   // Thread-safe: the island thread takes the tensors for all-reduces' saved inputs from here.

@@ -24,7 +24,6 @@ class InputBackup {
 
   // Saves buffer[begin, end) unless saved already; call before writing it.
   void save(int64_t begin, int64_t end);
-  void save_all() { save(0, n_); }
   // buffer <- the input (the saved regions are written back; they stay saved).
   void restore();
   const at::Tensor& copy() const { return copy_; }

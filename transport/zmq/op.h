@@ -1,7 +1,7 @@
 // The pieces every data-plane collective is built from: what an operation may ask of the
 // I/O thread that runs it (OpContext), and the operation interface itself (Op). The
-// concrete operations are AllreduceOp (allreduce_op.h) and BroadcastOp (broadcast_op.h);
-// ZmqGroup (zmq_group.h) runs them.
+// concrete operation is AllreduceOp (allreduce_op.h: all-reduce, broadcast, allgather);
+// ZmqGroup (zmq_group.h) runs it.
 //
 // Thread model: an Op is built on the island thread (it copies what it needs from the
 // caller) and from then on is touched only by the group's I/O thread. Completion
@@ -12,6 +12,7 @@
 #include <memory>
 #include <vector>
 
+#include "transport/collectives/attempt.h"
 #include "transport/completion.h"
 #include "transport/group.h"
 #include "transport/zmq/data_wire.h"
@@ -41,20 +42,15 @@ class OpContext {
   virtual double bandwidth() const = 0;  // bytes/s: the EWMA of observed throughput
   virtual void observe_throughput(double bytes, double seconds) = 0;
   virtual DropLog& drops() = 0;
-  // An empty buffer for an encoded frame (recycled after its last send; see buffer_pool.h).
-  virtual std::shared_ptr<Bytes> frame_buffer() { return std::make_shared<Bytes>(); }
-  // A buffer of exactly `size` bytes with unspecified contents (recycled the same way).
+  // A buffer of exactly `size` bytes with unspecified contents (recycled after its last send;
+  // see buffer_pool.h).
   virtual std::shared_ptr<Bytes> payload_buffer(size_t size) { return std::make_shared<Bytes>(size); }
   // A tensor the operation no longer needs, for reuse.
   virtual void recycle(at::Tensor t) {}
 };
 
-// A finished all-reduce's outcome, kept to answer peers that restart it (AllreduceOp).
-struct Retained {
-  uint64_t epoch = 0;
-  CollectiveResult result;
-  at::Tensor values;  // [n] float32: a copy of the result
-};
+// A finished collective's outcome, kept to answer peers that restart it (AllreduceOp).
+using Retained = collectives::Kept;
 
 // One collective, matched across members by its group and its sequence number in it.
 class Op {

@@ -6,7 +6,6 @@
 
 #include "transport/completion.h"
 #include "transport/zmq/allreduce_op.h"
-#include "transport/zmq/broadcast_op.h"
 #include "transport/zmq/group_io.h"
 #include "transport/zmq/star_client.h"
 
@@ -23,7 +22,9 @@ void check_buffer(const at::Tensor& t) {
 
 ZmqGroup::ZmqGroup(ControlPlane& control, ZmqGroupOptions options)
     : control_(control), options_(std::move(options)), server_(control_),
-      io_(std::make_shared<dataplane::GroupIo>(control_, options_)), next_seq_(options_.first_seq) {
+      io_(std::make_shared<dataplane::GroupIo>(control_, options_)),
+      seqs_(std::make_shared<std::map<uint32_t, uint64_t>>(options_.first_seqs)), next_seq_((*seqs_)[0]) {
+  next_seq_ = options_.first_seq;
   if (options_.star) {
     StarClientOptions so;
     so.first_seq = options_.first_seq;
@@ -35,8 +36,8 @@ ZmqGroup::ZmqGroup(ControlPlane& control, ZmqGroupOptions options)
 }
 
 ZmqGroup::ZmqGroup(const ZmqGroup& parent, uint32_t key, std::vector<int> ids)
-    : control_(parent.control_), options_(parent.options_), server_(control_), io_(parent.io_), next_seq_(0),
-      key_(key), ids_(std::move(ids)) {}
+    : control_(parent.control_), options_(parent.options_), server_(control_), io_(parent.io_), seqs_(parent.seqs_),
+      next_seq_((*seqs_)[key]), key_(key), ids_(std::move(ids)) {}
 
 ZmqGroup::~ZmqGroup() = default;
 
@@ -78,9 +79,9 @@ std::unique_ptr<Handle> ZmqGroup::allreduce_mean(at::Tensor buffer, const compre
 std::unique_ptr<Handle> ZmqGroup::broadcast(int root, at::Tensor buffer, const compression::Pipeline& codec) {
   check_buffer(buffer);
   auto done = std::make_shared<Completion>();
-  return submit(std::make_unique<dataplane::BroadcastOp>(next_seq_++, root, std::move(buffer), codec,
-                                                         options_.chunk_bytes, done),
-                done);
+  return submit(
+      std::make_unique<dataplane::AllreduceOp>(next_seq_++, root, std::move(buffer), codec, options_.chunk_bytes, done),
+      done);
 }
 
 std::unique_ptr<Handle> ZmqGroup::push(uint64_t tag, at::Tensor buffer, const compression::Pipeline& codec,

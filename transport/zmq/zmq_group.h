@@ -9,15 +9,15 @@
 // duplicate messages are logged once per kind and dropped; nothing a peer sends can crash
 // the island.
 //
-// Collectives (allreduce_op.h, broadcast_op.h). Matched across members by a per-group
+// Collectives (allreduce_op.h). Matched across members by a per-group
 // sequence number, in issue order, exactly like InprocGroup; several may be in flight.
 // Sub-groups (subgroup()) share the group's sockets and I/O thread; their messages carry
 // the sub-group's key (data_wire.h: group) and its own sequence numbers, and each keeps its
-// own restart and hand-over state (group_io.h). The
-// results are bitwise those of InprocHub for the same inputs: lossless codecs run the ring
-// of transport/ring.h, lossy codecs the direct scheme (exchange.h). A collective that loses
-// a member restarts among the survivors from its original inputs when the ControlPlane
-// announces the new epoch, and completes with the survivors as contributors and kPeerLost.
+// own restart and hand-over state (group_io.h). The results are bitwise those of InprocHub
+// for the same inputs: both run the schedules of transport/collectives/schedules.h. A
+// collective that loses a member restarts among the survivors from its original inputs when
+// the ControlPlane announces the new epoch (transport/collectives/attempt.h), and completes
+// with the survivors as contributors and kPeerLost.
 // push/pull go to the server role through ControlPlane::push/pull. With options.star,
 // all-reduces go through the coordinator instead (StarClient, star_client.h: the same results
 // as InprocHub::set_star), still numbered in the same sequence as broadcasts.
@@ -40,6 +40,7 @@
 // CollectiveResult statuses; socket setup errors (endpoint in use) throw zmq::error_t.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 
@@ -68,6 +69,7 @@ struct ZmqGroupOptions {
   int poll_ms = 20;               // membership re-read period (and the I/O loop's longest sleep)
   uint64_t first_seq = 0;         // sequence number of this group's first collective (an island
                                   // that joins late: earlier ones are answered ABSENT)
+  std::map<uint32_t, uint64_t> first_seqs;  // the same for the sub-groups by key (absent: 0)
   bool retain_results = true;     // keep a copy of each finished all-reduce for peers that restart it
   int max_retained = 4;           // most finished results kept at once (oldest dropped first)
   int64_t max_stash_bytes = int64_t{2} << 30;  // payload kept for collectives not issued here yet
@@ -95,8 +97,9 @@ class ZmqGroup final : public Group {
   // hand-over of a finished result (allreduce_op.h).
   std::unique_ptr<Handle> allgather(std::vector<uint8_t> bytes, std::vector<std::vector<uint8_t>>* out) override;
   // Group::subgroup over this group's data plane and control plane (its all-reduces run peer
-  // to peer also with options.star). Its first collective is number 0 on every island (a
-  // joiner handed state does not take part in sub-groups yet).
+  // to peer also with options.star). Its first collective is number options.first_seqs[key]
+  // (0 unless this island joined late), or the next one after those of an earlier sub-group
+  // with this key.
   std::unique_ptr<Group> subgroup(uint32_t key, std::vector<int> ids) override;
   // ServerLink::push (server_link.h): encodes `buffer` as InprocGroup does, hands the frame
   // to ControlPlane::push and blocks until it answers. Counts the frame's bytes.
@@ -110,6 +113,9 @@ class ZmqGroup final : public Group {
   // The sequence number of the next collective issued here: a joiner handed this island's
   // state takes part from it on (ZmqGroupOptions::first_seq). Island thread, like the calls.
   uint64_t next_seq() const { return next_seq_; }
+  // next_seq() of this group (key 0) and of every sub-group made from it, by key: a joiner
+  // handed this island's state takes part in each from there (ZmqGroupOptions::first_seqs).
+  std::map<uint32_t, uint64_t> next_seqs() const { return *seqs_; }
   // The data endpoint as bound (a "*" port resolved). Thread-safe.
   std::string endpoint() const;
   // Messages dropped as invalid, stale or unexpected so far. Thread-safe.
@@ -125,7 +131,8 @@ class ZmqGroup final : public Group {
   ServerLink server_;  // push / pull
   std::shared_ptr<dataplane::GroupIo> io_;  // shared with the sub-groups
   std::unique_ptr<StarClient> star_;  // options.star only; stopped before io_
-  uint64_t next_seq_;
+  std::shared_ptr<std::map<uint32_t, uint64_t>> seqs_;  // next seqs by key, shared with the sub-groups
+  uint64_t& next_seq_;    // (*seqs_)[key_]
   uint32_t key_ = 0;      // 0: the group of every island; else a sub-group's key
   std::vector<int> ids_;  // a sub-group's islands (empty: every island)
 };

@@ -1,9 +1,9 @@
-// The data phase of a collective over the ZeroMQ data plane: a schedule of
-// transport/collectives/schedules.h run on the I/O thread over ZmqWire, the collectives::Wire
-// of one attempt. See exchange.h for the contract.
+// ZmqWire (zmq_wire.h): one collective's messages over the ZeroMQ data plane.
 //
-// ZmqWire maps a schedule's message (peer, MsgKey) to one wire message (data_wire.h): type =
-// the key's tag (the ids are the same), step, chunk, piece and pieces from the key. Raw fp32
+// ZmqWire maps a program's message (peer, MsgKey) to one wire message (data_wire.h): type =
+// the key's tag (the ids are the same), step, chunk, piece and pieces from the key. The
+// three answers of a rendezvous (HELLO, ABSENT, RESULT_INFO) match the one receive posted
+// for a member's answer (collectives::receive_tag); the payload says which it was. Raw fp32
 // payloads carry kFlagRaw. A frame larger than chunk_bytes travels as byte ranges of one
 // frame (kFlagSplit; the schedules only send such frames as single-piece messages) and is
 // reassembled before the schedule sees it. Payloads are copied once into a recycled buffer
@@ -13,28 +13,12 @@
 // Messages that arrive before the schedule has posted their receive are kept (up to a
 // bound) and matched when it does; a second copy of a message, a split piece that does not
 // fit, or a payload in the wrong form is dropped and logged.
-#include <ATen/ATen.h>
+#include "transport/zmq/zmq_wire.h"
 
 #include <algorithm>
 #include <cstring>
-#include <functional>
-#include <map>
-#include <tuple>
-
-#include "transport/collectives/schedules.h"
-#include "transport/zmq/exchange.h"
-#include "transport/zmq/transfer.h"
 
 namespace atl::transport::dataplane {
-
-double Exchange::expected_bytes(const ExchangeSetup& s) {
-  const double w = static_cast<double>(s.members.size());
-  const double n = static_cast<double>(s.buffer.numel());
-  const double frame = static_cast<double>(s.codec->max_encoded_size(s.buffer.numel()));
-  // Both schedules receive about 2 (W - 1) / W of the encoded buffer, plus headers.
-  return 2.0 * (w - 1) / w * frame + 2.0 * (w - 1) * (n * 4 / static_cast<double>(s.chunk_bytes) + 1) *
-                                         static_cast<double>(kHeaderBytes);
-}
 
 ZmqWire::ZmqWire(uint32_t group, uint64_t seq, uint64_t epoch, int64_t chunk_bytes, std::vector<int> members,
                  InputBackup* backup)
@@ -51,7 +35,8 @@ void ZmqWire::send(int to, const collectives::MsgKey& key, const uint8_t* data, 
   h.group = group_;
   h.step = key.step;
   h.chunk = key.chunk;
-  if (!raw && static_cast<int64_t>(size) > chunk_bytes_ && key.pieces == 1) {
+  const bool answer = collectives::receive_tag(key.tag) == collectives::Tag::kHello;  // never split (< 17 kB)
+  if (!raw && !answer && static_cast<int64_t>(size) > chunk_bytes_ && key.pieces == 1) {
     auto frame = ctx_->payload_buffer(size);
     std::memcpy(frame->data(), data, size);
     send_split(*ctx_, {to}, h, std::move(frame), chunk_bytes_, raw_bytes);
@@ -67,7 +52,7 @@ void ZmqWire::send(int to, const collectives::MsgKey& key, const uint8_t* data, 
 }
 
 ZmqWire::Key ZmqWire::key_of(int from, const collectives::MsgKey& k) {
-  return {from, static_cast<uint8_t>(k.tag), k.step, k.chunk, k.piece};
+  return {from, static_cast<uint8_t>(collectives::receive_tag(k.tag)), k.step, k.chunk, k.piece};
 }
 
 collectives::RecvId ZmqWire::post_recv(int from, const collectives::MsgKey& key, uint8_t*, size_t capacity,
@@ -103,8 +88,17 @@ collectives::Payload ZmqWire::take(collectives::RecvId id) {
   last_taken_ = id;
   waiting_on_ = -1;
   Slot& s = slots_.at(posted_.at(static_cast<size_t>(id)));
-  if (s.split_frame) return {s.split.frame().data(), s.split.frame().size()};
-  return {s.message.data(), s.message.size()};
+  if (s.split_frame) {  // never an answer: the key's tag is the message's
+    return {s.split.frame().data(), s.split.frame().size(), static_cast<collectives::Tag>(std::get<1>(posted_[id]))};
+  }
+  return {s.message.data(), s.message.size(), static_cast<collectives::Tag>(s.message.header.type)};
+}
+
+void ZmqWire::data_phase(double bytes) {
+  // Plus a header per chunk_bytes of payload and per message of every step.
+  const double w = static_cast<double>(members_.size());
+  data_phase_ = true;
+  expected_bytes_ = bytes + (bytes / static_cast<double>(chunk_bytes_) + 2 * (w - 1)) * kHeaderBytes;
 }
 
 void ZmqWire::will_write(int64_t begin, int64_t end) {
@@ -126,7 +120,8 @@ void ZmqWire::deliver(Inbound& m) {
     return drop("not from a participant");
   }
   const bool split = (h.flags & kFlagSplit) != 0;
-  const Key k{h.sender, static_cast<uint8_t>(h.type), h.step, h.chunk, split ? 0u : h.piece};
+  const Key k{h.sender, static_cast<uint8_t>(collectives::receive_tag(static_cast<collectives::Tag>(h.type))), h.step,
+              h.chunk, split ? 0u : h.piece};
   auto it = slots_.find(k);
   if (it == slots_.end() || !it->second.posted) {
     // Not posted yet: kept for the receive that will be, within a bound (a peer cannot fill
@@ -162,75 +157,6 @@ void ZmqWire::accept(Slot& s, Inbound& m) {
   }
   if (Status st = s.split.accept(h, m.data()); !st.is_ok()) return drop(st.message());
   s.complete = s.split.complete();
-}
-
-namespace {
-
-// Runs one schedule over a ZmqWire: resumed at start and after every message, as far as
-// the messages it has allow.
-class ProgramExchange final : public Exchange {
- public:
-  using Make = std::function<collectives::Program(collectives::Wire&)>;
-  ProgramExchange(ZmqWire wire, Make make) : wire_(std::move(wire)), make_(std::move(make)) {}
-
-  void start(OpContext& ctx) override {
-    wire_.bind(ctx);
-    program_ = make_(wire_);
-    step();
-  }
-
-  void on_message(OpContext& ctx, Inbound& m) override {
-    wire_.bind(ctx);
-    wire_.deliver(m);
-    step();
-  }
-
-  bool done() const override { return program_.done(); }
-  std::vector<int> waiting_on() const override {
-    if (done() || wire_.waiting_on() < 0) return {};
-    return {wire_.waiting_on()};
-  }
-
- private:
-  void step() {
-    try {
-      while (!program_.done() && wire_.can_resume()) program_.resume();
-    } catch (const collectives::CorruptFrame& e) {
-      failure_ = Status(StatusCode::kCorrupt, e.what());
-    }
-    bytes_in_ = wire_.bytes_in();
-  }
-
-  ZmqWire wire_;
-  Make make_;
-  collectives::Program program_;
-};
-
-}  // namespace
-
-std::unique_ptr<Exchange> make_exchange(ExchangeSetup s) {
-  ZmqWire wire(s.group, s.seq, s.epoch, s.chunk_bytes, s.members, s.backup);
-  collectives::AllreduceSetup a;
-  a.seq = s.seq;
-  a.members = s.members;
-  a.pos = s.pos;
-  a.buffer = s.buffer;
-  a.transmitted = s.transmitted;
-  a.codec = s.codec;
-  a.divisor = s.divisor;
-  a.piece_elems = s.piece_elems;
-  return std::make_unique<ProgramExchange>(
-      std::move(wire), [a](collectives::Wire& w) { return collectives::allreduce(w, a); });
-}
-
-std::unique_ptr<Exchange> make_gather_exchange(uint32_t group, uint64_t seq, uint64_t epoch,
-                                               std::vector<int> members, int pos,
-                                               const std::vector<uint8_t>* mine, std::vector<uint64_t> sizes,
-                                               std::vector<std::vector<uint8_t>>* out, int64_t chunk_bytes) {
-  ZmqWire wire(group, seq, epoch, chunk_bytes, members, nullptr);
-  collectives::AllgatherSetup g{std::move(members), pos, mine, std::move(sizes), out};
-  return std::make_unique<ProgramExchange>(
-      std::move(wire), [g](collectives::Wire& w) { return collectives::allgather(w, g); });
 }
 
 }  // namespace atl::transport::dataplane

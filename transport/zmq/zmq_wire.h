@@ -1,0 +1,81 @@
+// ZmqWire: the collectives::Wire of one attempt of one collective over the ZeroMQ data plane
+// (zmq_wire.cpp), on which AllreduceOp runs collectives::attempt (rendezvous, hand-over,
+// data phase) for every collective.
+//
+// Thread model: the I/O thread; bind() the context of each call first.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <tuple>
+#include <vector>
+
+#include "transport/collectives/wire.h"
+#include "transport/zmq/input_backup.h"
+#include "transport/zmq/op.h"
+#include "transport/zmq/transfer.h"
+
+namespace atl::transport::dataplane {
+
+class ZmqWire final : public collectives::Wire {
+ public:
+  // `members`: the attempt's members (messages from others are dropped); `backup`
+  // (may be null) saves buffer regions before the schedule writes them.
+  ZmqWire(uint32_t group, uint64_t seq, uint64_t epoch, int64_t chunk_bytes, std::vector<int> members,
+          InputBackup* backup);
+  void bind(OpContext& ctx) { ctx_ = &ctx; }
+
+  int self() const override { return ctx_->self(); }
+  bool raw_fp32() const override { return true; }
+  void send(int to, const collectives::MsgKey& key, const uint8_t* data, size_t size, uint64_t raw_bytes,
+            bool raw) override;
+  collectives::RecvId post_recv(int from, const collectives::MsgKey& key, uint8_t* dst, size_t capacity,
+                                bool raw) override;
+  bool ready(collectives::RecvId id) override;
+  collectives::Payload take(collectives::RecvId id) override;
+  bool sent() override { return true; }  // the links deliver what was queued
+  void will_write(int64_t begin, int64_t end) override;
+  void data_phase(double bytes) override;
+
+  // A message of this attempt (sequence number and epoch already checked).
+  void deliver(Inbound& m);
+  // Whether the data phase has begun, and the payload bytes it expects plus their headers.
+  bool in_data_phase() const { return data_phase_; }
+  double expected_bytes() const { return expected_bytes_; }
+  // The peer whose message the schedule waits for (-1: none).
+  int waiting_on() const { return waiting_on_; }
+  uint64_t bytes_in() const { return bytes_in_; }
+
+ private:
+  // (sender, type, step, chunk, piece)
+  using Key = std::tuple<int, uint8_t, uint32_t, uint32_t, uint32_t>;
+  struct Slot {
+    bool posted = false, raw = false, complete = false, split_frame = false;
+    int from = -1;
+    size_t capacity = 0;
+    Inbound message;  // a whole message
+    SplitIn split;    // or one frame in byte ranges
+  };
+  static constexpr size_t kMaxEarlyBytes = size_t{1} << 30;
+  static Key key_of(int from, const collectives::MsgKey& k);
+  void accept(Slot& s, Inbound& m);
+  void release(Slot& s);
+
+  OpContext* ctx_ = nullptr;
+  const uint32_t group_;
+  const uint64_t seq_, epoch_;
+  const int64_t chunk_bytes_;
+  const std::vector<int> members_;
+  InputBackup* backup_;
+  std::map<Key, Slot> slots_;
+  std::vector<Key> posted_;  // by RecvId
+  std::map<Key, std::vector<Inbound>> early_;  // arrived before their receive was posted
+  size_t early_bytes_ = 0;
+  collectives::RecvId last_taken_ = -1;
+  int waiting_on_ = -1;
+  uint64_t bytes_in_ = 0;
+  bool data_phase_ = false;
+  double expected_bytes_ = 0;
+};
+
+}  // namespace atl::transport::dataplane
