@@ -107,14 +107,16 @@ class SimResume : public ::testing::Test {
   // 3.5 s, island 0 (the evaluator) killed at 5 s), diloco_events1 (the same with a
   // checkpoint at every step: the one of step 16, where the joiners are handed over, is skipped).
   std::string config(const std::string& variant, int steps = 60) {
-    const std::string algorithm = variant.rfind("diloco_", 0) == 0 ? "diloco" : variant;
+    const std::string algorithm = variant.rfind("diloco_", 0) == 0 ? "diloco" : variant == "fedavg_kill" ? "fedavg" : variant;
     std::ostringstream y;
     y << "run: {name: x, seed: 7, out_dir: " << (dir_ / "runs").string() << ", threads: 1}\n"
       << "model: {name: gpt, layers: 2, heads: 2, dim: 16, seq_len: 16, dropout: 0.1}\n"
       << "data: {kind: text, path: " << (dir_ / "corpus.txt").string() << "}\n"
       << "train: {optimizer: adamw, lr: 0.003, warmup_steps: 5, batch_size: 4, steps: " << steps
       << ", eval_every: 7, eval_batches: 2, log_every: 3}\n"
-      << "islands: {count: 3" << (variant.rfind("diloco_events", 0) == 0 ? kEvents : "") << "}\n"
+      << "islands: {count: 3"
+      << (variant.rfind("diloco_events", 0) == 0 ? kEvents : variant == "fedavg_kill" ? ", events: [{kill: 1, at_time_s: 1.5}]" : "")
+      << "}\n"
       << "compute: {step_time_s: 0.1, jitter: 0.2, straggler_prob: 0.1}\n"
       << "network: {latency_ms: 20, jitter_ms: 5, bandwidth_mbps: 100}\n"
       << "algorithm: {name: " << algorithm;
@@ -185,7 +187,7 @@ class SimResume : public ::testing::Test {
 // rounds 5, 10, 15 of its 20.)
 TEST_F(SimResume, KilledMidCheckpointWriteResumesFromThePreviousOne) {
   for (const char* algorithm :
-       {"diloco", "ddp", "streaming_diloco", "demo", "dipaco", "diloco_delayed", "diloco_eager", "diloco_events", "fedavg"}) {
+       {"diloco", "ddp", "streaming_diloco", "demo", "dipaco", "diloco_delayed", "diloco_eager", "diloco_events", "fedavg", "fedavg_kill"}) {
     SCOPED_TRACE(algorithm);
     const std::string cfg = config(algorithm);
     const std::string name = std::string("fault_") + algorithm;
@@ -235,7 +237,7 @@ TEST_F(SimResume, RunWithKillRejoinAndAddEventsResumesBitwise) {
 TEST_F(SimResume, KilledAtARandomStepResumesBitwise) {
   std::mt19937 rng(static_cast<unsigned>(::getpid()));
   for (const char* algorithm :
-       {"diloco", "ddp", "streaming_diloco", "demo", "dipaco", "diloco_delayed", "diloco_eager", "diloco_events", "fedavg"}) {
+       {"diloco", "ddp", "streaming_diloco", "demo", "dipaco", "diloco_delayed", "diloco_eager", "diloco_events", "fedavg", "fedavg_kill"}) {
     SCOPED_TRACE(algorithm);
     const std::string cfg = config(algorithm, 150);
     const std::string name = std::string("kill_") + algorithm;
