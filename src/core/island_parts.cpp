@@ -53,13 +53,18 @@ void route_to_paths(const config::Config& config, RunData& d) {
   } else {
     path_of = dipaco::kmeans(x, P, config.run.seed).assignment;
   }
-  std::vector<std::vector<int>> islands_of(static_cast<size_t>(P));
-  for (int i = 0; i < config.islands.count; ++i) islands_of[i % P].push_back(i);
-  std::vector<int64_t> dealt(static_cast<size_t>(P), 0);
-  d.shards.assign(static_cast<size_t>(config.islands.count), {});
-  for (int64_t e = 0; e < n; ++e) {
-    const std::vector<int>& on = islands_of[path_of[e]];
-    d.shards[on[dealt[path_of[e]]++ % static_cast<int64_t>(on.size())]].push_back(e);
+  if (config.islands.count < P) {  // fewer islands than paths: one shard per path
+    d.shards.assign(static_cast<size_t>(P), {});
+    for (int64_t e = 0; e < n; ++e) d.shards[path_of[e]].push_back(e);
+  } else {
+    std::vector<std::vector<int>> islands_of(static_cast<size_t>(P));
+    for (int i = 0; i < config.islands.count; ++i) islands_of[i % P].push_back(i);
+    std::vector<int64_t> dealt(static_cast<size_t>(P), 0);
+    d.shards.assign(static_cast<size_t>(config.islands.count), {});
+    for (int64_t e = 0; e < n; ++e) {
+      const std::vector<int>& on = islands_of[path_of[e]];
+      d.shards[on[dealt[path_of[e]]++ % static_cast<int64_t>(on.size())]].push_back(e);
+    }
   }
   std::string sizes;
   for (int64_t s : dipaco::shard_sizes(path_of, P)) sizes += (sizes.empty() ? "" : ", ") + std::to_string(s);
@@ -67,13 +72,26 @@ void route_to_paths(const config::Config& config, RunData& d) {
                         << " paths: [" << sizes << "]");
 }
 
+// DiPaCo with fewer islands than paths (docs/dipaco.md "Fewer islands than paths"): the
+// number of paths, whose shards the islands take in turn; 0 otherwise.
+int task_paths(const config::Config& config) {
+  if (config.algorithm.name != "dipaco") return 0;
+  const int P = dipaco_paths(config).paths();
+  return config.islands.count < P ? P : 0;
+}
+
+// The seed of path `path`'s data stream when islands take paths in turn (any island that
+// trains the path continues the same stream).
+uint64_t path_seed(uint64_t seed, int path) { return seed * 1000003ULL + 1000000ULL + static_cast<uint64_t>(path); }
+
 }  // namespace
 
 RunData load_run_data(const config::Config& config) {
   const uint64_t seed = config.run.seed;
   RunData d;
   d.splits = data::load_splits(config.data, config.model.seq_len, seed);
-  d.shards = data::partition(*d.splits.train, config.islands.count, config.data, seed);
+  const int tasks = task_paths(config);
+  d.shards = data::partition(*d.splits.train, tasks > 0 ? tasks : config.islands.count, config.data, seed);
   d.shape = {d.splits.train->vocab_size(), d.splits.train->num_classes(), d.splits.train->input_dim()};
   d.classifier = d.shape.classes > 0;
   if (config.algorithm.name == "dipaco" && config.dipaco.routing != "none") route_to_paths(config, d);
@@ -109,14 +127,28 @@ IslandParts make_island_parts(const config::Config& config, const RunData& data,
   // Same seed on every island: all start from bitwise the same parameters.
   p.model = models::make_model(config.model, data.shape, c10::Device(config.run.device), seed);
   warm_start(config.model, *p.model);
+  const bool tasks = task_paths(config) > 0;
   p.sampler = std::make_unique<data::Sampler>(data.splits.train, data.shards.at(island),
-                                              seed * 1000003ULL + static_cast<uint64_t>(island));
+                                              tasks ? path_seed(seed, island)
+                                                    : seed * 1000003ULL + static_cast<uint64_t>(island));
   p.optimizer = train::make_inner_optimizer(config.train);
   p.algorithm = algorithms::make_algorithm(options, island);
   if (options.name == "dipaco") {
     const dipaco::Paths paths = dipaco_paths(config);
     p.path = island % paths.paths();
     for (int b = -1; b < config.model.layers; ++b) p.block_modules.push_back(paths.module_of(b, p.path));
+  }
+  if (tasks) {
+    p.use_path = [train = data.splits.train, shards = data.shards, seed](IslandParts& parts, int path,
+                                                                         int64_t examples, bool fresh_inner) {
+      const std::vector<int64_t>& shard = shards.at(static_cast<size_t>(path));
+      auto sampler = std::make_unique<data::Sampler>(train, shard, path_seed(seed, path));
+      const int64_t n = static_cast<int64_t>(shard.size());
+      sampler->seek({examples / n, static_cast<uint64_t>(examples % n)});
+      parts.sampler = std::move(sampler);
+      parts.path = path;
+      if (fresh_inner) parts.optimizer->load(0, std::vector<at::Tensor>(parts.optimizer->state().size()));
+    };
   }
   return p;
 }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -20,7 +21,8 @@ namespace atl::core {
 // Derived identically by every process from (config, seed).
 struct RunData {
   data::Splits splits;
-  std::vector<std::vector<int64_t>> shards;  // shards[i]: island i's training examples
+  std::vector<std::vector<int64_t>> shards;  // shards[i]: island i's training examples (DiPaCo with
+                                             // fewer islands than paths: path i's)
   std::vector<int64_t> shard_sizes;
   models::DataShape shape;
   bool classifier = false;
@@ -38,6 +40,11 @@ struct IslandParts {
   int path = 0;                     // DiPaCo: the path this island trains (0 otherwise)
   std::vector<int> block_modules;   // DiPaCo: module of block b at [b + 1] (b = -1: embeddings,
                                     // final norm, head) on this path; empty: every parameter in 0
+  // DiPaCo with fewer islands than paths (docs/dipaco.md "Fewer islands than paths"; set only
+  // then): `parts` takes up `path`: its sampler becomes the path's shard's stream (the same
+  // seed whichever island trains it) after its first `examples` examples, and with
+  // `fresh_inner` the inner optimizer starts afresh. RunData's shards are then the paths'.
+  std::function<void(IslandParts& parts, int path, int64_t examples, bool fresh_inner)> use_path;
 };
 
 IslandParts make_island_parts(const config::Config& config, const RunData& data,

@@ -24,6 +24,12 @@ IslandRuntime::IslandRuntime(int island, IslandParts& parts, const config::Train
     context_.layout.push_back({s.offset, s.numel, s.block, s.shape, module});
   }
   context_.path = parts_.path;
+  if (parts_.use_path) {  // DiPaCo with fewer islands than paths (docs/dipaco.md)
+    context_.switch_path = [this](int path, int64_t examples, bool fresh_inner) {
+      parts_.use_path(parts_, path, examples, fresh_inner);
+      context_.shard_size = parts_.sampler->shard_size();
+    };
+  }
   context_.time = host_.time;
   context_.on_round = [this](const algorithms::RoundInfo& r) {
     if (host_.after_round) host_.after_round(r);

@@ -525,7 +525,9 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
       std::vector<at::Tensor> inner;
       for (const auto& t : c.optimizer_state) inner.push_back(t.defined() ? t.to(on) : t);
       is.parts.optimizer->load(c.optimizer_steps, inner);
-      is.parts.sampler->seek(c.sampler);
+      // DiPaCo with fewer islands than paths places the sampler of the path in progress when
+      // its algorithm loads (the position is a function of the path, round and step).
+      if (!is.parts.use_path) is.parts.sampler->seek(c.sampler);
       is.runtime->resume(c.runtime, c.algorithm);
       scheduler.set_time(i, c.time_s);
       is.compute_s = c.compute_s;

@@ -100,7 +100,9 @@ class SimResume : public ::testing::Test {
   // algorithm.overlap: an exchange in flight at every checkpoint; eager with int8 and error
   // feedback, so the compensated contribution in flight is saved too).
   std::string config(const std::string& variant, int steps = 60) {
-    const std::string algorithm = variant.rfind("diloco_", 0) == 0 ? "diloco" : variant;
+    const std::string algorithm = variant.rfind("diloco_", 0) == 0   ? "diloco"
+                                  : variant.rfind("dipaco_", 0) == 0 ? "dipaco"
+                                                                     : variant;
     std::ostringstream y;
     y << "run: {name: x, seed: 7, out_dir: " << (dir_ / "runs").string() << ", threads: 1}\n"
       << "model: {name: gpt, layers: 2, heads: 2, dim: 16, seq_len: 16, dropout: 0.1}\n"
@@ -122,7 +124,12 @@ class SimResume : public ::testing::Test {
     y << "}\n";
     if (algorithm == "streaming_diloco" || algorithm == "dipaco" || variant == "diloco_eager")
       y << "compression: [{quantize: int8}]\n";
-    if (algorithm == "dipaco") y << "dipaco: {levels: [{blocks: [1], modules: 2}], routing: none}\n";
+    // dipaco_tasks: a 2x2 (4 paths) on the 3 islands, which take the paths in turn: every
+    // module's global and outer state on every island, checkpoints in the middle of tasks.
+    if (variant == "dipaco_tasks")
+      y << "dipaco: {levels: [{blocks: [0], modules: 2}, {blocks: [1], modules: 2}], routing: none}\n";
+    else if (algorithm == "dipaco")
+      y << "dipaco: {levels: [{blocks: [1], modules: 2}], routing: none}\n";
     y << "checkpoint: {every: 5, keep: 2}\n";
     const fs::path p = dir_ / (variant + ".yaml");
     std::ofstream(p) << y.str();
@@ -173,7 +180,7 @@ class SimResume : public ::testing::Test {
 // checkpoint moves past a fragment in flight, to steps 5, 11, 15.)
 TEST_F(SimResume, KilledMidCheckpointWriteResumesFromThePreviousOne) {
   for (const char* algorithm :
-       {"diloco", "ddp", "streaming_diloco", "demo", "dipaco", "diloco_delayed", "diloco_eager"}) {
+       {"diloco", "ddp", "streaming_diloco", "demo", "dipaco", "dipaco_tasks", "diloco_delayed", "diloco_eager"}) {
     SCOPED_TRACE(algorithm);
     const std::string cfg = config(algorithm);
     const std::string name = std::string("fault_") + algorithm;
