@@ -40,6 +40,22 @@ std::optional<EvalResult> EvalSummary::add_path(int64_t step, const EvalResult& 
   return routed;
 }
 
+void EvalSummary::restore(const Saved& s) {
+  steps_ = {s.steps.begin(), s.steps.end()};
+  last_step_ = s.last_step;
+  last_loss_ = s.last_loss;
+  last_accuracy_ = s.last_accuracy;
+  best_loss_ = s.best_loss;
+  path_results_.clear();
+  last_routed_ = EvalResult{};
+  // Replayed in order: the routed result of the latest complete step comes back with them.
+  for (const auto& [step, r] : s.path_results) {
+    std::optional<EvalResult> routed = add_path(step, r);
+    if (routed && step == last_step_) last_routed_ = *routed;
+  }
+  if (last_routed_.paths > 0 && !evaluated(last_step_)) last_routed_ = EvalResult{};
+}
+
 void EvalSummary::add_fields(JsonObject& summary, int64_t final_step, bool classifier) const {
   summary.add("final_val_loss", final_loss(final_step))
       .add("last_val_loss", last_loss_)

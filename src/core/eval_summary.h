@@ -54,15 +54,15 @@ class EvalSummary {
     std::vector<int64_t> steps;  // ascending
     int64_t last_step = -1;
     double last_loss = NAN, last_accuracy = -1, best_loss = INFINITY;
+    // DiPaCo: the path results taken, (step, result) ascending by (step, path); empty otherwise.
+    std::vector<std::pair<int64_t, EvalResult>> path_results;
   };
-  Saved saved() const { return {{steps_.begin(), steps_.end()}, last_step_, last_loss_, last_accuracy_, best_loss_}; }
-  void restore(const Saved& s) {
-    steps_ = {s.steps.begin(), s.steps.end()};
-    last_step_ = s.last_step;
-    last_loss_ = s.last_loss;
-    last_accuracy_ = s.last_accuracy;
-    best_loss_ = s.best_loss;
+  Saved saved() const {
+    Saved s{{steps_.begin(), steps_.end()}, last_step_, last_loss_, last_accuracy_, best_loss_, {}};
+    for (const auto& [key, r] : path_results_) s.path_results.emplace_back(key.first, r);
+    return s;
   }
+  void restore(const Saved& s);
 
  private:
   bool is_final(int64_t final_step) const { return final_step >= 0 && last_step_ == final_step; }

@@ -19,6 +19,7 @@
 #include <sstream>
 
 #include "src/config/config.h"
+#include "src/core/eval_summary.h"
 #include "src/core/export.h"
 #include "src/core/island_parts.h"
 #include "src/core/json.h"
@@ -293,6 +294,49 @@ TEST(DiPaCoEval, ReshardingAtItsStepReroutesTrainingAndValidation) {
   } catch (const UserError& e) {
     EXPECT_NE(std::string(e.what()).find("dipaco.reshard_at"), std::string::npos) << e.what();
   }
+}
+
+// EvalSummary::add_path: the routed loss is the token-weighted mean of the paths' (a path with
+// no tokens counts for nothing), once every path's result of the step is in; a second result
+// of a step's path is ignored; a checkpoint between two paths' results (saved / restore)
+// completes the step after the resume as it would have without it.
+TEST(DiPaCoEval, PathResultsCombineIntoTheRoutedLossAcrossACheckpoint) {
+  auto path = [](int p, double loss, int64_t tokens) {
+    EvalResult r;
+    r.path = p;
+    r.paths = 3;
+    r.loss = loss;
+    r.count = tokens;
+    r.sequences = tokens / 10;
+    r.train_sequences = 100 + p;
+    return r;
+  };
+  EvalSummary a;
+  EXPECT_FALSE(a.add_path(4, path(0, 2.0, 30)));
+  EXPECT_FALSE(a.add_path(4, path(2, NAN, 0)));
+  EXPECT_FALSE(a.add_path(4, path(0, 9.0, 30))) << "a second result of path 0 taken";
+  EXPECT_TRUE(a.evaluated(4, 0));
+  EXPECT_FALSE(a.evaluated(4, 1));
+  EvalSummary b;
+  b.restore(a.saved());
+  const std::optional<EvalResult> routed = b.add_path(4, path(1, 3.0, 10));
+  ASSERT_TRUE(routed.has_value());
+  EXPECT_DOUBLE_EQ(routed->loss, (2.0 * 30 + 3.0 * 10) / 40.0);
+  EXPECT_EQ(routed->count, 40);
+  EXPECT_EQ(routed->paths, 3);
+  EXPECT_EQ(routed->path_tokens, (std::vector<int64_t>{30, 10, 0}));
+  EXPECT_EQ(routed->path_train_sequences, (std::vector<int64_t>{100, 101, 102}));
+  ASSERT_TRUE(b.add(4, routed->loss, -1));
+  JsonObject s;
+  b.add_fields(s, 4, false);
+  EXPECT_NE(s.str().find("\"path_tokens\":[30,10,0]"), std::string::npos) << s.str();
+  EXPECT_NE(s.str().find("\"path_val_losses\":[2,3,null]"), std::string::npos) << s.str();
+  // Restored after the step was complete: the summary's per-path lists come back too.
+  EvalSummary c;
+  c.restore(b.saved());
+  JsonObject t;
+  c.add_fields(t, 4, false);
+  EXPECT_EQ(s.str(), t.str());
 }
 
 // data.loss_after: a dense run's evaluation scores only the tokens after the first N of each
