@@ -89,6 +89,12 @@ struct IslandContext {
   int path = 0;                              // the path this island trains (DiPaCo; the run
                                              // holds one parameter vector per path, and
                                              // `params` is this island's); 0 otherwise
+  // DiPaCo with fewer islands than paths: called by the algorithm when this island takes up
+  // `path` (after it set `params` and `path`): the runtime points the island's data at the
+  // path's shard, after the first `examples` examples of that shard's stream, sets
+  // shard_size, and with `fresh_inner` starts the inner optimizer afresh. May be empty
+  // (tests): then only `path` changes.
+  std::function<void(int path, int64_t examples, bool fresh_inner)> switch_path;
 };
 
 // What a live island hands to a joiner besides the global model (see Algorithm).

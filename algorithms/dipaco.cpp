@@ -16,6 +16,19 @@
 // applies to it. A final sync happens at the last step when it is not a multiple of H.
 // Lost islands: a module's average is over the sub-group's survivors (kPeerLost is usable).
 // Compression: each module's delta travels through ctx.codec, with error feedback per module.
+//
+// Fewer islands than paths (options.path_modules has more paths P than options.islands I;
+// docs/dipaco.md "Fewer islands than paths"): in round r island i trains path
+// (i + r I) mod P, so every round trains I distinct paths and every path is trained equally
+// often. Every island keeps every module's global parameters and its own outer optimizer per
+// module. At the end of a round each module that some island trained is all-reduced over the
+// whole group: an island that trained it sends w_i I / W_m times its delta (W_m: the summed
+// weights of the islands that trained it this round), the others send zeros, so the plain
+// mean is the weighted mean over the trainers (rescaled from the contributors when islands
+// are lost; skipped when none of its trainers contributed). Every island then applies the
+// module's outer step to its copy, so all copies stay bitwise equal; modules nobody trained
+// keep their parameters and outer state. The island then loads its next path from the
+// globals and calls ctx.switch_path (data of the new path, inner optimizer afresh).
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/grad_mode.h>
 
@@ -42,6 +55,10 @@ class DiPaCo final : public Algorithm {
     at::NoGradGuard no_grad;
     anchor_ = ctx.params.detach().clone();
     delta_ = at::empty({ctx.params.numel()}, ctx.params.options().device(at::kCPU));
+    if (rotating()) {
+      setup_tasks(ctx);
+      return;
+    }
     std::map<int, Module> by_id;
     if (ctx.layout.empty()) {
       by_id[0].ranges.push_back({0, ctx.params.numel()});
@@ -69,7 +86,12 @@ class DiPaCo final : public Algorithm {
   }
 
   void after_inner_step(IslandContext& ctx, int64_t step) override {
+    step_ = step;
     if (step % options_.inner_steps != 0 && step != last_step_) return;
+    if (rotating()) {
+      sync_tasks(ctx, step);
+      return;
+    }
     at::NoGradGuard no_grad;
     const RoundMeter meter(*ctx.group);
     delta_.copy_(anchor_ - ctx.params);
@@ -106,6 +128,7 @@ class DiPaCo final : public Algorithm {
   AlgorithmState export_state() const override { return {round_, outer_.handover()}; }
 
   void import_state(IslandContext&, const AlgorithmState& state) override {
+    TORCH_CHECK(!rotating(), "dipaco: an island cannot join a run with fewer islands than paths");
     TORCH_CHECK(state.tensors.size() == 3, "dipaco state: expected 3 tensors, got ", state.tensors.size());
     round_ = state.rounds;
     outer_.load_handover(state.tensors.data());
@@ -118,11 +141,16 @@ class DiPaCo final : public Algorithm {
   // sync step, so any step boundary may hold a checkpoint.
   std::string checkpoint_limit() const override { return {}; }
   AlgorithmCheckpoint state() const override {
+    if (rotating()) return tasks_state();
     AlgorithmCheckpoint s = anchor_and_outer(round_, anchor_, outer_);
     for (const Module& m : modules_) s.tensors.push_back(m.feedback->residual());
     return s;
   }
-  void load(IslandContext&, const AlgorithmCheckpoint& state) override {
+  void load(IslandContext& ctx, const AlgorithmCheckpoint& state) override {
+    if (rotating()) {
+      load_tasks(ctx, state);
+      return;
+    }
     TORCH_CHECK(state.counters.size() == 2 && state.tensors.size() == 3 + modules_.size(), "dipaco checkpoint: "
                 "expected 2 counters and ", 3 + modules_.size(), " tensors, got ", state.counters.size(), " and ",
                 state.tensors.size());
@@ -141,6 +169,11 @@ class DiPaCo final : public Algorithm {
     at::Tensor buffer;                                // [numel] CPU: delta_m, then Delta_m
     std::unique_ptr<Feedback> feedback;
     std::unique_ptr<transport::Handle> handle;
+    // Fewer islands than paths: this module's global parameters [numel] (on the parameters'
+    // device) and its outer optimizer; whether this island's current path goes through it.
+    at::Tensor global;
+    std::unique_ptr<OuterOptimizer> outer;
+    bool on_path = false;
   };
 
   const std::vector<int>& islands_through(int module) const {
@@ -167,6 +200,204 @@ class DiPaCo final : public Algorithm {
     }
   }
 
+  // ---- Fewer islands than paths (docs/dipaco.md "Fewer islands than paths") ----
+
+  int paths() const { return static_cast<int>(options_.path_modules.size()); }
+  bool rotating() const { return paths() > options_.islands; }
+  // The path island `island` trains in round `round` (0-based).
+  int path_of(int island, int64_t round) const {
+    return static_cast<int>((island + (round % paths()) * options_.islands) % paths());
+  }
+  // The island that trains `path` in round `round`, or -1 when no island does.
+  int island_of(int path, int64_t round) const {
+    const int64_t P = paths();
+    const int64_t i = ((path - (round % P) * options_.islands) % P + P) % P;
+    return i < options_.islands ? static_cast<int>(i) : -1;
+  }
+  // Examples of `path`'s shard consumed before round `round`: H x batch per round it was
+  // trained in (only the last round may be shorter, and nothing follows it).
+  int64_t examples_before(int path, int64_t round) const {
+    int64_t rounds = 0;
+    for (int64_t r = 0; r < round; ++r) rounds += island_of(path, r) >= 0 ? 1 : 0;
+    return rounds * options_.inner_steps * options_.batch_size;
+  }
+  // Island `island`'s weight in the modules it trains in round `round`.
+  double task_weight(int island, int64_t round) const {
+    if (!options_.weight_by_shard) return 1.0;
+    const int path = path_of(island, round);
+    return path < static_cast<int>(options_.shard_sizes.size()) ? static_cast<double>(options_.shard_sizes[path])
+                                                                 : 1.0;
+  }
+  bool path_through(int path, int module) const {
+    const std::vector<int>& mods = path_mods_.at(static_cast<size_t>(path));
+    return std::binary_search(mods.begin(), mods.end(), module);
+  }
+
+  // Every module's ranges (the same on every path through it: paths share one layout), its
+  // global copy (the initial parameters: every path starts from the base model) and outer
+  // optimizer; the path of round 0.
+  void setup_tasks(IslandContext& ctx) {
+    std::vector<ParamRange> layout = ctx.layout;
+    if (layout.empty()) layout.push_back({0, ctx.params.numel(), -1, {}, 0});
+    std::map<int, std::map<int64_t, int64_t>> ranges;  // module -> offset -> numel
+    path_mods_.assign(static_cast<size_t>(paths()), {});
+    for (int p = 0; p < paths(); ++p) {
+      const std::vector<int>& of_block = options_.path_modules[static_cast<size_t>(p)];
+      for (const ParamRange& r : layout) {
+        TORCH_CHECK(r.block + 1 >= 0 && r.block + 1 < static_cast<int>(of_block.size()), "dipaco: no module for block ",
+                    r.block, " on path ", p);
+        const int id = of_block[static_cast<size_t>(r.block + 1)];
+        ranges[id][r.offset] = r.numel;
+        std::vector<int>& mods = path_mods_[static_cast<size_t>(p)];
+        if (std::find(mods.begin(), mods.end(), id) == mods.end()) mods.push_back(id);
+      }
+      std::sort(path_mods_[static_cast<size_t>(p)].begin(), path_mods_[static_cast<size_t>(p)].end());
+    }
+    for (auto& [id, by_offset] : ranges) {
+      Module m;
+      m.id = id;
+      m.what = "dipaco all-reduce of module " + std::to_string(id);
+      for (const auto& [offset, numel] : by_offset) {
+        m.ranges.push_back({offset, numel});
+        m.numel += numel;
+      }
+      m.scale = options_.norm_rescale ? std::sqrt(static_cast<double>(paths_through(id))) : 1.0;
+      m.buffer = at::empty({m.numel}, delta_.options());
+      m.feedback = std::make_unique<Feedback>(options_.error_feedback);
+      m.global = at::empty({m.numel}, ctx.params.options());
+      int64_t at = 0;
+      for (const auto& [offset, numel] : m.ranges) {
+        m.global.narrow(0, at, numel).copy_(ctx.params.narrow(0, offset, numel));
+        at += numel;
+      }
+      m.outer = std::make_unique<OuterOptimizer>(options_.outer);
+      modules_.push_back(std::move(m));
+    }
+    take_path(ctx, path_of(ctx.island, 0));
+  }
+
+  // This island now trains `path`: the anchor and the parameters are its modules' globals.
+  void take_path(IslandContext& ctx, int path) {
+    for (Module& m : modules_) {
+      m.on_path = path_through(path, m.id);
+      if (!m.on_path) continue;
+      int64_t at = 0;
+      for (const auto& [offset, numel] : m.ranges) {
+        anchor_.narrow(0, offset, numel).copy_(m.global.narrow(0, at, numel));
+        at += numel;
+      }
+    }
+    ctx.params.copy_(anchor_);
+    ctx.path = path;
+  }
+
+  void sync_tasks(IslandContext& ctx, int64_t step) {
+    at::NoGradGuard no_grad;
+    const RoundMeter meter(*ctx.group);
+    const int islands = options_.islands;
+    delta_.copy_(anchor_ - ctx.params);
+    // The summed weights of the islands that train each module this round.
+    std::map<int, double> trained;  // module -> W_m
+    for (int j = 0; j < islands; ++j) {
+      for (int id : path_mods_[static_cast<size_t>(path_of(j, round_))]) trained[id] += task_weight(j, round_);
+    }
+    const double weight = task_weight(ctx.island, round_);
+    for (Module& m : modules_) {
+      const auto it = trained.find(m.id);
+      if (it == trained.end()) continue;
+      if (!m.on_path) {
+        m.buffer.zero_();
+        if (islands > 1) m.handle = ctx.group->allreduce_mean(m.buffer, *ctx.codec);
+        continue;
+      }
+      gather(m);
+      if (islands == 1) continue;
+      m.buffer.mul_(weight * islands / it->second);
+      at::Tensor transmitted = m.feedback->compensate(m.buffer, *ctx.codec);
+      m.handle = ctx.group->allreduce_mean(m.buffer, *ctx.codec, 1.0, transmitted);
+    }
+    int contributors = 1;
+    for (Module& m : modules_) {
+      const auto it = trained.find(m.id);
+      if (it == trained.end()) continue;
+      if (islands > 1) {
+        const transport::CollectiveResult result = m.handle->wait();
+        m.handle.reset();
+        require_usable(result, ctx, m.what.c_str(), step);
+        if (m.on_path) m.feedback->update();
+        contributors = std::max(contributors, static_cast<int>(result.contributors.size()));
+        // Islands lost: the mean is over the contributors, and over the weights of the
+        // trainers among them.
+        double kept = 0;
+        for (int j : result.contributors) {
+          if (path_through(path_of(j, round_), m.id)) kept += task_weight(j, round_);
+        }
+        if (kept == 0) continue;  // none of its trainers made it: the module stays as it is
+        const double fix = static_cast<double>(result.contributors.size()) / islands * it->second / kept;
+        if (fix != 1.0) m.buffer.mul_(fix);
+      }
+      if (m.scale != 1.0) m.buffer.mul_(m.scale);
+      if (m.on_path) scatter(m);
+      m.outer->step(m.global, m.buffer.device() == m.global.device() ? m.buffer : m.buffer.to(m.global.device()));
+    }
+    ++round_;
+    double norm = 0;
+    for (const Module& m : modules_) {
+      if (!m.on_path) continue;
+      for (const auto& [offset, numel] : m.ranges) norm += delta_.narrow(0, offset, numel).pow(2).sum().item<double>();
+    }
+    if (ctx.on_round) ctx.on_round(meter.finish(*ctx.group, round_, step, contributors, std::sqrt(norm)));
+    if (step == last_step_) {
+      take_path(ctx, ctx.path);  // the last path's updated modules: the model this island reports
+      return;
+    }
+    const int next = path_of(ctx.island, round_);
+    take_path(ctx, next);
+    if (ctx.switch_path) ctx.switch_path(next, examples_before(next, round_), true);
+  }
+
+  // Checkpoint with fewer islands than paths: counters {round, 0, step, then each module's
+  // outer steps}; tensors {anchor, undefined x2, each module's error-feedback residual, then
+  // each module's global, outer state x2}, modules in ascending id.
+  AlgorithmCheckpoint tasks_state() const {
+    AlgorithmCheckpoint s;
+    s.counters = {round_, 0, step_};
+    s.tensors = {anchor_, at::Tensor(), at::Tensor()};
+    for (const Module& m : modules_) s.tensors.push_back(m.feedback->residual());
+    for (const Module& m : modules_) {
+      s.counters.push_back(m.outer->steps());
+      s.tensors.push_back(m.global);
+      for (const at::Tensor& t : m.outer->state()) s.tensors.push_back(t);
+    }
+    return s;
+  }
+  void load_tasks(IslandContext& ctx, const AlgorithmCheckpoint& s) {
+    const size_t n = modules_.size();
+    TORCH_CHECK(s.counters.size() == 3 + n && s.tensors.size() == 3 + 4 * n, "dipaco checkpoint (fewer islands "
+                "than paths): expected ", 3 + n, " counters and ", 3 + 4 * n, " tensors, got ", s.counters.size(),
+                " and ", s.tensors.size());
+    at::NoGradGuard no_grad;
+    round_ = s.counters[0];
+    step_ = s.counters[2];
+    anchor_.copy_(s.tensors[0]);
+    for (size_t i = 0; i < n; ++i) {
+      Module& m = modules_[i];
+      m.feedback->load(s.tensors[3 + i]);
+      m.global.copy_(s.tensors[3 + n + 3 * i]);
+      std::vector<at::Tensor> outer{s.tensors[4 + n + 3 * i], s.tensors[5 + n + 3 * i]};
+      for (at::Tensor& t : outer)
+        if (t.defined()) t = t.to(m.global.device());
+      m.outer->load(s.counters[3 + i], outer);
+    }
+    // The path of the round in progress, its data after the steps of this round already run;
+    // the parameters and the inner optimizer are the checkpoint's (restored by the runtime).
+    const int path = path_of(ctx.island, round_);
+    for (Module& m : modules_) m.on_path = path_through(path, m.id);
+    ctx.path = path;
+    const int64_t done = step_ - round_ * options_.inner_steps;
+    if (ctx.switch_path) ctx.switch_path(path, examples_before(path, round_) + done * options_.batch_size, false);
+  }
+
   AlgorithmOptions options_;
   OuterOptimizer outer_;
   at::Tensor anchor_;
@@ -174,6 +405,8 @@ class DiPaCo final : public Algorithm {
   std::vector<Module> modules_;  // ascending module id
   int64_t round_ = 0;
   int64_t last_step_ = 0;
+  int64_t step_ = 0;                        // the last inner step seen
+  std::vector<std::vector<int>> path_mods_;  // fewer islands than paths: each path's modules
 };
 
 }  // namespace

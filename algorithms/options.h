@@ -124,6 +124,12 @@ struct AlgorithmOptions {
   std::vector<std::vector<int>> module_islands;
   std::vector<int> module_paths;
   bool norm_rescale = false;
+  // The module of every block on every path: path_modules[p][b + 1] (b = -1: embeddings,
+  // final norm, head). With more paths than `islands` (fewer islands than paths, docs/dipaco.md
+  // "Fewer islands than paths"), island i trains path (i + r * islands) mod P in round r and
+  // keeps every module's global parameters; module_islands is then unused. Empty: island i
+  // trains path i mod P.
+  std::vector<std::vector<int>> path_modules;
 };
 
 // A rule of the options that does not hold ("algorithm.fragments", what is wrong).

@@ -91,6 +91,11 @@ struct DataConfig {
   // global: one over all values | per_feature: one per pixel); written to
   // runs/<name>/normalization.json (src/data/normalize.h)
   std::string normalize = "none";
+  // Language models: the first N tokens of every validation sequence are context only, and
+  // the validation loss scores the tokens after them (docs/metrics.md "The loss window"), so
+  // that a dense run measures the loss DiPaCo's routed evaluation does. -1: dipaco.prefix in
+  // a dipaco run that routes, else 0 (every token).
+  int loss_after = -1;
 
   template <class V>
   void fields(V& v) {
@@ -108,6 +113,7 @@ struct DataConfig {
     v.field("synthetic_dim", synthetic_dim, at_least(1));
     v.field("synthetic_classes", synthetic_classes, at_least(2));
     v.field("normalize", normalize, one_of({"none", "global", "per_feature"}));
+    v.field("loss_after", loss_after, at_least(-1));
   }
 };
 
@@ -392,6 +398,12 @@ struct DipacoConfig {
   // model.init_from), or none (each island keeps its data.partition share).
   std::string routing = "kmeans";
   int prefix = 32;                       // tokens of a sequence the router sees
+  // Discriminative re-sharding (docs/dipaco.md): at this inner step (an outer-round boundary;
+  // 0 = never) every path scores the router split, and a linear router fitted on the best
+  // paths re-shards train and validation. router_fraction: the training sequences held out
+  // for the router split (not trained on) when reshard_at is set.
+  int64_t reshard_at = 0;
+  double router_fraction = 0.05;
 
   template <class V>
   void fields(V& v) {
@@ -402,6 +414,8 @@ struct DipacoConfig {
     v.field("norm_rescale", norm_rescale);
     v.field("routing", routing, one_of({"none", "kmeans", "product_kmeans"}));
     v.field("prefix", prefix, at_least(1));
+    v.field("reshard_at", reshard_at, at_least(0));
+    v.field("router_fraction", router_fraction, open_open(0, 1));
   }
 };
 

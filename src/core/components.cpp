@@ -72,14 +72,21 @@ algorithms::AlgorithmOptions algorithm_options(const config::Config& c,
   }
   if (a.name == "dipaco") {
     const dipaco::Paths paths = dipaco_paths(c);
-    if (c.islands.count < paths.paths()) {
-      config::fail_key(c, "islands.count", std::to_string(c.islands.count) + " islands for " +
-                                               std::to_string(paths.paths()) +
-                                               " DiPaCo paths (each path needs an island; fewer islands taking "
-                                               "paths in turn is not built yet)");
-    }
     int islands = c.islands.count;  // and the ones that events add, numbered after them
     for (const auto& e : c.islands.events) islands += e.add;
+    if (c.islands.count < paths.paths() && islands > c.islands.count) {
+      config::fail_key(c, "islands.events", "adds islands to a DiPaCo run with fewer islands (" +
+                                                std::to_string(c.islands.count) + ") than paths (" +
+                                                std::to_string(paths.paths()) +
+                                                "): its islands take the paths in turn, and a new one cannot join "
+                                                "that schedule yet");
+    }
+    // Every path's module of every block (fewer islands than paths: island i trains path
+    // (i + r * islands) mod P in round r; docs/dipaco.md "Fewer islands than paths").
+    o.path_modules.assign(static_cast<size_t>(paths.paths()), {});
+    for (int p = 0; p < paths.paths(); ++p) {
+      for (int b = -1; b < c.model.layers; ++b) o.path_modules[static_cast<size_t>(p)].push_back(paths.module_of(b, p));
+    }
     o.module_islands.assign(static_cast<size_t>(paths.modules()), {});
     o.module_paths.assign(static_cast<size_t>(paths.modules()), 0);
     for (int m = 0; m < paths.modules(); ++m) {

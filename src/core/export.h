@@ -15,7 +15,9 @@ struct ExportOptions {
   // The parameters: this checkpoint file's global model; "" = the run's final_params.bin,
   // or, when the run has none (it did not finish), its newest usable checkpoint.
   std::string checkpoint;
-  std::string out;         // "" = <run_dir>/final_params.pt (a checkpoint: step-S.pt)
+  std::string out;         // "" = <run_dir>/final_params.pt (a checkpoint: step-S.pt; a
+                           // path: final_params.path<P>.pt)
+  int path = -1;           // DiPaCo: path P's final_params.path<P>.bin (not with checkpoint)
 };
 
 struct ExportResult {

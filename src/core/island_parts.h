@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -13,17 +14,31 @@
 #include "src/data/dataset.h"
 #include "src/models/model.h"
 #include "src/core/evaluator.h"
+#include "src/dipaco/routing.h"
 #include "src/train/inner_optimizer.h"
 
 namespace atl::core {
 
+class Resharder;
+
 // Derived identically by every process from (config, seed).
 struct RunData {
   data::Splits splits;
-  std::vector<std::vector<int64_t>> shards;  // shards[i]: island i's training examples
+  std::vector<std::vector<int64_t>> shards;  // shards[i]: island i's training examples (DiPaCo with
+                                             // fewer islands than paths: path i's)
   std::vector<int64_t> shard_sizes;
   models::DataShape shape;
   bool classifier = false;
+  int loss_after = 0;  // data.loss_after resolved: the tokens of a validation sequence that are context
+
+  // DiPaCo (docs/dipaco.md "Routing", "Routed evaluation"); empty (paths 0) otherwise.
+  int paths = 0;                          // P
+  std::vector<int> train_path;            // path of every training sequence (-1: not trained on)
+  std::vector<int> val_path;              // path of every validation sequence
+  std::vector<int64_t> path_train_sizes;  // training sequences per path
+  dipaco::Matrix train_features, val_features;  // the router's input (routing none: empty)
+  std::vector<int64_t> router_rows;       // dipaco.reshard_at: the router split (ascending training
+                                          // sequences, not trained on)
 };
 
 // Throws atl::UserError for data problems.
@@ -38,6 +53,14 @@ struct IslandParts {
   int path = 0;                     // DiPaCo: the path this island trains (0 otherwise)
   std::vector<int> block_modules;   // DiPaCo: module of block b at [b + 1] (b = -1: embeddings,
                                     // final norm, head) on this path; empty: every parameter in 0
+  // DiPaCo with fewer islands than paths (docs/dipaco.md "Fewer islands than paths"; set only
+  // then): `parts` takes up `path`: its sampler becomes the path's shard's stream (the same
+  // seed whichever island trains it) after its first `examples` examples, and with
+  // `fresh_inner` the inner optimizer starts afresh. RunData's shards are then the paths'.
+  std::function<void(IslandParts& parts, int path, int64_t examples, bool fresh_inner)> use_path;
+  int eval_path = -1;               // eval_path_of() this island
+  std::shared_ptr<Resharder> resharder;  // DiPaCo with dipaco.reshard_at (src/core/dipaco_reshard.h);
+                                         // holds references to the config and RunData
 };
 
 IslandParts make_island_parts(const config::Config& config, const RunData& data,
@@ -47,7 +70,27 @@ IslandParts make_island_parts(const config::Config& config, const RunData& data,
 // gradient buffer; returns the mean training loss.
 double forward_backward(IslandParts& parts, const config::TrainConfig& train);
 
-// The evaluator of the global model: its own model instance and the fixed validation batches.
+// The evaluator of the global model: its own model instance and the fixed validation batches
+// (data.loss_after's window); for DiPaCo, routed: the batches of every path.
 std::unique_ptr<Evaluator> make_evaluator(const config::Config& config, const RunData& data);
+
+// DiPaCo: the validation batches of every path, the evaluation's sequences (the same ones a
+// dense run evaluates) dealt by `val_path` (one path per validation sequence), in the
+// evaluation's order, with data.loss_after's window.
+std::vector<std::vector<data::Batch>> routed_validation_batches(const config::Config& config, const RunData& data,
+                                                                const std::vector<int>& val_path);
+// DiPaCo: the islands [0, islands) of each path deal the path's training sequences
+// (`train_path`, -1: none) round-robin in index order; returns every island's shard.
+std::vector<std::vector<int64_t>> deal_paths(const config::Config& config, const std::vector<int>& train_path,
+                                             int paths, int islands);
+
+// The file of a run's final parameters: "final_params.bin", or DiPaCo path `path`'s
+// "final_params.path<path>.bin" (path >= 0; docs/dipaco.md "Outputs").
+std::string final_params_name(int path = -1);
+
+// The path whose routed validation sequences island `island` evaluates (DiPaCo: the path it
+// trains; -1 with fewer islands than paths), or -1: the whole split (every other algorithm).
+// Every process agrees.
+int eval_path_of(const config::Config& config, int island);
 
 }  // namespace atl::core

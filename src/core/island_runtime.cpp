@@ -4,6 +4,7 @@
 
 #include <utility>
 
+#include "src/core/dipaco_reshard.h"
 #include "src/core/params_file.h"
 
 namespace atl::core {
@@ -24,6 +25,12 @@ IslandRuntime::IslandRuntime(int island, IslandParts& parts, const config::Train
     context_.layout.push_back({s.offset, s.numel, s.block, s.shape, module});
   }
   context_.path = parts_.path;
+  if (parts_.use_path) {  // DiPaCo with fewer islands than paths (docs/dipaco.md)
+    context_.switch_path = [this](int path, int64_t examples, bool fresh_inner) {
+      parts_.use_path(parts_, path, examples, fresh_inner);
+      context_.shard_size = parts_.sampler->shard_size();
+    };
+  }
   context_.time = host_.time;
   context_.on_round = [this](const algorithms::RoundInfo& r) {
     if (host_.after_round) host_.after_round(r);
@@ -125,6 +132,8 @@ void IslandRuntime::on_step(int64_t step, int64_t total, double loss, double lr)
     loss_acc_ = 0;
     loss_n_ = 0;
   }
+  // DiPaCo: the re-sharding comes before the step's eval, which is routed by it.
+  if (parts_.resharder && step == parts_.resharder->step()) reshard(step);
   if (evaluator_ != nullptr && !parts_.algorithm->global_on_server()) {
     if ((train_.eval_every > 0 && step % train_.eval_every == 0) || step == total) {
       eval_role_->at_eval_step(step, parts_.algorithm->global_params());
@@ -137,9 +146,32 @@ void IslandRuntime::on_step(int64_t step, int64_t total, double loss, double lr)
 }
 
 void IslandRuntime::evaluate(int64_t step, const at::Tensor& global) {
-  EvalResult r = evaluator_->evaluate(global);
+  // DiPaCo: this island's path on its routed sequences (a path_eval record; the host
+  // combines the paths' records into the routed eval, docs/dipaco.md "Routed evaluation").
+  EvalResult r = evaluator_->evaluate(global, evaluator_->paths() > 0 ? parts_.eval_path : -1, step);
   host_.record(eval_record(island_, step, r, classifier_, host_.eval_bytes(), now()));
   if (host_.after_eval) host_.after_eval(step, r);
+}
+
+void IslandRuntime::reshard(int64_t step) {
+  TORCH_CHECK(evaluator_ != nullptr, "dipaco re-sharding needs the island's evaluator");
+  Resharder::Outcome o = parts_.resharder->run(*context_.group, *evaluator_, parts_.algorithm->global_params());
+  parts_.sampler = parts_.resharder->sampler(o.shard);
+  context_.shard_size = static_cast<int64_t>(o.shard.size());
+  evaluator_->reroute(step, std::move(o.val_batches), o.path_train_sizes);
+  if (!o.contributors.empty() && o.contributors.front() == island_) {
+    Reshard r;
+    r.island = island_;
+    r.step = step;
+    for (int64_t n : o.labels) r.router_sequences += n;
+    r.labels = o.labels;
+    r.path_train_sequences = o.path_train_sizes;
+    r.path_val_sequences = o.path_val_sequences;
+    r.moved = o.moved;
+    r.balance_error = o.balance_error;
+    r.contributors = static_cast<int>(o.contributors.size());
+    host_.record(reshard_record(r, now()));
+  }
 }
 
 void IslandRuntime::finish() {

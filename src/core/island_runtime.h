@@ -53,9 +53,12 @@ struct IslandHost {
   std::function<void(const std::string& json)> record;
 
   // The lead role (EvalRole::Hooks). is_lead: no live island with a lower id holds the
-  // model. eval_recorded: the run's metrics hold an eval record of the step. after_eval: the
-  // record was written (mark the step, track the summary; may be empty). wait: blocks until
-  // the membership may have changed or the deadline (time->now_s()'s clock) passed.
+  // model (DiPaCo: among the islands of this island's eval_path, each path has its lead).
+  // eval_recorded: the run's metrics hold an eval record of the step (DiPaCo: this path's
+  // path_eval record). after_eval: the record was written (mark the step, track the summary;
+  // DiPaCo: r.path >= 0, and the host writes the routed eval record once every path's is in,
+  // EvalSummary::add_path; may be empty). wait: blocks until the membership may have changed
+  // or the deadline (time->now_s()'s clock) passed.
   std::function<bool()> is_lead;
   std::function<bool(int64_t step)> eval_recorded;
   std::function<void(int64_t step, const EvalResult& r)> after_eval;
@@ -139,6 +142,7 @@ class IslandRuntime {
  private:
   void on_step(int64_t step, int64_t total, double loss, double lr);
   void evaluate(int64_t step, const at::Tensor& global);
+  void reshard(int64_t step);
 
   const int island_;
   IslandParts& parts_;

@@ -2,6 +2,9 @@
 
 #include "src/core/json.h"
 
+#include <cmath>
+#include <type_traits>
+
 namespace atl::core {
 
 namespace {
@@ -50,6 +53,24 @@ std::string round_record(int island, const algorithms::RoundInfo& r, const Round
       .str();
 }
 
+namespace {
+
+template <class T>
+std::string json_list(const std::vector<T>& v) {
+  std::string out = "[";
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (i > 0) out += ",";
+    if constexpr (std::is_floating_point_v<T>) {
+      out += std::isfinite(v[i]) ? json_number(v[i]) : "null";
+    } else {
+      out += std::to_string(v[i]);
+    }
+  }
+  return out + "]";
+}
+
+}  // namespace
+
 std::string server_round_record(const algorithms::ServerRound& r, int64_t step, const RecordTime& t) {
   JsonObject o;
   o.add("event", "round")
@@ -68,9 +89,38 @@ std::string server_round_record(const algorithms::ServerRound& r, int64_t step, 
 std::string eval_record(int island, int64_t step, const EvalResult& r, bool classifier, uint64_t bytes_sent,
                         const RecordTime& t) {
   JsonObject o;
+  if (r.path >= 0) {  // one DiPaCo path on its routed sequences
+    o.add("event", "path_eval").add("step", step).add("path", r.path).add("paths", r.paths).add("val_loss", r.loss);
+    o.add("tokens", r.count).add("sequences", r.sequences).add("train_sequences", r.train_sequences);
+    o.add("island", island).add("bytes_sent_total", bytes_sent);
+    return with_time(o, t);
+  }
   o.add("event", "eval").add("step", step).add("val_loss", r.loss);
   if (classifier) o.add("val_accuracy", r.accuracy);
   o.add("island", island).add("bytes_sent_total", bytes_sent);
+  if (r.paths > 0) {  // DiPaCo's routed loss over the paths' records
+    o.add("paths", r.paths)
+        .add("tokens", r.count)
+        .add_raw("path_val_losses", json_list(r.path_losses))
+        .add_raw("path_tokens", json_list(r.path_tokens))
+        .add_raw("path_sequences", json_list(r.path_sequences))
+        .add_raw("path_train_sequences", json_list(r.path_train_sequences));
+  }
+  return with_time(o, t);
+}
+
+std::string reshard_record(const Reshard& r, const RecordTime& t) {
+  JsonObject o;
+  o.add("event", "reshard")
+      .add("island", r.island)
+      .add("step", r.step)
+      .add("router_sequences", r.router_sequences)
+      .add_raw("labels", json_list(r.labels))
+      .add_raw("path_train_sequences", json_list(r.path_train_sequences))
+      .add_raw("path_val_sequences", json_list(r.path_val_sequences))
+      .add("moved", r.moved)
+      .add("balance_error", r.balance_error)
+      .add("contributors", r.contributors);
   return with_time(o, t);
 }
 

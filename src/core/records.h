@@ -39,6 +39,19 @@ std::string server_round_record(const algorithms::ServerRound& r, int64_t step, 
 // (the simulator: all islands; real runs: the evaluating island, or 0 for the server).
 std::string eval_record(int island, int64_t step, const EvalResult& r, bool classifier, uint64_t bytes_sent,
                         const RecordTime& t);
+// DiPaCo's discriminative re-sharding at `step` (docs/metrics.md "reshard"), written by the
+// lowest island that took part.
+struct Reshard {
+  int island = 0;
+  int64_t step = 0;
+  int64_t router_sequences = 0;
+  std::vector<int64_t> labels;            // router sequences whose best path is p
+  std::vector<int64_t> path_train_sequences, path_val_sequences;
+  int64_t moved = 0;                      // training sequences now on another path
+  double balance_error = 0;
+  int contributors = 0;                   // islands whose scores were gathered
+};
+std::string reshard_record(const Reshard& r, const RecordTime& t);
 struct IslandEnd {
   int island = 0;
   int64_t steps = 0;

@@ -271,6 +271,20 @@ std::vector<checkpoint::Section> encode_sim_checkpoint(const SimCheckpoint& c) {
     put_tensors(w, c.server.tensors);
     out.push_back({"server", std::move(w).bytes()});
   }
+  if (!c.evals.path_results.empty()) {  // DiPaCo: the path_eval results taken so far
+    ByteWriter w;
+    w.u64(c.evals.path_results.size());
+    for (const auto& [step, r] : c.evals.path_results) {
+      w.i64(step);
+      w.i64(r.path);
+      w.i64(r.paths);
+      w.f64(r.loss);
+      w.i64(r.count);
+      w.i64(r.sequences);
+      w.i64(r.train_sequences);
+    }
+    out.push_back({"path_evals", std::move(w).bytes()});
+  }
   for (size_t i = 0; i < c.islands.size(); ++i) {
     const IslandCheckpoint& is = c.islands[i];
     ByteWriter w;
@@ -376,6 +390,22 @@ StatusOr<SimCheckpoint> decode_sim_checkpoint(const checkpoint::Checkpoint& file
     for (uint64_t i = 0; i < reals && r.ok(); ++i) c.server.reals.push_back(r.f64());
     c.server.tensors = get_tensors(r);
     if (!r.done()) return corrupt(what + ": malformed section 'server'");
+  }
+  if (const std::string* paths = file.find("path_evals")) {
+    ByteReader r(*paths);
+    const uint64_t n = r.u64();
+    for (uint64_t i = 0; i < n && r.ok(); ++i) {
+      EvalResult e;
+      const int64_t step = r.i64();
+      e.path = static_cast<int>(r.i64());
+      e.paths = static_cast<int>(r.i64());
+      e.loss = r.f64();
+      e.count = r.i64();
+      e.sequences = r.i64();
+      e.train_sequences = r.i64();
+      c.evals.path_results.emplace_back(step, e);
+    }
+    if (!r.done()) return corrupt(what + ": malformed section 'path_evals'");
   }
   for (uint64_t i = 0; i < islands; ++i) {
     const std::string name = island_section(i);

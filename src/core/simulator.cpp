@@ -13,6 +13,7 @@
 #include <functional>
 #include <limits>
 #include <optional>
+#include <set>
 #include <string>
 #include <mutex>
 #include <thread>
@@ -213,7 +214,14 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
     return b;
   };
   // After each eval record (an island's, or the server role's).
-  auto after_eval = [&](int64_t step, const EvalResult& r, double sim_time) {
+  auto after_eval = [&](int64_t step, const EvalResult& path_or_eval, double sim_time) {
+    EvalResult r = path_or_eval;
+    if (r.path >= 0) {  // DiPaCo: one path's record; the routed eval once every path's is in
+      std::optional<EvalResult> routed = evals.add_path(step, r);
+      if (!routed) return;
+      r = *routed;
+      dir.record(eval_record(-1, step, r, classifier, total_bytes(), RecordTime{seconds_since(t0), sim_time}));
+    }
     evals.add(step, r.loss, r.accuracy);
     state.val_loss = r.loss;
     if (config.train.target_loss > 0 && target_step < 0 && r.loss <= config.train.target_loss) {
@@ -313,8 +321,9 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
   };
   // Whether island i evaluates now: no island below it is running (alive and unfinished).
   auto lead_for_evals = [&](int i) {
-    for (int j = 0; j < i; ++j)
-      if (islands[j].alive && !islands[j].finished) return false;
+    for (int j = 0; j < i; ++j)  // DiPaCo: among the islands that evaluate the same path
+      if (islands[j].alive && !islands[j].finished && islands[j].parts.eval_path == islands[i].parts.eval_path)
+        return false;
     return islands[i].alive;
   };
   // A joiner waits at its join time for a live island's next step boundary; that island
@@ -518,7 +527,7 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
     // islands (while running: evaluator_island(); once finished, it evaluates steps it kept
     // only when no lower island is still running).
     host.is_lead = [&, i] { return lead_for_evals(i); };
-    host.eval_recorded = [&](int64_t step) { return evals.evaluated(step); };
+    host.eval_recorded = [&, i](int64_t step) { return evals.evaluated(step, islands[i].parts.eval_path); };
     host.after_eval = [&, i](int64_t step, const EvalResult& r) { after_eval(step, r, scheduler.time(i)); };
     // A finished island with kept steps waits for the lead to record them or to die.
     host.wait = [&, i](double) {
@@ -608,7 +617,9 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
         // Dead (or not added yet): its steps so far; a rejoin starts from a hand-over.
         is.runtime->resume(c.runtime, std::nullopt);
       }
-      is.parts.sampler->seek(c.sampler);
+      // DiPaCo with fewer islands than paths places the sampler of the path in progress when
+      // its algorithm loads (the position is a function of the path, round and step).
+      if (!is.parts.use_path) is.parts.sampler->seek(c.sampler);
       scheduler.set_time(i, c.time_s);
       is.compute_s = c.compute_s;
       is.time->slept_s = c.slept_s;
@@ -649,7 +660,10 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
     // Step 0: the initial model (the server role's, or island 0's as the lead).
     server_evaluate(0, islands[0].parts.model->params(), 0.0);
   } else {
-    islands[0].runtime->evaluate_start();
+    // Island 0 evaluates the initial model; DiPaCo: the first island of every path, its path's.
+    std::set<int> started;
+    for (int i = 0; i < n; ++i)
+      if (started.insert(islands[i].parts.eval_path).second) islands[i].runtime->evaluate_start();
   }
 
   RunSummary summary;
@@ -803,6 +817,13 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
     const std::string path = dir.path() + "/final_params.bin";
     if (server_global.defined()) write_params(path, server_global);
     else islands[last].runtime->write_final_params(path);
+  }
+  // DiPaCo: every path's global model, from the lowest live island of the path.
+  std::set<int> paths_written;
+  for (int j = 0; j < n; ++j) {
+    const int p = islands[j].parts.eval_path;
+    if (p >= 0 && islands[j].alive && islands[j].parts.algorithm && paths_written.insert(p).second)
+      islands[j].runtime->write_final_params(dir.path() + "/" + final_params_name(p));
   }
   dir.record(JsonObject().add("event", "end").add("final_val_loss", summary.final_val_loss).str());
   return summary;

@@ -42,6 +42,9 @@ namespace atl::data {
 struct Batch {
   at::Tensor input;
   at::Tensor target;
+  // Language models: the loss scores the targets at positions [score_from, T) only (the
+  // tokens before are context: data.loss_after, docs/metrics.md). 0: every target.
+  int64_t score_from = 0;
 };
 
 // Read-only after construction; safe to share among islands (threads).
@@ -135,5 +138,7 @@ class Sampler {
 // empty split, no batches.
 std::vector<Batch> validation_batches(const Dataset& val, int batch_size, int max_batches,
                                       uint64_t seed);
+// The examples those batches hold, in their order (batch b = [b * batch_size, ...)).
+std::vector<int64_t> validation_indices(const Dataset& val, int batch_size, int max_batches, uint64_t seed);
 
 }  // namespace atl::data

@@ -60,18 +60,24 @@ void Sampler::seek(Position p) {
   pos_ = static_cast<size_t>(p.pos);
 }
 
-std::vector<Batch> validation_batches(const Dataset& val, int batch_size, int max_batches,
-                                      uint64_t seed) {
+std::vector<int64_t> validation_indices(const Dataset& val, int batch_size, int max_batches, uint64_t seed) {
   TORCH_CHECK(batch_size > 0, "validation_batches: batch_size must be positive, got ", batch_size);
   TORCH_CHECK(max_batches >= 0, "validation_batches: max_batches must be >= 0, got ", max_batches);
   const int64_t n = val.size();
   if (n == 0) return {};
   Rng rng(derive_seed(seed, SeedStream::kValidationOrder));
-  const std::vector<int64_t> order = random_permutation(n, rng);
+  std::vector<int64_t> order = random_permutation(n, rng);
+  if (max_batches > 0) order.resize(static_cast<size_t>(std::min<int64_t>(n, int64_t{max_batches} * batch_size)));
+  return order;
+}
+
+std::vector<Batch> validation_batches(const Dataset& val, int batch_size, int max_batches,
+                                      uint64_t seed) {
+  const std::vector<int64_t> order = validation_indices(val, batch_size, max_batches, seed);
+  const int64_t n = static_cast<int64_t>(order.size());
   // Every example once: the last batch holds the n % batch_size left over (the evaluator
   // weights each batch by its examples or tokens, so a short batch counts for what it holds).
-  int64_t count = (n + batch_size - 1) / batch_size;
-  if (max_batches > 0) count = std::min<int64_t>(count, max_batches);
+  const int64_t count = (n + batch_size - 1) / batch_size;
   std::vector<Batch> batches;
   batches.reserve(static_cast<size_t>(count));
   for (int64_t b = 0; b < count; ++b) {

@@ -170,8 +170,14 @@ at::Tensor Gpt::hidden(const at::Tensor& tokens) {
 Output Gpt::forward(const data::Batch& batch) {
   auto target = batch.target.to(device_, /*non_blocking=*/true);
   auto logits = this->logits(batch.input);  // [B, T, V]
+  if (batch.score_from > 0) {  // the first score_from targets are context only
+    const int64_t T = target.size(1);
+    TORCH_CHECK(batch.score_from < T, "gpt: score_from ", batch.score_from, " >= sequence length ", T);
+    logits = logits.narrow(1, batch.score_from, T - batch.score_from);
+    target = target.narrow(1, batch.score_from, T - batch.score_from);
+  }
   Output out;
-  out.loss = torch::nn::functional::cross_entropy(logits.view({-1, logits.size(-1)}),
+  out.loss = torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}),
                                                   target.reshape({-1}));
   out.count = target.numel();
   return out;

@@ -37,7 +37,7 @@ class Gpt final : public Model {
 
   std::string name() const override { return "gpt"; }
   // batch.input, batch.target: [B, T] int64 with T <= seq_len. Loss: mean cross-entropy over
-  // all B*T tokens; count = B*T.
+  // the B*(T - batch.score_from) targets at positions >= batch.score_from; count = that.
   Output forward(const data::Batch& batch) override;
   void set_training(bool training) override;
   // Per token: 6 N + 12 layers seq_len dim (nanoGPT's estimate, PaLM appendix B), where N

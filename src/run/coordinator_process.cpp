@@ -55,7 +55,9 @@ int run_coordinator(const config::Config& config, const ProcessOptions& options)
   data::write_normalization(data.splits.normalization, data.splits.train->input_dim(), dir.path());
   RunTotals totals;
   auto sink = [&](const std::string& json) {
-    if (totals.add(json)) dir.record(json);
+    std::string routed;  // DiPaCo: the routed eval once every path's record of a step is in
+    if (totals.add(json, &routed)) dir.record(json);
+    if (!routed.empty() && totals.add(routed)) dir.record(routed);
   };
 
   // The server role (fedavg, async_local_sgd): it holds the global model, so it is

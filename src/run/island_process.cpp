@@ -62,7 +62,10 @@ transport::GlooGroupOptions gloo_options(const config::TransportConfig& t) {
 // joins comes into a run that is already going.
 const char kStartedKey[] = "atoll/run/started";
 // Set by the island that evaluated step S once its eval record is sent (src/core/eval_role.h).
-std::string eval_key(int64_t step) { return "atoll/eval/" + std::to_string(step); }
+// DiPaCo: per path (each path's evaluator records its path_eval record).
+std::string eval_key(int64_t step, int path) {
+  return "atoll/eval/" + std::to_string(step) + (path < 0 ? "" : "/path" + std::to_string(path));
+}
 // Set by the island that wrote final_params.bin.
 const char kFinalParamsKey[] = "atoll/run/final_params";
 
@@ -274,12 +277,20 @@ StatusOr<IslandEnd> run_island_once(const config::Config& config, int island, co
   host.time = &wall_time;
   host.wall_s = [&] { return seconds_since(t0); };
   host.record = [&](const std::string& json) { control.record(json); };
-  host.is_lead = is_lead;
-  host.eval_recorded = [&](int64_t step) { return in_store(eval_key(step)); };
+  // DiPaCo: each path's lead evaluates that path (the lowest live island training it).
+  auto runtime_path_lead = [&] {
+    for (const auto& p : control.membership().members) {
+      if (p.id < island && transport::in_collectives(p) && core::eval_path_of(config, p.id) == parts.eval_path)
+        return false;
+    }
+    return true;
+  };
+  host.is_lead = runtime_path_lead;
+  host.eval_recorded = [&](int64_t step) { return in_store(eval_key(step, parts.eval_path)); };
   host.after_eval = [&](int64_t step, const core::EvalResult& r) {
     state.val_loss = r.loss;
     // After the record on the same connection: a step marked recorded is in metrics.jsonl.
-    if (Status st = joined.store_set(eval_key(step), {1}); !st.is_ok()) {
+    if (Status st = joined.store_set(eval_key(step, parts.eval_path), {1}); !st.is_ok()) {
       ATOLL_WARN("island " << island << ": " << st.to_string());
     }
   };
@@ -358,6 +369,14 @@ StatusOr<IslandEnd> run_island_once(const config::Config& config, int island, co
   if (lead && !parts.algorithm->global_on_server() && !in_store(kFinalParamsKey)) {
     runtime.write_final_params(config.run.out_dir + "/" + config.run.name + "/final_params.bin");
     if (Status st = joined.store_set(kFinalParamsKey, {1}); !st.is_ok()) {
+      ATOLL_WARN("island " << island << ": " << st.to_string());
+    }
+  }
+  // DiPaCo: the lowest island of each path that finishes writes that path's global model.
+  const std::string path_key = std::string(kFinalParamsKey) + "/path" + std::to_string(parts.eval_path);
+  if (parts.eval_path >= 0 && runtime_path_lead() && !in_store(path_key)) {
+    runtime.write_final_params(config.run.out_dir + "/" + config.run.name + "/" + core::final_params_name(parts.eval_path));
+    if (Status st = joined.store_set(path_key, {1}); !st.is_ok()) {
       ATOLL_WARN("island " << island << ": " << st.to_string());
     }
   }

@@ -2,14 +2,34 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
+
+#include "src/core/records.h"
 
 namespace atl::run {
 
-bool RunTotals::add(const std::string& json) {
+bool RunTotals::add(const std::string& json, std::string* routed) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (routed != nullptr) routed->clear();
   const auto event = core::json_find_string(json, "event");
   if (!event) return true;
-  if (*event == "eval") {
+  if (*event == "path_eval") {
+    auto num = [&](const char* key) { return core::json_find_number(json, key); };
+    core::EvalResult r;
+    r.path = static_cast<int>(num("path").value_or(-1));
+    r.paths = static_cast<int>(num("paths").value_or(0));
+    r.loss = num("val_loss").value_or(NAN);
+    r.count = static_cast<int64_t>(num("tokens").value_or(0));
+    r.sequences = static_cast<int64_t>(num("sequences").value_or(0));
+    r.train_sequences = static_cast<int64_t>(num("train_sequences").value_or(0));
+    const int64_t step = static_cast<int64_t>(num("step").value_or(-1));
+    if (evals_.evaluated(step, r.path)) return false;  // a second record of the step's path
+    std::optional<core::EvalResult> all = evals_.add_path(step, r);
+    if (all && routed != nullptr) {
+      *routed = core::eval_record(-1, step, *all, false, static_cast<uint64_t>(num("bytes_sent_total").value_or(0)),
+                                  core::RecordTime{num("wall_time_s").value_or(0), NAN});
+    }
+  } else if (*event == "eval") {
     return evals_.add(static_cast<int64_t>(core::json_find_number(json, "step").value_or(-1)),
                       core::json_find_number(json, "val_loss").value_or(NAN),
                       core::json_find_number(json, "val_accuracy").value_or(-1));

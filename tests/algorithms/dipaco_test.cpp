@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 
 #include "algorithms/builtin.h"
 #include "tests/algorithms/quadratic_harness.h"
@@ -138,6 +139,116 @@ void two_by_two(bool rescale) {
 
 TEST(DiPaCo, AModuleAveragesOnlyTheIslandsThroughItWeightedByShard) { two_by_two(false); }
 TEST(DiPaCo, NormRescalingMultipliesByTheRootOfThePathsThroughAModule) { two_by_two(true); }
+
+// Fewer islands than paths (docs/dipaco.md "Fewer islands than paths"): a 2x2 (module 0 the
+// embeddings and head, block 0 in modules 1 | 2, block 1 in modules 3 | 4) on 2 islands. In
+// round r island i trains path (i + 2r) mod 4, so paths 0, 1 train in even rounds and 2, 3 in
+// odd ones, each on its own target, weighted by its shard. Every island keeps every module;
+// a module's outer step (Nesterov, its own momentum) uses only the paths trained through it
+// that round, and a module no path trained keeps its parameters and momentum. Oracle: the
+// same rounds recomputed in double, path by path; checked on the model each island loads at
+// every task switch (the globals of every module, after each round) and at the end.
+TEST(DiPaCo, FewerIslandsThanPathsTakePathsInTurn) {
+  const int P = 4, I = 2;
+  const auto targets = testing::random_targets(P, kN);
+  const at::Tensor theta0 = at::zeros({kN});
+  const int64_t h = 3, rounds = 5;
+  const double lr = 0.1;
+  const auto train = testing::sgd_train(lr, h * rounds);
+  AlgorithmOptions o = nesterov(h);
+  o.islands = I;
+  o.weight_by_shard = true;
+  o.shard_sizes = {100, 300, 50, 550};  // the paths' shards
+  auto module_of = [](int path, int block) { return block < 0 ? 0 : block == 0 ? 1 + path / 2 : 3 + path % 2; };
+  for (int p = 0; p < P; ++p) o.path_modules.push_back({module_of(p, -1), module_of(p, 0), module_of(p, 1)});
+  struct Switch {
+    int island, path;
+    int64_t examples;
+    bool fresh;
+    at::Tensor params;
+  };
+  std::vector<Switch> switches;
+  testing::HarnessHooks hooks = dipaco_hooks([&](algorithms::IslandContext& ctx) {
+    algorithms::IslandContext* c = &ctx;
+    ctx.switch_path = [&switches, c](int path, int64_t examples, bool fresh) {
+      EXPECT_EQ(c->path, path);
+      switches.push_back({c->island, path, examples, fresh, c->params.clone()});
+    };
+  });
+  hooks.islands = I;
+  hooks.target_by_path = true;
+  const auto run = testing::run_quadratic(o, train, targets, theta0, {}, nullptr, four_ranges(), hooks);
+
+  // The oracle: one global copy and one momentum buffer per module, in double.
+  const double mu = o.outer.momentum, outer_lr = o.outer.lr;
+  std::vector<at::Tensor> global(5), buf(5);
+  for (int m = 0; m < 5; ++m) {
+    global[m] = theta0.to(at::kDouble).clone();
+    buf[m] = at::zeros({kN}, at::kDouble);
+  }
+  auto compose = [&](int path) {
+    at::Tensor t = at::empty({kN}, at::kDouble);
+    for (const ParamRange& r : four_ranges())
+      t.narrow(0, r.offset, r.numel).copy_(global[module_of(path, r.block)].narrow(0, r.offset, r.numel));
+    return t;
+  };
+  std::vector<std::vector<at::Tensor>> after_round;  // after_round[r][p]: path p's model after round r
+  std::vector<int> steps_of_module(5, 0);
+  for (int64_t r = 0; r < rounds; ++r) {
+    std::vector<int> trained;
+    for (int i = 0; i < I; ++i) trained.push_back(static_cast<int>((i + r * I) % P));
+    std::map<int, at::Tensor> delta;
+    for (int p : trained) {
+      const at::Tensor start = compose(p);
+      delta[p] = start - testing::sgd_by_hand(start, targets[p].to(at::kDouble), lr, h);
+    }
+    for (int m = 0; m < 5; ++m) {
+      at::Tensor mean = at::zeros({kN}, at::kDouble);
+      double total = 0;
+      for (int p : trained) {
+        const bool through = module_of(p, -1) == m || module_of(p, 0) == m || module_of(p, 1) == m;
+        if (!through) continue;
+        mean += static_cast<double>(o.shard_sizes[p]) * delta[p];
+        total += static_cast<double>(o.shard_sizes[p]);
+      }
+      if (total == 0) continue;  // no path through m trained this round
+      mean /= total;
+      buf[m] = mu * buf[m] + mean;
+      global[m] = global[m] - outer_lr * (mean + mu * buf[m]);
+      ++steps_of_module[m];
+    }
+    after_round.push_back({});
+    for (int p = 0; p < P; ++p) after_round.back().push_back(compose(p));
+  }
+  // Modules 1 and 2 (level 0) alternate: each trained every other round, as are paths.
+  EXPECT_EQ(steps_of_module, (std::vector<int>{5, 3, 2, 5, 5}));
+
+  // Task switches after rounds 0..3: island i to path (i + 2(r + 1)) mod 4, its data after
+  // the examples its path consumed (h per round it was trained, batch 1), inner state fresh.
+  ASSERT_EQ(switches.size(), static_cast<size_t>(I * (rounds - 1)));
+  std::map<int, int> seen;  // island -> switches so far
+  for (const Switch& s : switches) {
+    const int r = seen[s.island]++;
+    const int path = static_cast<int>((s.island + (r + 1) * I) % P);
+    EXPECT_EQ(s.path, path) << "island " << s.island << " round " << r;
+    // the path trained in rounds r + 1 - 2k >= 0 before this one
+    EXPECT_EQ(s.examples, h * ((r + 1) / 2)) << "island " << s.island << " round " << r;
+    EXPECT_TRUE(s.fresh);
+    EXPECT_TRUE(at::allclose(s.params.to(at::kDouble), after_round[r][path], 1e-5, 1e-5))
+        << "island " << s.island << " after round " << r << ", path " << path;
+  }
+  // The end: each island reports its last path (rounds - 1 = 4: paths 0 and 1).
+  for (int i = 0; i < I; ++i) {
+    EXPECT_TRUE(at::allclose(run.globals[i].to(at::kDouble), after_round[rounds - 1][i], 1e-5, 1e-5)) << i;
+    EXPECT_TRUE(at::equal(run.params[i], run.globals[i])) << i;
+    ASSERT_EQ(run.rounds[i].size(), static_cast<size_t>(rounds));
+    EXPECT_EQ(run.rounds[i].back().contributors, I);
+  }
+  // Paths 0 and 1 share modules 0 and 1: bitwise the same on both islands.
+  EXPECT_TRUE(at::equal(run.globals[0].narrow(0, 0, 20), run.globals[1].narrow(0, 0, 20)));
+  EXPECT_TRUE(at::equal(run.globals[0].narrow(0, 30, 10), run.globals[1].narrow(0, 30, 10)));
+  EXPECT_FALSE(at::equal(run.globals[0].narrow(0, 20, 10), run.globals[1].narrow(0, 20, 10)));
+}
 
 }  // namespace
 }  // namespace atl

@@ -76,6 +76,10 @@ inline config::TrainConfig sgd_train(double lr, int64_t steps) {
 struct HarnessHooks {
   std::function<std::unique_ptr<algorithms::Algorithm>(const algorithms::AlgorithmOptions&, int)> make;
   std::function<void(algorithms::IslandContext&)> setup_context;
+  // Islands in the run (0: one per target), and whether an island's objective is the target
+  // of the path it trains (ctx.path, DiPaCo) rather than its own.
+  int islands = 0;
+  bool target_by_path = false;
 };
 
 // targets[i] = c_i; theta0 = initial parameters of every island.
@@ -86,7 +90,7 @@ inline QuadraticRun run_quadratic(const algorithms::AlgorithmOptions& options,
                                   const compression::Pipeline* pipeline = nullptr,
                                   const std::vector<algorithms::ParamRange>& layout = {},
                                   const HarnessHooks& hooks = {}) {
-  const int k = static_cast<int>(targets.size());
+  const int k = hooks.islands > 0 ? hooks.islands : static_cast<int>(targets.size());
   transport::Scheduler scheduler(k);
   transport::InprocHub hub(k, scheduler);
   const compression::Pipeline raw;
@@ -127,8 +131,9 @@ inline QuadraticRun run_quadratic(const algorithms::AlgorithmOptions& options,
     loop.optimizer = opt.get();
     loop.train = &train;
     loop.forward_backward = [&](int64_t) {
-      grads.copy_(params - targets[i]);
-      return 0.5 * (params - targets[i]).pow(2).sum().item<double>();
+      const at::Tensor& c = targets[hooks.target_by_path ? ctx.path : i];
+      grads.copy_(params - c);
+      return 0.5 * (params - c).pow(2).sum().item<double>();
     };
     loop.after_compute = [&](int64_t) { clock.sleep_until_s(clock.now_s() + 1.0 / ctx.speed); };
     core::run_island(loop);

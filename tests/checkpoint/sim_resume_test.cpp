@@ -107,7 +107,10 @@ class SimResume : public ::testing::Test {
   // 3.5 s, island 0 (the evaluator) killed at 5 s), diloco_events1 (the same with a
   // checkpoint at every step: the one of step 16, where the joiners are handed over, is skipped).
   std::string config(const std::string& variant, int steps = 60) {
-    const std::string algorithm = variant.rfind("diloco_", 0) == 0 ? "diloco" : variant == "fedavg_kill" ? "fedavg" : variant;
+    const std::string algorithm = variant.rfind("diloco_", 0) == 0   ? "diloco"
+                                  : variant.rfind("dipaco_", 0) == 0 ? "dipaco"
+                                  : variant == "fedavg_kill"         ? "fedavg"
+                                                                     : variant;
     std::ostringstream y;
     y << "run: {name: x, seed: 7, out_dir: " << (dir_ / "runs").string() << ", threads: 1}\n"
       << "model: {name: gpt, layers: 2, heads: 2, dim: 16, seq_len: 16, dropout: 0.1}\n"
@@ -135,7 +138,12 @@ class SimResume : public ::testing::Test {
     y << "}\n";
     if (algorithm == "streaming_diloco" || algorithm == "dipaco" || algorithm == "fedavg" || variant == "diloco_eager")
       y << "compression: [{quantize: int8}]\n";
-    if (algorithm == "dipaco") y << "dipaco: {levels: [{blocks: [1], modules: 2}], routing: none}\n";
+    // dipaco_tasks: a 2x2 (4 paths) on the 3 islands, which take the paths in turn: every
+    // module's global and outer state on every island, checkpoints in the middle of tasks.
+    if (variant == "dipaco_tasks")
+      y << "dipaco: {levels: [{blocks: [0], modules: 2}, {blocks: [1], modules: 2}], routing: none}\n";
+    else if (algorithm == "dipaco")
+      y << "dipaco: {levels: [{blocks: [1], modules: 2}], routing: none}\n";
     y << "checkpoint: {every: " << (variant == "diloco_events1" ? 1 : 5) << ", keep: 2}\n";
     const fs::path p = dir_ / (variant + ".yaml");
     std::ofstream(p) << y.str();
@@ -187,7 +195,8 @@ class SimResume : public ::testing::Test {
 // rounds 5, 10, 15 of its 20.)
 TEST_F(SimResume, KilledMidCheckpointWriteResumesFromThePreviousOne) {
   for (const char* algorithm :
-       {"diloco", "ddp", "streaming_diloco", "demo", "dipaco", "diloco_delayed", "diloco_eager", "diloco_events", "fedavg", "fedavg_kill"}) {
+       {"diloco", "ddp", "streaming_diloco", "demo", "dipaco", "dipaco_tasks", "diloco_delayed", "diloco_eager",
+        "diloco_events", "fedavg", "fedavg_kill"}) {
     SCOPED_TRACE(algorithm);
     const std::string cfg = config(algorithm);
     const std::string name = std::string("fault_") + algorithm;

@@ -60,12 +60,12 @@ std::string synthetic(const std::string& model = "{name: mlp, hidden: [8]}",
 
 // A tiny language model on DIR/corpus.txt (byte-level text: 256 tokens).
 std::string text(const std::string& model, const std::string& algorithm, const std::string& extra = "",
-                 const std::string& partition = "iid") {
+                 const std::string& partition = "iid", const std::string& islands = "{count: 2}") {
   return "run: {name: refusal, threads: 1, out_dir: DIR/runs}\n"
          "model: " + model + "\n"
          "data: {kind: text, path: DIR/corpus.txt, partition: " + partition + "}\n"
          "train: {steps: 4, batch_size: 2, warmup_steps: 0, eval_every: 0}\n"
-         "islands: {count: 2}\n"
+         "islands: " + islands + "\n"
          "algorithm: " + algorithm + "\n" + extra;
 }
 
@@ -128,10 +128,11 @@ std::vector<Row> rows() {
                                               "{count: 2, events: [{kill: 1, at_step: 2}]}"),
        "islands.events[0]", "kill, rejoin and add events are applied by atoll simulate only", "islands:",
        Who::kRealOnly},
-      {"dipaco with fewer islands than paths",
+      {"islands added to a dipaco run with fewer islands than paths",
        text(kGpt, "{name: dipaco, inner_steps: 2}",
-            "dipaco: {levels: [{blocks: [0], modules: 2}, {blocks: [1], modules: 2}], prefix: 8}\n"),
-       "islands.count", "2 islands for 4 DiPaCo paths", "islands:"},
+            "dipaco: {levels: [{blocks: [0], modules: 2}, {blocks: [1], modules: 2}], prefix: 8}\n", "iid",
+            "{count: 2, events: [{add: 1, at_time_s: 1}]}"),
+       "islands.events", "adds islands to a DiPaCo run with fewer islands (2) than paths (4)", "islands:"},
       {"a dipaco routing prefix longer than a sequence",
        text(kGpt, "{name: dipaco, inner_steps: 2}", "dipaco: {levels: [{blocks: [0], modules: 2}], prefix: 17}\n"),
        "dipaco.prefix", "17 tokens, longer than model.seq_len (16)", "dipaco:"},

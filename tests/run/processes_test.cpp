@@ -104,14 +104,26 @@ TEST_F(Processes, LaunchMatchesSimulateBitwise) {
   EXPECT_NE(summary.find("\"rounds\":4"), std::string::npos) << summary;
 }
 
+// The part of a record from `from` (a key) to `to` (a later key, excluded): values that must
+// agree between simulate and launch (the clocks and byte totals differ).
+std::string record_span(const std::string& line, const std::string& from, const std::string& to) {
+  const size_t a = line.find("\"" + from + "\":");
+  const size_t b = line.find(",\"" + to + "\":", a == std::string::npos ? 0 : a);
+  return a == std::string::npos || b == std::string::npos ? "" : line.substr(a, b - a);
+}
+
 // DiPaCo 2x2 (two one-block levels of two modules), sequences routed to paths by k-means on
 // the initial model's features: every process routes alike, every module's all-reduce runs
 // on the sub-group of the islands through it, over zmq or gloo, and each island's path model
-// ends bitwise as in the simulator.
-void dipaco_launch_matches_simulate(Processes& t, const std::string& kind) {
-  const std::string cfg =
-      t.config(4, 20, "dipaco: {levels: [{blocks: [0], modules: 2}, {blocks: [1], modules: 2}], prefix: 8}\n");
-  const std::string set = " --quiet --set algorithm.name=dipaco --set model.layers=2 --set transport.kind=" + kind;
+// ends bitwise as in the simulator; so do the routed evaluations (each path's record and the
+// routed loss the coordinator combines) and every path's final parameters. With `reshard`,
+// the discriminative re-sharding at step 10 (scores exchanged by allgather, a linear router
+// fitted in every process) is the same in both modes too.
+void dipaco_launch_matches_simulate(Processes& t, const std::string& kind, bool reshard = false) {
+  const std::string cfg = t.config(4, 20, std::string("dipaco: {levels: [{blocks: [0], modules: 2}, {blocks: [1], modules: 2}], prefix: 8") +
+                                              (reshard ? ", reshard_at: 10, router_fraction: 0.1" : "") + "}\n");
+  const std::string set = " --quiet --set algorithm.name=dipaco --set model.layers=2 --set train.eval_every=10"
+                          " --set train.eval_batches=4 --set transport.kind=" + kind;
   ASSERT_EQ(run("simulate " + cfg + set + " --set run.name=sim"), 0);
   ASSERT_EQ(run("launch " + cfg + set + " --set run.name=real"), 0);
   EXPECT_TRUE(read(t.dir_ / "runs/sim/final_params.bin") == read(t.dir_ / "runs/real/final_params.bin"))
@@ -128,10 +140,83 @@ void dipaco_launch_matches_simulate(Processes& t, const std::string& kind) {
   ASSERT_EQ(sim.size(), 4u);
   EXPECT_EQ(sim, real) << "a path's final model differs between simulate and launch";
   EXPECT_NE(sim.at(0), sim.at(3)) << "paths 0 and 3 share no level module, yet ended the same";
+  // Routed evals: event/step/path -> the values.
+  auto evals = [&](const std::string& run_name) {
+    std::map<std::string, std::string> out;
+    for (const auto& l : lines(t.dir_ / "runs" / run_name / "metrics.jsonl")) {
+      const std::string event = json_find_string(l, "event").value_or("");
+      const std::string step = std::to_string(static_cast<int64_t>(json_find_number(l, "step").value_or(-1)));
+      if (event == "eval") {
+        out["eval " + step] = record_span(l, "val_loss", "island") + record_span(l, "paths", "wall_time_s");
+      } else if (event == "path_eval") {
+        out["path_eval " + step + " " + std::to_string(static_cast<int>(json_find_number(l, "path").value_or(-1)))] =
+            record_span(l, "val_loss", "island");
+      } else if (event == "reshard") {
+        out["reshard " + step] = record_span(l, "island", "contributors");
+      }
+    }
+    return out;
+  };
+  const auto sim_evals = evals("sim"), real_evals = evals("real");
+  EXPECT_EQ(sim_evals.size(), 3u * 5u + (reshard ? 1u : 0u)) << "steps 0, 10, 20: one eval and four path_evals each";
+  EXPECT_EQ(sim_evals, real_evals) << "the routed evaluation differs between simulate and launch";
+  ASSERT_TRUE(sim_evals.count("eval 20"));
+  EXPECT_NE(sim_evals.at("eval 20").find("\"path_val_losses\":["), std::string::npos) << sim_evals.at("eval 20");
+  for (int p = 0; p < 4; ++p) {
+    const std::string file = "final_params.path" + std::to_string(p) + ".bin";
+    EXPECT_GT(read(t.dir_ / "runs/sim" / file).size(), 100u) << file;
+    EXPECT_TRUE(read(t.dir_ / "runs/sim" / file) == read(t.dir_ / "runs/real" / file)) << file << " differs";
+  }
+  if (reshard) {
+    ASSERT_TRUE(sim_evals.count("reshard 10")) << "no re-sharding at step 10";
+    // The training shard sizes the evals report change at the re-sharding to the router's.
+    const std::string& r = sim_evals.at("reshard 10");
+    const std::string after = record_span(r + ",\"x\":", "path_train_sequences", "path_val_sequences");
+    EXPECT_NE(sim_evals.at("eval 10").find(after.substr(after.find('['))), std::string::npos) << r;
+    EXPECT_NE(sim_evals.at("eval 20").find(after.substr(after.find('['))), std::string::npos) << r;
+  }
 }
 
 TEST_F(Processes, DiPaCoLaunchMatchesSimulateBitwise) { dipaco_launch_matches_simulate(*this, "zmq"); }
 TEST_F(Processes, DiPaCoLaunchWithGlooMatchesSimulateBitwise) { dipaco_launch_matches_simulate(*this, "gloo"); }
+TEST_F(Processes, DiPaCoLaunchReshardMatchesSimulateBitwise) { dipaco_launch_matches_simulate(*this, "zmq", true); }
+
+// DiPaCo 2x2 on 2 islands (fewer islands than paths, docs/dipaco.md): the islands take the
+// four paths in turn (paths 0, 1 in even rounds, 2, 3 in odd ones), each module's update is
+// all-reduced over both islands, each island reloads its next path from its copy of every
+// module and continues that path's data stream; over zmq the run ends bitwise as in the
+// simulator, with the same rounds on every island.
+TEST_F(Processes, DiPaCoLaunchWithFewerIslandsThanPathsMatchesSimulateBitwise) {
+  const std::string cfg =
+      config(2, 20, "dipaco: {levels: [{blocks: [0], modules: 2}, {blocks: [1], modules: 2}], prefix: 8}\n");
+  const std::string set = " --quiet --set algorithm.name=dipaco --set model.layers=2 --set transport.kind=zmq";
+  ASSERT_EQ(run("simulate " + cfg + set + " --set run.name=sim"), 0);
+  ASSERT_EQ(run("launch " + cfg + set + " --set run.name=real"), 0);
+  const std::string sim_params = read(dir_ / "runs/sim/final_params.bin");
+  ASSERT_GT(sim_params.size(), 100u);
+  EXPECT_TRUE(sim_params == read(dir_ / "runs/real/final_params.bin"))
+      << "final parameters differ between simulate and launch";
+  auto records = [&](const std::string& run_name) {
+    std::map<int, std::string> ends;
+    std::vector<std::string> rounds;  // island:round of every round record
+    for (const auto& l : lines(dir_ / "runs" / run_name / "metrics.jsonl")) {
+      const std::string event = json_find_string(l, "event").value_or("");
+      const int island = static_cast<int>(json_find_number(l, "island").value_or(-1));
+      if (event == "island_end") ends[island] = json_find_string(l, "global_xxh64").value_or("");
+      if (event == "round") {
+        rounds.push_back(std::to_string(island) + ":" + std::to_string(json_find_number(l, "round").value_or(-1)));
+      }
+    }
+    std::sort(rounds.begin(), rounds.end());
+    return std::make_pair(ends, rounds);
+  };
+  const auto sim = records("sim"), real = records("real");
+  ASSERT_EQ(sim.first.size(), 2u);
+  EXPECT_EQ(sim.first, real.first) << "a path's final model differs between simulate and launch";
+  EXPECT_NE(sim.first.at(0), sim.first.at(1)) << "paths 0 and 1 differ in level 1, yet ended the same";
+  EXPECT_EQ(sim.second.size(), 8u);  // 4 rounds on each island
+  EXPECT_EQ(sim.second, real.second);
+}
 
 // DiPaCo with two paths (one level of two modules on block 1) over five islands: paths 0, 1,
 // 0, 1, 0. Island 4 (path 0) is killed with SIGKILL mid-run: the run finishes with the four
