@@ -74,6 +74,8 @@ Status check_rejoin(const config::Config& config, const algorithms::Algorithm& a
   std::string why;
   if (config.transport.kind != "zmq") why = "transport.kind " + config.transport.kind + " (use zmq)";
   else if (algorithm.global_on_server()) why = config.algorithm.name + " (its global model lives in the coordinator's server role)";
+  else if (config.algorithm.name == "dipaco" && core::dipaco_paths(config).paths() > config.islands.count)
+    why = "dipaco with fewer islands than paths (the islands take the paths in turn; no island holds another's state)";
   if (why.empty()) return Status::ok();
   return Status(StatusCode::kUnavailable, "rejoining a running run is not supported with " + why);
 }
