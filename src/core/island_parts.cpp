@@ -43,17 +43,8 @@ dipaco::Matrix routing_features(const config::Config& config, models::Gpt& gpt, 
 }
 
 // Discriminative re-sharding's router split (docs/dipaco.md): a seeded router_fraction of the
-// training sequences (at least one), taken out of training (train_path -1). Checks the
-// re-sharding keys first.
+// training sequences (at least one), taken out of training (train_path -1).
 void hold_out_router_split(const config::Config& config, RunData& d) {
-  const int64_t at = config.dipaco.reshard_at, h = config.algorithm.inner_steps;
-  if (at % h != 0 || at >= config.train.steps)
-    config::fail_key(config, "dipaco.reshard_at", std::to_string(at) + ": must be an outer-round boundary (a multiple "
-                     "of algorithm.inner_steps " + std::to_string(h) + ") before the last step (" +
-                     std::to_string(config.train.steps) + ")");
-  if (config.checkpoint.every > 0)
-    config::fail_key(config, "dipaco.reshard_at", "checkpoints of a run that re-shards are not supported yet "
-                     "(set checkpoint.every: 0)");
   const int64_t n = static_cast<int64_t>(d.train_path.size());
   const int64_t r = std::max<int64_t>(1, std::llround(config.dipaco.router_fraction * static_cast<double>(n)));
   if (r + d.paths > n)
@@ -81,9 +72,6 @@ void route_to_paths(const config::Config& config, RunData& d) {
     config::fail_key(config, "dipaco.reshard_at", "re-sharding a run with fewer islands (" +
                      std::to_string(config.islands.count) + ") than paths (" + std::to_string(P) + ") is not built yet");
   if (config.dipaco.routing == "none") {
-    if (config.dipaco.reshard_at > 0)
-      config::fail_key(config, "dipaco.reshard_at", "re-sharding needs the router's features (dipaco.routing kmeans or "
-                       "product_kmeans, not none)");
     d.path_train_sizes.assign(static_cast<size_t>(P), 0);
     d.train_path.assign(static_cast<size_t>(train.size()), -1);
     for (int i = 0; i < static_cast<int>(d.shards.size()); ++i) {  // fewer islands than paths: P shards
@@ -129,15 +117,10 @@ void route_to_paths(const config::Config& config, RunData& d) {
                         << " paths: [" << sizes << "]; validation: [" << val_sizes << "]");
 }
 
-// 0 when the data set is not a language model's.
-int resolve_loss_after(const config::Config& config, const RunData& d) {
-  int n = config.data.loss_after;
+// data.loss_after resolved (check_eval_keys has checked it).
+int resolve_loss_after(const config::Config& config) {
+  const int n = config.data.loss_after;
   if (n < 0) return config.algorithm.name == "dipaco" && config.dipaco.routing != "none" ? config.dipaco.prefix : 0;
-  if (n > 0 && d.classifier)
-    config::fail_key(config, "data.loss_after", "applies to language models (the data set is a classifier's)");
-  if (n > config.model.seq_len)
-    config::fail_key(config, "data.loss_after", std::to_string(n) + " tokens, longer than model.seq_len (" +
-                                                    std::to_string(config.model.seq_len) + ")");
   return n;
 }
 
@@ -163,7 +146,8 @@ RunData load_run_data(const config::Config& config) {
   d.shards = data::partition(*d.splits.train, tasks > 0 ? tasks : config.islands.count, config.data, seed);
   d.shape = {d.splits.train->vocab_size(), d.splits.train->num_classes(), d.splits.train->input_dim()};
   d.classifier = d.shape.classes > 0;
-  d.loss_after = resolve_loss_after(config, d);
+  check_eval_keys(config);
+  d.loss_after = resolve_loss_after(config);
   if (config.algorithm.name == "dipaco") route_to_paths(config, d);
   // Fewer islands than paths (docs/dipaco.md): routed evaluation is not built for islands that
   // take paths in turn yet; the lead island evaluates its current path on the validation split.
@@ -237,6 +221,28 @@ double forward_backward(IslandParts& parts, const config::TrainConfig& train) {
     loss += out.loss.item<double>() / train.grad_accum;
   }
   return loss;
+}
+
+void check_eval_keys(const config::Config& config) {
+  const int n = config.data.loss_after;
+  if (n > 0 && (config.data.kind == "idx" || config.data.kind == "synthetic"))
+    config::fail_key(config, "data.loss_after", "applies to language models (data.kind " + config.data.kind +
+                                                    " is a classifier's)");
+  if (n > config.model.seq_len)
+    config::fail_key(config, "data.loss_after", std::to_string(n) + " tokens, longer than model.seq_len (" +
+                                                    std::to_string(config.model.seq_len) + ")");
+  if (config.algorithm.name != "dipaco" || config.dipaco.reshard_at == 0) return;
+  const int64_t at = config.dipaco.reshard_at, h = config.algorithm.inner_steps;
+  if (config.dipaco.routing == "none")
+    config::fail_key(config, "dipaco.reshard_at", "re-sharding needs the router's features (dipaco.routing kmeans or "
+                     "product_kmeans, not none)");
+  if (at % h != 0 || at >= config.train.steps)
+    config::fail_key(config, "dipaco.reshard_at", std::to_string(at) + ": must be an outer-round boundary (a multiple "
+                     "of algorithm.inner_steps " + std::to_string(h) + ") before the last step (" +
+                     std::to_string(config.train.steps) + ")");
+  if (config.checkpoint.every > 0)
+    config::fail_key(config, "dipaco.reshard_at", "checkpoints of a run that re-shards are not supported yet "
+                     "(set checkpoint.every: 0)");
 }
 
 std::string final_params_name(int path) {

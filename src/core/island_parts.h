@@ -41,8 +41,14 @@ struct RunData {
                                           // sequences, not trained on)
 };
 
-// Throws atl::UserError for data problems.
+// Throws atl::UserError for data problems (and check_eval_keys' config errors).
 RunData load_run_data(const config::Config& config);
+
+// The rules of data.loss_after (<= model.seq_len; language models only) and of
+// dipaco.reshard_at (a routed dipaco run, an outer-round boundary before the last step, no
+// checkpoints) that the config alone decides: atl::UserError naming the key. validate_config
+// and load_run_data run them.
+void check_eval_keys(const config::Config& config);
 
 // One island's compute.
 struct IslandParts {

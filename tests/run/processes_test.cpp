@@ -157,6 +157,23 @@ void dipaco_launch_matches_simulate(Processes& t, const std::string& kind, bool 
     }
     return out;
   };
+  // The DiPaCo records have the same keys, in the same order, in both modes.
+  auto keys_of = [&](const std::string& run_name) {
+    static const std::regex key(R"re([{,]"([a-z_0-9]+)":)re");
+    std::map<std::string, std::set<std::string>> out;
+    for (const auto& l : lines(t.dir_ / "runs" / run_name / "metrics.jsonl")) {
+      const std::string event = json_find_string(l, "event").value_or("");
+      if (event != "eval" && event != "path_eval" && event != "reshard") continue;
+      std::string keys;
+      for (std::sregex_iterator it(l.begin(), l.end(), key), end; it != end; ++it) keys += (*it)[1].str() + " ";
+      out[event].insert(keys);
+    }
+    return out;
+  };
+  const auto sim_keys = keys_of("sim");
+  EXPECT_EQ(sim_keys.size(), reshard ? 3u : 2u);
+  for (const auto& [event, keys] : sim_keys) EXPECT_EQ(keys.size(), 1u) << event;
+  EXPECT_EQ(sim_keys, keys_of("real"));
   const auto sim_evals = evals("sim"), real_evals = evals("real");
   EXPECT_EQ(sim_evals.size(), 3u * 5u + (reshard ? 1u : 0u)) << "steps 0, 10, 20: one eval and four path_evals each";
   EXPECT_EQ(sim_evals, real_evals) << "the routed evaluation differs between simulate and launch";
