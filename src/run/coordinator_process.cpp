@@ -215,6 +215,9 @@ int run_coordinator(const config::Config& config, const ProcessOptions& options)
   // The running state, for a restart of this coordinator: saved with metrics.jsonl's length
   // on the loop thread, where records are written, so the two agree.
   const std::string state_path = coordinator_state_path(config);
+  // State hand-overs (up to max_store_bytes) are not saved: one in progress at a restart is
+  // lost, and its joiner gives up (docs/checkpoints.md "Coordinator restart").
+  co.transient_prefixes = {"atoll/handover/"};
   co.persist = [&](const transport::CoordinatorSnapshot& snapshot) {
     CoordinatorRunState st;
     {

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <random>
 #include <regex>
@@ -66,6 +67,23 @@ std::vector<std::string> comparable(const fs::path& metrics) {
   return out;
 }
 
+// The lines only one of two sorted lists holds, for failure messages.
+std::string difference(const std::vector<std::string>& a, const std::vector<std::string>& b) {
+  std::vector<std::string> only_a, only_b;
+  std::set_difference(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(only_a));
+  std::set_difference(b.begin(), b.end(), a.begin(), a.end(), std::back_inserter(only_b));
+  std::string out = "only in the first:\n";
+  for (const auto& l : only_a) out += "  " + l + "\n";
+  out += "only in the second:\n";
+  for (const auto& l : only_b) out += "  " + l + "\n";
+  return out;
+}
+
+// metrics.jsonl records compared as comparable() lists; a failure lists the differences.
+void expect_same_records(const std::vector<std::string>& got, const std::vector<std::string>& want) {
+  EXPECT_TRUE(got == want) << difference(got, want);
+}
+
 class Resume : public ::testing::Test {
  public:
   void SetUp() override {
@@ -92,7 +110,7 @@ class Resume : public ::testing::Test {
       << "algorithm: {name: diloco, inner_steps: 5}\n"
       << "checkpoint: {every: 10, keep: 2}\n"
       << "transport: {coordinator: \"tcp://127.0.0.1:" << port_ << "\", base_port: " << port_ + 1
-      << ", heartbeat_ms: 100, heartbeat_timeout_ms: 1500}\n"
+      << ", heartbeat_ms: 100, heartbeat_timeout_ms: 3000}\n"
       << extra;
     const fs::path p = dir_ / "c.yaml";
     std::ofstream(p) << y.str();
@@ -137,7 +155,7 @@ TEST_F(Resume, LaunchKilledAndResumedEndsAsTheUninterruptedRun) {
   ASSERT_EQ(run("launch " + cfg + " --quiet --resume --set run.name=cut", dir_ / "resume.log"), 0)
       << read(dir_ / "resume.log");
   EXPECT_TRUE(read(run_dir("cut") / "final_params.bin") == expected) << "final parameters differ after the resume";
-  EXPECT_EQ(comparable(run_dir("cut") / "metrics.jsonl"), expected_metrics);
+  expect_same_records(comparable(run_dir("cut") / "metrics.jsonl"), expected_metrics);
   EXPECT_NE(read(dir_ / "resume.log").find("coordinator: resuming after step "), std::string::npos)
       << read(dir_ / "resume.log");
   EXPECT_NE(read(run_dir("cut") / "summary.json").find("\"islands_finished\":3"), std::string::npos);
@@ -152,7 +170,7 @@ TEST_F(Resume, LaunchKilledAndResumedEndsAsTheUninterruptedRun) {
   EXPECT_NE(torn.find("step-000000000050.ckpt': truncated"), std::string::npos) << torn;
   EXPECT_NE(torn.find("coordinator: resuming after step 40"), std::string::npos) << torn;
   EXPECT_TRUE(read(run_dir("cut") / "final_params.bin") == expected) << "final parameters differ after the torn resume";
-  EXPECT_EQ(comparable(run_dir("cut") / "metrics.jsonl"), expected_metrics);
+  expect_same_records(comparable(run_dir("cut") / "metrics.jsonl"), expected_metrics);
 }
 
 // ddp checkpoints every step's state as well: stopped and resumed, the same end.
@@ -165,7 +183,7 @@ TEST_F(Resume, DdpResumedFromACheckpointEndsTheSame) {
   EXPECT_NE(read(dir_ / "again.log").find("coordinator: resuming after step 20"), std::string::npos) << read(dir_ / "again.log");
   ASSERT_EQ(run("launch " + cfg + ddp + " --set run.name=fresh", dir_ / "fresh.log"), 0);
   EXPECT_TRUE(read(run_dir("whole") / "final_params.bin") == read(run_dir("fresh") / "final_params.bin"));
-  EXPECT_EQ(comparable(run_dir("whole") / "metrics.jsonl"), comparable(run_dir("fresh") / "metrics.jsonl"));
+  expect_same_records(comparable(run_dir("whole") / "metrics.jsonl"), comparable(run_dir("fresh") / "metrics.jsonl"));
 }
 
 // What real runs do not checkpoint yet is refused before anything starts, with one line that
@@ -265,7 +283,7 @@ TEST_F(Resume, CoordinatorKilledMidRoundAndRestartedFinishesTheRun) {
   ASSERT_EQ(hashes.size(), 3u);
   EXPECT_EQ(hashes.at(0), hashes.at(1));
   EXPECT_EQ(hashes.at(0), hashes.at(2));
-  EXPECT_EQ(comparable(metrics), comparable(run_dir("whole") / "metrics.jsonl"));
+  expect_same_records(comparable(metrics), comparable(run_dir("whole") / "metrics.jsonl"));
   EXPECT_NE(read(run_dir("r") / "summary.json").find("\"islands_finished\":3"), std::string::npos);
 }
 
@@ -305,7 +323,7 @@ TEST_F(Resume, GlooResumesButRefusesACoordinatorRestart) {
   ASSERT_EQ(run("launch " + cfg + gloo + " --resume", dir_ / "again.log"), 0) << read(dir_ / "again.log");
   EXPECT_NE(read(dir_ / "again.log").find("coordinator: resuming after step 10"), std::string::npos) << read(dir_ / "again.log");
   EXPECT_TRUE(read(run_dir("r") / "final_params.bin") == expected);
-  EXPECT_EQ(comparable(run_dir("r") / "metrics.jsonl"), expected_metrics);
+  expect_same_records(comparable(run_dir("r") / "metrics.jsonl"), expected_metrics);
   // The running state of this config, as a coordinator killed mid-run leaves it.
   ASSERT_TRUE(fs::exists(state));
   fs::remove(run_dir("r") / "summary.json");

@@ -113,6 +113,9 @@ struct CoordinatorOptions {
   // nullptr: not called.
   std::function<void(const CoordinatorSnapshot&)> persist;
   int64_t persist_ms = 500;
+  // Store keys with one of these prefixes are left out of the saved state and do not make a
+  // save urgent (large transient values, such as state hand-over parts).
+  std::vector<std::string> transient_prefixes;
 
   // Limits against hostile or broken peers.
   int64_t max_message_bytes = int64_t{1} << 30;  // larger messages drop the connection

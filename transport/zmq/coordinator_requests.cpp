@@ -154,7 +154,7 @@ bool CoordinatorState::store_put(const std::string& key, std::span<const uint8_t
   const size_t needed = key.size() + bytes.size();
   if (store_bytes_ - freed + needed > static_cast<size_t>(options_.max_store_bytes)) return false;
   store_bytes_ = store_bytes_ - freed + needed;
-  urgent_ = true;
+  if (!transient(key)) urgent_ = true;
   std::vector<uint8_t>& value = store_[key];
   value.assign(bytes.begin(), bytes.end());
 

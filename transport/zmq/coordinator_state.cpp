@@ -53,10 +53,17 @@ CoordinatorSnapshot CoordinatorState::snapshot() const {
   CoordinatorSnapshot s;
   s.epoch = epoch_;
   for (const auto& [id, isl] : islands_) s.members.push_back({id, isl.session, isl.endpoint, isl.public_key});
-  s.store = store_;
+  for (const auto& [key, value] : store_)
+    if (!transient(key)) s.store.emplace(key, value);
   for (const auto& [key, marks] : records_)
     s.records.push_back({key.first, key.second, marks.floor, {marks.above.begin(), marks.above.end()}});
   return s;
+}
+
+bool CoordinatorState::transient(const std::string& key) const {
+  for (const auto& prefix : options_.transient_prefixes)
+    if (key.rfind(prefix, 0) == 0) return true;
+  return false;
 }
 
 bool CoordinatorState::new_record(int id, uint64_t session, uint64_t rid) {

@@ -143,6 +143,8 @@ class CoordinatorState {
   };
   // True when the record (island, session, id) is new (and marks it written); id 0: always.
   bool new_record(int id, uint64_t session, uint64_t rid);
+  // Whether `key` is left out of the saved state (CoordinatorOptions::transient_prefixes).
+  bool transient(const std::string& key) const;
   std::map<std::pair<int, uint64_t>, RecordMarks> records_;
   bool dirty_ = false;
   bool urgent_ = false;
