@@ -255,6 +255,16 @@ StatusOr<IslandEnd> run_island_once(const config::Config& config, int island, co
                                               ": the islands of the start set did not all publish their data "
                                               "endpoints within transport.join_timeout_s");
     }
+    // The data plane reads the membership on its own thread: wait until it shows the same
+    // islands, which round records count (a resumed run's first round may come at once).
+    auto taking_part = [&] {
+      size_t n = 0;
+      for (const auto& p : control.membership().members) n += transport::in_collectives(p) ? 1 : 0;
+      return n;
+    };
+    for (const auto until = Clock::now() + std::chrono::seconds(10);
+         group.view().members.size() < taking_part() && Clock::now() < until;)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
     if (Status st = control.store_set(kStartedKey, {1}); !st.is_ok()) return failed(island, st);
   }
 
