@@ -116,7 +116,13 @@ int main(int argc, char** argv) {
   launch->footer("Exit codes: 0 every island finished; 3 the run finished with the surviving islands after "
                  "others died, were refused or never joined (one line names them); 1 the run failed; "
                  "2 usage or config error; 130 interrupted (docs/errors.md).");
+  for (auto* sc : {coordinator, island, launch}) {
+    sc->add_flag("--resume", resume, "continue the run from the newest checkpoint that the coordinator and every "
+                                     "island hold (run.resume; docs/checkpoints.md \"Real runs\")");
+  }
   coordinator->add_flag("--force", force, "overwrite an existing run directory");
+  bool no_pickup = false;  // launch's first start of the coordinator (restarts pick the run up)
+  coordinator->add_flag("--no-pickup", no_pickup, "never pick up a running run of this run directory")->group("");
   launch->add_flag("--force", force, "overwrite an existing run directory");
   bool ssh = false;
   launch->add_flag("--ssh", ssh, "with a hosts: section, start the processes on their hosts over ssh "
@@ -230,6 +236,7 @@ int main(int argc, char** argv) {
     atl::config::Config config = load_and_check(config_path, sets, target);
     atl::run::ProcessOptions popts;
     popts.force = force;
+    popts.no_pickup = no_pickup;
     popts.quiet = quiet;
     popts.config_path = config_path;
     popts.overrides = sets;

@@ -117,9 +117,17 @@ void check_transport(const config::Config& c) {
 void check_checkpoint(const config::Config& c, Target target) {
   const auto& k = c.checkpoint;
   if (real_run(target)) {
-    if (k.every > 0)
-      config::fail_key(c, "checkpoint.every", "checkpoints are written by atoll simulate only; real runs (launch, "
-                                              "island, coordinator) do not write them yet (set it to 0)");
+    // Real runs (docs/checkpoints.md "Real runs"): every island process checkpoints at the
+    // same step, where nothing of its own is in flight; the algorithms covered so far.
+    const bool covered = c.algorithm.name == "ddp" ||
+                         (c.algorithm.name == "diloco" && c.algorithm.overlap == algorithms::Overlap::kNone);
+    if (k.every > 0 && !covered)
+      config::fail_key(c, "checkpoint.every", "real runs (launch, island, coordinator) checkpoint ddp and diloco "
+                                              "without algorithm.overlap only, not " + c.algorithm.name +
+                                              (c.algorithm.name == "diloco" ? " with algorithm.overlap" : "") +
+                                              " (set it to 0)");
+    if (c.run.resume && k.every == 0)
+      config::fail_key(c, "run.resume", "there is nothing to resume from: checkpoints are off (set checkpoint.every)");
     return;
   }
   if (c.run.resume && k.every == 0)

@@ -9,6 +9,9 @@
 #include <chrono>
 #include <cmath>
 #include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -17,6 +20,8 @@
 #include "algorithms/algorithm.h"
 #include "src/base/log.h"
 #include "src/base/status.h"
+#include "src/checkpoint/checkpoint_dir.h"
+#include "src/run/process_checkpoint.h"
 #include "src/run/processes.h"
 #include "src/run/run_totals.h"
 #include "src/run/start_gate.h"
@@ -26,6 +31,7 @@
 #include "src/core/params_file.h"
 #include "src/core/records.h"
 #include "src/core/run_dir.h"
+#include "src/core/sim_checkpoint.h"
 #include "src/core/validate.h"
 #include "transport/zmq/coordinator.h"
 #include "transport/zmq/curve.h"
@@ -39,6 +45,46 @@ namespace {
 std::atomic<bool> g_stop{false};
 void on_signal(int) { g_stop = true; }
 
+// The running state of a coordinator of this run that did not finish (docs/checkpoints.md
+// "Coordinator restart"), when this one is its restart: the run directory holds no
+// summary.json, and the state was saved within transport.join_timeout_s (the islands wait
+// that long for a coordinator to come back). nullopt otherwise (an old run directory is then
+// refused as before). What a restart cannot pick up is refused with one line.
+std::optional<CoordinatorRunState> running_state(const config::Config& config, const std::string& run_path,
+                                                 const std::string& hash, bool server_role) {
+  namespace fs = std::filesystem;
+  const std::string path = coordinator_state_path(config);
+  std::error_code ec;
+  if (!fs::exists(run_path) || fs::exists(fs::path(run_path) / "summary.json") || !fs::exists(path)) return std::nullopt;
+  const auto age = fs::file_time_type::clock::now() - fs::last_write_time(path, ec);
+  if (ec || age > std::chrono::duration<double>(config.transport.join_timeout_s)) return std::nullopt;
+  auto file = checkpoint::read_checkpoint(path);
+  StatusOr<CoordinatorRunState> state =
+      file.is_ok() ? decode_run_state(file.value(), "'" + path + "'") : StatusOr<CoordinatorRunState>(file.status());
+  if (!state.is_ok()) {
+    ATOLL_WARN("coordinator: cannot pick up the running run: " << state.status().message());
+    return std::nullopt;
+  }
+  if (state->config_hash != hash) return std::nullopt;
+  const std::string cannot = "a coordinator restarted mid-run cannot pick up a run ";
+  if (config.transport.kind != "zmq")
+    throw UserError(config.source + ": key 'transport.kind': " + cannot + "over " + config.transport.kind +
+                    " (its rendezvous for rebuilt contexts is not covered yet; use zmq)");
+  if (config.transport.collective == "star")
+    throw UserError(config.source + ": key 'transport.collective': " + cannot +
+                    "with the star all-reduce (its collectives in flight live in the coordinator and are not saved)");
+  if (server_role)
+    throw UserError(config.source + ": key 'algorithm.name': " + cannot + "with " + config.algorithm.name +
+                    " (its server role's state is not saved yet)");
+  return std::move(state.value());
+}
+
+// The records of metrics.jsonl (after a cut), into the summary's totals.
+void replay(const std::string& metrics, RunTotals& totals) {
+  std::ifstream in(metrics);
+  for (std::string line; std::getline(in, line);) totals.add(line);
+}
+
 }  // namespace
 
 int run_coordinator(const config::Config& config, const ProcessOptions& options) {
@@ -50,15 +96,88 @@ int run_coordinator(const config::Config& config, const ProcessOptions& options)
   const auto algo_options = core::algorithm_options(config, data.shard_sizes);
   const compression::Pipeline codec = core::make_pipeline(config);
   check_min_islands(config, algorithms::make_server(algo_options, at::zeros({1}), nullptr) != nullptr);
-  core::RunDir dir(config, options.force);
-  // data.normalize: the statistics every island computed the same way, beside config.yaml.
-  data::write_normalization(data.splits.normalization, data.splits.train->input_dim(), dir.path());
+
+  // --resume (docs/checkpoints.md "Real runs"): a run directory that exists continues from
+  // the newest checkpoint that the coordinator and every island it lists hold; which one is
+  // decided once the islands have said what they hold. Until then records are held back
+  // (metrics.jsonl is cut at the checkpoint first).
+  const std::string run_path = (std::filesystem::path(config.run.out_dir) / config.run.name).string();
+  const std::string ckpt_hash = core::resume_hash(config);
+  checkpoint::CheckpointDir ckpts(coordinator_checkpoint_dir(config), config.checkpoint.keep);
+  std::vector<CoordinatorCheckpoint> resumable;
+  const bool resuming = config.run.resume && !options.force && std::filesystem::exists(run_path);
+  if (resuming) {
+    resumable = usable_coordinator_checkpoints(ckpts.path(), ckpt_hash,
+                                               [](const std::string& line) { ATOLL_WARN("coordinator: " << line); });
+    if (resumable.empty())
+      throw UserError("run.resume: run directory '" + run_path + "' exists but '" + ckpts.path() +
+                      "' holds no usable checkpoint of this config; use --force to start the run over");
+  }
+  // A coordinator restarted mid-run (docs/checkpoints.md "Coordinator restart") continues
+  // metrics.jsonl from its saved running state, and the islands' records it had not saved
+  // come again (they resend the newest after a reconnection).
+  const bool server_role = algorithms::make_server(algo_options, at::zeros({1}), nullptr) != nullptr;
+  std::optional<CoordinatorRunState> pickup;
+  if (!resuming && !options.force && !options.no_pickup) pickup = running_state(config, run_path, ckpt_hash, server_role);
   RunTotals totals;
+  std::mutex dir_mu;  // guards dir and held
+  std::optional<core::RunDir> dir;
+  std::vector<std::string> held;  // records that came before metrics.jsonl was cut (resuming)
+  if (pickup) {
+    // RunDir::Continue removes final_params.bin; an island may have written it already.
+    const std::string final_params = run_path + "/final_params.bin", kept = run_path + "/.final_params.bin.kept";
+    std::error_code ec;
+    std::filesystem::rename(final_params, kept, ec);
+    dir.emplace(config, core::RunDir::Continue{pickup->metrics_bytes});
+    if (!ec) std::filesystem::rename(kept, final_params, ec);
+    replay(dir->path() + "/metrics.jsonl", totals);
+    // A checkpoint written after the last save of the running state counts records that
+    // were cut (they come again, maybe in another order): it no longer describes this file.
+    for (const auto& c : usable_coordinator_checkpoints(ckpts.path(), ckpt_hash, nullptr)) {
+      if (c.metrics_bytes <= pickup->metrics_bytes) continue;
+      ATOLL_WARN("coordinator: dropping the checkpoint of step " << c.step << " (written after the last saved state)");
+      std::filesystem::remove(ckpts.path() + "/" + checkpoint::CheckpointDir::file_name(c.step));
+    }
+    ATOLL_WARN("coordinator: picking up the running run " << run_path << " (epoch " << pickup->snapshot.epoch << ", "
+                                                          << pickup->snapshot.members.size() << " islands)");
+  } else if (!resuming) {
+    dir.emplace(config, options.force);
+    // A fresh start: the coordinator checkpoints of an earlier run here are not this run's.
+    for (const auto& e : ckpts.list()) std::filesystem::remove(e.path);
+    std::filesystem::remove(coordinator_state_path(config));
+  }
+  // data.normalize: the statistics every island computed the same way, beside config.yaml.
+  std::filesystem::create_directories(run_path);
+  std::filesystem::create_directories(ckpts.path());
+  data::write_normalization(data.splits.normalization, data.splits.train->input_dim(), run_path);
   auto sink = [&](const std::string& json) {
+    std::lock_guard<std::mutex> lock(dir_mu);
+    if (!dir) {
+      held.push_back(json);
+      return;
+    }
     std::string routed;  // DiPaCo: the routed eval once every path's record of a step is in
-    if (totals.add(json, &routed)) dir.record(json);
-    if (!routed.empty() && totals.add(routed)) dir.record(routed);
+    if (totals.add(json, &routed)) dir->record(json);
+    if (!routed.empty() && totals.add(routed)) dir->record(routed);
   };
+  // The checkpoint protocol's marks (island K wrote step S) and the islands' --resume lists.
+  std::mutex marks_mu;
+  std::map<int64_t, std::set<int>> marks;
+  std::map<int, std::vector<int64_t>> have;
+  // Picked up: a checkpoint the previous coordinator had not finished is skipped (the
+  // records of its islands may still be on their way back, so no cut is made there): its
+  // islands are released, and marks up to it are ignored.
+  std::vector<int64_t> skipped;
+  if (pickup) {
+    const std::string prefix = "atoll/checkpoint/";
+    for (const auto& [key, value] : pickup->snapshot.store) {
+      const size_t slash = key.find('/', prefix.size());
+      if (key.rfind(prefix, 0) != 0 || slash == std::string::npos) continue;
+      const std::vector<int64_t> step = parse_steps(key.substr(prefix.size(), slash - prefix.size()));
+      if (step.size() == 1 && !pickup->snapshot.store.count(checkpoint_done_key(step[0]))) skipped.push_back(step[0]);
+    }
+  }
+  const int64_t skip_through = skipped.empty() ? -1 : *std::max_element(skipped.begin(), skipped.end());
 
   // The server role (fedavg, async_local_sgd): it holds the global model, so it is
   // evaluated here.
@@ -97,6 +216,40 @@ int run_coordinator(const config::Config& config, const ProcessOptions& options)
   co.server = server.get();
   co.pipeline = codec;
   co.record_sink = sink;
+  if (resuming) co.initial_epoch = resumable.front().epoch;  // epochs go on past the checkpoint's
+  if (pickup) co.restore = pickup->snapshot;
+  // The running state, for a restart of this coordinator: saved with metrics.jsonl's length
+  // on the loop thread, where records are written, so the two agree.
+  const std::string state_path = coordinator_state_path(config);
+  // State hand-overs (up to max_store_bytes) are not saved: one in progress at a restart is
+  // lost, and its joiner gives up (docs/checkpoints.md "Coordinator restart").
+  co.transient_prefixes = {"atoll/handover/"};
+  co.persist = [&](const transport::CoordinatorSnapshot& snapshot) {
+    CoordinatorRunState st;
+    {
+      std::lock_guard<std::mutex> lock(dir_mu);
+      if (!dir) return;  // resuming: not decided yet
+      st.metrics_bytes = dir->metrics_bytes();
+    }
+    st.config_hash = ckpt_hash;
+    st.islands = k;
+    st.snapshot = snapshot;
+    if (Status s = checkpoint::write_checkpoint(state_path, encode_run_state(st)); !s.is_ok())
+      ATOLL_WARN("coordinator: running state not saved: " << s.to_string());
+  };
+  co.on_store_set = [&](int island, const std::string& key, std::span<const uint8_t> value) {
+    std::lock_guard<std::mutex> lock(marks_mu);
+    if (key == resume_have_key(island)) {
+      have[island] = parse_steps(std::string(value.begin(), value.end()));
+      return;
+    }
+    const std::string prefix = "atoll/checkpoint/";
+    const size_t slash = key.find('/', prefix.size());
+    if (key.rfind(prefix, 0) != 0 || slash == std::string::npos) return;
+    const std::vector<int64_t> step = parse_steps(key.substr(prefix.size(), slash - prefix.size()));
+    if (step.size() == 1 && step[0] > skip_through && key == checkpoint_mark_key(step[0], island))
+      marks[step[0]].insert(island);
+  };
   // One `membership` record per island whose membership changed (docs/metrics.md). An island
   // that joins again after it left or failed is `rejoined`; one beyond islands.count joining for
   // the first time is `added` (as the simulator names its events).
@@ -135,7 +288,7 @@ int run_coordinator(const config::Config& config, const ProcessOptions& options)
   std::signal(SIGTERM, on_signal);
   if (!options.quiet) {
     ATOLL_INFO("coordinator " << coordinator.value()->endpoint() << ": waiting for " << k
-                              << " islands; run directory " << dir.path());
+                              << " islands; run directory " << run_path);
   }
 
   // The start (src/run/start_gate.h): decided here, announced through the store.
@@ -150,9 +303,111 @@ int run_coordinator(const config::Config& config, const ProcessOptions& options)
   size_t refused_seen = 0;
   std::optional<StartDecision> decision;
   std::optional<Clock::time_point> failed_at;
+  // --resume: after the start decision, the checkpoint to resume from (below).
+  std::optional<StartDecision> awaiting_resume;
+  auto announce = [&](const StartDecision& d) {
+    coord.store_set(kRunStartKey, encode_start(d));
+    if (!d.start) {
+      ATOLL_ERROR("coordinator: the run cannot start: " << d.why);
+      failed_at = Clock::now();
+    } else if (!d.why.empty()) {
+      ATOLL_WARN("coordinator: " << d.why);
+    }
+  };
+  // Picks the checkpoint once every island of the start set has said what it holds (or the
+  // join timeout has passed), cuts metrics.jsonl there and announces it before the start.
+  auto decide_resume = [&] {
+    std::map<int, std::vector<int64_t>> lists;
+    {
+      std::lock_guard<std::mutex> lock(marks_mu);
+      lists = have;
+    }
+    bool all = true;
+    for (int id : awaiting_resume->islands) all = all && lists.count(id);
+    if (!all && Clock::now() < join_deadline) return;
+    StartDecision d = *awaiting_resume;
+    awaiting_resume.reset();
+    std::string why;
+    const std::optional<ResumePoint> point = resume_step(resumable, lists, &why);
+    if (!point) {
+      d.start = false;
+      d.islands.clear();
+      d.why = "run.resume: no checkpoint that the coordinator and every island hold (" + why + ")";
+      return announce(d);
+    }
+    const CoordinatorCheckpoint& at = *std::find_if(resumable.begin(), resumable.end(),
+                                                    [&](const CoordinatorCheckpoint& c) { return c.step == point->step; });
+    {
+      std::lock_guard<std::mutex> lock(dir_mu);
+      dir.emplace(config, core::RunDir::Continue{at.metrics_bytes});
+      // summary.json counts every record of the run: those before the cut first.
+      std::ifstream in(dir->path() + "/metrics.jsonl");
+      for (std::string line; std::getline(in, line);) totals.add(line);
+      for (const std::string& json : held) {
+        std::string routed;
+        if (totals.add(json, &routed)) dir->record(json);
+        if (!routed.empty() && totals.add(routed)) dir->record(routed);
+      }
+      held.clear();
+    }
+    // Islands of the start set the checkpoint does not list (dead at the cut) come in as
+    // rejoiners do; the others resume.
+    d.islands = point->members;
+    ATOLL_INFO("coordinator: resuming after step " << point->step << " (islands " << steps_text({d.islands.begin(), d.islands.end()})
+                                                   << ")");
+    const std::string value = "step:" + std::to_string(point->step);
+    coord.store_set(kResumeKey, {value.begin(), value.end()});
+    announce(d);
+  };
+  // A checkpoint is complete when every island that takes part has marked it: the records
+  // up to it are all in metrics.jsonl (each island marked after them, on the same
+  // connection) and none after it (each waits until the coordinator has written its file).
+  auto cut_checkpoints = [&](const transport::Membership& now) {
+    std::vector<int> required;
+    for (const auto& p : now.members)
+      if (transport::in_collectives(p)) required.push_back(p.id);
+    if (required.empty()) return;
+    std::lock_guard<std::mutex> lock(marks_mu);
+    while (!marks.empty()) {
+      const auto& [step, marked] = *marks.begin();
+      for (int id : required)
+        if (!marked.count(id)) return;
+      CoordinatorCheckpoint c;
+      c.step = step;
+      c.config_hash = ckpt_hash;
+      c.islands = k;
+      c.epoch = now.epoch;
+      c.members = required;
+      {
+        std::lock_guard<std::mutex> dlock(dir_mu);
+        c.metrics_bytes = dir->metrics_bytes();
+      }
+      if (Status st = ckpts.save(step, encode_coordinator(c)); !st.is_ok())
+        ATOLL_WARN("coordinator: checkpoint of step " << step << " not written: " << st.to_string());
+      coord.store_set(checkpoint_done_key(step), {1});
+      marks.erase(marks.begin());
+    }
+  };
+  if (pickup) {
+    // The run as the previous coordinator left it: its start decision and the islands seen;
+    // a checkpoint it had not finished is skipped.
+    const auto& store = pickup->snapshot.store;
+    if (auto it = store.find(kRunStartKey); it != store.end()) {
+      auto d = parse_start(it->second);
+      if (d.is_ok()) decision = d.value();
+    }
+    for (const auto& m : pickup->snapshot.members) {
+      ever_joined.insert(m.id);
+      seen.insert(m.id);
+    }
+    for (int64_t step : skipped) {
+      ATOLL_WARN("coordinator: the checkpoint of step " << step << " was not finished before the restart; skipped");
+      coord.store_set(checkpoint_done_key(step), {1});
+    }
+  }
   auto view = coord.membership();
   while (!g_stop) {
-    view = coord.wait_for_change(view.epoch, Clock::now() + std::chrono::milliseconds(200));
+    view = coord.wait_for_change(view.epoch, Clock::now() + std::chrono::milliseconds(config.checkpoint.every > 0 ? 20 : 200));
     for (const auto& p : view.members) ever_joined.insert(p.id);
     if (!decision) {
       joins.joined.clear();
@@ -171,15 +426,16 @@ int run_coordinator(const config::Config& config, const ProcessOptions& options)
       joins.timed_out = Clock::now() >= join_deadline;
       decision = decide_start(joins);
       if (decision) {
-        coord.store_set(kRunStartKey, encode_start(*decision));
-        if (!decision->start) {
-          ATOLL_ERROR("coordinator: the run cannot start: " << decision->why);
-          failed_at = Clock::now();
-        } else if (!decision->why.empty()) {
-          ATOLL_WARN("coordinator: " << decision->why);
+        if (resuming && decision->start) {
+          awaiting_resume = decision;
+        } else {
+          if (config.run.resume) coord.store_set(kResumeKey, {'f', 'r', 'e', 's', 'h'});
+          announce(*decision);
         }
       }
     }
+    if (awaiting_resume) decide_resume();
+    if (dir && config.checkpoint.every > 0) cut_checkpoints(view);
     if (decision && decision->start && view.members.empty()) break;
     // A failed start: the islands hear of it when they join (an early failure may come while
     // some are still starting) and leave; stop once every island not refused has joined and
@@ -210,8 +466,12 @@ int run_coordinator(const config::Config& config, const ProcessOptions& options)
       .add("compression", codec.describe());
   totals.add_summary(s, final_step, data.classifier);
   s.add("wall_time_s", wall);
-  dir.write_summary(s.str());
-  if (server_global.defined()) core::write_params(dir.path() + "/final_params.bin", server_global);
+  {
+    std::lock_guard<std::mutex> lock(dir_mu);
+    // A resume that never started leaves the run directory as it was.
+    if (dir) dir->write_summary(s.str());
+  }
+  if (server_global.defined()) core::write_params(run_path + "/final_params.bin", server_global);
   if (g_stop) {
     ATOLL_WARN("coordinator stopped by a signal before the run finished");
     return 1;

@@ -10,12 +10,16 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
+#include <mutex>
 #include <optional>
 #include <thread>
 
 #include "src/base/log.h"
 #include "src/base/status.h"
+#include "src/checkpoint/checkpoint_dir.h"
 #include "src/run/handover.h"
+#include "src/run/process_checkpoint.h"
 #include "src/run/processes.h"
 #include "src/run/start_gate.h"
 #include "src/run/wan_routes.h"
@@ -23,6 +27,7 @@
 #include "src/core/island_runtime.h"
 #include "src/core/island_parts.h"
 #include "src/core/progress.h"
+#include "src/core/sim_checkpoint.h"
 #include "src/core/validate.h"
 #include "src/core/wall_time.h"
 #include "transport/gloo/gloo_group.h"
@@ -148,6 +153,18 @@ StatusOr<IslandEnd> run_island_once(const config::Config& config, int island, co
   auto started = joined.store_peek(kStartedKey);
   if (!started.is_ok()) return failed(island, started.status());
   bool late = started.value().has_value();
+  // Checkpoints (docs/checkpoints.md "Real runs"): --resume tells the coordinator which
+  // checkpoints this island holds whole; it picks the newest one every island has.
+  const int64_t ckpt_every = config.checkpoint.every;
+  const std::string ckpt_hash = core::resume_hash(config);
+  checkpoint::CheckpointDir ckpt_dir(island_checkpoint_dir(config, island), config.checkpoint.keep + 1);
+  if (config.run.resume && !late) {
+    const std::vector<int64_t> have = usable_island_steps(
+        ckpt_dir.path(), ckpt_hash, island, [&](const std::string& line) { ATOLL_WARN("island " << island << ": " << line); });
+    const std::string text = steps_text(have);
+    if (Status st = joined.store_set(resume_have_key(island), {text.begin(), text.end()}); !st.is_ok())
+      return failed(island, st);
+  }
   // Otherwise the coordinator's decision: the islands that start (src/run/start_gate.h).
   std::vector<int> start_set;
   if (!late) {
@@ -165,6 +182,28 @@ StatusOr<IslandEnd> run_island_once(const config::Config& config, int island, co
   // parameters (island i trains path i mod paths), every other algorithm's the one model.
   const int paths = config.algorithm.name == "dipaco" ? core::dipaco_paths(config).paths() : 1;
   auto holds = [paths](int d, int j) { return d % paths == j % paths; };
+  // The checkpoint this island resumes from (the coordinator set the key before the start).
+  std::optional<IslandProcessCheckpoint> resumed;
+  if (config.run.resume && !late) {
+    auto got = joined.store_peek(kResumeKey);
+    if (!got.is_ok()) return failed(island, got.status());
+    const std::string value = got.value() ? std::string(got.value()->begin(), got.value()->end()) : "fresh";
+    if (value.rfind("step:", 0) == 0) {
+      const std::vector<int64_t> step = parse_steps(value.substr(5));
+      if (step.size() != 1) return failed(island, corrupt("malformed resume decision '" + value + "'"));
+      const std::string path = ckpt_dir.path() + "/" + checkpoint::CheckpointDir::file_name(step[0]);
+      auto file = checkpoint::read_checkpoint(path);
+      if (!file.is_ok()) return failed(island, file.status(), "cannot resume: ");
+      auto c = decode_island(file.value(), "checkpoint '" + path + "'");
+      if (!c.is_ok()) return failed(island, c.status(), "cannot resume: ");
+      resumed = std::move(c.value());
+      ATOLL_INFO("island " << island << ": resuming after step " << resumed->step << " from " << path);
+    }
+  }
+  // A fresh start: checkpoints of an earlier run of this directory are not this run's.
+  if (!late && !resumed) {
+    for (const auto& e : ckpt_dir.list()) std::filesystem::remove(e.path);
+  }
   std::optional<Handover> handover;
   if (late) {
     if (Status st = check_rejoin(config, *parts.algorithm); !st.is_ok()) {
@@ -226,6 +265,16 @@ StatusOr<IslandEnd> run_island_once(const config::Config& config, int island, co
                                               ": the islands of the start set did not all publish their data "
                                               "endpoints within transport.join_timeout_s");
     }
+    // The data plane reads the membership on its own thread: wait until it shows the same
+    // islands, which round records count (a resumed run's first round may come at once).
+    auto taking_part = [&] {
+      size_t n = 0;
+      for (const auto& p : control.membership().members) n += transport::in_collectives(p) ? 1 : 0;
+      return n;
+    };
+    for (const auto until = Clock::now() + std::chrono::seconds(10);
+         group.view().members.size() < taking_part() && Clock::now() < until;)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
     if (Status st = control.store_set(kStartedKey, {1}); !st.is_ok()) return failed(island, st);
   }
 
@@ -233,8 +282,16 @@ StatusOr<IslandEnd> run_island_once(const config::Config& config, int island, co
   // joins again) into a run that went on without it: its waits are abandoned instead of
   // waiting for collectives the others finished, and run_island() joins the run again with
   // a state hand-over (or, where that is not possible, the island fails).
-  auto in_run = [&joined, island]() -> Status {
+  // A coordinator that is gone (killed, its host down) may be restarted and pick the run up
+  // (docs/checkpoints.md "Coordinator restart"): the island goes on meanwhile (its
+  // collectives are peer to peer) and gives up after transport.join_timeout_s without it.
+  auto in_run = [&joined, island, join_timeout]() -> Status {
     if (!joined.status().is_ok()) return joined.status();
+    if (joined.unreachable_for() > join_timeout) {
+      return Status(StatusCode::kUnavailable, "island " + std::to_string(island) +
+                                                  ": the coordinator has been unreachable for longer than "
+                                                  "transport.join_timeout_s");
+    }
     if (joined.joins() > 1) {
       return Status(StatusCode::kPeerLost, "island " + std::to_string(island) +
                                                " was declared dead while cut off from the run, which went on without it");
@@ -274,6 +331,49 @@ StatusOr<IslandEnd> run_island_once(const config::Config& config, int island, co
   core::ProgressState state;
   core::WallTime wall_time;
   std::optional<HandoverDonor> donor;  // set below, once the runtime exists
+  core::IslandRuntime* runtime_ptr = nullptr;  // set below, once the runtime exists
+
+  // Checkpoints (docs/checkpoints.md "Real runs"): at a due step boundary every island writes
+  // its own file, then marks it in the store (after its records up to the step, on the same
+  // connection) and waits until the coordinator has written its own: every island then holds
+  // the same step, and metrics.jsonl is cut at it.
+  int64_t ckpt_due = ckpt_every;
+  if (resumed) ckpt_due = (resumed->step / std::max<int64_t>(ckpt_every, 1) + 1) * ckpt_every;
+  if (handover) ckpt_due = (handover->step / std::max<int64_t>(ckpt_every, 1) + 1) * ckpt_every;
+  auto checkpoint_at = [&](int64_t step) {
+    IslandProcessCheckpoint c;
+    c.step = step;
+    c.config_hash = ckpt_hash;
+    c.island = island;
+    c.islands = k;
+    c.global = parts.algorithm->global_params();
+    c.params = parts.model->params();
+    c.optimizer_steps = parts.optimizer->steps();
+    c.optimizer_state = parts.optimizer->state();
+    c.sampler = parts.sampler->position();
+    c.algorithm = parts.algorithm->state();
+    c.runtime = runtime_ptr->saved();
+    c.bytes = timed.bytes();
+    c.torch_rng = at::detail::getDefaultCPUGenerator().get_state();
+    const auto started_at = Clock::now();
+    // A file that cannot be written is still marked: a resume finds it missing and falls back.
+    if (Status st = ckpt_dir.save(step, encode_island(c)); !st.is_ok())
+      ATOLL_WARN("island " << island << ": checkpoint of step " << step << " not written: " << st.to_string());
+    else
+      ATOLL_DEBUG("island " << island << ": checkpoint of step " << step << " in " << seconds_since(started_at) << " s");
+    // Both wait out a coordinator that is away for a while (restarted: it picks the run up).
+    const std::string what = "island " + std::to_string(island) + ": checkpoint of step " + std::to_string(step);
+    auto retry = [&](const Status& st) {
+      if (Status run = in_run(); !run.is_ok()) throw StatusError(what, run);
+      if (st.code() != StatusCode::kTimeout) throw StatusError(what, st);
+    };
+    for (Status st; !(st = joined.store_set(checkpoint_mark_key(step, island), {})).is_ok();) retry(st);
+    for (;;) {
+      auto done = joined.store_get(checkpoint_done_key(step), Clock::now() + std::chrono::seconds(5));
+      if (done.is_ok()) break;
+      retry(done.status());
+    }
+  };
 
   core::IslandHost host;
   host.time = &wall_time;
@@ -303,7 +403,7 @@ StatusOr<IslandEnd> run_island_once(const config::Config& config, int island, co
   };
   // A kept step waits this long for a live lower island before this one evaluates it.
   host.eval_patience_s = 30.0 + 2e-3 * static_cast<double>(t.heartbeat_timeout_ms);
-  host.eval_bytes = [&] { return group.bytes().sent; };
+  host.eval_bytes = [&] { return timed.bytes().sent; };
   host.round_times = [&] {
     core::RoundTimes times;
     times.sync_s = timed.take_blocked_s();
@@ -313,13 +413,39 @@ StatusOr<IslandEnd> run_island_once(const config::Config& config, int island, co
     state.steps_done = step;
     state.steps_total = total;
     state.last_loss = loss;
-    state.bytes = group.bytes().sent;
+    state.bytes = timed.bytes().sent;
     if (!options.quiet && is_lead()) progress.update(state);
+    // A due checkpoint, before any hand-over of this boundary: a joiner served here starts
+    // after it and is not waited for.
+    if (ckpt_every > 0 && step >= ckpt_due && step < total && parts.algorithm->can_checkpoint()) {
+      ckpt_due = (step / ckpt_every + 1) * ckpt_every;
+      checkpoint_at(step);
+    }
     if (donor && parts.algorithm->can_hand_over()) donor->at_step_boundary();
   };
   core::IslandRuntime runtime(island, parts, config.train, &timed, &codec, data.shard_sizes[island], evaluator.get(),
                              data.classifier, std::move(host));
-  if (handover) {
+  runtime_ptr = &runtime;
+  if (resumed) {
+    // As the simulator resumes an island: parameters, inner optimizer, sampler, the runtime's
+    // counters and the algorithm's state (loaded right after its setup), the RNG, the bytes.
+    const c10::Device on = parts.model->params().device();
+    {
+      at::NoGradGuard no_grad;
+      parts.model->params().copy_(resumed->params);
+    }
+    std::vector<at::Tensor> inner;
+    for (const auto& t : resumed->optimizer_state) inner.push_back(t.defined() ? t.to(on) : t);
+    parts.optimizer->load(resumed->optimizer_steps, inner);
+    parts.sampler->seek(resumed->sampler);
+    runtime.resume(resumed->runtime, resumed->algorithm);
+    if (resumed->torch_rng.defined()) {
+      at::Generator gen = at::detail::getDefaultCPUGenerator();
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      gen.set_state(resumed->torch_rng);
+    }
+    timed.set_bytes_base(resumed->bytes);
+  } else if (handover) {
     // As the simulator's joiners: the global model, a fresh inner optimizer and algorithm, the
     // donor's outer state after setup, and the steps after the donor's.
     core::JoinState join;

@@ -2,6 +2,7 @@
 // this one, on this machine. Children's output is merged line by line with a prefix
 // ("[coordinator] ", "[island 2] "). SIGINT/SIGTERM are forwarded to every child; children
 // die with us (PR_SET_PDEATHSIG), so nothing is left behind even if launch is killed.
+// A coordinator killed by a signal while islands run is started again (at most 5 times).
 // Exit code: 0 when every child exited 0; kExitSurvivors (3) when the run finished without
 // some islands (the coordinator ended well and at least one island finished, but another
 // died, was refused or could not join), said in one line; 130 after Ctrl-C; else 1.
@@ -238,7 +239,11 @@ int launch(const config::Config& config, const ProcessOptions& options) {
     }
   } else {
     if (options.emulate_wan) relays = std::make_unique<Relays>(config, options.wan);
-    starts.push_back({"[coordinator] ", args("coordinator", options.force ? std::vector<std::string>{"--force"} : std::vector<std::string>{}), ""});
+    // The first start never picks up an earlier run's state; a restart (below) does.
+    starts.push_back({"[coordinator] ",
+                      args("coordinator", options.force ? std::vector<std::string>{"--force", "--no-pickup"}
+                                                        : std::vector<std::string>{"--no-pickup"}),
+                      ""});
     for (int i = 0; i < config.islands.count; ++i) {
       std::vector<std::string> extra = {"--id", std::to_string(i)};
       if (relays) for (auto& a : relays->island_args(i)) extra.push_back(a);
@@ -259,6 +264,8 @@ int launch(const config::Config& config, const ProcessOptions& options) {
 
   int forwarded = 0;
   size_t alive = children.size();
+  constexpr int kMaxCoordinatorRestarts = 5;
+  int coordinator_restarts = 0;
   // Stragglers of a finished run, timed in seconds, not polls (an exited child's pipe stays
   // readable, and LEAVEs may still be on a slow emulated link):
   //  - every island exited but the coordinator still runs (e.g. all failed before joining):
@@ -297,6 +304,22 @@ int launch(const config::Config& config, const ProcessOptions& options) {
       int status = 0;
       if (waitpid(c.pid, &status, WNOHANG) == c.pid) {
         drain(c, true);
+        // A coordinator killed mid-run is started again; it picks the run up from its saved
+        // running state (docs/checkpoints.md "Coordinator restart") while the islands go on.
+        if (&c == &children.front() && WIFSIGNALED(status) && g_signal == 0 && alive > 1 && !uses_hosts(config) &&
+            coordinator_restarts < kMaxCoordinatorRestarts) {
+          ++coordinator_restarts;
+          ATOLL_WARN("launch: the coordinator died (signal " << WTERMSIG(status) << "); restarting it ("
+                                                            << coordinator_restarts << " of " << kMaxCoordinatorRestarts << ")");
+          close(c.fd);
+          std::vector<std::string> argv;
+          for (const auto& a : starts.front().argv)
+            if (a != "--force" && a != "--no-pickup") argv.push_back(a);
+          argv.push_back("--set");  // pick the run up, whatever --resume started it
+          argv.push_back("run.resume=false");
+          c = spawn(starts.front().prefix, argv, starts.front().program);
+          continue;
+        }
         c.exited = true;
         c.status = status;
         --alive;

@@ -83,7 +83,16 @@ class WatchedGroup final : public transport::Group {
                                           double weight, at::Tensor transmitted) override;
   std::unique_ptr<transport::Handle> pull(uint64_t tag, at::Tensor out,
                                           const compression::Pipeline& codec) override;
-  transport::ByteCounters bytes() const override { return inner_.bytes(); }
+  // The inner group's counters plus those of earlier lives of the island (set_bytes_base).
+  transport::ByteCounters bytes() const override {
+    transport::ByteCounters b = inner_.bytes();
+    b.sent += base_.sent;
+    b.received += base_.received;
+    b.raw_sent += base_.raw_sent;
+    return b;
+  }
+  // A run resumed from a checkpoint continues the counters it had there.
+  void set_bytes_base(transport::ByteCounters base) { base_ = base; }
 
   // Seconds spent blocked since the previous call (or the start).
   double take_blocked_s();
@@ -97,6 +106,7 @@ class WatchedGroup final : public transport::Group {
   transport::Group& inner_;
   std::function<Status()> dropped_;
   double blocked_s_ = 0;
+  transport::ByteCounters base_{};
 };
 
 }  // namespace atl::run

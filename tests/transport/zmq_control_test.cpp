@@ -9,6 +9,8 @@
 #include <zmq.hpp>
 
 #include <future>
+#include <mutex>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -198,6 +200,61 @@ TEST(ZmqControl, IslandsRejoinARestartedCoordinatorWithLaterEpochs) {
   EXPECT_GE(a->joins(), 2u);
   ASSERT_TRUE(b->store_set("after-restart", {7}).is_ok());
   StatusOr<std::vector<uint8_t>> v = a->store_get("after-restart", in_ms(2000));
+  ASSERT_TRUE(v.is_ok()) << v.status().to_string();
+  EXPECT_EQ(*v, std::vector<uint8_t>{7});
+}
+
+// A coordinator restarted from the running state its predecessor saved
+// (CoordinatorOptions::persist / restore; docs/checkpoints.md "Coordinator restart") still
+// knows the island: no JOIN again, the same epoch, the store kept; and of the records the
+// island resends after the reconnection, only those the saved state does not hold are written.
+TEST(ZmqControl, CoordinatorRestartedWithItsStateKeepsTheIslandAndWritesEachRecordOnce) {
+  RecordSink first;
+  std::mutex mu;
+  std::optional<CoordinatorSnapshot> saved;
+  CoordinatorOptions co = fast_coordinator();
+  co.record_sink = first.callback();
+  co.persist = [&](const CoordinatorSnapshot& s) {
+    std::lock_guard<std::mutex> lock(mu);
+    saved = s;
+  };
+  co.persist_ms = 10;
+  auto coord = start_coordinator(co);
+  const std::string endpoint = coord->endpoint();
+  auto a = join(fast_client(endpoint, 0));
+  ASSERT_TRUE(a);
+  ASSERT_TRUE(a->store_set("kept", {7}).is_ok());
+  a->record(R"({"n":1})");
+  a->record(R"({"n":2})");
+  ASSERT_TRUE(first.wait_for(R"({"n":2})"));
+  auto saved_both = [&] {
+    std::lock_guard<std::mutex> lock(mu);
+    return saved && saved->records.size() == 1 && saved->records[0].floor == 2;
+  };
+  for (int i = 0; i < 200 && !saved_both(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_TRUE(saved_both());
+  const uint64_t epoch = a->membership().epoch;
+  coord.reset();
+  a->record(R"({"n":3})");  // while no coordinator listens
+
+  RecordSink second;
+  CoordinatorOptions co2 = fast_coordinator();
+  co2.endpoint = endpoint;  // same port
+  co2.record_sink = second.callback();
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    co2.restore = saved;
+  }
+  coord = start_coordinator(co2);
+  ASSERT_TRUE(coord);
+  EXPECT_TRUE(second.wait_for(R"({"n":3})", 5000));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(second.lines(), (std::vector<std::string>{R"({"n":3})"}));
+  EXPECT_EQ(a->joins(), 1u);
+  EXPECT_TRUE(a->status().is_ok());
+  EXPECT_EQ(a->membership().epoch, epoch);
+  EXPECT_EQ(coord->membership().epoch, epoch);
+  StatusOr<std::vector<uint8_t>> v = a->store_get("kept", in_ms(2000));
   ASSERT_TRUE(v.is_ok()) << v.status().to_string();
   EXPECT_EQ(*v, std::vector<uint8_t>{7});
 }

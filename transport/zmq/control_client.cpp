@@ -101,6 +101,11 @@ uint64_t ZmqControlClient::joins() const {
   return joins_;
 }
 
+Clock::duration ZmqControlClient::unreachable_for() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return down_since_ ? Clock::now() - *down_since_ : Clock::duration::zero();
+}
+
 Membership ZmqControlClient::wait_for_change(uint64_t epoch, Deadline deadline) {
   std::unique_lock<std::mutex> lock(mu_);
   auto changed = [&] { return membership_.epoch != epoch || closing_; };
@@ -134,9 +139,21 @@ void ZmqControlClient::suspect(int peer) {
 
 void ZmqControlClient::record(const std::string& json) {
   Message m;
-  m.header.type = MsgType::kRecord;
   m.bytes = std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(json.data()), json.size());
-  send_one_way(std::move(m));
+  std::lock_guard<std::mutex> lock(mu_);
+  if (closing_ || !lost_.is_ok()) return;
+  m.header = header(MsgType::kRecord, next_record_);
+  std::vector<uint8_t> bytes;
+  if (Status st = proto::encode(m, &bytes); !st.is_ok()) {
+    ATOLL_WARN("island " << options_.island << ": not sent: " << st.message());
+    return;
+  }
+  ++next_record_;
+  auto shared = std::make_shared<const std::vector<uint8_t>>(std::move(bytes));
+  one_way_.push_back(shared);
+  kept_records_.push_back(std::move(shared));
+  if (kept_records_.size() > kKeptRecords) kept_records_.pop_front();
+  wake();
 }
 
 Status ZmqControlClient::publish_endpoint(const std::string& endpoint, Deadline deadline) {

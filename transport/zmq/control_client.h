@@ -10,7 +10,9 @@
 //   - survives a transient network loss: ZeroMQ redials TCP by itself, requests still
 //     unanswered are resent once the connection is back (the coordinator applies a resent
 //     PUSH once), and when the coordinator no longer knows the island (declared it dead, or
-//     restarted) the client JOINs again with the same session, which starts a new epoch.
+//     restarted without the run's state) the client JOINs again with the same session, which
+//     starts a new epoch. Records are numbered and the newest are resent after a
+//     reconnection: a coordinator restarted with the run's state writes each once.
 // If another process joins with the same island id, this client is superseded: every call
 // then fails with kPeerLost and heartbeats stop.
 //
@@ -109,6 +111,9 @@ class ZmqControlClient final : public ControlPlane {
   Status status() const;
   // Times this client joined (1 after connect; more after re-joins). For logs and tests.
   uint64_t joins() const;
+  // How long the connection to the coordinator has been down (zero while it is up): the
+  // island decides how long it waits for a coordinator to come back (restarted).
+  Clock::duration unreachable_for() const;
 
  private:
   struct Io;  // the ZeroMQ context and sockets; the I/O thread's
@@ -151,12 +156,19 @@ class ZmqControlClient final : public ControlPlane {
   uint64_t joins_ = 0;
   Status join_error_;         // an ERROR answer to JOIN (connect() returns it)
   Status lost_;               // superseded, or re-JOIN refused: every call fails with it
+  std::optional<Clock::time_point> down_since_;  // the connection is down since then
   std::string link_problem_;  // the last connection problem, for timeout messages
   std::string auth_problem_;  // the last handshake failure (kept until a handshake succeeds)
   bool closing_ = false;
   uint64_t next_rid_ = 1;
   std::map<uint64_t, Request> requests_;
   std::deque<std::shared_ptr<const std::vector<uint8_t>>> one_way_;  // RECORD, SUSPECT, LEAVE
+  // RECORDs carry a sequence number (1, 2, ... in the request id); the newest kKeptRecords are
+  // resent after every reconnection, which the coordinator writes once each (a coordinator
+  // restarted mid-run gets those it had not saved; docs/protocol.md "Coordinator restart").
+  static constexpr size_t kKeptRecords = 4096;
+  uint64_t next_record_ = 1;
+  std::deque<std::shared_ptr<const std::vector<uint8_t>>> kept_records_;
 
   std::thread thread_;
 };

@@ -288,16 +288,20 @@ void ZmqControlClient::on_monitor_event(uint16_t event, uint32_t value) {
       if (io.handshaken) {
         if (io.disconnected) ATOLL_INFO("island " << options_.island << ": reconnected to the coordinator");
         for (auto& [rid, r] : requests_) r.sent = false;  // lost with the old connection, maybe
+        // So may records be; the coordinator writes each numbered record once.
+        one_way_.insert(one_way_.begin(), kept_records_.begin(), kept_records_.end());
         io.next_heartbeat = io.next_join = Clock::now();
       }
       io.handshaken = true;
       io.disconnected = false;
+      down_since_.reset();
       break;
     case ZMQ_EVENT_DISCONNECTED:
       if (!io.disconnected && joined_) {
         ATOLL_WARN("island " << options_.island << ": lost the connection to the coordinator; reconnecting");
       }
       io.disconnected = true;
+      if (!down_since_) down_since_ = Clock::now();
       link_problem_ = "the connection to the coordinator was lost";
       break;
     case ZMQ_EVENT_CONNECT_RETRIED:

@@ -161,12 +161,23 @@ void Coordinator::loop() {
   CoordinatorState& state = *state_;
   const auto tick = tick_period(options_);
   std::vector<Outgoing> out;
+  Clock::time_point next_persist{};
   std::vector<zmq::pollitem_t> items = {{s.router.handle(), 0, ZMQ_POLLIN, 0},
                                         {s.monitor.handle(), 0, ZMQ_POLLIN, 0}};
   if (s.zap) items.push_back({s.zap->socket().handle(), 0, ZMQ_POLLIN, 0});
+  // The running state for a restart (CoordinatorOptions::persist): a changed store or
+  // membership is saved before the replies that acknowledge it leave; records at most every
+  // persist_ms.
+  auto persist = [&](bool periodic) {
+    if (!options_.persist || !(periodic ? state.dirty() && Clock::now() >= next_persist : state.urgent())) return;
+    options_.persist(state.snapshot());
+    state.clean();
+    next_persist = Clock::now() + std::chrono::milliseconds(options_.persist_ms);
+  };
   // Publishes a new membership before the messages that announce it leave, so that whoever
   // hears of an epoch from an island finds it in membership() too.
   auto publish_and_send = [&] {
+    persist(false);
     if (state.epoch() != published_epoch_) {
       std::lock_guard<std::mutex> lock(mu_);
       membership_ = state.membership();
@@ -220,6 +231,7 @@ void Coordinator::loop() {
       for (const auto& [key, value] : sets) state.set_by_coordinator(key, value, Clock::now(), &out);
       state.on_tick(Clock::now(), &out);
       publish_and_send();
+      persist(true);
     } catch (const zmq::error_t& e) {
       if (e.num() == ETERM) break;
       ATOLL_ERROR("coordinator: ZeroMQ error in the loop: " << e.what());

@@ -20,8 +20,11 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <utility>
@@ -33,6 +36,29 @@
 #include "transport/outer_server.h"
 
 namespace atl::transport {
+
+// What a coordinator restarted mid-run picks the run up from (docs/protocol.md "Coordinator
+// restart"): the membership with each island's session, endpoint and key, the epoch, the
+// rendezvous store, and which records of each island session were written (RECORD's request
+// id numbers them: every one up to `floor`, and those in `above`).
+struct CoordinatorSnapshot {
+  struct Member {
+    int id = -1;
+    uint64_t session = 0;
+    std::string endpoint;
+    std::string public_key;
+  };
+  struct Records {
+    int island = -1;
+    uint64_t session = 0;
+    uint64_t floor = 0;
+    std::vector<uint64_t> above;  // ascending, each > floor
+  };
+  uint64_t epoch = 0;
+  std::vector<Member> members;  // ascending id
+  std::map<std::string, std::vector<uint8_t>> store;
+  std::vector<Records> records;
+};
 
 struct CoordinatorOptions {
   // ROUTER bind address. Port "*" ("tcp://127.0.0.1:*") picks a free port; endpoint()
@@ -70,6 +96,26 @@ struct CoordinatorOptions {
   // coordinator process writes `membership` records from it (src/run/coordinator_process.cpp);
   // the transport builds no records itself. nullptr: not reported (the change is still logged).
   std::function<void(const Membership& view, const std::vector<MemberChange>& changes)> on_membership;
+
+  // One call per STORE_SET an island made (after it was stored, on the loop thread): the
+  // island and the key. The coordinator process follows the checkpoint protocol's marks with
+  // it (docs/protocol.md "Checkpoints"). nullptr: not reported.
+  std::function<void(int island, const std::string& key, std::span<const uint8_t> value)> on_store_set;
+  // The first epoch (a run resumed from a checkpoint continues past the epochs it had).
+  uint64_t initial_epoch = 0;
+  // A coordinator restarted mid-run starts from this state (its epoch replaces
+  // initial_epoch); every member gets heartbeat_timeout_ms + 3 s from the start to be heard
+  // from (an island's libzmq redials at most every 2 s).
+  std::optional<CoordinatorSnapshot> restore;
+  // Called on the loop thread with the state after it changed (a store key set, a membership
+  // change, a record written), at most once every persist_ms: the process saves it together
+  // with its metrics.jsonl length, so that a restarted coordinator continues from there.
+  // nullptr: not called.
+  std::function<void(const CoordinatorSnapshot&)> persist;
+  int64_t persist_ms = 500;
+  // Store keys with one of these prefixes are left out of the saved state and do not make a
+  // save urgent (large transient values, such as state hand-over parts).
+  std::vector<std::string> transient_prefixes;
 
   // Limits against hostile or broken peers.
   int64_t max_message_bytes = int64_t{1} << 30;  // larger messages drop the connection

@@ -156,6 +156,7 @@ bool CoordinatorState::store_put(const std::string& key, std::span<const uint8_t
   const size_t needed = key.size() + bytes.size();
   if (store_bytes_ - freed + needed > static_cast<size_t>(options_.max_store_bytes)) return false;
   store_bytes_ = store_bytes_ - freed + needed;
+  if (!transient(key)) urgent_ = true;
   std::vector<uint8_t>& value = store_[key];
   value.assign(bytes.begin(), bytes.end());
 
@@ -184,6 +185,7 @@ void CoordinatorState::on_store_set(int id, Island& isl, const Message& m, std::
   }
   out->push_back({isl.routing_id, reply(MsgType::kAck, id, isl.session, rid)});
   out->insert(out->end(), std::make_move_iterator(answers.begin()), std::make_move_iterator(answers.end()));
+  if (options_.on_store_set) options_.on_store_set(id, m.key, m.bytes);
 }
 
 void CoordinatorState::set_by_coordinator(const std::string& key, const std::vector<uint8_t>& value,

@@ -16,13 +16,75 @@ using proto::Message;
 using proto::MsgType;
 
 namespace {
+constexpr int64_t kRestoreGraceMs = 3000;
 int64_t ms_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(b - a).count();
 }
 }  // namespace
 
 CoordinatorState::CoordinatorState(const CoordinatorOptions& options)
-    : options_(options), star_(options.pipeline, options.max_push_elements) {}
+    : options_(options), epoch_(options.initial_epoch), star_(options.pipeline, options.max_push_elements) {
+  if (!options.restore) return;
+  // A restarted coordinator: the run's members, each with a fresh heartbeat deadline (its
+  // replies go to the connection it uses first), the store and the records written.
+  const CoordinatorSnapshot& r = *options.restore;
+  epoch_ = r.epoch;
+  // libzmq redials at most every 2 s (ControlClientOptions' reconnect_ivl_max): a member has
+  // that much longer than heartbeat_timeout_ms to be heard from.
+  const auto now = Clock::now() + std::chrono::milliseconds(kRestoreGraceMs);
+  for (const auto& m : r.members) {
+    Island& isl = islands_[m.id];
+    isl.session = m.session;
+    isl.endpoint = m.endpoint;
+    isl.public_key = m.public_key;
+    isl.last_seen = now;
+  }
+  for (const auto& [key, value] : r.store) {
+    store_bytes_ += key.size() + value.size();
+    store_[key] = value;
+  }
+  for (const auto& rec : r.records) {
+    RecordMarks& marks = records_[{rec.island, rec.session}];
+    marks.floor = rec.floor;
+    marks.above.insert(rec.above.begin(), rec.above.end());
+  }
+}
+
+CoordinatorSnapshot CoordinatorState::snapshot() const {
+  CoordinatorSnapshot s;
+  s.epoch = epoch_;
+  for (const auto& [id, isl] : islands_) s.members.push_back({id, isl.session, isl.endpoint, isl.public_key});
+  for (const auto& [key, value] : store_)
+    if (!transient(key)) s.store.emplace(key, value);
+  for (const auto& [key, marks] : records_)
+    s.records.push_back({key.first, key.second, marks.floor, {marks.above.begin(), marks.above.end()}});
+  return s;
+}
+
+bool CoordinatorState::transient(const std::string& key) const {
+  for (const auto& prefix : options_.transient_prefixes)
+    if (key.rfind(prefix, 0) == 0) return true;
+  return false;
+}
+
+bool CoordinatorState::new_record(int id, uint64_t session, uint64_t rid) {
+  if (rid == 0) return true;
+  RecordMarks& marks = records_[{id, session}];
+  if (rid <= marks.floor || !marks.above.insert(rid).second) return false;
+  while (!marks.above.empty() && *marks.above.begin() == marks.floor + 1) {
+    marks.floor = *marks.above.begin();
+    marks.above.erase(marks.above.begin());
+  }
+  // Sessions long gone are forgotten (bounded memory); live ones are kept.
+  if (records_.size() > 1024) {
+    for (auto it = records_.begin(); it != records_.end();) {
+      auto isl = islands_.find(it->first.first);
+      const bool live = isl != islands_.end() && isl->second.session == it->first.second;
+      it = live ? std::next(it) : records_.erase(it);
+    }
+  }
+  return true;
+}
 
 void CoordinatorState::warn(const std::string& line, Clock::time_point now) {
   uint64_t suppressed = 0;
@@ -108,6 +170,8 @@ void CoordinatorState::on_message(const std::string& routing_id, const std::stri
     case MsgType::kStoreSet: return on_store_set(id, isl, m, out);
     case MsgType::kStoreGet: return on_store_get(id, isl, m, now, out);
     case MsgType::kRecord:
+      if (!new_record(id, isl.session, h.request_id)) return;  // resent, and written already
+      dirty_ = true;
       if (options_.record_sink) {
         options_.record_sink(std::string(reinterpret_cast<const char*>(m.bytes.data()), m.bytes.size()));
       }
@@ -260,6 +324,7 @@ void CoordinatorState::remove_island(int id) {
 void CoordinatorState::membership_changed(const std::vector<MemberChange>& changes, int skip,
                                           std::vector<Outgoing>* out) {
   ++epoch_;
+  urgent_ = true;
   Message body;
   body.membership = membership();
   for (const auto& [id, isl] : islands_) {

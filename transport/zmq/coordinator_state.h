@@ -53,6 +53,15 @@ class CoordinatorState {
   void set_by_coordinator(const std::string& key, const std::vector<uint8_t>& value, Clock::time_point now,
                           std::vector<Outgoing>* out);
 
+  // The state a restarted coordinator starts from (CoordinatorOptions::persist / restore).
+  CoordinatorSnapshot snapshot() const;
+  // Whether the state changed since clean() (heartbeats and requests that wait change
+  // nothing); urgent(): the store or the membership did, which is saved before the replies
+  // that acknowledge it leave (records may wait for the next periodic save).
+  bool dirty() const { return dirty_ || urgent_; }
+  bool urgent() const { return urgent_; }
+  void clean() { dirty_ = urgent_ = false; }
+
   uint64_t epoch() const { return epoch_; }
   Membership membership() const;
   uint64_t messages() const { return messages_; }
@@ -129,6 +138,19 @@ class CoordinatorState {
   // declared dead and resends a PUSH that was applied must not apply it twice. Bounded.
   std::map<std::pair<int, uint64_t>, std::deque<uint64_t>> retired_;
   std::deque<std::pair<int, uint64_t>> retired_order_;
+  // Records written per (island, session), by RECORD request id: all up to floor, and the
+  // ids above it (a record resent after a reconnection or a coordinator restart is written once).
+  struct RecordMarks {
+    uint64_t floor = 0;
+    std::set<uint64_t> above;
+  };
+  // True when the record (island, session, id) is new (and marks it written); id 0: always.
+  bool new_record(int id, uint64_t session, uint64_t rid);
+  // Whether `key` is left out of the saved state (CoordinatorOptions::transient_prefixes).
+  bool transient(const std::string& key) const;
+  std::map<std::pair<int, uint64_t>, RecordMarks> records_;
+  bool dirty_ = false;
+  bool urgent_ = false;
   uint64_t messages_ = 0;
   uint64_t dropped_ = 0;
   LogLimiter limiter_;

@@ -1,0 +1,115 @@
+// The checkpoints of a real run (docs/checkpoints.md "Real runs"): each island process writes
+// its own file of step S into runs/<name>/checkpoints/island-K/, the coordinator its own into
+// runs/<name>/checkpoints/coordinator/ once every island that takes part has written S. This
+// file is the one reader and writer of their sections, and picks the step a whole run
+// resumes from (resume_step()).
+//
+// The island's sections reuse the simulator's layouts where they mean the same ("run",
+// "global"), so `atoll export --checkpoint` reads an island's file as it reads a simulator's.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "algorithms/algorithm.h"
+#include "src/base/status.h"
+#include "src/checkpoint/checkpoint_file.h"
+#include "src/config/config.h"
+#include "src/core/island_runtime.h"
+#include "src/data/dataset.h"
+#include "transport/group.h"
+#include "transport/zmq/coordinator.h"
+
+namespace atl::run {
+
+// Store keys of the checkpoint and resume protocol (docs/protocol.md "Checkpoints").
+// Island K has written checkpoint S (set after its records up to S, on the same connection).
+std::string checkpoint_mark_key(int64_t step, int island);
+// The coordinator has written checkpoint S: the islands waiting at S go on.
+std::string checkpoint_done_key(int64_t step);
+// --resume: the steps of the checkpoints island K holds whole, newest first ("40,30,20").
+std::string resume_have_key(int island);
+// --resume: the coordinator's decision, "fresh" or "step:S"; set before atoll/run/start.
+inline constexpr char kResumeKey[] = "atoll/run/resume";
+
+// Where the processes of `config` keep their checkpoints.
+std::string checkpoints_root(const config::Config& config);  // checkpoint.dir or runs/<name>/checkpoints
+std::string island_checkpoint_dir(const config::Config& config, int island);
+std::string coordinator_checkpoint_dir(const config::Config& config);
+
+// One island at the step boundary S of a checkpoint.
+struct IslandProcessCheckpoint {
+  int64_t step = 0;
+  std::string config_hash;       // core::resume_hash(config)
+  int island = -1;
+  int islands = 0;               // islands.count
+  at::Tensor global;             // [N] float32: the island's global model
+  at::Tensor params;             // [N] float32: its parameters
+  int64_t optimizer_steps = 0;   // inner optimizer
+  std::vector<at::Tensor> optimizer_state;
+  data::Sampler::Position sampler;
+  algorithms::AlgorithmCheckpoint algorithm;
+  core::IslandRuntime::Saved runtime;
+  transport::ByteCounters bytes;  // the island's data-plane counters (eval and island_end records)
+  at::Tensor torch_rng;          // libtorch's default CPU generator, uint8 state
+};
+
+// The coordinator at checkpoint S: every island of `members` had written S.
+struct CoordinatorCheckpoint {
+  int64_t step = 0;
+  uint64_t metrics_bytes = 0;    // metrics.jsonl's length at the cut
+  std::string config_hash;
+  int islands = 0;
+  uint64_t epoch = 0;            // membership epoch at the cut
+  std::vector<int> members;      // ascending
+};
+
+// The coordinator's running state (docs/checkpoints.md "Coordinator restart"), saved while
+// the run goes on and read by a coordinator restarted mid-run: the transport's snapshot and
+// metrics.jsonl's length when it was taken.
+struct CoordinatorRunState {
+  uint64_t metrics_bytes = 0;
+  std::string config_hash;
+  int islands = 0;
+  transport::CoordinatorSnapshot snapshot;
+};
+// Its file: <checkpoints_root>/coordinator/run-state.ckpt.
+std::string coordinator_state_path(const config::Config& config);
+std::vector<checkpoint::Section> encode_run_state(const CoordinatorRunState& s);
+StatusOr<CoordinatorRunState> decode_run_state(const checkpoint::Checkpoint& file, const std::string& what);
+
+std::vector<checkpoint::Section> encode_island(const IslandProcessCheckpoint& c);
+StatusOr<IslandProcessCheckpoint> decode_island(const checkpoint::Checkpoint& file, const std::string& what);
+std::vector<checkpoint::Section> encode_coordinator(const CoordinatorCheckpoint& c);
+StatusOr<CoordinatorCheckpoint> decode_coordinator(const checkpoint::Checkpoint& file, const std::string& what);
+
+// The checkpoints of island `island` in `dir` that read back whole, decode, and belong to
+// `config_hash`, newest first; each one that does not is reported through `refused` with
+// one line ending in "; falling back to the previous checkpoint".
+std::vector<int64_t> usable_island_steps(const std::string& dir, const std::string& config_hash, int island,
+                                         const std::function<void(const std::string&)>& refused);
+// The same for the coordinator's checkpoints, decoded.
+std::vector<CoordinatorCheckpoint> usable_coordinator_checkpoints(
+    const std::string& dir, const std::string& config_hash, const std::function<void(const std::string&)>& refused);
+
+// The step a whole run resumes from: the newest coordinator checkpoint (`coordinator`, newest
+// first, each with the islands it lists) whose every island holds that step (`have`: island
+// -> its usable steps). nullopt when there is none; `why` then says which island lacks what.
+struct ResumePoint {
+  int64_t step = 0;
+  std::vector<int> members;
+};
+std::optional<ResumePoint> resume_step(const std::vector<CoordinatorCheckpoint>& coordinator,
+                                       const std::map<int, std::vector<int64_t>>& have, std::string* why);
+
+// "40,30,20" <-> {40, 30, 20}. Parsing skips nothing: a malformed list is empty.
+std::string steps_text(const std::vector<int64_t>& steps);
+std::vector<int64_t> parse_steps(const std::string& text);
+
+}  // namespace atl::run

@@ -1,0 +1,172 @@
+// The checkpoints of real runs (src/run/process_checkpoint.h): every section round-trips, a
+// malformed one is refused, and a whole run resumes from the newest checkpoint that the
+// coordinator and every island it lists hold.
+#include "src/run/process_checkpoint.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "src/checkpoint/checkpoint_dir.h"
+
+namespace atl::run {
+namespace {
+
+namespace fs = std::filesystem;
+
+checkpoint::Checkpoint file_of(const std::vector<checkpoint::Section>& sections) {
+  auto c = checkpoint::decode(checkpoint::encode(sections), "test");
+  EXPECT_TRUE(c.is_ok()) << c.status().to_string();
+  return c.value();
+}
+
+IslandProcessCheckpoint island_checkpoint(int island, int64_t step) {
+  IslandProcessCheckpoint c;
+  c.step = step;
+  c.config_hash = "0123456789abcdef";
+  c.island = island;
+  c.islands = 3;
+  c.global = at::arange(6, at::kFloat);
+  c.params = at::arange(6, at::kFloat) * 2;
+  c.optimizer_steps = step;
+  c.optimizer_state = {at::ones({6}), at::Tensor()};
+  c.sampler = {2, 17};
+  c.algorithm.counters = {4, 3};
+  c.algorithm.tensors = {at::zeros({6}), at::Tensor()};
+  c.runtime = {step, 1.5, 3};
+  c.bytes = {1000, 2000, 4000};
+  c.torch_rng = at::arange(8, at::kByte);
+  return c;
+}
+
+TEST(ProcessCheckpoint, IslandSectionsRoundTrip) {
+  const IslandProcessCheckpoint c = island_checkpoint(2, 40);
+  auto back = decode_island(file_of(encode_island(c)), "f");
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  EXPECT_EQ(back->step, 40);
+  EXPECT_EQ(back->island, 2);
+  EXPECT_EQ(back->islands, 3);
+  EXPECT_EQ(back->config_hash, c.config_hash);
+  EXPECT_TRUE(back->global.equal(c.global));
+  EXPECT_TRUE(back->params.equal(c.params));
+  EXPECT_EQ(back->optimizer_steps, 40);
+  ASSERT_EQ(back->optimizer_state.size(), 2u);
+  EXPECT_TRUE(back->optimizer_state[0].equal(c.optimizer_state[0]));
+  EXPECT_FALSE(back->optimizer_state[1].defined());
+  EXPECT_EQ(back->sampler.epoch, 2);
+  EXPECT_EQ(back->sampler.pos, 17u);
+  EXPECT_EQ(back->algorithm.counters, c.algorithm.counters);
+  EXPECT_EQ(back->runtime.steps, 40);
+  EXPECT_EQ(back->runtime.loss_acc, 1.5);
+  EXPECT_EQ(back->runtime.loss_n, 3);
+  EXPECT_EQ(back->bytes.sent, 1000u);
+  EXPECT_EQ(back->bytes.received, 2000u);
+  EXPECT_EQ(back->bytes.raw_sent, 4000u);
+  EXPECT_TRUE(back->torch_rng.equal(c.torch_rng));
+
+  // A section cut short (re-sealed, so only the payload is wrong) is refused with one line.
+  auto sections = encode_island(c);
+  sections.back().data.pop_back();
+  auto bad = decode_island(file_of(sections), "f");
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_EQ(bad.status().message(), "f: malformed section 'island'");
+  EXPECT_FALSE(decode_coordinator(file_of(encode_island(c)), "f").is_ok());
+}
+
+TEST(ProcessCheckpoint, CoordinatorAndRunStateRoundTrip) {
+  CoordinatorCheckpoint c;
+  c.step = 50;
+  c.metrics_bytes = 12345;
+  c.config_hash = "h";
+  c.islands = 3;
+  c.epoch = 9;
+  c.members = {0, 2};
+  auto back = decode_coordinator(file_of(encode_coordinator(c)), "f");
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  EXPECT_EQ(back->step, 50);
+  EXPECT_EQ(back->metrics_bytes, 12345u);
+  EXPECT_EQ(back->epoch, 9u);
+  EXPECT_EQ(back->members, (std::vector<int>{0, 2}));
+
+  CoordinatorRunState s;
+  s.metrics_bytes = 777;
+  s.config_hash = "h";
+  s.islands = 3;
+  s.snapshot.epoch = 11;
+  s.snapshot.members = {{0, 42, "tcp://a:1", ""}, {2, 43, "", "KEY"}};
+  s.snapshot.store["atoll/run/start"] = {'s', 't'};
+  s.snapshot.store["empty"] = {};
+  s.snapshot.records = {{0, 42, 10, {12, 15}}};
+  auto st = decode_run_state(file_of(encode_run_state(s)), "f");
+  ASSERT_TRUE(st.is_ok()) << st.status().to_string();
+  EXPECT_EQ(st->metrics_bytes, 777u);
+  EXPECT_EQ(st->snapshot.epoch, 11u);
+  ASSERT_EQ(st->snapshot.members.size(), 2u);
+  EXPECT_EQ(st->snapshot.members[0].session, 42u);
+  EXPECT_EQ(st->snapshot.members[0].endpoint, "tcp://a:1");
+  EXPECT_EQ(st->snapshot.members[1].public_key, "KEY");
+  EXPECT_EQ(st->snapshot.store, s.snapshot.store);
+  ASSERT_EQ(st->snapshot.records.size(), 1u);
+  EXPECT_EQ(st->snapshot.records[0].floor, 10u);
+  EXPECT_EQ(st->snapshot.records[0].above, (std::vector<uint64_t>{12, 15}));
+}
+
+TEST(ProcessCheckpoint, ResumesFromTheNewestCommonCheckpoint) {
+  auto coord = [](int64_t step, std::vector<int> members) {
+    CoordinatorCheckpoint c;
+    c.step = step;
+    c.members = std::move(members);
+    return c;
+  };
+  const std::vector<CoordinatorCheckpoint> newest_first = {coord(50, {0, 1, 2}), coord(40, {0, 1, 2}), coord(30, {0, 1})};
+  std::string why;
+  auto p = resume_step(newest_first, {{0, {60, 50, 40}}, {1, {50, 40}}, {2, {50, 40}}}, &why);
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(p->step, 50);
+  // Island 1's 50 is torn: back to 40.
+  p = resume_step(newest_first, {{0, {50, 40}}, {1, {40}}, {2, {50, 40}}}, &why);
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(p->step, 40);
+  // Only 30 is common, and island 2 is not part of it.
+  p = resume_step(newest_first, {{0, {30}}, {1, {30}}}, &why);
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(p->step, 30);
+  EXPECT_EQ(p->members, (std::vector<int>{0, 1}));
+  EXPECT_FALSE(resume_step(newest_first, {{0, {20}}}, &why).has_value());
+  EXPECT_NE(why.find("step 50: island(s) 0, 1, 2 hold no usable checkpoint of it"), std::string::npos) << why;
+  EXPECT_FALSE(resume_step({}, {}, &why).has_value());
+  EXPECT_EQ(why, "the coordinator holds no usable checkpoint");
+}
+
+TEST(ProcessCheckpoint, UsableStepsSkipTornFilesAndOtherIslands) {
+  const fs::path dir = fs::temp_directory_path() / ("atoll_pc_test_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  checkpoint::CheckpointDir d(dir.string(), 5);
+  for (int64_t s : {10, 20, 30}) ASSERT_TRUE(d.save(s, encode_island(island_checkpoint(1, s))).is_ok());
+  ASSERT_TRUE(d.save(40, encode_island(island_checkpoint(2, 40))).is_ok());  // another island's
+  const fs::path torn = dir / checkpoint::CheckpointDir::file_name(30);
+  fs::resize_file(torn, fs::file_size(torn) - 10);
+  std::vector<std::string> refused;
+  auto steps = usable_island_steps(dir.string(), "0123456789abcdef", 1, [&](const std::string& l) { refused.push_back(l); });
+  EXPECT_EQ(steps, (std::vector<int64_t>{20, 10}));
+  ASSERT_EQ(refused.size(), 2u);
+  EXPECT_NE(refused[0].find("belongs to island 2"), std::string::npos) << refused[0];
+  EXPECT_NE(refused[1].find("truncated"), std::string::npos) << refused[1];
+  EXPECT_NE(refused[1].find("; falling back to the previous checkpoint"), std::string::npos) << refused[1];
+  EXPECT_TRUE(usable_island_steps(dir.string(), "another", 1, nullptr).empty());
+  fs::remove_all(dir);
+}
+
+TEST(ProcessCheckpoint, StepLists) {
+  EXPECT_EQ(steps_text({50, 40}), "50,40");
+  EXPECT_EQ(parse_steps("50,40"), (std::vector<int64_t>{50, 40}));
+  EXPECT_TRUE(parse_steps("").empty());
+  EXPECT_TRUE(parse_steps("5,,4").empty());
+  EXPECT_TRUE(parse_steps("-5").empty());
+  EXPECT_TRUE(parse_steps("12345678901234567890").empty());
+}
+
+}  // namespace
+}  // namespace atl::run

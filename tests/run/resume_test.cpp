@@ -1,0 +1,334 @@
+// Checkpoints of real runs (docs/checkpoints.md "Real runs"): `atoll launch` killed as a whole
+// with SIGKILL at a random moment and resumed with --resume ends exactly as the uninterrupted
+// run; a torn set of checkpoints falls back to the previous common one; and the algorithms
+// real runs do not checkpoint yet are refused with one line.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <random>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "src/core/json.h"
+#include "tests/run/process_test_util.h"
+
+namespace fs = std::filesystem;
+using atl::core::json_find_string;
+using atl::testing::lines;
+using atl::testing::read;
+
+namespace {
+
+// Runs atoll with `args`; stdout and stderr to `log`. The exit code.
+int run(const std::string& args, const fs::path& log) {
+  const int status = std::system((std::string(ATOLL_BINARY) + " " + args + " >" + log.string() + " 2>&1").c_str());
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+// Starts ATOLL_BINARY `args` as the leader of a new process group (its children join it).
+pid_t spawn_group(const std::vector<std::string>& args, const fs::path& log) {
+  const pid_t pid = fork();
+  if (pid != 0) return pid;
+  setpgid(0, 0);
+  if (!std::freopen(log.c_str(), "w", stdout) || dup2(fileno(stdout), 2) < 0) _exit(126);
+  std::vector<char*> argv = {const_cast<char*>("atoll")};
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  execv(ATOLL_BINARY, argv.data());
+  _exit(127);
+}
+
+// metrics.jsonl as a sorted list of records that do not depend on wall time: membership
+// records dropped; every record's wall_time_s, round records' sync_s, and the data plane's
+// wire-byte counts (bytes_sent, bytes_recv, compression_ratio, bytes_sent_total: how many
+// acknowledgements and hellos travel depends on timing, in any two real runs) removed. Lines
+// of different islands interleave differently in any two real runs, hence sorted.
+std::vector<std::string> comparable(const fs::path& metrics) {
+  static const std::regex wall(
+      R"re(,"(wall_time_s|sync_s|bytes_sent|bytes_recv|compression_ratio|bytes_sent_total)":[^,}]*)re");
+  std::vector<std::string> out;
+  for (const auto& l : lines(metrics)) {
+    if (json_find_string(l, "event") == "membership") continue;
+    out.push_back(std::regex_replace(l, wall, ""));
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// The lines only one of two sorted lists holds, for failure messages.
+std::string difference(const std::vector<std::string>& a, const std::vector<std::string>& b) {
+  std::vector<std::string> only_a, only_b;
+  std::set_difference(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(only_a));
+  std::set_difference(b.begin(), b.end(), a.begin(), a.end(), std::back_inserter(only_b));
+  std::string out = "only in the first:\n";
+  for (const auto& l : only_a) out += "  " + l + "\n";
+  out += "only in the second:\n";
+  for (const auto& l : only_b) out += "  " + l + "\n";
+  return out;
+}
+
+// metrics.jsonl records compared as comparable() lists; a failure lists the differences.
+void expect_same_records(const std::vector<std::string>& got, const std::vector<std::string>& want) {
+  EXPECT_TRUE(got == want) << difference(got, want);
+}
+
+class Resume : public ::testing::Test {
+ public:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("atoll_resume_test_" + std::to_string(getpid()));
+    fs::create_directories(dir_);
+    std::ofstream(dir_ / "corpus.txt") << [] {
+      std::string s;
+      for (int i = 0; i < 300; ++i) s += "in the beginning was the word " + std::to_string(i % 13) + ".\n";
+      return s;
+    }();
+    port_ = 40000 + static_cast<int>(getpid() % 500) * 20;
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // diloco-local.yaml made small: 3 islands, H = 5, a checkpoint every 10 steps.
+  std::string config(int steps, const std::string& extra = "") {
+    std::ostringstream y;
+    y << "run: {name: r, seed: 7, out_dir: " << (dir_ / "runs").string() << ", threads: 1}\n"
+      << "model: {name: gpt, layers: 1, heads: 2, dim: 32, seq_len: 16}\n"
+      << "data: {kind: text, path: " << (dir_ / "corpus.txt").string() << ", partition: contiguous}\n"
+      << "train: {lr: 0.003, warmup_steps: 2, batch_size: 4, steps: " << steps
+      << ", eval_every: 10, eval_batches: 1, log_every: 5}\n"
+      << "islands: {count: 3}\n"
+      << "algorithm: {name: diloco, inner_steps: 5}\n"
+      << "checkpoint: {every: 10, keep: 2}\n"
+      << "transport: {coordinator: \"tcp://127.0.0.1:" << port_ << "\", base_port: " << port_ + 1
+      << ", heartbeat_ms: 100, heartbeat_timeout_ms: 3000}\n"
+      << extra;
+    const fs::path p = dir_ / "c.yaml";
+    std::ofstream(p) << y.str();
+    return p.string();
+  }
+  fs::path run_dir(const std::string& name) const { return dir_ / "runs" / name; }
+
+  fs::path dir_;
+  int port_ = 0;
+};
+
+// The acceptance test: killed as a whole (SIGKILL to launch's process group) at a random
+// moment after the first checkpoint, resumed with --resume: final_params.bin bitwise equal to
+// the uninterrupted run's, metrics.jsonl equal except wall-time fields; then a torn set (the
+// newest checkpoint of one island unreadable) falls back to the previous common checkpoint
+// and still ends the same.
+TEST_F(Resume, LaunchKilledAndResumedEndsAsTheUninterruptedRun) {
+  const std::string cfg = config(60);
+  ASSERT_EQ(run("launch " + cfg + " --quiet --set run.name=whole", dir_ / "whole.log"), 0) << read(dir_ / "whole.log");
+  const std::string expected = read(run_dir("whole") / "final_params.bin");
+  ASSERT_GT(expected.size(), 100u);
+  const auto expected_metrics = comparable(run_dir("whole") / "metrics.jsonl");
+  ASSERT_FALSE(expected_metrics.empty());
+  // Checkpoints of every process: the newest `keep` (coordinator) and keep + 1 (islands).
+  EXPECT_TRUE(fs::exists(run_dir("whole") / "checkpoints/coordinator/step-000000000050.ckpt"));
+  EXPECT_TRUE(fs::exists(run_dir("whole") / "checkpoints/island-2/step-000000000030.ckpt"));
+
+  const pid_t pid = spawn_group({"launch", cfg, "--quiet", "--set", "run.name=cut"}, dir_ / "cut.log");
+  ASSERT_GT(pid, 0);
+  const fs::path first = run_dir("cut") / "checkpoints/coordinator/step-000000000010.ckpt";
+  for (int i = 0; i < 600 && !fs::exists(first); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_TRUE(fs::exists(first)) << "no checkpoint within 30 s\n" << read(dir_ / "cut.log");
+  std::mt19937 rng(static_cast<unsigned>(std::random_device{}()));
+  const int wait_ms = std::uniform_int_distribution<int>(0, 1500)(rng);
+  std::this_thread::sleep_for(std::chrono::milliseconds(wait_ms));
+  ASSERT_EQ(kill(-pid, SIGKILL), 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the children are gone too
+  SCOPED_TRACE("killed " + std::to_string(wait_ms) + " ms after the first checkpoint");
+
+  ASSERT_EQ(run("launch " + cfg + " --quiet --resume --set run.name=cut", dir_ / "resume.log"), 0)
+      << read(dir_ / "resume.log");
+  EXPECT_TRUE(read(run_dir("cut") / "final_params.bin") == expected) << "final parameters differ after the resume";
+  expect_same_records(comparable(run_dir("cut") / "metrics.jsonl"), expected_metrics);
+  EXPECT_NE(read(dir_ / "resume.log").find("coordinator: resuming after step "), std::string::npos)
+      << read(dir_ / "resume.log");
+  EXPECT_NE(read(run_dir("cut") / "summary.json").find("\"islands_finished\":3"), std::string::npos);
+
+  // A torn set: island 1's newest checkpoint is cut short; the coordinator's newest (50) is
+  // then not common, and the run resumes from 40 with the same end.
+  const fs::path newest = run_dir("cut") / "checkpoints/island-1/step-000000000050.ckpt";
+  ASSERT_TRUE(fs::exists(newest));
+  fs::resize_file(newest, fs::file_size(newest) / 2);
+  ASSERT_EQ(run("launch " + cfg + " --quiet --resume --set run.name=cut", dir_ / "torn.log"), 0) << read(dir_ / "torn.log");
+  const std::string torn = read(dir_ / "torn.log");
+  EXPECT_NE(torn.find("step-000000000050.ckpt': truncated"), std::string::npos) << torn;
+  EXPECT_NE(torn.find("coordinator: resuming after step 40"), std::string::npos) << torn;
+  EXPECT_TRUE(read(run_dir("cut") / "final_params.bin") == expected) << "final parameters differ after the torn resume";
+  expect_same_records(comparable(run_dir("cut") / "metrics.jsonl"), expected_metrics);
+}
+
+// ddp checkpoints every step's state as well: stopped and resumed, the same end.
+TEST_F(Resume, DdpResumedFromACheckpointEndsTheSame) {
+  const std::string cfg = config(30, "");
+  const std::string ddp = " --quiet --set algorithm.name=ddp";
+  ASSERT_EQ(run("launch " + cfg + ddp + " --set run.name=whole", dir_ / "whole.log"), 0) << read(dir_ / "whole.log");
+  // A finished run resumed redoes the steps after its newest common checkpoint (20).
+  ASSERT_EQ(run("launch " + cfg + ddp + " --resume --set run.name=whole", dir_ / "again.log"), 0) << read(dir_ / "again.log");
+  EXPECT_NE(read(dir_ / "again.log").find("coordinator: resuming after step 20"), std::string::npos) << read(dir_ / "again.log");
+  ASSERT_EQ(run("launch " + cfg + ddp + " --set run.name=fresh", dir_ / "fresh.log"), 0);
+  EXPECT_TRUE(read(run_dir("whole") / "final_params.bin") == read(run_dir("fresh") / "final_params.bin"));
+  expect_same_records(comparable(run_dir("whole") / "metrics.jsonl"), comparable(run_dir("fresh") / "metrics.jsonl"));
+}
+
+// What real runs do not checkpoint yet is refused before anything starts, with one line that
+// names the key; --resume without checkpoints too; a run directory without checkpoints is
+// refused by the coordinator.
+TEST_F(Resume, RefusesWhatRealRunsDoNotCheckpoint) {
+  const std::string cfg = config(20);
+  ASSERT_EQ(run("launch " + cfg + " --quiet --set algorithm.name=streaming_diloco --set model.layers=2", dir_ / "s.log"), 2);
+  EXPECT_NE(read(dir_ / "s.log").find("checkpoint.every"), std::string::npos) << read(dir_ / "s.log");
+  EXPECT_NE(read(dir_ / "s.log").find("not streaming_diloco"), std::string::npos) << read(dir_ / "s.log");
+  ASSERT_EQ(run("launch " + cfg + " --quiet --set algorithm.overlap=delayed", dir_ / "o.log"), 2);
+  EXPECT_NE(read(dir_ / "o.log").find("with algorithm.overlap"), std::string::npos) << read(dir_ / "o.log");
+  ASSERT_EQ(run("coordinator " + cfg + " --quiet --resume --set checkpoint.every=0", dir_ / "r.log"), 2);
+  EXPECT_NE(read(dir_ / "r.log").find("run.resume"), std::string::npos) << read(dir_ / "r.log");
+  fs::create_directories(run_dir("r"));
+  ASSERT_EQ(run("coordinator " + cfg + " --quiet --resume", dir_ / "n.log"), 2);
+  EXPECT_NE(read(dir_ / "n.log").find("holds no usable checkpoint"), std::string::npos) << read(dir_ / "n.log");
+}
+
+}  // namespace
+
+namespace {
+
+// The child of `launch` that runs `atoll coordinator`; -1 if none.
+pid_t coordinator_child(pid_t launch) {
+  for (pid_t c : atl::testing::children_of(launch)) {
+    std::string cmdline = read("/proc/" + std::to_string(c) + "/cmdline");
+    std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
+    if (cmdline.find(" coordinator ") != std::string::npos) return c;
+  }
+  return -1;
+}
+
+// Waits up to `seconds` until metrics.jsonl holds `part`.
+bool wait_for(const fs::path& metrics, const std::string& part, int seconds) {
+  for (int i = 0; i < seconds * 20; ++i) {
+    if (read(metrics).find(part) != std::string::npos) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
+}
+
+// island -> global_xxh64 of its island_end record.
+std::map<int, std::string> final_hashes(const fs::path& metrics) {
+  std::map<int, std::string> out;
+  for (const auto& l : lines(metrics)) {
+    if (json_find_string(l, "event") != "island_end") continue;
+    out[static_cast<int>(atl::core::json_find_number(l, "island").value_or(-1))] =
+        json_find_string(l, "global_xxh64").value_or("");
+  }
+  return out;
+}
+
+}  // namespace
+
+// The coordinator is SIGKILLed mid-round (a checkpoint may be in progress) and started again
+// by hand with the same command: it picks the run up from its running state, the islands
+// reconnect and go on (they never stopped training: their all-reduces are peer to peer), and
+// the run finishes with every island, bitwise as the uninterrupted run, with nothing lost
+// from metrics.jsonl and nothing written twice.
+TEST_F(Resume, CoordinatorKilledMidRoundAndRestartedFinishesTheRun) {
+  const std::string cfg = config(80, "");
+  const std::string slow = " --set transport.heartbeat_timeout_ms=3000";
+  ASSERT_EQ(run("launch " + cfg + " --quiet --set run.name=whole" + slow, dir_ / "whole.log"), 0) << read(dir_ / "whole.log");
+  const std::string expected = read(run_dir("whole") / "final_params.bin");
+  ASSERT_GT(expected.size(), 100u);
+  const std::vector<std::string> common = {cfg, "--quiet", "--set", "run.name=r", "--set", "transport.heartbeat_timeout_ms=3000"};
+  auto with = [&](std::vector<std::string> head, std::vector<std::string> tail = {}) {
+    head.insert(head.end(), common.begin(), common.end());
+    head.insert(head.end(), tail.begin(), tail.end());
+    return head;
+  };
+  pid_t coordinator = atl::testing::spawn_atoll(with({"coordinator"}), dir_ / "coordinator-1.log");
+  ASSERT_GT(coordinator, 0);
+  std::vector<pid_t> islands;
+  for (int i = 0; i < 3; ++i) {
+    islands.push_back(atl::testing::spawn_atoll(with({"island"}, {"--id", std::to_string(i)}),
+                                                dir_ / ("island-" + std::to_string(i) + ".log")));
+  }
+  const fs::path metrics = run_dir("r") / "metrics.jsonl";
+  ASSERT_TRUE(wait_for(metrics, "\"round\":3,", 60)) << read(dir_ / "coordinator-1.log");
+  std::mt19937 rng(static_cast<unsigned>(std::random_device{}()));
+  std::this_thread::sleep_for(std::chrono::milliseconds(std::uniform_int_distribution<int>(0, 400)(rng)));
+  ASSERT_EQ(kill(coordinator, SIGKILL), 0);
+  EXPECT_EQ(atl::testing::wait_exit(coordinator, 10), 128 + SIGKILL);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  coordinator = atl::testing::spawn_atoll(with({"coordinator"}), dir_ / "coordinator-2.log");
+  for (int i = 0; i < 3; ++i)
+    EXPECT_EQ(atl::testing::wait_exit(islands[static_cast<size_t>(i)], 120), 0)
+        << read(dir_ / ("island-" + std::to_string(i) + ".log"));
+  EXPECT_EQ(atl::testing::wait_exit(coordinator, 30), 0) << read(dir_ / "coordinator-2.log");
+  EXPECT_NE(read(dir_ / "coordinator-2.log").find("coordinator: picking up the running run"), std::string::npos)
+      << read(dir_ / "coordinator-2.log");
+
+  EXPECT_TRUE(read(run_dir("r") / "final_params.bin") == expected) << "final parameters differ after the restart";
+  const auto hashes = final_hashes(metrics);
+  ASSERT_EQ(hashes.size(), 3u);
+  EXPECT_EQ(hashes.at(0), hashes.at(1));
+  EXPECT_EQ(hashes.at(0), hashes.at(2));
+  expect_same_records(comparable(metrics), comparable(run_dir("whole") / "metrics.jsonl"));
+  EXPECT_NE(read(run_dir("r") / "summary.json").find("\"islands_finished\":3"), std::string::npos);
+}
+
+// `atoll launch` starts a coordinator that died again; the run finishes with every island on
+// the same global model, and launch exits 0.
+TEST_F(Resume, LaunchRestartsACoordinatorThatDied) {
+  const std::string cfg = config(80, "");
+  const pid_t pid = atl::testing::spawn_atoll(
+      {"launch", cfg, "--quiet", "--set", "run.name=r", "--set", "transport.heartbeat_timeout_ms=3000"}, dir_ / "launch.log");
+  ASSERT_GT(pid, 0);
+  const fs::path metrics = run_dir("r") / "metrics.jsonl";
+  ASSERT_TRUE(wait_for(metrics, "\"round\":3,", 60)) << read(dir_ / "launch.log");
+  const pid_t coordinator = coordinator_child(pid);
+  ASSERT_GT(coordinator, 0);
+  ASSERT_EQ(kill(coordinator, SIGKILL), 0);
+  EXPECT_EQ(atl::testing::wait_exit(pid, 120), 0) << read(dir_ / "launch.log");
+  const std::string log = read(dir_ / "launch.log");
+  EXPECT_NE(log.find("launch: the coordinator died (signal 9); restarting it"), std::string::npos) << log;
+  const auto hashes = final_hashes(metrics);
+  ASSERT_EQ(hashes.size(), 3u);
+  EXPECT_EQ(hashes.at(0), hashes.at(1));
+  EXPECT_EQ(hashes.at(0), hashes.at(2));
+  EXPECT_NE(read(run_dir("r") / "summary.json").find("\"islands_finished\":3"), std::string::npos);
+}
+
+// Over gloo: a run resumed with --resume ends as it did (a finished run redoes the steps
+// after its newest checkpoint, 10), and a restarted coordinator refuses to pick the run up,
+// with one line.
+TEST_F(Resume, GlooResumesButRefusesACoordinatorRestart) {
+  const std::string cfg = config(20, "");
+  const std::string gloo = " --quiet --set transport.kind=gloo";
+  const auto state = run_dir("r") / "checkpoints/coordinator/run-state.ckpt";
+  ASSERT_EQ(run("launch " + cfg + gloo, dir_ / "g.log"), 0) << read(dir_ / "g.log");
+  const std::string expected = read(run_dir("r") / "final_params.bin");
+  ASSERT_GT(expected.size(), 100u);
+  const auto expected_metrics = comparable(run_dir("r") / "metrics.jsonl");
+  ASSERT_EQ(run("launch " + cfg + gloo + " --resume", dir_ / "again.log"), 0) << read(dir_ / "again.log");
+  EXPECT_NE(read(dir_ / "again.log").find("coordinator: resuming after step 10"), std::string::npos) << read(dir_ / "again.log");
+  EXPECT_TRUE(read(run_dir("r") / "final_params.bin") == expected);
+  expect_same_records(comparable(run_dir("r") / "metrics.jsonl"), expected_metrics);
+  // The running state of this config, as a coordinator killed mid-run leaves it.
+  ASSERT_TRUE(fs::exists(state));
+  fs::remove(run_dir("r") / "summary.json");
+  ASSERT_EQ(run("coordinator " + cfg + gloo, dir_ / "c.log"), 2);
+  EXPECT_NE(read(dir_ / "c.log").find("key 'transport.kind': a coordinator restarted mid-run cannot pick up a run over gloo"),
+            std::string::npos)
+      << read(dir_ / "c.log");
+}
