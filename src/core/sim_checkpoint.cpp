@@ -37,20 +37,6 @@ bool type_of(uint8_t code, at::ScalarType& t) {
   return false;
 }
 
-void put_tensors(ByteWriter& w, const std::vector<at::Tensor>& ts) {
-  w.u64(ts.size());
-  for (const auto& t : ts) put_tensor(w, t);
-}
-std::vector<at::Tensor> get_tensors(ByteReader& r) {
-  const uint64_t n = r.u64();
-  std::vector<at::Tensor> out;
-  if (n > r.remaining()) {  // every tensor takes at least one byte
-    r.fail();
-    return out;
-  }
-  for (uint64_t i = 0; i < n && r.ok(); ++i) out.push_back(get_tensor(r));
-  return out;
-}
 
 void put_hub(ByteWriter& w, const transport::InprocHub::Snapshot& h) {
   w.i64s({h.members.begin(), h.members.end()});
@@ -214,6 +200,21 @@ std::string resume_hash(const config::Config& config) {
   return config_hash(c);
 }
 
+void put_tensors(ByteWriter& w, const std::vector<at::Tensor>& ts) {
+  w.u64(ts.size());
+  for (const auto& t : ts) put_tensor(w, t);
+}
+std::vector<at::Tensor> get_tensors(ByteReader& r) {
+  const uint64_t n = r.u64();
+  std::vector<at::Tensor> out;
+  if (n > r.remaining()) {  // every tensor takes at least one byte
+    r.fail();
+    return out;
+  }
+  for (uint64_t i = 0; i < n && r.ok(); ++i) out.push_back(get_tensor(r));
+  return out;
+}
+
 std::vector<checkpoint::Section> encode_sim_checkpoint(const SimCheckpoint& c) {
   std::vector<checkpoint::Section> out;
   {
@@ -288,16 +289,7 @@ std::vector<checkpoint::Section> encode_sim_checkpoint(const SimCheckpoint& c) {
   for (size_t i = 0; i < c.islands.size(); ++i) {
     const IslandCheckpoint& is = c.islands[i];
     ByteWriter w;
-    put_tensor(w, is.params);
-    w.i64(is.optimizer_steps);
-    put_tensors(w, is.optimizer_state);
-    w.i64(is.sampler.epoch);
-    w.u64(is.sampler.pos);
-    w.i64s(is.algorithm.counters);
-    put_tensors(w, is.algorithm.tensors);
-    w.i64(is.runtime.steps);
-    w.f64(is.runtime.loss_acc);
-    w.i64(is.runtime.loss_n);
+    put_island_training(w, is);
     for (double d : {is.time_s, is.compute_s, is.slept_s, is.last_compute_s, is.last_comm_s, is.last_waited_s,
                      is.last_slept_s, is.member_since_s, is.member_s, is.end_time_s})
       w.f64(d);
@@ -413,16 +405,7 @@ StatusOr<SimCheckpoint> decode_sim_checkpoint(const checkpoint::Checkpoint& file
     if (bytes == nullptr) return corrupt(what + ": no section '" + name + "'");
     ByteReader r(*bytes);
     IslandCheckpoint is;
-    is.params = get_tensor(r);
-    is.optimizer_steps = r.i64();
-    is.optimizer_state = get_tensors(r);
-    is.sampler.epoch = r.i64();
-    is.sampler.pos = r.u64();
-    is.algorithm.counters = r.i64s();
-    is.algorithm.tensors = get_tensors(r);
-    is.runtime.steps = r.i64();
-    is.runtime.loss_acc = r.f64();
-    is.runtime.loss_n = r.i64();
+    get_island_training(r, is);
     for (double* d : {&is.time_s, &is.compute_s, &is.slept_s, &is.last_compute_s, &is.last_comm_s, &is.last_waited_s,
                       &is.last_slept_s, &is.member_since_s, &is.member_s, &is.end_time_s})
       *d = r.f64();

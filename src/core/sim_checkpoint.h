@@ -81,5 +81,40 @@ StatusOr<SimCheckpoint> decode_global(const checkpoint::Checkpoint& file, const 
 // CPU tensor. Undefined tensors are one byte 0.
 void put_tensor(checkpoint::ByteWriter& w, const at::Tensor& t);
 at::Tensor get_tensor(checkpoint::ByteReader& r);  // undefined (and r not ok()) on bad input
+// A u64 count, then that many tensors.
+void put_tensors(checkpoint::ByteWriter& w, const std::vector<at::Tensor>& ts);
+std::vector<at::Tensor> get_tensors(checkpoint::ByteReader& r);  // r not ok() on bad input
+
+// An island's training state, the first fields of both the simulator's "island.K" section and
+// a real run's "island" section (docs/checkpoints.md): tensor params; i64 inner-optimizer
+// steps; tensors optimizer state; sampler i64 epoch, u64 position; algorithm i64s counters and
+// tensors; runtime i64 steps, f64 loss sum, i64 losses. T: IslandCheckpoint or
+// run::IslandProcessCheckpoint (the same field names).
+template <class T>
+void put_island_training(checkpoint::ByteWriter& w, const T& s) {
+  put_tensor(w, s.params);
+  w.i64(s.optimizer_steps);
+  put_tensors(w, s.optimizer_state);
+  w.i64(s.sampler.epoch);
+  w.u64(s.sampler.pos);
+  w.i64s(s.algorithm.counters);
+  put_tensors(w, s.algorithm.tensors);
+  w.i64(s.runtime.steps);
+  w.f64(s.runtime.loss_acc);
+  w.i64(s.runtime.loss_n);
+}
+template <class T>
+void get_island_training(checkpoint::ByteReader& r, T& s) {
+  s.params = get_tensor(r);
+  s.optimizer_steps = r.i64();
+  s.optimizer_state = get_tensors(r);
+  s.sampler.epoch = r.i64();
+  s.sampler.pos = r.u64();
+  s.algorithm.counters = r.i64s();
+  s.algorithm.tensors = get_tensors(r);
+  s.runtime.steps = r.i64();
+  s.runtime.loss_acc = r.f64();
+  s.runtime.loss_n = r.i64();
+}
 
 }  // namespace atl::core

@@ -17,6 +17,8 @@ using checkpoint::ByteReader;
 using checkpoint::ByteWriter;
 using core::get_tensor;
 using core::put_tensor;
+using core::get_tensors;
+using core::put_tensors;
 
 // Section "run", the simulator's layout: i64 step, u64 metrics bytes, str config hash, u64 islands.
 checkpoint::Section run_section(int64_t step, uint64_t metrics_bytes, const std::string& hash, int islands) {
@@ -42,20 +44,6 @@ Status read_run(const checkpoint::Checkpoint& file, const std::string& what, int
   return Status::ok();
 }
 
-void put_tensors(ByteWriter& w, const std::vector<at::Tensor>& ts) {
-  w.u64(ts.size());
-  for (const auto& t : ts) put_tensor(w, t);
-}
-std::vector<at::Tensor> get_tensors(ByteReader& r) {
-  const uint64_t n = r.u64();
-  std::vector<at::Tensor> out;
-  if (n > r.remaining()) {
-    r.fail();
-    return out;
-  }
-  for (uint64_t i = 0; i < n && r.ok(); ++i) out.push_back(get_tensor(r));
-  return out;
-}
 
 }  // namespace
 
@@ -154,16 +142,7 @@ std::vector<checkpoint::Section> encode_island(const IslandProcessCheckpoint& c)
   }
   ByteWriter w;
   w.i64(c.island);
-  put_tensor(w, c.params);
-  w.i64(c.optimizer_steps);
-  put_tensors(w, c.optimizer_state);
-  w.i64(c.sampler.epoch);
-  w.u64(c.sampler.pos);
-  w.i64s(c.algorithm.counters);
-  put_tensors(w, c.algorithm.tensors);
-  w.i64(c.runtime.steps);
-  w.f64(c.runtime.loss_acc);
-  w.i64(c.runtime.loss_n);
+  core::put_island_training(w, c);
   w.u64(c.bytes.sent);
   w.u64(c.bytes.received);
   w.u64(c.bytes.raw_sent);
@@ -184,16 +163,7 @@ StatusOr<IslandProcessCheckpoint> decode_island(const checkpoint::Checkpoint& fi
   if (!g.done() || !c.global.defined()) return corrupt(what + ": malformed section 'global'");
   ByteReader r(*island);
   c.island = static_cast<int>(r.i64());
-  c.params = get_tensor(r);
-  c.optimizer_steps = r.i64();
-  c.optimizer_state = get_tensors(r);
-  c.sampler.epoch = r.i64();
-  c.sampler.pos = r.u64();
-  c.algorithm.counters = r.i64s();
-  c.algorithm.tensors = get_tensors(r);
-  c.runtime.steps = r.i64();
-  c.runtime.loss_acc = r.f64();
-  c.runtime.loss_n = r.i64();
+  core::get_island_training(r, c);
   c.bytes.sent = r.u64();
   c.bytes.received = r.u64();
   c.bytes.raw_sent = r.u64();
