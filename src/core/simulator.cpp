@@ -1,3 +1,8 @@
+// atoll simulate (docs/simulator.md). Over 800 lines, knowingly for now: simulate() is one
+// function whose lambdas (membership events, hand-overs, the checkpoint gathering, the
+// server role) share the run's state on the virtual clock; the next split moves the
+// checkpoint gathering and the membership events into classes of their own, each owning its
+// part of that state, rather than cutting the function into pieces that pass it all around.
 #include "src/core/simulator.h"
 
 #include <ATen/ATen.h>
