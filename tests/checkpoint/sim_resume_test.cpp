@@ -251,11 +251,20 @@ TEST_F(SimResume, KilledAtARandomStepResumesBitwise) {
     const std::string cfg = config(algorithm, 150);
     const std::string name = std::string("kill_") + algorithm;
     const pid_t pid = start(cfg, name);
-    // Wait for a random number of train records (log_every 3), then kill.
+    // Wait for a random number of train records (log_every 3) and the first checkpoint (a run
+    // killed before it has nothing to resume from: refused, RefusalsAreOneLine; fedavg's first
+    // cut, server round 5, comes after more records than the others' step 5), then kill.
     const int records = std::uniform_int_distribution<int>(6, 90)(rng);
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    auto has_checkpoint = [&] {
+      std::error_code ec;
+      for (const auto& f : fs::directory_iterator(run_dir(name) / "checkpoints", ec))
+        if (f.path().extension() == ".ckpt") return true;
+      return false;
+    };
     bool ended = false;  // finished first: resuming then redoes the tail after its last checkpoint
-    while (!ended && count(slurp(run_dir(name) / "metrics.jsonl"), "\"event\":\"train\"") < records &&
+    while (!ended &&
+           (count(slurp(run_dir(name) / "metrics.jsonl"), "\"event\":\"train\"") < records || !has_checkpoint()) &&
            std::chrono::steady_clock::now() < deadline) {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
       ended = ::waitpid(pid, nullptr, WNOHANG) == pid;

@@ -57,9 +57,13 @@ inline pid_t island_child(pid_t launch, int id) {
 }
 
 // Starts ATOLL_BINARY with `args`, stdout and stderr into `log`. The pid, or -1.
-inline pid_t spawn_atoll(const std::vector<std::string>& args, const std::filesystem::path& log) {
+// `new_group`: the child leads a new process group (its own children join it), so that a
+// test can kill the whole run with one kill(-pid, ...).
+inline pid_t spawn_atoll(const std::vector<std::string>& args, const std::filesystem::path& log,
+                         bool new_group = false) {
   const pid_t pid = fork();
   if (pid != 0) return pid;
+  if (new_group) setpgid(0, 0);
   if (!std::freopen(log.c_str(), "w", stdout) || dup2(fileno(stdout), 2) < 0) _exit(126);
   std::vector<char*> argv = {const_cast<char*>("atoll")};
   for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));

@@ -37,19 +37,6 @@ int run(const std::string& args, const fs::path& log) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
-// Starts ATOLL_BINARY `args` as the leader of a new process group (its children join it).
-pid_t spawn_group(const std::vector<std::string>& args, const fs::path& log) {
-  const pid_t pid = fork();
-  if (pid != 0) return pid;
-  setpgid(0, 0);
-  if (!std::freopen(log.c_str(), "w", stdout) || dup2(fileno(stdout), 2) < 0) _exit(126);
-  std::vector<char*> argv = {const_cast<char*>("atoll")};
-  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  execv(ATOLL_BINARY, argv.data());
-  _exit(127);
-}
-
 // metrics.jsonl as a sorted list of records that do not depend on wall time: membership
 // records dropped; every record's wall_time_s, round records' sync_s, and the data plane's
 // wire-byte counts (bytes_sent, bytes_recv, compression_ratio, bytes_sent_total: how many
@@ -138,7 +125,8 @@ TEST_F(Resume, LaunchKilledAndResumedEndsAsTheUninterruptedRun) {
   EXPECT_TRUE(fs::exists(run_dir("whole") / "checkpoints/coordinator/step-000000000050.ckpt"));
   EXPECT_TRUE(fs::exists(run_dir("whole") / "checkpoints/island-2/step-000000000030.ckpt"));
 
-  const pid_t pid = spawn_group({"launch", cfg, "--quiet", "--set", "run.name=cut"}, dir_ / "cut.log");
+  const pid_t pid = atl::testing::spawn_atoll({"launch", cfg, "--quiet", "--set", "run.name=cut"}, dir_ / "cut.log",
+                                            /*new_group=*/true);
   ASSERT_GT(pid, 0);
   const fs::path first = run_dir("cut") / "checkpoints/coordinator/step-000000000010.ckpt";
   for (int i = 0; i < 600 && !fs::exists(first); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
