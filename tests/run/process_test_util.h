@@ -56,6 +56,26 @@ inline pid_t island_child(pid_t launch, int id) {
   return -1;
 }
 
+// Runs `atoll ARGS` to completion; its output goes to a log whose last lines a failed run
+// prints (so that a failure seen only in CI says why).
+inline int run_atoll(const std::string& args) {
+  const std::string log = (std::filesystem::temp_directory_path() / ("atoll_proc_run_" + std::to_string(getpid()) + ".log")).string();
+  const int status = std::system((std::string(ATOLL_BINARY) + " " + args + " >" + log + " 2>&1").c_str());
+  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  if (code != 0) {
+    std::ifstream in(log);
+    std::vector<std::string> tail;
+    for (std::string l; std::getline(in, l);) {
+      tail.push_back(l);
+      if (tail.size() > 30) tail.erase(tail.begin());
+    }
+    std::printf("[ atoll %s exited %d; last lines of its output ]\n", args.substr(0, args.find(' ')).c_str(), code);
+    for (const auto& l : tail) std::printf("  %s\n", l.c_str());
+  }
+  std::filesystem::remove(log);
+  return code;
+}
+
 // Starts ATOLL_BINARY with `args`, stdout and stderr into `log`. The pid, or -1.
 // `new_group`: the child leads a new process group (its own children join it), so that a
 // test can kill the whole run with one kill(-pid, ...).

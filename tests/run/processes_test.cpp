@@ -34,25 +34,7 @@ using atl::testing::read;
 
 namespace {
 
-// Runs `atoll ARGS` to completion; its output goes to a log whose last lines a failed run
-// prints (so that a failure seen only in CI says why).
-int run(const std::string& args) {
-  const std::string log = (std::filesystem::temp_directory_path() / ("atoll_proc_run_" + std::to_string(getpid()) + ".log")).string();
-  const int status = std::system((std::string(ATOLL_BINARY) + " " + args + " >" + log + " 2>&1").c_str());
-  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  if (code != 0) {
-    std::ifstream in(log);
-    std::vector<std::string> tail;
-    for (std::string l; std::getline(in, l);) {
-      tail.push_back(l);
-      if (tail.size() > 30) tail.erase(tail.begin());
-    }
-    std::printf("[ atoll %s exited %d; last lines of its output ]\n", args.substr(0, args.find(' ')).c_str(), code);
-    for (const auto& l : tail) std::printf("  %s\n", l.c_str());
-  }
-  std::filesystem::remove(log);
-  return code;
-}
+int run(const std::string& args) { return atl::testing::run_atoll(args); }
 
 // The shared helpers of tests/run/process_test_util.h under this file's short names.
 pid_t spawn(const std::vector<std::string>& args, const fs::path& log) { return atl::testing::spawn_atoll(args, log); }
