@@ -95,6 +95,18 @@ struct IslandContext {
   // shard_size, and with `fresh_inner` starts the inner optimizer afresh. May be empty
   // (tests): then only `path` changes.
   std::function<void(int path, int64_t examples, bool fresh_inner)> switch_path;
+  // Called by an algorithm whose checkpoints are cut at server interactions
+  // (CheckpointCut::kServerTime) just before each push or pull: a due checkpoint may fall
+  // there (the simulator). May be empty (real runs, tests).
+  std::function<void()> before_server_call;
+};
+
+// Where an algorithm's checkpoints are cut (docs/checkpoints.md).
+enum class CheckpointCut {
+  kStep,         // at a step boundary every island reaches; checkpoint.every counts steps
+  kServerRound,  // fedavg: at server rounds, checkpoint.every rounds apart
+  kServerTime,   // async_local_sgd: at virtual time T, before every server interaction at or
+                 // after T; checkpoint.every counts the fastest island's nominal steps
 };
 
 // What a live island hands to a joiner besides the global model (see Algorithm).
@@ -165,15 +177,17 @@ class Algorithm {
   // that is due then falls at the next boundary where it is true; it must be true at the
   // same boundaries on every island. Default: every boundary.
   virtual bool can_checkpoint() const { return true; }
-  // Where checkpoints are cut. Default: at a step boundary every island reaches (the step
-  // counts toward checkpoint.every). true (fedavg): at server rounds, checkpoint.every rounds
-  // apart (docs/checkpoints.md "fedavg: a cut at a server round"): checkpoint_position() is
-  // then the round this island pulls next, at the boundaries where its next action is that
-  // pull, and -1 at every other boundary.
-  virtual bool checkpoints_at_server_rounds() const { return false; }
-  // The position of the boundary after `step` (0: before the first step) in the units of
-  // checkpoint.every; -1: no checkpoint here. Default: the step.
-  virtual int64_t checkpoint_position(int64_t step) const { return step; }
+  // Where checkpoints are cut. kStep (default): at a step boundary every island reaches (the
+  // step counts toward checkpoint.every). kServerRound (fedavg, docs/checkpoints.md "fedavg: a
+  // cut at a server round"): checkpoint_position() is the round this island pulls next, at
+  // the boundaries where its next action is that pull, and -1 at every other boundary.
+  // kServerTime (async_local_sgd, "async_local_sgd: a cut in virtual time"): the virtual time
+  // of this island's next server interaction when it comes before any further compute, -1
+  // otherwise; the algorithm calls ctx.before_server_call before each one.
+  virtual CheckpointCut checkpoint_cut() const { return CheckpointCut::kStep; }
+  // The position of the boundary after `step` (0: before the first step) in the units above;
+  // negative: no checkpoint here. Default: the step.
+  virtual double checkpoint_position(int64_t step) const { return static_cast<double>(step); }
   virtual AlgorithmCheckpoint state() const { return {}; }
   virtual void load(IslandContext& ctx, const AlgorithmCheckpoint& state) {}
 };

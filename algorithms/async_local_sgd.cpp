@@ -29,6 +29,7 @@
 #include <torch/csrc/autograd/grad_mode.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <memory>
 #include <optional>
@@ -100,6 +101,12 @@ void DelayedNesterov::apply(at::Tensor& theta, const at::Tensor& g) {
   ++arrivals_;
 }
 
+void DelayedNesterov::load(int64_t arrivals, const at::Tensor& m, const at::Tensor& d) {
+  arrivals_ = arrivals;
+  m_ = m.defined() ? m.clone() : m;
+  d_ = d.defined() ? d.clone() : d;
+}
+
 std::optional<OptionProblem> check_dn_c(const AlgorithmOptions& options) {
   const int n = options.buffer_size > 0 ? options.buffer_size : options.islands;
   if (options.async_update == AsyncUpdate::kDelayedNesterov && options.dn_c > 1.0 / n + 1e-12) {
@@ -118,6 +125,7 @@ class AsyncWorker final : public Algorithm {
  public:
   AsyncWorker(const AlgorithmOptions& options, int island)
       : options_(options), island_(island), task_(async_local_sgd::task_steps(options, island)),
+        steps_(async_local_sgd::island_steps(options, island, options.train_steps)),
         feedback_(options.error_feedback) {
     if (auto problem = async_local_sgd::check_dn_c(options))
       throw UserError("async_local_sgd: " + problem->key + ": " + problem->message);
@@ -130,6 +138,7 @@ class AsyncWorker final : public Algorithm {
     at::NoGradGuard no_grad;
     TORCH_CHECK(options_.grace_s == 0 || ctx.time != nullptr,
                 "async_local_sgd: a grace window needs a time source");
+    time_ = ctx.time;
     global_ = ctx.params.detach().clone();
     delta_ = at::empty({ctx.params.numel()}, ctx.params.options().device(at::kCPU));
   }
@@ -139,9 +148,14 @@ class AsyncWorker final : public Algorithm {
     return steps_;
   }
 
+  // A task that ended at the previous step is pushed here, at the same virtual time as its
+  // last step (nothing moves the clock in between), so that every server interaction falls
+  // at a step boundary, where a checkpoint can be cut (docs/checkpoints.md).
   void before_step(IslandContext& ctx, int64_t step) override {
+    push_pending(ctx);
     if ((step - 1) % task_ != 0) return;
     at::NoGradGuard no_grad;
+    if (ctx.before_server_call) ctx.before_server_call();
     if (pushed_at_) ctx.time->sleep_until_s(*pushed_at_ + options_.grace_s);
     meter_ = RoundMeter(*ctx.group);
     at::Tensor incoming = at::empty_like(delta_);
@@ -151,30 +165,84 @@ class AsyncWorker final : public Algorithm {
     ctx.params.copy_(global_);
   }
 
-  void after_inner_step(IslandContext& ctx, int64_t step) override {
+  void after_inner_step(IslandContext&, int64_t step) override {
     if (step % task_ != 0 && step != steps_) return;
-    at::NoGradGuard no_grad;
-    const int64_t local_steps = step - (step - 1) / task_ * task_;
-    delta_.copy_(global_ - ctx.params);
-    at::Tensor transmitted = feedback_.compensate(delta_, *ctx.codec);
-    auto result = ctx.group->push(static_cast<uint64_t>(tasks_), delta_, *ctx.codec,
-                                  static_cast<double>(local_steps), transmitted)->wait();
-    require_usable(result, ctx, "async_local_sgd push", step, /*survivors_ok=*/false);
-    feedback_.update();
-    ++tasks_;
-    if (options_.grace_s > 0) pushed_at_ = ctx.time->now_s();
-    if (ctx.on_round) ctx.on_round(meter_.finish(*ctx.group, tasks_, step, 1, delta_.norm().item<double>()));
+    pending_steps_ = step - (step - 1) / task_ * task_;
+    pending_step_ = step;
   }
+
+  // The last task's push.
+  void finish(IslandContext& ctx) override { push_pending(ctx); }
 
   at::Tensor global_params() const override { return global_; }
 
+  // Checkpoints are cut in virtual time, before server interactions (docs/checkpoints.md
+  // "async_local_sgd: a cut in virtual time"). State: counters {tasks pushed, local steps of
+  // the task awaiting its push (0: none), the step that ended it, a grace window's last push
+  // time (its bits; -1: none), the round's byte counters at its pull (sent, received,
+  // raw_sent), its members}; tensors {the pulled global model, the error-feedback residual
+  // (undefined before a lossy push)}.
+  std::string checkpoint_limit() const override { return {}; }
+  CheckpointCut checkpoint_cut() const override { return CheckpointCut::kServerTime; }
+  double checkpoint_position(int64_t step) const override {
+    if (time_ == nullptr) return -1;
+    if (pending_steps_ > 0) return time_->now_s();                       // the push, now
+    if (step >= steps_ || step % task_ != 0) return -1;                  // compute comes first
+    return pushed_at_ ? std::max(time_->now_s(), *pushed_at_ + options_.grace_s) : time_->now_s();  // the pull
+  }
+  AlgorithmCheckpoint state() const override {
+    AlgorithmCheckpoint s;
+    const transport::ByteCounters& b = meter_.before();
+    s.counters = {tasks_, pending_steps_, pending_step_, pushed_at_ ? std::bit_cast<int64_t>(*pushed_at_) : -1,
+                  static_cast<int64_t>(b.sent), static_cast<int64_t>(b.received), static_cast<int64_t>(b.raw_sent),
+                  meter_.members()};
+    s.tensors = {global_, feedback_.residual()};
+    return s;
+  }
+  void load(IslandContext&, const AlgorithmCheckpoint& state) override {
+    TORCH_CHECK(state.counters.size() == 8 && state.tensors.size() == 2,
+                "async_local_sgd checkpoint: expected 8 counters and 2 tensors");
+    at::NoGradGuard no_grad;
+    const auto& c = state.counters;
+    tasks_ = c[0];
+    pending_steps_ = c[1];
+    pending_step_ = c[2];
+    if (c[3] != -1) pushed_at_ = std::bit_cast<double>(c[3]);
+    else pushed_at_.reset();
+    meter_ = RoundMeter(transport::ByteCounters{static_cast<uint64_t>(c[4]), static_cast<uint64_t>(c[5]),
+                                                static_cast<uint64_t>(c[6])},
+                        static_cast<int>(c[7]));
+    global_.copy_(state.tensors[0]);
+    feedback_.load(state.tensors[1]);
+  }
+
  private:
+  void push_pending(IslandContext& ctx) {
+    if (pending_steps_ == 0) return;
+    at::NoGradGuard no_grad;
+    if (ctx.before_server_call) ctx.before_server_call();
+    delta_.copy_(global_ - ctx.params);
+    at::Tensor transmitted = feedback_.compensate(delta_, *ctx.codec);
+    auto result = ctx.group->push(static_cast<uint64_t>(tasks_), delta_, *ctx.codec,
+                                  static_cast<double>(pending_steps_), transmitted)->wait();
+    require_usable(result, ctx, "async_local_sgd push", pending_step_, /*survivors_ok=*/false);
+    feedback_.update();
+    ++tasks_;
+    pending_steps_ = 0;
+    if (options_.grace_s > 0) pushed_at_ = ctx.time->now_s();
+    if (ctx.on_round)
+      ctx.on_round(meter_.finish(*ctx.group, tasks_, pending_step_, 1, delta_.norm().item<double>()));
+  }
+
   AlgorithmOptions options_;
   int island_;
   int64_t task_;         // local steps per task
   int64_t steps_ = 0;    // this island's inner steps in total
   int64_t tasks_ = 0;    // tasks pushed so far
+  int64_t pending_steps_ = 0;  // local steps of the task that ended, awaiting its push (0: none)
+  int64_t pending_step_ = 0;   // the step that ended it
   std::optional<double> pushed_at_;  // time of the last push (grace window only)
+  TimeSource* time_ = nullptr;       // this island's clock (checkpoint positions)
   at::Tensor global_;    // [N] the model pulled at the start of the current task
   at::Tensor delta_;     // [N] CPU
   compression::Pipeline raw_;  // pulls of the global model: lossless fp32
@@ -212,6 +280,26 @@ class AsyncServer final : public transport::OuterServer {
   }
 
   std::optional<at::Tensor> on_pull(int, uint64_t) override { return global_; }
+
+  // Checkpoints (between arrivals). counters: {local steps applied, DN arrivals, outer steps};
+  // tensors: {global model, DN momentum, DN buffer (undefined before the first arrival),
+  // naive outer state 1, 2}.
+  State state() const override {
+    State s;
+    s.counters = {applied_steps_, dn_.arrivals(), outer_.steps()};
+    const auto outer = outer_.state();
+    s.tensors = {global_, dn_.momentum(), dn_.buffer(), outer[0], outer[1]};
+    return s;
+  }
+  void load(const State& s) override {
+    TORCH_CHECK(s.counters.size() == 3 && s.tensors.size() == 5, "async_local_sgd server checkpoint: malformed state");
+    at::NoGradGuard no_grad;
+    auto cpu = [](const at::Tensor& t) { return t.defined() ? t.to(at::kCPU) : t; };
+    applied_steps_ = s.counters[0];
+    global_.copy_(s.tensors[0]);
+    dn_.load(s.counters[1], cpu(s.tensors[1]), cpu(s.tensors[2]));
+    outer_.load(s.counters[2], {cpu(s.tensors[3]), cpu(s.tensors[4])});
+  }
 
  private:
   OuterOptimizer outer_;

@@ -46,6 +46,11 @@ class DelayedNesterov {
   // theta -= update for one arriving pseudo-gradient g. Both [n] float32. Under no-grad.
   void apply(at::Tensor& theta, const at::Tensor& g);
   const at::Tensor& momentum() const { return m_; }
+  // For checkpoints: the buffer D (undefined, like m, before the first arrival), the
+  // arrival count, and all three back.
+  const at::Tensor& buffer() const { return d_; }
+  int64_t arrivals() const { return arrivals_; }
+  void load(int64_t arrivals, const at::Tensor& m, const at::Tensor& d);
 
  private:
   double lr_, beta_, c_;

@@ -118,10 +118,10 @@ class FedAvgClient final : public Algorithm {
   // (next_)}; tensors {the pulled global model, the error-feedback residual (undefined
   // before a lossy push)}.
   std::string checkpoint_limit() const override { return {}; }
-  bool checkpoints_at_server_rounds() const override { return true; }
-  int64_t checkpoint_position(int64_t step) const override {
+  CheckpointCut checkpoint_cut() const override { return CheckpointCut::kServerRound; }
+  double checkpoint_position(int64_t step) const override {
     if (next_ >= plan_.size() || plan_[next_].first_step != step + 1) return -1;
-    return plan_[next_].round;
+    return static_cast<double>(plan_[next_].round);
   }
   AlgorithmCheckpoint state() const override {
     AlgorithmCheckpoint s;

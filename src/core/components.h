@@ -39,6 +39,8 @@ class ServerEvalSchedule {
   int64_t after_round(int64_t round);
   // The step label of server round `round`.
   int64_t label(int64_t round) const { return async_ ? round : round * round_steps_; }
+  // A resumed run: `round` is the latest completed round (checkpoints).
+  void resume(int64_t round) { prev_ = round; }
   // Rounds in this run count outer rounds (fedavg) rather than applied steps (async).
   bool counts_rounds() const { return !async_; }
 

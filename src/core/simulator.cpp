@@ -467,12 +467,17 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
     return expected;
   };
   // Every expected island is there: write (unless a joiner is in between), release them.
+  // (async_local_sgd: skipped too when a push posted before the cut's time reached the server
+  // after it; the cut is at `step` nominal steps of the fastest island.)
+  const double cut_unit_s = cost.base_step_s() / *std::max_element(cost.speeds().begin(), cost.speeds().end());
+  const bool cut_in_time = islands[0].parts.algorithm->checkpoint_cut() == algorithms::CheckpointCut::kServerTime;
   auto complete_checkpoint = [&](int64_t step) {
     bool consistent = true;
     for (int j = 0; j < n; ++j)
       consistent = consistent && !joining[j] && (ckpt_arrived_at[j] || !islands[j].alive || ckpt_gone[static_cast<size_t>(j)]);
-    if (consistent) write_checkpoint(step);
-    else ATOLL_DEBUG("checkpoint of step " << step << " skipped: an island is joining");
+    const bool crossed = cut_in_time && hub.last_push_arrival() >= static_cast<double>(step) * cut_unit_s;
+    if (consistent && !crossed) write_checkpoint(step);
+    else ATOLL_DEBUG("checkpoint of step " << step << " skipped: " << (crossed ? "a push in flight" : "an island is joining"));
     ckpt_arrived_at.assign(static_cast<size_t>(n), 0);
     ckpt_done = step;
   };
@@ -497,14 +502,17 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
       complete_checkpoint(ckpt_step);
   };
   // A due checkpoint: at a step boundary every island reaches (where the algorithm has no
-  // exchange in flight), or, for algorithms cut at server rounds (fedavg), at each multiple
-  // of checkpoint.every rounds that this island's next pull reaches (docs/checkpoints.md).
+  // exchange in flight), or, for algorithms cut at server interactions, at each multiple of
+  // checkpoint.every rounds (fedavg) or nominal steps of the fastest island in virtual time
+  // (async_local_sgd) that this island's next pull or push reaches (docs/checkpoints.md).
   auto maybe_checkpoint = [&](int i, int64_t step, int64_t total) {
     const int64_t every = config.checkpoint.every;
     if (every <= 0) return;
     const algorithms::Algorithm& a = *islands[i].parts.algorithm;
-    if (a.checkpoints_at_server_rounds()) {
-      const int64_t position = a.checkpoint_position(step);
+    if (const auto kind = a.checkpoint_cut(); kind != algorithms::CheckpointCut::kStep) {
+      const double at = a.checkpoint_position(step);
+      const auto position = static_cast<int64_t>(
+          at < 0 ? -1 : kind == algorithms::CheckpointCut::kServerRound ? at : std::floor(at / cut_unit_s + 1e-9));
       while (position >= 0 && position >= ckpt_due[i]) {
         const int64_t cut = ckpt_due[i];
         ckpt_due[i] += every;
@@ -595,11 +603,15 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
     // A client of fedavg whose first pull (after a resume: its next) is at or past a cut
     // arrives there before it.
     host.after_setup = [&, i](int64_t step) {
-      if (islands[i].parts.algorithm->checkpoints_at_server_rounds())
+      if (islands[i].parts.algorithm->checkpoint_cut() != algorithms::CheckpointCut::kStep)
         maybe_checkpoint(i, step, std::numeric_limits<int64_t>::max());
     };
     is.runtime = std::make_unique<IslandRuntime>(i, is.parts, train, is.group.get(), &codec, run_data.shard_sizes[i],
                                                  evaluator.get(), classifier, std::move(host));
+    // async_local_sgd: a cut may also fall between two server calls of one boundary.
+    is.runtime->context().before_server_call = [&, i] {
+      maybe_checkpoint(i, islands[i].runtime->steps(), std::numeric_limits<int64_t>::max());
+    };
     is.runtime->context().speed = cost.speeds()[static_cast<size_t>(i)];
   }
 
@@ -649,6 +661,7 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
       server->load(resumed->server);
       server_time = resumed->server_time;
       server_round = resumed->server_round;
+      server_evals.resume(server_round);
       if (server_round > 0) server_global = *server->on_pull(0, 0);  // the server's model
     }
     state = resumed->progress;

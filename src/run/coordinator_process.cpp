@@ -49,23 +49,27 @@ void on_signal(int) { g_stop = true; }
 // "Coordinator restart"), when this one is its restart: the run directory holds no
 // summary.json, and the state was saved within transport.join_timeout_s (the islands wait
 // that long for a coordinator to come back). nullopt otherwise (an old run directory is then
-// refused as before). What a restart cannot pick up is refused with one line.
+// refused as before). What a restart cannot pick up is refused with one line; why an
+// unfinished run directory is not picked up is logged (one warning line).
 std::optional<CoordinatorRunState> running_state(const config::Config& config, const std::string& run_path,
                                                  const std::string& hash, bool server_role) {
   namespace fs = std::filesystem;
   const std::string path = coordinator_state_path(config);
   std::error_code ec;
-  if (!fs::exists(run_path) || fs::exists(fs::path(run_path) / "summary.json") || !fs::exists(path)) return std::nullopt;
+  if (!fs::exists(run_path) || fs::exists(fs::path(run_path) / "summary.json")) return std::nullopt;
+  auto not_picked = [&](const std::string& why) {
+    ATOLL_WARN("coordinator: not picking up the unfinished run " << run_path << ": " << why);
+    return std::nullopt;
+  };
+  if (!fs::exists(path)) return not_picked("no running state '" + path + "'");
   const auto age = fs::file_time_type::clock::now() - fs::last_write_time(path, ec);
-  if (ec || age > std::chrono::duration<double>(config.transport.join_timeout_s)) return std::nullopt;
+  if (ec || age > std::chrono::duration<double>(config.transport.join_timeout_s))
+    return not_picked("its running state was saved more than transport.join_timeout_s ago");
   auto file = checkpoint::read_checkpoint(path);
   StatusOr<CoordinatorRunState> state =
       file.is_ok() ? decode_run_state(file.value(), "'" + path + "'") : StatusOr<CoordinatorRunState>(file.status());
-  if (!state.is_ok()) {
-    ATOLL_WARN("coordinator: cannot pick up the running run: " << state.status().message());
-    return std::nullopt;
-  }
-  if (state->config_hash != hash) return std::nullopt;
+  if (!state.is_ok()) return not_picked(state.status().message());
+  if (state->config_hash != hash) return not_picked("its running state is of another config");
   const std::string cannot = "a coordinator restarted mid-run cannot pick up a run ";
   if (config.transport.kind != "zmq")
     throw UserError(config.source + ": key 'transport.kind': " + cannot + "over " + config.transport.kind +

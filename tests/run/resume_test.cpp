@@ -233,7 +233,10 @@ std::map<int, std::string> final_hashes(const fs::path& metrics) {
 // the run finishes with every island, bitwise as the uninterrupted run, with nothing lost
 // from metrics.jsonl and nothing written twice.
 TEST_F(Resume, CoordinatorKilledMidRoundAndRestartedFinishesTheRun) {
-  const std::string cfg = config(80, "");
+  // 40 rounds: the kill falls at a random round among the first 12, well before the end (with
+  // 16 rounds and a kill up to 400 ms after round 3 the run could finish first on a fast
+  // machine, and the restart then rightly refused the finished run's directory).
+  const std::string cfg = config(200, "");
   const std::string slow = " --set transport.heartbeat_timeout_ms=3000";
   ASSERT_EQ(run("launch " + cfg + " --quiet --set run.name=whole" + slow, dir_ / "whole.log"), 0) << read(dir_ / "whole.log");
   const std::string expected = read(run_dir("whole") / "final_params.bin");
@@ -252,9 +255,13 @@ TEST_F(Resume, CoordinatorKilledMidRoundAndRestartedFinishesTheRun) {
                                                 dir_ / ("island-" + std::to_string(i) + ".log")));
   }
   const fs::path metrics = run_dir("r") / "metrics.jsonl";
-  ASSERT_TRUE(wait_for(metrics, "\"round\":3,", 60)) << read(dir_ / "coordinator-1.log");
   std::mt19937 rng(static_cast<unsigned>(std::random_device{}()));
-  std::this_thread::sleep_for(std::chrono::milliseconds(std::uniform_int_distribution<int>(0, 400)(rng)));
+  const int round = std::uniform_int_distribution<int>(3, 12)(rng);
+  ASSERT_TRUE(wait_for(metrics, "\"round\":" + std::to_string(round) + ",", 60)) << read(dir_ / "coordinator-1.log");
+  std::this_thread::sleep_for(std::chrono::milliseconds(std::uniform_int_distribution<int>(0, 20)(rng)));
+  std::printf("[ info ] coordinator killed after round %d\n", round);
+  std::fflush(stdout);
+  ASSERT_FALSE(fs::exists(run_dir("r") / "summary.json")) << "the run finished before the kill";
   ASSERT_EQ(kill(coordinator, SIGKILL), 0);
   EXPECT_EQ(atl::testing::wait_exit(coordinator, 10), 128 + SIGKILL);
   std::this_thread::sleep_for(std::chrono::milliseconds(300));

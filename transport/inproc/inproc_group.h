@@ -110,6 +110,8 @@ class InprocHub {
     std::vector<Settled> settled;  // ascending (key, seq)
   };
   bool quiescent() const { return collectives_.empty(); }
+  // Virtual time the latest push reached the server role (0: none yet).
+  double last_push_arrival() const { return last_push_arrival_; }
   bool settled() const;  // every collective in flight is complete
   Snapshot snapshot() const;
   void restore(const Snapshot& s);
