@@ -217,13 +217,15 @@ class FedAvgServer final : public transport::OuterServer {
 
   double changed_at() const override { return changed_at_; }
 
-  // Checkpoints are cut between rounds (nothing received in the open round). counters:
-  // {round, outer-optimizer steps, lost clients...}; reals: {open_at, now, changed_at, when
-  // each lost client was noticed...}; tensors: {global model, outer state 1, outer state 2}.
+  // The state between messages. The simulator cuts its checkpoints between rounds (nothing
+  // received in the open round); a real run's coordinator saves it after every push, with
+  // the open round's results. counters: {round, outer-optimizer steps, lost clients, their
+  // ids..., the ids of the open round's results...}; reals: {open_at, now, changed_at, when
+  // each lost client was noticed..., each result's weight...}; tensors: {global model, outer
+  // state 1, outer state 2, each result's delta...}.
   State state() const override {
-    TORCH_CHECK(received_.empty(), "fedavg server: no checkpoint while a round has results");
     State s;
-    s.counters = {round_, outer_.steps()};
+    s.counters = {round_, outer_.steps(), static_cast<int64_t>(lost_.size())};
     s.reals = {open_at_, now_, changed_at_};
     for (const auto& [id, noticed] : lost_) {
       s.counters.push_back(id);
@@ -231,10 +233,18 @@ class FedAvgServer final : public transport::OuterServer {
     }
     const auto outer = outer_.state();
     s.tensors = {global_, outer[0], outer[1]};
+    for (const auto& [id, result] : received_) {
+      s.counters.push_back(id);
+      s.reals.push_back(result.second);
+      s.tensors.push_back(result.first);
+    }
     return s;
   }
   void load(const State& s) override {
-    TORCH_CHECK(s.counters.size() >= 2 && s.reals.size() == s.counters.size() + 1 && s.tensors.size() == 3,
+    const size_t lost = s.counters.size() >= 3 ? static_cast<size_t>(std::max<int64_t>(s.counters[2], 0)) : 0;
+    const size_t results = s.counters.size() >= 3 + lost ? s.counters.size() - 3 - lost : 0;
+    TORCH_CHECK(s.counters.size() == 3 + lost + results && s.reals.size() == 3 + lost + results &&
+                    s.tensors.size() == 3 + results,
                 "fedavg server checkpoint: malformed state");
     at::NoGradGuard no_grad;
     round_ = s.counters[0];
@@ -245,8 +255,10 @@ class FedAvgServer final : public transport::OuterServer {
     now_ = s.reals[1];
     changed_at_ = s.reals[2];
     lost_.clear();
-    for (size_t i = 2; i < s.counters.size(); ++i) lost_[static_cast<int>(s.counters[i])] = s.reals[i + 1];
+    for (size_t i = 0; i < lost; ++i) lost_[static_cast<int>(s.counters[3 + i])] = s.reals[3 + i];
     received_.clear();
+    for (size_t i = 0; i < results; ++i)
+      received_[static_cast<int>(s.counters[3 + lost + i])] = {cpu(s.tensors[3 + i]).clone(), s.reals[3 + lost + i]};
     expected_.clear();
     if (round_ < options_.rounds) expected_ = fedavg::select_clients(options_.seed, round_, options_.islands, m_);
   }

@@ -215,6 +215,25 @@ std::vector<at::Tensor> get_tensors(ByteReader& r) {
   return out;
 }
 
+void put_server_state(ByteWriter& w, double time_s, int64_t round, const transport::OuterServer::State& s) {
+  w.f64(time_s);
+  w.i64(round);
+  w.i64s(s.counters);
+  w.u64(s.reals.size());
+  for (double d : s.reals) w.f64(d);
+  put_tensors(w, s.tensors);
+}
+
+void get_server_state(ByteReader& r, double& time_s, int64_t& round, transport::OuterServer::State& s) {
+  time_s = r.f64();
+  round = r.i64();
+  s.counters = r.i64s();
+  const uint64_t reals = r.u64();
+  if (reals > r.remaining() / 8) r.fail();
+  for (uint64_t i = 0; i < reals && r.ok(); ++i) s.reals.push_back(r.f64());
+  s.tensors = get_tensors(r);
+}
+
 std::vector<checkpoint::Section> encode_sim_checkpoint(const SimCheckpoint& c) {
   std::vector<checkpoint::Section> out;
   {
@@ -264,12 +283,7 @@ std::vector<checkpoint::Section> encode_sim_checkpoint(const SimCheckpoint& c) {
   }
   if (c.has_server) {
     ByteWriter w;
-    w.f64(c.server_time);
-    w.i64(c.server_round);
-    w.i64s(c.server.counters);
-    w.u64(c.server.reals.size());
-    for (double d : c.server.reals) w.f64(d);
-    put_tensors(w, c.server.tensors);
+    put_server_state(w, c.server_time, c.server_round, c.server);
     out.push_back({"server", std::move(w).bytes()});
   }
   if (!c.evals.path_results.empty()) {  // DiPaCo: the path_eval results taken so far
@@ -374,13 +388,7 @@ StatusOr<SimCheckpoint> decode_sim_checkpoint(const checkpoint::Checkpoint& file
   if (const std::string* server = file.find("server")) {
     ByteReader r(*server);
     c.has_server = true;
-    c.server_time = r.f64();
-    c.server_round = r.i64();
-    c.server.counters = r.i64s();
-    const uint64_t reals = r.u64();
-    if (reals > r.remaining() / 8) r.fail();
-    for (uint64_t i = 0; i < reals && r.ok(); ++i) c.server.reals.push_back(r.f64());
-    c.server.tensors = get_tensors(r);
+    get_server_state(r, c.server_time, c.server_round, c.server);
     if (!r.done()) return corrupt(what + ": malformed section 'server'");
   }
   if (const std::string* paths = file.find("path_evals")) {

@@ -85,6 +85,12 @@ at::Tensor get_tensor(checkpoint::ByteReader& r);  // undefined (and r not ok())
 void put_tensors(checkpoint::ByteWriter& w, const std::vector<at::Tensor>& ts);
 std::vector<at::Tensor> get_tensors(checkpoint::ByteReader& r);  // r not ok() on bad input
 
+// A server role's state (the "server" section of the simulator's checkpoints and of a real
+// run's coordinator running state, docs/checkpoints.md): f64 its clock at the save, i64 the
+// latest round it reported, i64s counters, u64 count + f64 reals, tensors.
+void put_server_state(checkpoint::ByteWriter& w, double time_s, int64_t round, const transport::OuterServer::State& s);
+void get_server_state(checkpoint::ByteReader& r, double& time_s, int64_t& round, transport::OuterServer::State& s);
+
 // An island's training state, the first fields of both the simulator's "island.K" section and
 // a real run's "island" section (docs/checkpoints.md): tensor params; i64 inner-optimizer
 // steps; tensors optimizer state; sampler i64 epoch, u64 position; algorithm i64s counters and

@@ -52,7 +52,7 @@ void on_signal(int) { g_stop = true; }
 // refused as before). What a restart cannot pick up is refused with one line; why an
 // unfinished run directory is not picked up is logged (one warning line).
 std::optional<CoordinatorRunState> running_state(const config::Config& config, const std::string& run_path,
-                                                 const std::string& hash, bool server_role) {
+                                                 const std::string& hash) {
   namespace fs = std::filesystem;
   const std::string path = coordinator_state_path(config);
   std::error_code ec;
@@ -77,9 +77,6 @@ std::optional<CoordinatorRunState> running_state(const config::Config& config, c
   if (config.transport.collective == "star")
     throw UserError(config.source + ": key 'transport.collective': " + cannot +
                     "with the star all-reduce (its collectives in flight live in the coordinator and are not saved)");
-  if (server_role)
-    throw UserError(config.source + ": key 'algorithm.name': " + cannot + "with " + config.algorithm.name +
-                    " (its server role's state is not saved yet)");
   return std::move(state.value());
 }
 
@@ -120,9 +117,8 @@ int run_coordinator(const config::Config& config, const ProcessOptions& options)
   // A coordinator restarted mid-run (docs/checkpoints.md "Coordinator restart") continues
   // metrics.jsonl from its saved running state, and the islands' records it had not saved
   // come again (they resend the newest after a reconnection).
-  const bool server_role = algorithms::make_server(algo_options, at::zeros({1}), nullptr) != nullptr;
   std::optional<CoordinatorRunState> pickup;
-  if (!resuming && !options.force && !options.no_pickup) pickup = running_state(config, run_path, ckpt_hash, server_role);
+  if (!resuming && !options.force && !options.no_pickup) pickup = running_state(config, run_path, ckpt_hash);
   RunTotals totals;
   std::mutex dir_mu;  // guards dir and held
   std::optional<core::RunDir> dir;
@@ -208,7 +204,18 @@ int run_coordinator(const config::Config& config, const ProcessOptions& options)
             r, evals->label(r.round), core::RecordTime{std::chrono::duration<double>(Clock::now() - t0).count(), NAN}));
       if (step >= 0) server_eval(step, r.global);
     });
-    server_eval(0, init.model->params());  // step 0, the initial model, as simulate does
+    if (pickup) {
+      // A restart: the server role as it was saved with the last reply it sent; the islands
+      // resend what it had not answered (docs/checkpoints.md "Coordinator restart").
+      if (!pickup->has_server)
+        throw UserError("coordinator: the running state of " + run_path + " holds no server role state; use --force");
+      server->load(pickup->server);
+      server_round = pickup->server_round;
+      evals->resume(server_round);
+      if (server_round > 0) server_global = *server->on_pull(0, 0);
+    } else {
+      server_eval(0, init.model->params());  // step 0, the initial model, as simulate does
+    }
   }
 
   const auto& t = config.transport;
@@ -238,6 +245,11 @@ int run_coordinator(const config::Config& config, const ProcessOptions& options)
     st.config_hash = ckpt_hash;
     st.islands = k;
     st.snapshot = snapshot;
+    if (server) {  // on the loop thread, which alone calls the server role
+      st.has_server = true;
+      st.server = server->state();
+      st.server_round = server_round;
+    }
     if (Status s = checkpoint::write_checkpoint(state_path, encode_run_state(st)); !s.is_ok())
       ATOLL_WARN("coordinator: running state not saved: " << s.to_string());
   };

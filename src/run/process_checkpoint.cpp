@@ -94,7 +94,19 @@ std::vector<checkpoint::Section> encode_run_state(const CoordinatorRunState& s) 
     w.u64(r.floor);
     w.i64s({r.above.begin(), r.above.end()});
   }
+  w.u64(t.applied.size());
+  for (const auto& a : t.applied) {
+    w.i64(a.island);
+    w.u64(a.session);
+    w.i64s({a.ids.begin(), a.ids.end()});
+  }
+  w.f64(t.server_clock_s);
   out.push_back({"coordinator.state", std::move(w).bytes()});
+  if (s.has_server) {
+    ByteWriter sw;
+    core::put_server_state(sw, t.server_clock_s, s.server_round, s.server);
+    out.push_back({"server", std::move(sw).bytes()});
+  }
   return out;
 }
 
@@ -128,7 +140,22 @@ StatusOr<CoordinatorRunState> decode_run_state(const checkpoint::Checkpoint& fil
     for (int64_t v : r.i64s()) rec.above.push_back(static_cast<uint64_t>(v));
     t.records.push_back(std::move(rec));
   }
+  for (uint64_t i = 0, n = r.u64(); i < n && r.ok(); ++i) {
+    transport::CoordinatorSnapshot::Applied a;
+    a.island = static_cast<int>(r.i64());
+    a.session = r.u64();
+    for (int64_t v : r.i64s()) a.ids.push_back(static_cast<uint64_t>(v));
+    t.applied.push_back(std::move(a));
+  }
+  t.server_clock_s = r.f64();
   if (!r.done()) return corrupt(what + ": malformed section 'coordinator.state'");
+  if (const std::string* server = file.find("server")) {
+    ByteReader sr(*server);
+    double clock_s = 0;
+    s.has_server = true;
+    core::get_server_state(sr, clock_s, s.server_round, s.server);
+    if (!sr.done()) return corrupt(what + ": malformed section 'server'");
+  }
   return s;
 }
 

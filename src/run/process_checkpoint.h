@@ -78,6 +78,10 @@ struct CoordinatorRunState {
   std::string config_hash;
   int islands = 0;
   transport::CoordinatorSnapshot snapshot;
+  // The server role (fedavg, async_local_sgd): its state and the latest round it reported.
+  bool has_server = false;
+  int64_t server_round = 0;
+  transport::OuterServer::State server;
 };
 // Its file: <checkpoints_root>/coordinator/run-state.ckpt.
 std::string coordinator_state_path(const config::Config& config);

@@ -16,6 +16,7 @@
 #include <map>
 #include <random>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -86,7 +87,8 @@ class Resume : public ::testing::Test {
   void TearDown() override { fs::remove_all(dir_); }
 
   // diloco-local.yaml made small: 3 islands, H = 5, a checkpoint every 10 steps.
-  std::string config(int steps, const std::string& extra = "") {
+  std::string config(int steps, const std::string& extra = "",
+                     const std::string& algorithm = "{name: diloco, inner_steps: 5}", int checkpoint_every = 10) {
     std::ostringstream y;
     y << "run: {name: r, seed: 7, out_dir: " << (dir_ / "runs").string() << ", threads: 1}\n"
       << "model: {name: gpt, layers: 1, heads: 2, dim: 32, seq_len: 16}\n"
@@ -94,8 +96,8 @@ class Resume : public ::testing::Test {
       << "train: {lr: 0.003, warmup_steps: 2, batch_size: 4, steps: " << steps
       << ", eval_every: 10, eval_batches: 1, log_every: 5}\n"
       << "islands: {count: 3}\n"
-      << "algorithm: {name: diloco, inner_steps: 5}\n"
-      << "checkpoint: {every: 10, keep: 2}\n"
+      << "algorithm: " << algorithm << "\n"
+      << "checkpoint: {every: " << checkpoint_every << ", keep: 2}\n"
       << "transport: {coordinator: \"tcp://127.0.0.1:" << port_ << "\", base_port: " << port_ + 1
       << ", heartbeat_ms: 100, heartbeat_timeout_ms: 3000}\n"
       << extra;
@@ -280,6 +282,79 @@ TEST_F(Resume, CoordinatorKilledMidRoundAndRestartedFinishesTheRun) {
   EXPECT_EQ(hashes.at(0), hashes.at(2));
   expect_same_records(comparable(metrics), comparable(run_dir("whole") / "metrics.jsonl"));
   EXPECT_NE(read(run_dir("r") / "summary.json").find("\"islands_finished\":3"), std::string::npos);
+}
+
+// The coordinator of a run with a server role (the global model lives in it) is SIGKILLed
+// mid-run and started again by hand: the server role goes on from the state it saved before
+// its last reply, the islands resend what it had not answered, and the run finishes with
+// every island. fedavg (rounds close when every client delivered; deltas are summed in
+// client order): bitwise the uninterrupted run, records equal. async_local_sgd (applied in
+// arrival order, which differs in any two real runs): every island finishes, every eval
+// step is recorded once.
+TEST_F(Resume, CoordinatorOfAServerRoleKilledAndRestartedFinishesTheRun) {
+  for (const std::string algorithm : {"{name: fedavg, rounds: 30, local_steps: 4, client_fraction: 1}",
+                                      "{name: async_local_sgd, inner_steps: 5}"}) {
+    SCOPED_TRACE(algorithm);
+    const bool fedavg = algorithm.find("fedavg") != std::string::npos;
+    fs::remove_all(dir_ / "runs");
+    const std::string cfg = config(150, "", algorithm, 0);
+    const std::vector<std::string> common = {cfg, "--quiet", "--set", "run.name=r"};
+    auto with = [&](std::vector<std::string> head, std::vector<std::string> tail = {}) {
+      head.insert(head.end(), common.begin(), common.end());
+      head.insert(head.end(), tail.begin(), tail.end());
+      return head;
+    };
+    std::string expected;
+    std::vector<std::string> expected_records;
+    if (fedavg) {
+      ASSERT_EQ(run("launch " + cfg + " --quiet --set run.name=whole", dir_ / "whole.log"), 0) << read(dir_ / "whole.log");
+      expected = read(run_dir("whole") / "final_params.bin");
+      expected_records = comparable(run_dir("whole") / "metrics.jsonl");
+      ASSERT_GT(expected.size(), 100u);
+    }
+    pid_t coordinator = atl::testing::spawn_atoll(with({"coordinator"}), dir_ / "coordinator-1.log");
+    ASSERT_GT(coordinator, 0);
+    std::vector<pid_t> islands;
+    for (int i = 0; i < 3; ++i) {
+      islands.push_back(atl::testing::spawn_atoll(with({"island"}, {"--id", std::to_string(i)}),
+                                                  dir_ / ("island-" + std::to_string(i) + ".log")));
+    }
+    const fs::path metrics = run_dir("r") / "metrics.jsonl";
+    std::mt19937 rng(static_cast<unsigned>(std::random_device{}()));
+    const int round = std::uniform_int_distribution<int>(3, 10)(rng);
+    ASSERT_TRUE(wait_for(metrics, "\"round\":" + std::to_string(round) + ",", 60)) << read(dir_ / "coordinator-1.log");
+    std::printf("[ info ] coordinator killed after round %d\n", round);
+    std::fflush(stdout);
+    ASSERT_FALSE(fs::exists(run_dir("r") / "summary.json")) << "the run finished before the kill";
+    ASSERT_EQ(kill(coordinator, SIGKILL), 0);
+    EXPECT_EQ(atl::testing::wait_exit(coordinator, 10), 128 + SIGKILL);
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    coordinator = atl::testing::spawn_atoll(with({"coordinator"}), dir_ / "coordinator-2.log");
+    for (int i = 0; i < 3; ++i)
+      EXPECT_EQ(atl::testing::wait_exit(islands[static_cast<size_t>(i)], 120), 0)
+          << read(dir_ / ("island-" + std::to_string(i) + ".log"));
+    EXPECT_EQ(atl::testing::wait_exit(coordinator, 60), 0) << read(dir_ / "coordinator-2.log");
+    EXPECT_NE(read(dir_ / "coordinator-2.log").find("coordinator: picking up the running run"), std::string::npos)
+        << read(dir_ / "coordinator-2.log");
+    EXPECT_NE(read(run_dir("r") / "summary.json").find("\"islands_finished\":3"), std::string::npos);
+    const std::vector<std::string> got = comparable(metrics);
+    if (fedavg) {
+      EXPECT_TRUE(read(run_dir("r") / "final_params.bin") == expected) << "final parameters differ after the restart";
+      expect_same_records(got, expected_records);
+      continue;
+    }
+    // Each eval step of the server role once, the last one at every applied local step.
+    std::set<double> eval_steps;
+    int evals = 0;
+    for (const auto& l : got) {
+      if (json_find_string(l, "event") != "eval") continue;
+      ++evals;
+      eval_steps.insert(atl::core::json_find_number(l, "step").value_or(-1));
+    }
+    EXPECT_EQ(static_cast<size_t>(evals), eval_steps.size()) << "an eval step recorded twice";
+    ASSERT_FALSE(eval_steps.empty());
+    EXPECT_EQ(*eval_steps.rbegin(), 450) << "the final eval: 3 islands x 150 local steps applied";
+  }
 }
 
 // `atoll launch` starts a coordinator that died again; the run finishes with every island on

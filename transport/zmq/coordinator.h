@@ -54,10 +54,19 @@ struct CoordinatorSnapshot {
     uint64_t floor = 0;
     std::vector<uint64_t> above;  // ascending, each > floor
   };
+  // PUSH request ids the server role applied, per member session, oldest first: a PUSH
+  // resent to a restarted coordinator is acknowledged, not applied again.
+  struct Applied {
+    int island = -1;
+    uint64_t session = 0;
+    std::vector<uint64_t> ids;
+  };
   uint64_t epoch = 0;
   std::vector<Member> members;  // ascending id
   std::map<std::string, std::vector<uint8_t>> store;
   std::vector<Records> records;
+  std::vector<Applied> applied;
+  double server_clock_s = 0;  // the server role's clock at the save (it goes on from there)
 };
 
 struct CoordinatorOptions {
@@ -107,8 +116,10 @@ struct CoordinatorOptions {
   // initial_epoch); every member gets heartbeat_timeout_ms + 3 s from the start to be heard
   // from (an island's libzmq redials at most every 2 s).
   std::optional<CoordinatorSnapshot> restore;
-  // Called on the loop thread with the state after it changed (a store key set, a membership
-  // change, a record written), at most once every persist_ms: the process saves it together
+  // Called on the loop thread with the state after it changed: before the replies leave
+  // when a store key was set, the membership changed, or the server role applied a PUSH or
+  // closed a round at its deadline (the process then saves the server role's state too);
+  // after records were written, at most once every persist_ms. The process saves it together
   // with its metrics.jsonl length, so that a restarted coordinator continues from there.
   // nullptr: not called.
   std::function<void(const CoordinatorSnapshot&)> persist;

@@ -82,6 +82,7 @@ void CoordinatorState::on_push(int id, Island& isl, const Message& m, std::vecto
     return fail(ErrorCode::kInternal, std::string("server role: ") + e.what());
   }
   applied(isl, rid);
+  urgent_ = true;  // the server's state changed: saved (CoordinatorOptions::persist) before the ACK leaves
   out->push_back({isl.routing_id, reply(MsgType::kAck, id, isl.session, rid)});
   answer_pulls(out);
 }

@@ -48,6 +48,14 @@ CoordinatorState::CoordinatorState(const CoordinatorOptions& options)
     marks.floor = rec.floor;
     marks.above.insert(rec.above.begin(), rec.above.end());
   }
+  for (const auto& a : r.applied) {
+    auto it = islands_.find(a.island);
+    if (it == islands_.end() || it->second.session != a.session) continue;
+    for (uint64_t rid : a.ids) applied(it->second, rid);
+  }
+  // The server role's clock goes on from its value at the save (the time the coordinator was
+  // down is not counted: a round's deadline does not expire while nobody could deliver).
+  started_ = Clock::now() - std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(r.server_clock_s));
 }
 
 CoordinatorSnapshot CoordinatorState::snapshot() const {
@@ -58,6 +66,9 @@ CoordinatorSnapshot CoordinatorState::snapshot() const {
     if (!transient(key)) s.store.emplace(key, value);
   for (const auto& [key, marks] : records_)
     s.records.push_back({key.first, key.second, marks.floor, {marks.above.begin(), marks.above.end()}});
+  for (const auto& [id, isl] : islands_)
+    if (!isl.applied_order.empty()) s.applied.push_back({id, isl.session, {isl.applied_order.begin(), isl.applied_order.end()}});
+  s.server_clock_s = std::chrono::duration<double>(Clock::now() - started_).count();
   return s;
 }
 
@@ -348,7 +359,9 @@ void CoordinatorState::membership_changed(const std::vector<MemberChange>& chang
 }
 
 void CoordinatorState::server_time(Clock::time_point now, std::vector<Outgoing>* out) {
-  if (options_.server->on_time(std::chrono::duration<double>(now - started_).count()) >= 0) answer_pulls(out);
+  if (options_.server->on_time(std::chrono::duration<double>(now - started_).count()) < 0) return;
+  urgent_ = true;  // a round closed at its deadline: saved before the answers leave
+  answer_pulls(out);
 }
 
 bool CoordinatorState::add_pending(Pending p, uint32_t wait_ms, Clock::time_point now) {
