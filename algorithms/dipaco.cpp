@@ -124,6 +124,23 @@ class DiPaCo final : public Algorithm {
 
   at::Tensor global_params() const override { return anchor_; }
 
+  // Fewer islands than paths: the anchor's layout with path `path`'s modules' globals.
+  at::Tensor path_global_params(int path) const override {
+    if (!rotating() || modules_.empty()) return {};
+    TORCH_CHECK(path >= 0 && path < paths(), "dipaco: no path ", path, " (", paths(), " paths)");
+    at::NoGradGuard no_grad;
+    at::Tensor out = at::empty_like(anchor_);
+    for (const Module& m : modules_) {
+      if (!path_through(path, m.id)) continue;
+      int64_t at = 0;
+      for (const auto& [offset, numel] : m.ranges) {
+        out.narrow(0, offset, numel).copy_(m.global.narrow(0, at, numel));
+        at += numel;
+      }
+    }
+    return out;
+  }
+
   // A joiner gets the outer optimizer's state and the round count (as DiLoCo's).
   AlgorithmState export_state() const override { return {round_, outer_.handover()}; }
 

@@ -149,9 +149,6 @@ RunData load_run_data(const config::Config& config) {
   check_eval_keys(config);
   d.loss_after = resolve_loss_after(config);
   if (config.algorithm.name == "dipaco") route_to_paths(config, d);
-  // Fewer islands than paths (docs/dipaco.md): routed evaluation is not built for islands that
-  // take paths in turn yet; the lead island evaluates its current path on the validation split.
-  if (tasks > 0) d.paths = 0;
   for (const auto& s : d.shards) d.shard_sizes.push_back(static_cast<int64_t>(s.size()));
   return d;
 }
@@ -268,7 +265,7 @@ std::vector<std::vector<int64_t>> deal_paths(const config::Config& config, const
 int eval_path_of(const config::Config& config, int island) {
   if (config.algorithm.name != "dipaco") return -1;
   const int P = dipaco_paths(config).paths();
-  if (config.islands.count < P) return -1;  // fewer islands than paths: routed evaluation not built yet
+  if (config.islands.count < P) return kEveryPath;  // fewer islands than paths: every island holds every path
   return island % P;  // island i trains path i mod P
 }
 

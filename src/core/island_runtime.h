@@ -30,6 +30,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "algorithms/algorithm.h"
 #include "src/config/config.h"
@@ -134,14 +135,21 @@ class IslandRuntime {
   void run();
   // After run(): evaluates or waits for the eval steps it kept, then writes island_end.
   void finish();
-  // The algorithm's global model to `path` (final_params.bin, src/core/params_file.h).
-  void write_final_params(const std::string& path) const;
+  // The algorithm's global model to `file` (final_params.bin, src/core/params_file.h); with
+  // `path` >= 0, DiPaCo path `path`'s global model (one of held_paths()).
+  void write_final_params(const std::string& file, int path = -1) const;
+  // DiPaCo: the paths whose global model this island holds: its own (eval_path), or every
+  // path with fewer islands than paths (kEveryPath). Empty for other algorithms.
+  std::vector<int> held_paths() const;
 
   RecordTime now() const;
 
  private:
   void on_step(int64_t step, int64_t total, double loss, double lr);
   void evaluate(int64_t step, const at::Tensor& global);
+  // What the lead evaluates at an eval step: `global`, or with kEveryPath every path's global
+  // model, [P * N] path after path (paths(): the initial model, `global`, for each).
+  at::Tensor eval_models(const at::Tensor& global, bool initial = false) const;
   void reshard(int64_t step);
 
   const int island_;

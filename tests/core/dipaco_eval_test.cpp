@@ -223,6 +223,138 @@ TEST(DiPaCoEval, AKilledEvaluatorsPathIsEvaluatedByASurvivorOfThePath) {
   EXPECT_TRUE(fs::exists(tmp.path / "runs/t" / final_params_name(1)));
 }
 
+// Fewer islands than paths: a 2x2 (one block per level) on 2 islands, which take the four
+// paths in turn (island i: paths i, i + 2, i in rounds 0, 1, 2; docs/dipaco.md "Fewer islands
+// than paths").
+config::Config rotation_config(const fs::path& dir) {
+  config::Config c = two_kinds_config(dir);
+  c.islands.count = 2;
+  c.dipaco.levels = {{{0}, 2}, {{1}, 2}};
+  return c;
+}
+
+// Every island keeps every module's global parameters, so the lead composes each path's model
+// and evaluates it on that path's routed sequences. The oracle, as above: every path's final
+// parameters scored on its sequences. Those files are the islands' own models where an island
+// ends on the path (island i's last task is path i: its island_end hash), and paths share the
+// slices of the modules they share; `atoll export --path` reads them.
+TEST(DiPaCoEval, FewerIslandsThanPathsRoutedLossMatchesAnOracle) {
+  TempDir tmp;
+  const config::Config c = rotation_config(tmp.path);
+  const RunSummary s = simulate(c, {false, true});
+  const fs::path run = tmp.path / "runs/t";
+  const RunData d = load_run_data(c);
+  ASSERT_EQ(d.paths, 4);
+  const auto order = data::validation_indices(*d.splits.val, c.train.batch_size, 0, c.run.seed);
+  std::vector<std::vector<int64_t>> rows(4);
+  for (int64_t e : order) rows[static_cast<size_t>(d.val_path[static_cast<size_t>(e)])].push_back(e);
+  std::vector<at::Tensor> params;
+  double sum = 0;
+  int64_t count = 0;
+  for (int p = 0; p < 4; ++p) {
+    StatusOr<at::Tensor> file = read_params((run / final_params_name(p)).string());
+    ASSERT_TRUE(file.is_ok()) << file.status().to_string();
+    params.push_back(*file);
+    const auto [ps, pc] = oracle_loss(c, d, *file, rows[static_cast<size_t>(p)], 6);
+    sum += ps;
+    count += pc;
+  }
+  ASSERT_GT(count, 0);
+  const double routed = sum / static_cast<double>(count);
+  EXPECT_NEAR(s.final_val_loss, routed, 1e-5 * routed);
+
+  // Every eval step: one path_eval record per path, all by island 0 (the lead), and one routed
+  // eval; the last one lists the paths' validation sequences and training shards.
+  std::map<int64_t, int> evals;
+  std::map<std::pair<int64_t, int>, std::vector<int>> by_path;  // (step, path) -> islands
+  std::map<int, std::string> hash;                              // island -> island_end global hash
+  std::string last;
+  for (const auto& l : lines_of(run / "metrics.jsonl")) {
+    const auto event = json_find_string(l, "event");
+    const auto step = static_cast<int64_t>(json_find_number(l, "step").value_or(-1));
+    const int island = static_cast<int>(json_find_number(l, "island").value_or(-9));
+    if (event == "eval") {
+      ++evals[step];
+      last = l;
+    }
+    if (event == "path_eval") by_path[{step, static_cast<int>(json_find_number(l, "path").value_or(-1))}].push_back(island);
+    if (event == "island_end") hash[island] = json_find_string(l, "global_xxh64").value_or("");
+  }
+  EXPECT_EQ(evals.size(), 4u);
+  for (int64_t step : {0, 4, 8, 12}) {
+    EXPECT_EQ(evals[step], 1) << "step " << step;
+    for (int p = 0; p < 4; ++p) EXPECT_EQ((by_path[{step, p}]), std::vector<int>{0}) << "step " << step << " path " << p;
+  }
+  EXPECT_EQ(json_find_number(last, "step").value_or(-1), 12);
+  EXPECT_EQ(json_find_number(last, "tokens").value_or(-1), static_cast<double>(count));
+  std::string val_sizes = "\"path_sequences\":[", train_sizes = "\"path_train_sequences\":[";
+  for (int p = 0; p < 4; ++p) {
+    val_sizes += (p ? "," : "") + std::to_string(rows[static_cast<size_t>(p)].size());
+    train_sizes += (p ? "," : "") + std::to_string(d.path_train_sizes[static_cast<size_t>(p)]);
+  }
+  for (const std::string& doc : {last, read(run / "summary.json")}) {
+    EXPECT_NE(doc.find(val_sizes + "]"), std::string::npos) << val_sizes << " not in " << doc;
+    EXPECT_NE(doc.find(train_sizes + "]"), std::string::npos) << train_sizes << " not in " << doc;
+  }
+
+  // The composed paths: island i's own model for path i, final_params.bin island 0's.
+  ASSERT_EQ(hash.size(), 2u);
+  for (int i = 0; i < 2; ++i) EXPECT_EQ(params_xxh64_hex(params[static_cast<size_t>(i)]), hash[i]) << i;
+  EXPECT_EQ(read(run / "final_params.bin"), read(run / final_params_name(0)));
+  // Path = 2 e0 + e1: block 0 is level 0's module e0, block 1 level 1's module e1.
+  auto model = models::make_model(c.model, d.shape, c10::Device(c10::kCPU), c.run.seed);
+  for (const auto& slice : model->layout()) {
+    auto part = [&](int p) { return params[static_cast<size_t>(p)].slice(0, slice.offset, slice.offset + slice.numel); };
+    const bool same01 = at::equal(part(0), part(1)), same02 = at::equal(part(0), part(2));
+    EXPECT_TRUE(at::equal(part(1), part(3)) == same02 && at::equal(part(2), part(3)) == same01) << slice.name;
+    EXPECT_EQ(same01, slice.block != 1) << slice.name;
+    EXPECT_EQ(same02, slice.block != 0) << slice.name;
+  }
+
+  // `atoll export --path 3`: a path no island held at the end.
+  ExportOptions eo;
+  eo.run_dir = run.string();
+  eo.path = 3;
+  const ExportResult er = export_params(eo);
+  EXPECT_EQ(er.source, (run / final_params_name(3)).string());
+  const std::string pickled = read(er.out);
+  const auto dict = torch::pickle_load(std::vector<char>(pickled.begin(), pickled.end())).toGenericDict();
+  ASSERT_EQ(static_cast<int64_t>(dict.size()), er.tensors);
+  for (const auto& slice : model->layout()) {
+    EXPECT_TRUE(at::equal(dict.at(slice.name).toTensor().reshape({-1}),
+                          params[3].slice(0, slice.offset, slice.offset + slice.numel)))
+        << slice.name;
+  }
+}
+
+// Fewer islands than paths, the lead (island 0) killed mid-run: island 1 evaluates every path
+// from then on, every eval step still has one record per path and one routed eval, and island
+// 1 writes every path's final parameters.
+TEST(DiPaCoEval, FewerIslandsThanPathsAKilledLeadsEvalsGoOnOnASurvivor) {
+  TempDir tmp;
+  config::Config c = rotation_config(tmp.path);
+  c.islands.events = config::parse_config("islands:\n  count: 2\n  events:\n    - {kill: 0, at_step: 5}\n", "e.yaml")
+                         .islands.events;
+  const RunSummary s = simulate(c, {false, true});
+  EXPECT_TRUE(std::isfinite(s.final_val_loss));
+  std::map<int64_t, int> evals;
+  std::map<std::pair<int64_t, int>, std::vector<int>> by_path;
+  for (const auto& l : lines_of(tmp.path / "runs/t/metrics.jsonl")) {
+    const auto event = json_find_string(l, "event");
+    const auto step = static_cast<int64_t>(json_find_number(l, "step").value_or(-1));
+    if (event == "eval") ++evals[step];
+    if (event == "path_eval")
+      by_path[{step, static_cast<int>(json_find_number(l, "path").value_or(-1))}].push_back(
+          static_cast<int>(json_find_number(l, "island").value_or(-1)));
+  }
+  for (int64_t step : {0, 4, 8, 12}) {
+    EXPECT_EQ(evals[step], 1) << "step " << step;
+    const std::vector<int> by = {step < 5 ? 0 : 1};
+    for (int p = 0; p < 4; ++p) EXPECT_EQ((by_path[{step, p}]), by) << "step " << step << " path " << p;
+  }
+  for (int p = 0; p < 4; ++p) EXPECT_TRUE(fs::exists(tmp.path / "runs/t" / final_params_name(p))) << p;
+}
+
 // Discriminative re-sharding at step 4 (an outer-round boundary): one reshard record, from the
 // lowest island; the router split is out of training; the evals from step 4 on report the
 // router's training shards and validation sequences, step 0's the k-means ones; the same
