@@ -95,6 +95,10 @@ struct IslandContext {
   // shard_size, and with `fresh_inner` starts the inner optimizer afresh. May be empty
   // (tests): then only `path` changes.
   std::function<void(int path, int64_t examples, bool fresh_inner)> switch_path;
+  // DiPaCo with fewer islands than paths: every path's training sequences now, the weights
+  // of `weighting: shard_size` (a re-sharding changes them; not owned). Null:
+  // AlgorithmOptions::shard_sizes.
+  const std::vector<int64_t>* path_shard_sizes = nullptr;
 };
 
 // What a live island hands to a joiner besides the global model (see Algorithm).

@@ -64,6 +64,9 @@ struct IslandParts {
   // seed whichever island trains it) after its first `examples` examples, and with
   // `fresh_inner` the inner optimizer starts afresh. RunData's shards are then the paths'.
   std::function<void(IslandParts& parts, int path, int64_t examples, bool fresh_inner)> use_path;
+  // With use_path: each path's training sequences, which use_path reads (a re-sharding
+  // replaces them).
+  std::shared_ptr<std::vector<std::vector<int64_t>>> path_shards;
   int eval_path = -1;               // eval_path_of() this island (kEveryPath: every path)
   std::shared_ptr<Resharder> resharder;  // DiPaCo with dipaco.reshard_at (src/core/dipaco_reshard.h);
                                          // holds references to the config and RunData

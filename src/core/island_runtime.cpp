@@ -176,9 +176,20 @@ void IslandRuntime::evaluate(int64_t step, const at::Tensor& global) {
 
 void IslandRuntime::reshard(int64_t step) {
   TORCH_CHECK(evaluator_ != nullptr, "dipaco re-sharding needs the island's evaluator");
-  Resharder::Outcome o = parts_.resharder->run(*context_.group, *evaluator_, parts_.algorithm->global_params());
-  parts_.sampler = parts_.resharder->sampler(o.shard);
-  context_.shard_size = static_cast<int64_t>(o.shard.size());
+  Resharder::Outcome o = parts_.resharder->run(*context_.group, *evaluator_, eval_models(parts_.algorithm->global_params()));
+  if (parts_.path_shards) {
+    // Fewer islands than paths: the paths' data streams go on at their example counts, on
+    // their new shards (docs/dipaco.md "Fewer islands than paths").
+    const data::Sampler::Position at = parts_.sampler->position();
+    const int64_t examples = at.epoch * parts_.sampler->shard_size() + static_cast<int64_t>(at.pos);
+    *parts_.path_shards = std::move(o.path_shards);
+    parts_.use_path(parts_, parts_.path, examples, false);
+    path_sizes_ = o.path_train_sizes;  // the weights of weighting: shard_size from now on
+    context_.path_shard_sizes = &path_sizes_;
+  } else {
+    parts_.sampler = parts_.resharder->sampler(o.shard);
+  }
+  context_.shard_size = parts_.sampler->shard_size();
   evaluator_->reroute(step, std::move(o.val_batches), o.path_train_sizes);
   if (!o.contributors.empty() && o.contributors.front() == island_) {
     Reshard r;

@@ -163,6 +163,8 @@ class IslandRuntime {
   std::unique_ptr<EvalRole> eval_role_;
   std::optional<JoinState> joining_;
   std::optional<algorithms::AlgorithmCheckpoint> resuming_;
+  std::vector<int64_t> path_sizes_;  // DiPaCo with fewer islands than paths, after a re-sharding:
+                                     // every path's shard size (context_.path_shard_sizes)
   int64_t steps_ = 0;
   double loss_acc_ = 0;
   int64_t loss_n_ = 0;

@@ -268,5 +268,37 @@ TEST(DiPaCo, FewerIslandsThanPathsTakePathsInTurn) {
   EXPECT_FALSE(at::equal(run.globals[0].narrow(0, 20, 10), run.globals[1].narrow(0, 20, 10)));
 }
 
+// Fewer islands than paths with weighting shard_size: the weights are the paths' shard sizes
+// the context gives (ctx.path_shard_sizes, which a re-sharding changes), else the options'.
+// A run whose options say {1, 1, 1, 1} but whose context says {100, 300, 50, 550} is bitwise
+// the run whose options say {100, 300, 50, 550}, and not the one without the context's.
+TEST(DiPaCo, FewerIslandsThanPathsWeighTheContextsShardSizes) {
+  const int P = 4, I = 2;
+  const auto targets = testing::random_targets(P, kN);
+  const at::Tensor theta0 = at::zeros({kN});
+  const auto train = testing::sgd_train(0.1, 12);
+  AlgorithmOptions o = nesterov(3);
+  o.islands = I;
+  o.weight_by_shard = true;
+  for (int p = 0; p < P; ++p) o.path_modules.push_back({0, 1 + p / 2, 3 + p % 2});
+  const std::vector<int64_t> sizes{100, 300, 50, 550};
+  auto run = [&](const std::vector<int64_t>& options_sizes, const std::vector<int64_t>* context_sizes) {
+    AlgorithmOptions oo = o;
+    oo.shard_sizes = options_sizes;
+    testing::HarnessHooks hooks =
+        dipaco_hooks([context_sizes](algorithms::IslandContext& ctx) { ctx.path_shard_sizes = context_sizes; });
+    hooks.islands = I;
+    hooks.target_by_path = true;
+    return testing::run_quadratic(oo, train, targets, theta0, {}, nullptr, four_ranges(), hooks);
+  };
+  const auto by_options = run(sizes, nullptr);
+  const auto by_context = run({1, 1, 1, 1}, &sizes);
+  const auto uniform = run({1, 1, 1, 1}, nullptr);
+  for (int i = 0; i < I; ++i) {
+    EXPECT_TRUE(at::equal(by_context.globals[i], by_options.globals[i])) << i;
+    EXPECT_FALSE(at::equal(uniform.globals[i], by_options.globals[i])) << i;
+  }
+}
+
 }  // namespace
 }  // namespace atl

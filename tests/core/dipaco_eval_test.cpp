@@ -12,6 +12,7 @@
 #include <torch/csrc/autograd/grad_mode.h>
 #include <torch/serialize.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -25,6 +26,9 @@
 #include "src/core/json.h"
 #include "src/core/params_file.h"
 #include "src/core/simulator.h"
+#include "src/core/dipaco_reshard.h"
+#include "transport/inproc/inproc_group.h"
+#include "transport/inproc/scheduler.h"
 #include "src/models/gpt.h"
 
 namespace fs = std::filesystem;
@@ -82,7 +86,8 @@ config::Config two_kinds_config(const fs::path& dir, const std::string& extra = 
 // `rows`, targets from position prefix - 1 on (the tokens after the first `prefix`), computed
 // one sequence at a time with log_softmax in double.
 std::pair<double, int64_t> oracle_loss(const config::Config& c, const RunData& d, const at::Tensor& params,
-                                       const std::vector<int64_t>& rows, int prefix) {
+                                       const std::vector<int64_t>& rows, int prefix,
+                                       const data::Dataset* split = nullptr) {  // null: validation
   models::Gpt gpt(c.model, c10::Device(c10::kCPU), c.run.seed);
   at::NoGradGuard no_grad;
   gpt.params().copy_(params);
@@ -90,7 +95,7 @@ std::pair<double, int64_t> oracle_loss(const config::Config& c, const RunData& d
   double sum = 0;
   int64_t count = 0;
   for (int64_t e : rows) {
-    const data::Batch b = d.splits.val->gather({e});
+    const data::Batch b = (split != nullptr ? *split : *d.splits.val).gather({e});
     const at::Tensor logp = at::log_softmax(gpt.logits(b.input).to(at::kDouble), -1)[0];  // [T, V]
     const at::Tensor target = b.target[0];
     for (int64_t t = prefix - 1; t < target.size(0); ++t) {
@@ -353,6 +358,87 @@ TEST(DiPaCoEval, FewerIslandsThanPathsAKilledLeadsEvalsGoOnOnASurvivor) {
     for (int p = 0; p < 4; ++p) EXPECT_EQ((by_path[{step, p}]), by) << "step " << step << " path " << p;
   }
   for (int p = 0; p < 4; ++p) EXPECT_TRUE(fs::exists(tmp.path / "runs/t" / final_params_name(p))) << p;
+}
+
+// Re-sharding with fewer islands than paths: every island scores the router split with every
+// path's model (composed from its module copies), so each router sequence is labelled with its
+// lowest-loss path among all P, paths no island trains at the step included. The Resharder on
+// two islands over the in-process group, fed the four paths of a trained run, against the
+// labels recomputed here; then the same in a run (one reshard record, from both islands'
+// scores; the evals after it report the new shards).
+TEST(DiPaCoEval, FewerIslandsThanPathsReshardingScoresEveryPath) {
+  TempDir tmp;
+  config::Config c = rotation_config(tmp.path);
+  simulate(c, {false, true});
+  std::vector<at::Tensor> paths;
+  for (int p = 0; p < 4; ++p) paths.push_back(*read_params((tmp.path / "runs/t" / final_params_name(p)).string()));
+  c.dipaco.reshard_at = 4;
+  c.dipaco.router_fraction = 0.2;
+  c.run.name = "r";
+  const RunData d = load_run_data(c);
+  const int64_t R = static_cast<int64_t>(d.router_rows.size());
+  ASSERT_GT(R, 20);
+  std::vector<int64_t> labels(4, 0);
+  for (int64_t e : d.router_rows) {
+    int best = 0;
+    double best_loss = INFINITY;
+    for (int p = 0; p < 4; ++p) {
+      const auto [sum, count] = oracle_loss(c, d, paths[static_cast<size_t>(p)], {e}, 6, d.splits.train.get());
+      if (sum / static_cast<double>(count) < best_loss) best_loss = sum / static_cast<double>(count), best = p;
+    }
+    ++labels[static_cast<size_t>(best)];
+  }
+  EXPECT_GE(std::count_if(labels.begin(), labels.end(), [](int64_t n) { return n > 0; }), 2) << "one path won all";
+
+  transport::Scheduler scheduler(2);
+  transport::InprocHub hub(2, scheduler);
+  std::vector<std::unique_ptr<transport::Group>> groups;
+  for (int i = 0; i < 2; ++i) groups.push_back(hub.make_group(i));
+  std::vector<Resharder::Outcome> out(2);
+  const at::Tensor models = at::cat(paths);
+  scheduler.run([&](int i) {
+    auto scorer = make_evaluator(c, d);
+    out[static_cast<size_t>(i)] = Resharder(c, d, i).run(*groups[static_cast<size_t>(i)], *scorer, models);
+  });
+  int64_t trained = 0;
+  for (int64_t n : d.path_train_sizes) trained += n;
+  for (const Resharder::Outcome& o : out) {
+    EXPECT_EQ(o.labels, labels) << "labels differ from the lowest-loss paths";
+    EXPECT_EQ(o.contributors, (std::vector<int>{0, 1}));
+    EXPECT_TRUE(o.shard.empty());
+    ASSERT_EQ(o.path_shards.size(), 4u);
+    int64_t sum = 0;
+    for (int p = 0; p < 4; ++p) {
+      const auto& shard = o.path_shards[static_cast<size_t>(p)];
+      EXPECT_EQ(static_cast<int64_t>(shard.size()), o.path_train_sizes[static_cast<size_t>(p)]) << p;
+      EXPECT_TRUE(std::is_sorted(shard.begin(), shard.end())) << p;
+      sum += static_cast<int64_t>(shard.size());
+    }
+    EXPECT_EQ(sum, trained) << "the router split stays out of training";
+  }
+  EXPECT_EQ(out[0].path_shards, out[1].path_shards);
+  EXPECT_EQ(out[0].path_val_sequences, out[1].path_val_sequences);
+
+  // In a run: re-sharding at step 4 (after round 0), scored by both islands.
+  simulate(c, {false, true});
+  std::vector<std::string> reshards;
+  std::map<int64_t, std::string> eval_of;
+  for (const auto& l : lines_of(tmp.path / "runs/r/metrics.jsonl")) {
+    if (json_find_string(l, "event") == "reshard") reshards.push_back(l);
+    if (json_find_string(l, "event") == "eval") eval_of[static_cast<int64_t>(json_find_number(l, "step").value_or(-1))] = l;
+  }
+  ASSERT_EQ(reshards.size(), 1u);
+  EXPECT_EQ(json_find_number(reshards[0], "contributors").value_or(-1), 2);
+  EXPECT_EQ(json_find_number(reshards[0], "router_sequences").value_or(-1), static_cast<double>(R));
+  auto list_of = [](const std::string& line, const std::string& key) {
+    const size_t a = line.find("\"" + key + "\":[");
+    return a == std::string::npos ? std::string() : line.substr(a + key.size() + 4, line.find(']', a) - a - key.size() - 4);
+  };
+  ASSERT_EQ(eval_of.size(), 4u);
+  for (int64_t step : {4, 8, 12}) {
+    EXPECT_EQ(list_of(eval_of[step], "path_train_sequences"), list_of(reshards[0], "path_train_sequences")) << step;
+    EXPECT_EQ(list_of(eval_of[step], "path_sequences"), list_of(reshards[0], "path_val_sequences")) << step;
+  }
 }
 
 // Discriminative re-sharding at step 4 (an outer-round boundary): one reshard record, from the

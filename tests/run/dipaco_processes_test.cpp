@@ -81,10 +81,15 @@ std::string record_span(const std::string& line, const std::string& from, const 
 // stream; over zmq the run ends bitwise as in the simulator, with the same rounds on every
 // island. The lead evaluates every path's composed model on its routed sequences at every
 // eval step: the same path_eval and routed eval records in both modes, and the same
-// final_params.path<p>.bin for every path.
-TEST_F(DiPaCoProcesses, LaunchWithFewerIslandsThanPathsMatchesSimulateBitwise) {
-  const std::string cfg = config(2, 20);
-  const std::string set = " --quiet --set transport.kind=zmq --set train.eval_every=10 --set train.eval_batches=4";
+// final_params.path<p>.bin for every path. With `reshard`, the discriminative re-sharding at
+// step 10 (every island scores the router split with every path's model; scores exchanged by
+// allgather; a linear router fitted in every process; the new shard sizes weigh the
+// modules' means) is the same in both modes too.
+void launch_matches_simulate(DiPaCoProcesses& t, bool reshard) {
+  const fs::path& dir_ = t.dir_;
+  const std::string cfg = t.config(2, 20);
+  std::string set = " --quiet --set transport.kind=zmq --set train.eval_every=10 --set train.eval_batches=4";
+  if (reshard) set += " --set dipaco.reshard_at=10 --set dipaco.router_fraction=0.1 --set algorithm.weighting=shard_size";
   ASSERT_EQ(run("simulate " + cfg + set + " --set run.name=sim"), 0);
   ASSERT_EQ(run("launch " + cfg + set + " --set run.name=real"), 0);
   const std::string sim_params = read(dir_ / "runs/sim/final_params.bin");
@@ -111,6 +116,7 @@ TEST_F(DiPaCoProcesses, LaunchWithFewerIslandsThanPathsMatchesSimulateBitwise) {
         r.evals["path_eval " + step + " " + std::to_string(static_cast<int>(json_find_number(l, "path").value_or(-1)))] =
             record_span(l, "val_loss", "island") + " by " + std::to_string(island);
       }
+      if (event == "reshard") r.evals["reshard " + step] = record_span(l, "island", "wall_time_s");
     }
     std::sort(r.rounds.begin(), r.rounds.end());
     return r;
@@ -121,7 +127,11 @@ TEST_F(DiPaCoProcesses, LaunchWithFewerIslandsThanPathsMatchesSimulateBitwise) {
   EXPECT_NE(sim.ends.at(0), sim.ends.at(1)) << "paths 0 and 1 differ in level 1, yet ended the same";
   EXPECT_EQ(sim.rounds.size(), 8u);  // 4 rounds on each island
   EXPECT_EQ(sim.rounds, real.rounds);
-  EXPECT_EQ(sim.evals.size(), 3u * 5u) << "steps 0, 10, 20: one eval and four path_evals each";
+  EXPECT_EQ(sim.evals.size(), 3u * 5u + (reshard ? 1u : 0u)) << "steps 0, 10, 20: one eval and four path_evals each";
+  if (reshard) {
+    ASSERT_TRUE(sim.evals.count("reshard 10")) << "no re-sharding at step 10";
+    EXPECT_NE(sim.evals.at("reshard 10").find("\"contributors\":2"), std::string::npos) << sim.evals.at("reshard 10");
+  }
   EXPECT_EQ(sim.evals, real.evals) << "the routed evaluation differs between simulate and launch";
   ASSERT_TRUE(sim.evals.count("eval 20"));
   EXPECT_NE(sim.evals.at("eval 20").find("\"path_val_losses\":["), std::string::npos) << sim.evals.at("eval 20");
@@ -134,6 +144,11 @@ TEST_F(DiPaCoProcesses, LaunchWithFewerIslandsThanPathsMatchesSimulateBitwise) {
   // Island 0's last task (round 3) is path (0 + 3 * 2) mod 4 = 2.
   EXPECT_TRUE(read(dir_ / "runs/real/final_params.bin") == read(dir_ / "runs/real/final_params.path2.bin"))
       << "island 0 ends on path 2";
+}
+
+TEST_F(DiPaCoProcesses, LaunchWithFewerIslandsThanPathsMatchesSimulateBitwise) { launch_matches_simulate(*this, false); }
+TEST_F(DiPaCoProcesses, LaunchWithFewerIslandsThanPathsReshardMatchesSimulateBitwise) {
+  launch_matches_simulate(*this, true);
 }
 
 // A 2x2 on 3 islands; island 0, the lead that evaluates every path, is killed with SIGKILL
