@@ -176,7 +176,8 @@ void IslandRuntime::evaluate(int64_t step, const at::Tensor& global) {
 
 void IslandRuntime::reshard(int64_t step) {
   TORCH_CHECK(evaluator_ != nullptr, "dipaco re-sharding needs the island's evaluator");
-  Resharder::Outcome o = parts_.resharder->run(*context_.group, *evaluator_, eval_models(parts_.algorithm->global_params()));
+  Resharder::Outcome o =
+      parts_.resharder->run(*context_.group, *evaluator_, eval_models(parts_.algorithm->global_params()));
   if (parts_.path_shards) {
     // Fewer islands than paths: the paths' data streams go on at their example counts, on
     // their new shards (docs/dipaco.md "Fewer islands than paths").

@@ -12,8 +12,10 @@
 // and progress; the process's hand-over donor and progress.
 //
 // Several parameter vectors (DiPaCo: one per path, modules shared between paths): today the
-// island holds one model and evaluates one global vector. The runtime is written so that
-// this becomes a list: the model vectors live in IslandParts (one Model per path, with the
+// island holds one model and evaluates one global vector, except that with fewer islands than
+// paths (eval_path kEveryPath) it evaluates and writes every path's global model, composed by
+// the algorithm from its module copies (Algorithm::path_global_params). The runtime is
+// written so that this becomes a list: the model vectors live in IslandParts (one Model per path, with the
 // shared modules' slices in one buffer and ParamRange's module ids saying which), the
 // context gets one entry per path, evaluation and final parameters loop over
 // Algorithm::global_params() per path (records carry a "path" field, final_params.bin one
