@@ -99,6 +99,10 @@ struct IslandContext {
   // (CheckpointCut::kServerTime) just before each push or pull: a due checkpoint may fall
   // there (the simulator). May be empty (real runs, tests).
   std::function<void()> before_server_call;
+  // DiPaCo with fewer islands than paths: every path's training sequences now, the weights
+  // of `weighting: shard_size` (a re-sharding changes them; not owned). Null:
+  // AlgorithmOptions::shard_sizes.
+  const std::vector<int64_t>* path_shard_sizes = nullptr;
 };
 
 // Where an algorithm's checkpoints are cut (docs/checkpoints.md).
@@ -145,6 +149,11 @@ class Algorithm {
   virtual at::Tensor global_params() const = 0;
   // Whether the global model lives in the server role (fedavg) rather than on the islands.
   virtual bool global_on_server() const { return false; }
+  // DiPaCo with fewer islands than paths (every island keeps every module's global
+  // parameters): path `path`'s global model [N], composed from this island's copies of the
+  // path's modules (the modules after their last outer step), after setup. Undefined where
+  // the island holds no other path than its own (every other case). A new tensor.
+  virtual at::Tensor path_global_params(int path) const { return {}; }
 
   // State hand-over to an island that joins a running group (a rejoin after a failure, or a
   // new island). The joiner's parameters are set to the global model, its algorithm is made

@@ -124,6 +124,23 @@ class DiPaCo final : public Algorithm {
 
   at::Tensor global_params() const override { return anchor_; }
 
+  // Fewer islands than paths: the anchor's layout with path `path`'s modules' globals.
+  at::Tensor path_global_params(int path) const override {
+    if (!rotating() || modules_.empty()) return {};
+    TORCH_CHECK(path >= 0 && path < paths(), "dipaco: no path ", path, " (", paths(), " paths)");
+    at::NoGradGuard no_grad;
+    at::Tensor out = at::empty_like(anchor_);
+    for (const Module& m : modules_) {
+      if (!path_through(path, m.id)) continue;
+      int64_t at = 0;
+      for (const auto& [offset, numel] : m.ranges) {
+        out.narrow(0, offset, numel).copy_(m.global.narrow(0, at, numel));
+        at += numel;
+      }
+    }
+    return out;
+  }
+
   // A joiner gets the outer optimizer's state and the round count (as DiLoCo's).
   AlgorithmState export_state() const override { return {round_, outer_.handover()}; }
 
@@ -221,12 +238,13 @@ class DiPaCo final : public Algorithm {
     for (int64_t r = 0; r < round; ++r) rounds += island_of(path, r) >= 0 ? 1 : 0;
     return rounds * options_.inner_steps * options_.batch_size;
   }
-  // Island `island`'s weight in the modules it trains in round `round`.
-  double task_weight(int island, int64_t round) const {
+  // Island `island`'s weight in the modules it trains in round `round`: its path's shard size
+  // (ctx.path_shard_sizes, else the options').
+  double task_weight(const IslandContext& ctx, int island, int64_t round) const {
     if (!options_.weight_by_shard) return 1.0;
     const int path = path_of(island, round);
-    return path < static_cast<int>(options_.shard_sizes.size()) ? static_cast<double>(options_.shard_sizes[path])
-                                                                 : 1.0;
+    const std::vector<int64_t>& sizes = ctx.path_shard_sizes ? *ctx.path_shard_sizes : options_.shard_sizes;
+    return path < static_cast<int>(sizes.size()) ? static_cast<double>(sizes[path]) : 1.0;
   }
   bool path_through(int path, int module) const {
     const std::vector<int>& mods = path_mods_.at(static_cast<size_t>(path));
@@ -299,9 +317,9 @@ class DiPaCo final : public Algorithm {
     // The summed weights of the islands that train each module this round.
     std::map<int, double> trained;  // module -> W_m
     for (int j = 0; j < islands; ++j) {
-      for (int id : path_mods_[static_cast<size_t>(path_of(j, round_))]) trained[id] += task_weight(j, round_);
+      for (int id : path_mods_[static_cast<size_t>(path_of(j, round_))]) trained[id] += task_weight(ctx, j, round_);
     }
-    const double weight = task_weight(ctx.island, round_);
+    const double weight = task_weight(ctx, ctx.island, round_);
     for (Module& m : modules_) {
       const auto it = trained.find(m.id);
       if (it == trained.end()) continue;
@@ -330,7 +348,7 @@ class DiPaCo final : public Algorithm {
         // trainers among them.
         double kept = 0;
         for (int j : result.contributors) {
-          if (path_through(path_of(j, round_), m.id)) kept += task_weight(j, round_);
+          if (path_through(path_of(j, round_), m.id)) kept += task_weight(ctx, j, round_);
         }
         if (kept == 0) continue;  // none of its trainers made it: the module stays as it is
         const double fix = static_cast<double>(result.contributors.size()) / islands * it->second / kept;

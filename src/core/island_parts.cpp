@@ -68,9 +68,6 @@ void route_to_paths(const config::Config& config, RunData& d) {
   d.paths = P;
   const data::Dataset& train = *d.splits.train;
   const data::Dataset& val = *d.splits.val;
-  if (config.dipaco.reshard_at > 0 && config.islands.count < P)
-    config::fail_key(config, "dipaco.reshard_at", "re-sharding a run with fewer islands (" +
-                     std::to_string(config.islands.count) + ") than paths (" + std::to_string(P) + ") is not built yet");
   if (config.dipaco.routing == "none") {
     d.path_train_sizes.assign(static_cast<size_t>(P), 0);
     d.train_path.assign(static_cast<size_t>(train.size()), -1);
@@ -149,9 +146,6 @@ RunData load_run_data(const config::Config& config) {
   check_eval_keys(config);
   d.loss_after = resolve_loss_after(config);
   if (config.algorithm.name == "dipaco") route_to_paths(config, d);
-  // Fewer islands than paths (docs/dipaco.md): routed evaluation is not built for islands that
-  // take paths in turn yet; the lead island evaluates its current path on the validation split.
-  if (tasks > 0) d.paths = 0;
   for (const auto& s : d.shards) d.shard_sizes.push_back(static_cast<int64_t>(s.size()));
   return d;
 }
@@ -198,9 +192,10 @@ IslandParts make_island_parts(const config::Config& config, const RunData& data,
     for (int b = -1; b < config.model.layers; ++b) p.block_modules.push_back(paths.module_of(b, p.path));
   }
   if (tasks) {
-    p.use_path = [train = data.splits.train, shards = data.shards, seed](IslandParts& parts, int path,
-                                                                         int64_t examples, bool fresh_inner) {
-      const std::vector<int64_t>& shard = shards.at(static_cast<size_t>(path));
+    p.path_shards = std::make_shared<std::vector<std::vector<int64_t>>>(data.shards);
+    p.use_path = [train = data.splits.train, shards = p.path_shards, seed](IslandParts& parts, int path,
+                                                                           int64_t examples, bool fresh_inner) {
+      const std::vector<int64_t>& shard = shards->at(static_cast<size_t>(path));
       auto sampler = std::make_unique<data::Sampler>(train, shard, path_seed(seed, path));
       const int64_t n = static_cast<int64_t>(shard.size());
       sampler->seek({examples / n, static_cast<uint64_t>(examples % n)});
@@ -268,7 +263,7 @@ std::vector<std::vector<int64_t>> deal_paths(const config::Config& config, const
 int eval_path_of(const config::Config& config, int island) {
   if (config.algorithm.name != "dipaco") return -1;
   const int P = dipaco_paths(config).paths();
-  if (config.islands.count < P) return -1;  // fewer islands than paths: routed evaluation not built yet
+  if (config.islands.count < P) return kEveryPath;  // fewer islands than paths: every island holds every path
   return island % P;  // island i trains path i mod P
 }
 

@@ -64,7 +64,10 @@ struct IslandParts {
   // seed whichever island trains it) after its first `examples` examples, and with
   // `fresh_inner` the inner optimizer starts afresh. RunData's shards are then the paths'.
   std::function<void(IslandParts& parts, int path, int64_t examples, bool fresh_inner)> use_path;
-  int eval_path = -1;               // eval_path_of() this island
+  // With use_path: each path's training sequences, which use_path reads (a re-sharding
+  // replaces them).
+  std::shared_ptr<std::vector<std::vector<int64_t>>> path_shards;
+  int eval_path = -1;               // eval_path_of() this island (kEveryPath: every path)
   std::shared_ptr<Resharder> resharder;  // DiPaCo with dipaco.reshard_at (src/core/dipaco_reshard.h);
                                          // holds references to the config and RunData
 };
@@ -94,9 +97,14 @@ std::vector<std::vector<int64_t>> deal_paths(const config::Config& config, const
 // "final_params.path<path>.bin" (path >= 0; docs/dipaco.md "Outputs").
 std::string final_params_name(int path = -1);
 
+// eval_path_of() of an island that evaluates every path (DiPaCo with fewer islands than
+// paths: every island keeps every module's global parameters, so the lead composes each
+// path's model and evaluates it on that path's routed sequences; docs/dipaco.md).
+constexpr int kEveryPath = -2;
+
 // The path whose routed validation sequences island `island` evaluates (DiPaCo: the path it
-// trains; -1 with fewer islands than paths), or -1: the whole split (every other algorithm).
-// Every process agrees.
+// trains; kEveryPath with fewer islands than paths), or -1: the whole split (every other
+// algorithm). Every process agrees.
 int eval_path_of(const config::Config& config, int island);
 
 }  // namespace atl::core

@@ -61,7 +61,7 @@ RecordTime IslandRuntime::now() const {
 
 void IslandRuntime::evaluate_start() {
   if (evaluator_ != nullptr && !parts_.algorithm->global_on_server()) {
-    eval_role_->at_eval_step(0, parts_.model->params());
+    eval_role_->at_eval_step(0, eval_models(parts_.model->params(), /*initial=*/true));
   }
 }
 
@@ -136,7 +136,7 @@ void IslandRuntime::on_step(int64_t step, int64_t total, double loss, double lr)
   if (parts_.resharder && step == parts_.resharder->step()) reshard(step);
   if (evaluator_ != nullptr && !parts_.algorithm->global_on_server()) {
     if ((train_.eval_every > 0 && step % train_.eval_every == 0) || step == total) {
-      eval_role_->at_eval_step(step, parts_.algorithm->global_params());
+      eval_role_->at_eval_step(step, eval_models(parts_.algorithm->global_params()));
       parts_.model->set_training(true);
     } else {
       eval_role_->settle();
@@ -145,19 +145,52 @@ void IslandRuntime::on_step(int64_t step, int64_t total, double loss, double lr)
   if (host_.after_step) host_.after_step(step, total, loss, lr);
 }
 
+at::Tensor IslandRuntime::eval_models(const at::Tensor& global, bool initial) const {
+  if (parts_.eval_path != kEveryPath) return global;
+  // Every path starts from the base model (the initial parameters); later each path's model
+  // is composed from this island's copies of its modules.
+  const int P = evaluator_->paths();
+  if (initial) return global.repeat({P});
+  std::vector<at::Tensor> models;
+  for (int p = 0; p < P; ++p) {
+    models.push_back(parts_.algorithm->path_global_params(p));
+    TORCH_CHECK(models.back().defined(), "dipaco: island ", island_, " holds no global model of path ", p);
+  }
+  return at::cat(models);
+}
+
 void IslandRuntime::evaluate(int64_t step, const at::Tensor& global) {
   // DiPaCo: this island's path on its routed sequences (a path_eval record; the host
-  // combines the paths' records into the routed eval, docs/dipaco.md "Routed evaluation").
-  EvalResult r = evaluator_->evaluate(global, evaluator_->paths() > 0 ? parts_.eval_path : -1, step);
-  host_.record(eval_record(island_, step, r, classifier_, host_.eval_bytes(), now()));
-  if (host_.after_eval) host_.after_eval(step, r);
+  // combines the paths' records into the routed eval, docs/dipaco.md "Routed evaluation");
+  // with kEveryPath each path in turn, in path order.
+  const bool every = parts_.eval_path == kEveryPath;
+  const int64_t n = parts_.model->numel();
+  const int first = every ? 0 : evaluator_->paths() > 0 ? parts_.eval_path : -1;
+  const int last = every ? evaluator_->paths() - 1 : first;
+  for (int p = first; p <= last; ++p) {
+    EvalResult r = evaluator_->evaluate(every ? global.narrow(0, p * n, n) : global, p, step);
+    host_.record(eval_record(island_, step, r, classifier_, host_.eval_bytes(), now()));
+    if (host_.after_eval) host_.after_eval(step, r);
+  }
 }
 
 void IslandRuntime::reshard(int64_t step) {
   TORCH_CHECK(evaluator_ != nullptr, "dipaco re-sharding needs the island's evaluator");
-  Resharder::Outcome o = parts_.resharder->run(*context_.group, *evaluator_, parts_.algorithm->global_params());
-  parts_.sampler = parts_.resharder->sampler(o.shard);
-  context_.shard_size = static_cast<int64_t>(o.shard.size());
+  Resharder::Outcome o =
+      parts_.resharder->run(*context_.group, *evaluator_, eval_models(parts_.algorithm->global_params()));
+  if (parts_.path_shards) {
+    // Fewer islands than paths: the paths' data streams go on at their example counts, on
+    // their new shards (docs/dipaco.md "Fewer islands than paths").
+    const data::Sampler::Position at = parts_.sampler->position();
+    const int64_t examples = at.epoch * parts_.sampler->shard_size() + static_cast<int64_t>(at.pos);
+    *parts_.path_shards = std::move(o.path_shards);
+    parts_.use_path(parts_, parts_.path, examples, false);
+    path_sizes_ = o.path_train_sizes;  // the weights of weighting: shard_size from now on
+    context_.path_shard_sizes = &path_sizes_;
+  } else {
+    parts_.sampler = parts_.resharder->sampler(o.shard);
+  }
+  context_.shard_size = parts_.sampler->shard_size();
   evaluator_->reroute(step, std::move(o.val_batches), o.path_train_sizes);
   if (!o.contributors.empty() && o.contributors.front() == island_) {
     Reshard r;
@@ -188,8 +221,19 @@ void IslandRuntime::finish() {
   host_.record(island_end_record(e, now()));
 }
 
-void IslandRuntime::write_final_params(const std::string& path) const {
-  write_params(path, parts_.algorithm->global_params());
+void IslandRuntime::write_final_params(const std::string& file, int path) const {
+  const bool own = path < 0 || path == parts_.eval_path;
+  const at::Tensor params = own ? parts_.algorithm->global_params() : parts_.algorithm->path_global_params(path);
+  TORCH_CHECK(params.defined(), "island ", island_, " holds no global model of path ", path);
+  write_params(file, params);
+}
+
+std::vector<int> IslandRuntime::held_paths() const {
+  if (parts_.eval_path >= 0) return {parts_.eval_path};
+  std::vector<int> out;
+  if (parts_.eval_path == kEveryPath && evaluator_ != nullptr)
+    for (int p = 0; p < evaluator_->paths(); ++p) out.push_back(p);
+  return out;
 }
 
 }  // namespace atl::core

@@ -12,8 +12,10 @@
 // and progress; the process's hand-over donor and progress.
 //
 // Several parameter vectors (DiPaCo: one per path, modules shared between paths): today the
-// island holds one model and evaluates one global vector. The runtime is written so that
-// this becomes a list: the model vectors live in IslandParts (one Model per path, with the
+// island holds one model and evaluates one global vector, except that with fewer islands than
+// paths (eval_path kEveryPath) it evaluates and writes every path's global model, composed by
+// the algorithm from its module copies (Algorithm::path_global_params). The runtime is
+// written so that this becomes a list: the model vectors live in IslandParts (one Model per path, with the
 // shared modules' slices in one buffer and ParamRange's module ids saying which), the
 // context gets one entry per path, evaluation and final parameters loop over
 // Algorithm::global_params() per path (records carry a "path" field, final_params.bin one
@@ -30,6 +32,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "algorithms/algorithm.h"
 #include "src/config/config.h"
@@ -134,14 +137,21 @@ class IslandRuntime {
   void run();
   // After run(): evaluates or waits for the eval steps it kept, then writes island_end.
   void finish();
-  // The algorithm's global model to `path` (final_params.bin, src/core/params_file.h).
-  void write_final_params(const std::string& path) const;
+  // The algorithm's global model to `file` (final_params.bin, src/core/params_file.h); with
+  // `path` >= 0, DiPaCo path `path`'s global model (one of held_paths()).
+  void write_final_params(const std::string& file, int path = -1) const;
+  // DiPaCo: the paths whose global model this island holds: its own (eval_path), or every
+  // path with fewer islands than paths (kEveryPath). Empty for other algorithms.
+  std::vector<int> held_paths() const;
 
   RecordTime now() const;
 
  private:
   void on_step(int64_t step, int64_t total, double loss, double lr);
   void evaluate(int64_t step, const at::Tensor& global);
+  // What the lead evaluates at an eval step: `global`, or with kEveryPath every path's global
+  // model, [P * N] path after path (paths(): the initial model, `global`, for each).
+  at::Tensor eval_models(const at::Tensor& global, bool initial = false) const;
   void reshard(int64_t step);
 
   const int island_;
@@ -155,6 +165,8 @@ class IslandRuntime {
   std::unique_ptr<EvalRole> eval_role_;
   std::optional<JoinState> joining_;
   std::optional<algorithms::AlgorithmCheckpoint> resuming_;
+  std::vector<int64_t> path_sizes_;  // DiPaCo with fewer islands than paths, after a re-sharding:
+                                     // every path's shard size (context_.path_shard_sizes)
   int64_t steps_ = 0;
   double loss_acc_ = 0;
   int64_t loss_n_ = 0;

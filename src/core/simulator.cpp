@@ -836,12 +836,11 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
     if (server_global.defined()) write_params(path, server_global);
     else islands[last].runtime->write_final_params(path);
   }
-  // DiPaCo: every path's global model, from the lowest live island of the path.
+  // DiPaCo: every path's global model, from the lowest live island that holds the path.
   std::set<int> paths_written;
   for (int j = 0; j < n; ++j) {
-    const int p = islands[j].parts.eval_path;
-    if (p >= 0 && islands[j].alive && islands[j].parts.algorithm && paths_written.insert(p).second)
-      islands[j].runtime->write_final_params(dir.path() + "/" + final_params_name(p));
+    for (int p : islands[j].alive && islands[j].parts.algorithm ? islands[j].runtime->held_paths() : std::vector<int>{})
+      if (paths_written.insert(p).second) islands[j].runtime->write_final_params(dir.path() + "/" + final_params_name(p), p);
   }
   dir.record(JsonObject().add("event", "end").add("final_val_loss", summary.final_val_loss).str());
   return summary;

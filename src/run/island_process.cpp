@@ -388,11 +388,14 @@ StatusOr<IslandEnd> run_island_once(const config::Config& config, int island, co
     return true;
   };
   host.is_lead = runtime_path_lead;
-  host.eval_recorded = [&](int64_t step) { return in_store(eval_key(step, parts.eval_path)); };
+  // With fewer islands than paths the lead evaluates every path in path order: a step is
+  // recorded once its last path's record is.
+  const int recorded_path = parts.eval_path == core::kEveryPath ? paths - 1 : parts.eval_path;
+  host.eval_recorded = [&](int64_t step) { return in_store(eval_key(step, recorded_path)); };
   host.after_eval = [&](int64_t step, const core::EvalResult& r) {
     state.val_loss = r.loss;
     // After the record on the same connection: a step marked recorded is in metrics.jsonl.
-    if (Status st = joined.store_set(eval_key(step, parts.eval_path), {1}); !st.is_ok()) {
+    if (Status st = joined.store_set(eval_key(step, r.path), {1}); !st.is_ok()) {
       ATOLL_WARN("island " << island << ": " << st.to_string());
     }
   };
@@ -500,10 +503,12 @@ StatusOr<IslandEnd> run_island_once(const config::Config& config, int island, co
       ATOLL_WARN("island " << island << ": " << st.to_string());
     }
   }
-  // DiPaCo: the lowest island of each path that finishes writes that path's global model.
-  const std::string path_key = std::string(kFinalParamsKey) + "/path" + std::to_string(parts.eval_path);
-  if (parts.eval_path >= 0 && runtime_path_lead() && !in_store(path_key)) {
-    runtime.write_final_params(config.run.out_dir + "/" + config.run.name + "/" + core::final_params_name(parts.eval_path));
+  // DiPaCo: the lowest island of each path that finishes writes that path's global model
+  // (fewer islands than paths: the lowest island that finishes writes every path's).
+  for (int p : runtime.held_paths()) {
+    const std::string path_key = std::string(kFinalParamsKey) + "/path" + std::to_string(p);
+    if (!runtime_path_lead() || in_store(path_key)) continue;
+    runtime.write_final_params(config.run.out_dir + "/" + config.run.name + "/" + core::final_params_name(p), p);
     if (Status st = joined.store_set(path_key, {1}); !st.is_ok()) {
       ATOLL_WARN("island " << island << ": " << st.to_string());
     }

@@ -177,6 +177,10 @@ TEST(DiPaCo, FewerIslandsThanPathsTakePathsInTurn) {
   });
   hooks.islands = I;
   hooks.target_by_path = true;
+  std::map<int, std::vector<at::Tensor>> path_models;  // island -> path_global_params(p) at the end
+  hooks.at_end = [&](int island, const algorithms::Algorithm& a) {
+    for (int p = 0; p < P; ++p) path_models[island].push_back(a.path_global_params(p));
+  };
   const auto run = testing::run_quadratic(o, train, targets, theta0, {}, nullptr, four_ranges(), hooks);
 
   // The oracle: one global copy and one momentum buffer per module, in double.
@@ -244,10 +248,56 @@ TEST(DiPaCo, FewerIslandsThanPathsTakePathsInTurn) {
     ASSERT_EQ(run.rounds[i].size(), static_cast<size_t>(rounds));
     EXPECT_EQ(run.rounds[i].back().contributors, I);
   }
+  // Every island holds every path's model, composed from its module copies (routed
+  // evaluation and final_params.path<p>.bin use them): the oracle's, bitwise the same on both
+  // islands, and the island's own path's is its global model.
+  for (int i = 0; i < I; ++i) {
+    ASSERT_EQ(path_models[i].size(), static_cast<size_t>(P));
+    for (int p = 0; p < P; ++p) {
+      ASSERT_TRUE(path_models[i][p].defined()) << "island " << i << " path " << p;
+      EXPECT_TRUE(at::allclose(path_models[i][p].to(at::kDouble), after_round[rounds - 1][p], 1e-5, 1e-5))
+          << "island " << i << " path " << p;
+      EXPECT_TRUE(at::equal(path_models[i][p], path_models[0][p])) << "island " << i << " path " << p;
+    }
+    EXPECT_TRUE(at::equal(path_models[i][i], run.globals[i])) << i;
+  }
+  EXPECT_FALSE(at::equal(path_models[0][2], path_models[0][3]));
   // Paths 0 and 1 share modules 0 and 1: bitwise the same on both islands.
   EXPECT_TRUE(at::equal(run.globals[0].narrow(0, 0, 20), run.globals[1].narrow(0, 0, 20)));
   EXPECT_TRUE(at::equal(run.globals[0].narrow(0, 30, 10), run.globals[1].narrow(0, 30, 10)));
   EXPECT_FALSE(at::equal(run.globals[0].narrow(0, 20, 10), run.globals[1].narrow(0, 20, 10)));
+}
+
+// Fewer islands than paths with weighting shard_size: the weights are the paths' shard sizes
+// the context gives (ctx.path_shard_sizes, which a re-sharding changes), else the options'.
+// A run whose options say {1, 1, 1, 1} but whose context says {100, 300, 50, 550} is bitwise
+// the run whose options say {100, 300, 50, 550}, and not the one without the context's.
+TEST(DiPaCo, FewerIslandsThanPathsWeighTheContextsShardSizes) {
+  const int P = 4, I = 2;
+  const auto targets = testing::random_targets(P, kN);
+  const at::Tensor theta0 = at::zeros({kN});
+  const auto train = testing::sgd_train(0.1, 12);
+  AlgorithmOptions o = nesterov(3);
+  o.islands = I;
+  o.weight_by_shard = true;
+  for (int p = 0; p < P; ++p) o.path_modules.push_back({0, 1 + p / 2, 3 + p % 2});
+  const std::vector<int64_t> sizes{100, 300, 50, 550};
+  auto run = [&](const std::vector<int64_t>& options_sizes, const std::vector<int64_t>* context_sizes) {
+    AlgorithmOptions oo = o;
+    oo.shard_sizes = options_sizes;
+    testing::HarnessHooks hooks =
+        dipaco_hooks([context_sizes](algorithms::IslandContext& ctx) { ctx.path_shard_sizes = context_sizes; });
+    hooks.islands = I;
+    hooks.target_by_path = true;
+    return testing::run_quadratic(oo, train, targets, theta0, {}, nullptr, four_ranges(), hooks);
+  };
+  const auto by_options = run(sizes, nullptr);
+  const auto by_context = run({1, 1, 1, 1}, &sizes);
+  const auto uniform = run({1, 1, 1, 1}, nullptr);
+  for (int i = 0; i < I; ++i) {
+    EXPECT_TRUE(at::equal(by_context.globals[i], by_options.globals[i])) << i;
+    EXPECT_FALSE(at::equal(uniform.globals[i], by_options.globals[i])) << i;
+  }
 }
 
 }  // namespace

@@ -80,6 +80,8 @@ struct HarnessHooks {
   // of the path it trains (ctx.path, DiPaCo) rather than its own.
   int islands = 0;
   bool target_by_path = false;
+  // After island `island`'s last step, with its algorithm (may be empty).
+  std::function<void(int island, const algorithms::Algorithm& algorithm)> at_end;
 };
 
 // targets[i] = c_i; theta0 = initial parameters of every island.
@@ -139,6 +141,7 @@ inline QuadraticRun run_quadratic(const algorithms::AlgorithmOptions& options,
     core::run_island(loop);
     out.params[i] = params.clone();
     out.globals[i] = algo->global_params().clone();
+    if (hooks.at_end) hooks.at_end(i, *algo);
     out.bytes[i] = groups[i]->bytes();
   });
   return out;

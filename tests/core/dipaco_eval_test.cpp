@@ -12,6 +12,7 @@
 #include <torch/csrc/autograd/grad_mode.h>
 #include <torch/serialize.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -25,6 +26,9 @@
 #include "src/core/json.h"
 #include "src/core/params_file.h"
 #include "src/core/simulator.h"
+#include "src/core/dipaco_reshard.h"
+#include "transport/inproc/inproc_group.h"
+#include "transport/inproc/scheduler.h"
 #include "src/models/gpt.h"
 
 namespace fs = std::filesystem;
@@ -82,7 +86,8 @@ config::Config two_kinds_config(const fs::path& dir, const std::string& extra = 
 // `rows`, targets from position prefix - 1 on (the tokens after the first `prefix`), computed
 // one sequence at a time with log_softmax in double.
 std::pair<double, int64_t> oracle_loss(const config::Config& c, const RunData& d, const at::Tensor& params,
-                                       const std::vector<int64_t>& rows, int prefix) {
+                                       const std::vector<int64_t>& rows, int prefix,
+                                       const data::Dataset* split = nullptr) {  // null: validation
   models::Gpt gpt(c.model, c10::Device(c10::kCPU), c.run.seed);
   at::NoGradGuard no_grad;
   gpt.params().copy_(params);
@@ -90,7 +95,7 @@ std::pair<double, int64_t> oracle_loss(const config::Config& c, const RunData& d
   double sum = 0;
   int64_t count = 0;
   for (int64_t e : rows) {
-    const data::Batch b = d.splits.val->gather({e});
+    const data::Batch b = (split != nullptr ? *split : *d.splits.val).gather({e});
     const at::Tensor logp = at::log_softmax(gpt.logits(b.input).to(at::kDouble), -1)[0];  // [T, V]
     const at::Tensor target = b.target[0];
     for (int64_t t = prefix - 1; t < target.size(0); ++t) {
@@ -221,6 +226,219 @@ TEST(DiPaCoEval, AKilledEvaluatorsPathIsEvaluatedByASurvivorOfThePath) {
   // The survivor's path parameters are path 0's final ones.
   EXPECT_TRUE(fs::exists(tmp.path / "runs/t" / final_params_name(0)));
   EXPECT_TRUE(fs::exists(tmp.path / "runs/t" / final_params_name(1)));
+}
+
+// Fewer islands than paths: a 2x2 (one block per level) on 2 islands, which take the four
+// paths in turn (island i: paths i, i + 2, i in rounds 0, 1, 2; docs/dipaco.md "Fewer islands
+// than paths").
+config::Config rotation_config(const fs::path& dir) {
+  config::Config c = two_kinds_config(dir);
+  c.islands.count = 2;
+  c.dipaco.levels = {{{0}, 2}, {{1}, 2}};
+  return c;
+}
+
+// Every island keeps every module's global parameters, so the lead composes each path's model
+// and evaluates it on that path's routed sequences. The oracle, as above: every path's final
+// parameters scored on its sequences. Those files are the islands' own models where an island
+// ends on the path (island i's last task is path i: its island_end hash), and paths share the
+// slices of the modules they share; `atoll export --path` reads them.
+TEST(DiPaCoEval, FewerIslandsThanPathsRoutedLossMatchesAnOracle) {
+  TempDir tmp;
+  const config::Config c = rotation_config(tmp.path);
+  const RunSummary s = simulate(c, {false, true});
+  const fs::path run = tmp.path / "runs/t";
+  const RunData d = load_run_data(c);
+  ASSERT_EQ(d.paths, 4);
+  const auto order = data::validation_indices(*d.splits.val, c.train.batch_size, 0, c.run.seed);
+  std::vector<std::vector<int64_t>> rows(4);
+  for (int64_t e : order) rows[static_cast<size_t>(d.val_path[static_cast<size_t>(e)])].push_back(e);
+  std::vector<at::Tensor> params;
+  double sum = 0;
+  int64_t count = 0;
+  for (int p = 0; p < 4; ++p) {
+    StatusOr<at::Tensor> file = read_params((run / final_params_name(p)).string());
+    ASSERT_TRUE(file.is_ok()) << file.status().to_string();
+    params.push_back(*file);
+    const auto [ps, pc] = oracle_loss(c, d, *file, rows[static_cast<size_t>(p)], 6);
+    sum += ps;
+    count += pc;
+  }
+  ASSERT_GT(count, 0);
+  const double routed = sum / static_cast<double>(count);
+  EXPECT_NEAR(s.final_val_loss, routed, 1e-5 * routed);
+
+  // Every eval step: one path_eval record per path, all by island 0 (the lead), and one routed
+  // eval; the last one lists the paths' validation sequences and training shards.
+  std::map<int64_t, int> evals;
+  std::map<std::pair<int64_t, int>, std::vector<int>> by_path;  // (step, path) -> islands
+  std::map<int, std::string> hash;                              // island -> island_end global hash
+  std::string last;
+  for (const auto& l : lines_of(run / "metrics.jsonl")) {
+    const auto event = json_find_string(l, "event");
+    const auto step = static_cast<int64_t>(json_find_number(l, "step").value_or(-1));
+    const int island = static_cast<int>(json_find_number(l, "island").value_or(-9));
+    if (event == "eval") {
+      ++evals[step];
+      last = l;
+    }
+    if (event == "path_eval") by_path[{step, static_cast<int>(json_find_number(l, "path").value_or(-1))}].push_back(island);
+    if (event == "island_end") hash[island] = json_find_string(l, "global_xxh64").value_or("");
+  }
+  EXPECT_EQ(evals.size(), 4u);
+  for (int64_t step : {0, 4, 8, 12}) {
+    EXPECT_EQ(evals[step], 1) << "step " << step;
+    for (int p = 0; p < 4; ++p) EXPECT_EQ((by_path[{step, p}]), std::vector<int>{0}) << "step " << step << " path " << p;
+  }
+  EXPECT_EQ(json_find_number(last, "step").value_or(-1), 12);
+  EXPECT_EQ(json_find_number(last, "tokens").value_or(-1), static_cast<double>(count));
+  std::string val_sizes = "\"path_sequences\":[", train_sizes = "\"path_train_sequences\":[";
+  for (int p = 0; p < 4; ++p) {
+    val_sizes += (p ? "," : "") + std::to_string(rows[static_cast<size_t>(p)].size());
+    train_sizes += (p ? "," : "") + std::to_string(d.path_train_sizes[static_cast<size_t>(p)]);
+  }
+  for (const std::string& doc : {last, read(run / "summary.json")}) {
+    EXPECT_NE(doc.find(val_sizes + "]"), std::string::npos) << val_sizes << " not in " << doc;
+    EXPECT_NE(doc.find(train_sizes + "]"), std::string::npos) << train_sizes << " not in " << doc;
+  }
+
+  // The composed paths: island i's own model for path i, final_params.bin island 0's.
+  ASSERT_EQ(hash.size(), 2u);
+  for (int i = 0; i < 2; ++i) EXPECT_EQ(params_xxh64_hex(params[static_cast<size_t>(i)]), hash[i]) << i;
+  EXPECT_EQ(read(run / "final_params.bin"), read(run / final_params_name(0)));
+  // Path = 2 e0 + e1: block 0 is level 0's module e0, block 1 level 1's module e1.
+  auto model = models::make_model(c.model, d.shape, c10::Device(c10::kCPU), c.run.seed);
+  for (const auto& slice : model->layout()) {
+    auto part = [&](int p) { return params[static_cast<size_t>(p)].slice(0, slice.offset, slice.offset + slice.numel); };
+    const bool same01 = at::equal(part(0), part(1)), same02 = at::equal(part(0), part(2));
+    EXPECT_TRUE(at::equal(part(1), part(3)) == same02 && at::equal(part(2), part(3)) == same01) << slice.name;
+    EXPECT_EQ(same01, slice.block != 1) << slice.name;
+    EXPECT_EQ(same02, slice.block != 0) << slice.name;
+  }
+
+  // `atoll export --path 3`: a path no island held at the end.
+  ExportOptions eo;
+  eo.run_dir = run.string();
+  eo.path = 3;
+  const ExportResult er = export_params(eo);
+  EXPECT_EQ(er.source, (run / final_params_name(3)).string());
+  const std::string pickled = read(er.out);
+  const auto dict = torch::pickle_load(std::vector<char>(pickled.begin(), pickled.end())).toGenericDict();
+  ASSERT_EQ(static_cast<int64_t>(dict.size()), er.tensors);
+  for (const auto& slice : model->layout()) {
+    EXPECT_TRUE(at::equal(dict.at(slice.name).toTensor().reshape({-1}),
+                          params[3].slice(0, slice.offset, slice.offset + slice.numel)))
+        << slice.name;
+  }
+}
+
+// Fewer islands than paths, the lead (island 0) killed mid-run: island 1 evaluates every path
+// from then on, every eval step still has one record per path and one routed eval, and island
+// 1 writes every path's final parameters.
+TEST(DiPaCoEval, FewerIslandsThanPathsAKilledLeadsEvalsGoOnOnASurvivor) {
+  TempDir tmp;
+  config::Config c = rotation_config(tmp.path);
+  c.islands.events = config::parse_config("islands:\n  count: 2\n  events:\n    - {kill: 0, at_step: 5}\n", "e.yaml")
+                         .islands.events;
+  const RunSummary s = simulate(c, {false, true});
+  EXPECT_TRUE(std::isfinite(s.final_val_loss));
+  std::map<int64_t, int> evals;
+  std::map<std::pair<int64_t, int>, std::vector<int>> by_path;
+  for (const auto& l : lines_of(tmp.path / "runs/t/metrics.jsonl")) {
+    const auto event = json_find_string(l, "event");
+    const auto step = static_cast<int64_t>(json_find_number(l, "step").value_or(-1));
+    if (event == "eval") ++evals[step];
+    if (event == "path_eval")
+      by_path[{step, static_cast<int>(json_find_number(l, "path").value_or(-1))}].push_back(
+          static_cast<int>(json_find_number(l, "island").value_or(-1)));
+  }
+  for (int64_t step : {0, 4, 8, 12}) {
+    EXPECT_EQ(evals[step], 1) << "step " << step;
+    const std::vector<int> by = {step < 5 ? 0 : 1};
+    for (int p = 0; p < 4; ++p) EXPECT_EQ((by_path[{step, p}]), by) << "step " << step << " path " << p;
+  }
+  for (int p = 0; p < 4; ++p) EXPECT_TRUE(fs::exists(tmp.path / "runs/t" / final_params_name(p))) << p;
+}
+
+// Re-sharding with fewer islands than paths: every island scores the router split with every
+// path's model (composed from its module copies), so each router sequence is labelled with its
+// lowest-loss path among all P, paths no island trains at the step included. The Resharder on
+// two islands over the in-process group, fed the four paths of a trained run, against the
+// labels recomputed here; then the same in a run (one reshard record, from both islands'
+// scores; the evals after it report the new shards).
+TEST(DiPaCoEval, FewerIslandsThanPathsReshardingScoresEveryPath) {
+  TempDir tmp;
+  config::Config c = rotation_config(tmp.path);
+  simulate(c, {false, true});
+  std::vector<at::Tensor> paths;
+  for (int p = 0; p < 4; ++p) paths.push_back(*read_params((tmp.path / "runs/t" / final_params_name(p)).string()));
+  c.dipaco.reshard_at = 4;
+  c.dipaco.router_fraction = 0.2;
+  c.run.name = "r";
+  const RunData d = load_run_data(c);
+  const int64_t R = static_cast<int64_t>(d.router_rows.size());
+  ASSERT_GT(R, 20);
+  std::vector<int64_t> labels(4, 0);
+  for (int64_t e : d.router_rows) {
+    int best = 0;
+    double best_loss = INFINITY;
+    for (int p = 0; p < 4; ++p) {
+      const auto [sum, count] = oracle_loss(c, d, paths[static_cast<size_t>(p)], {e}, 6, d.splits.train.get());
+      if (sum / static_cast<double>(count) < best_loss) best_loss = sum / static_cast<double>(count), best = p;
+    }
+    ++labels[static_cast<size_t>(best)];
+  }
+  EXPECT_GE(std::count_if(labels.begin(), labels.end(), [](int64_t n) { return n > 0; }), 2) << "one path won all";
+
+  transport::Scheduler scheduler(2);
+  transport::InprocHub hub(2, scheduler);
+  std::vector<std::unique_ptr<transport::Group>> groups;
+  for (int i = 0; i < 2; ++i) groups.push_back(hub.make_group(i));
+  std::vector<Resharder::Outcome> out(2);
+  const at::Tensor models = at::cat(paths);
+  scheduler.run([&](int i) {
+    auto scorer = make_evaluator(c, d);
+    out[static_cast<size_t>(i)] = Resharder(c, d, i).run(*groups[static_cast<size_t>(i)], *scorer, models);
+  });
+  int64_t trained = 0;
+  for (int64_t n : d.path_train_sizes) trained += n;
+  for (const Resharder::Outcome& o : out) {
+    EXPECT_EQ(o.labels, labels) << "labels differ from the lowest-loss paths";
+    EXPECT_EQ(o.contributors, (std::vector<int>{0, 1}));
+    EXPECT_TRUE(o.shard.empty());
+    ASSERT_EQ(o.path_shards.size(), 4u);
+    int64_t sum = 0;
+    for (int p = 0; p < 4; ++p) {
+      const auto& shard = o.path_shards[static_cast<size_t>(p)];
+      EXPECT_EQ(static_cast<int64_t>(shard.size()), o.path_train_sizes[static_cast<size_t>(p)]) << p;
+      EXPECT_TRUE(std::is_sorted(shard.begin(), shard.end())) << p;
+      sum += static_cast<int64_t>(shard.size());
+    }
+    EXPECT_EQ(sum, trained) << "the router split stays out of training";
+  }
+  EXPECT_EQ(out[0].path_shards, out[1].path_shards);
+  EXPECT_EQ(out[0].path_val_sequences, out[1].path_val_sequences);
+
+  // In a run: re-sharding at step 4 (after round 0), scored by both islands.
+  simulate(c, {false, true});
+  std::vector<std::string> reshards;
+  std::map<int64_t, std::string> eval_of;
+  for (const auto& l : lines_of(tmp.path / "runs/r/metrics.jsonl")) {
+    if (json_find_string(l, "event") == "reshard") reshards.push_back(l);
+    if (json_find_string(l, "event") == "eval") eval_of[static_cast<int64_t>(json_find_number(l, "step").value_or(-1))] = l;
+  }
+  ASSERT_EQ(reshards.size(), 1u);
+  EXPECT_EQ(json_find_number(reshards[0], "contributors").value_or(-1), 2);
+  EXPECT_EQ(json_find_number(reshards[0], "router_sequences").value_or(-1), static_cast<double>(R));
+  auto list_of = [](const std::string& line, const std::string& key) {
+    const size_t a = line.find("\"" + key + "\":[");
+    return a == std::string::npos ? std::string() : line.substr(a + key.size() + 4, line.find(']', a) - a - key.size() - 4);
+  };
+  ASSERT_EQ(eval_of.size(), 4u);
+  for (int64_t step : {4, 8, 12}) {
+    EXPECT_EQ(list_of(eval_of[step], "path_train_sequences"), list_of(reshards[0], "path_train_sequences")) << step;
+    EXPECT_EQ(list_of(eval_of[step], "path_sequences"), list_of(reshards[0], "path_val_sequences")) << step;
+  }
 }
 
 // Discriminative re-sharding at step 4 (an outer-round boundary): one reshard record, from the

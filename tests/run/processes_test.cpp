@@ -195,42 +195,7 @@ TEST_F(Processes, DiPaCoLaunchMatchesSimulateBitwise) { dipaco_launch_matches_si
 TEST_F(Processes, DiPaCoLaunchWithGlooMatchesSimulateBitwise) { dipaco_launch_matches_simulate(*this, "gloo"); }
 TEST_F(Processes, DiPaCoLaunchReshardMatchesSimulateBitwise) { dipaco_launch_matches_simulate(*this, "zmq", true); }
 
-// DiPaCo 2x2 on 2 islands (fewer islands than paths, docs/dipaco.md): the islands take the
-// four paths in turn (paths 0, 1 in even rounds, 2, 3 in odd ones), each module's update is
-// all-reduced over both islands, each island reloads its next path from its copy of every
-// module and continues that path's data stream; over zmq the run ends bitwise as in the
-// simulator, with the same rounds on every island.
-TEST_F(Processes, DiPaCoLaunchWithFewerIslandsThanPathsMatchesSimulateBitwise) {
-  const std::string cfg =
-      config(2, 20, "dipaco: {levels: [{blocks: [0], modules: 2}, {blocks: [1], modules: 2}], prefix: 8}\n");
-  const std::string set = " --quiet --set algorithm.name=dipaco --set model.layers=2 --set transport.kind=zmq";
-  ASSERT_EQ(run("simulate " + cfg + set + " --set run.name=sim"), 0);
-  ASSERT_EQ(run("launch " + cfg + set + " --set run.name=real"), 0);
-  const std::string sim_params = read(dir_ / "runs/sim/final_params.bin");
-  ASSERT_GT(sim_params.size(), 100u);
-  EXPECT_TRUE(sim_params == read(dir_ / "runs/real/final_params.bin"))
-      << "final parameters differ between simulate and launch";
-  auto records = [&](const std::string& run_name) {
-    std::map<int, std::string> ends;
-    std::vector<std::string> rounds;  // island:round of every round record
-    for (const auto& l : lines(dir_ / "runs" / run_name / "metrics.jsonl")) {
-      const std::string event = json_find_string(l, "event").value_or("");
-      const int island = static_cast<int>(json_find_number(l, "island").value_or(-1));
-      if (event == "island_end") ends[island] = json_find_string(l, "global_xxh64").value_or("");
-      if (event == "round") {
-        rounds.push_back(std::to_string(island) + ":" + std::to_string(json_find_number(l, "round").value_or(-1)));
-      }
-    }
-    std::sort(rounds.begin(), rounds.end());
-    return std::make_pair(ends, rounds);
-  };
-  const auto sim = records("sim"), real = records("real");
-  ASSERT_EQ(sim.first.size(), 2u);
-  EXPECT_EQ(sim.first, real.first) << "a path's final model differs between simulate and launch";
-  EXPECT_NE(sim.first.at(0), sim.first.at(1)) << "paths 0 and 1 differ in level 1, yet ended the same";
-  EXPECT_EQ(sim.second.size(), 8u);  // 4 rounds on each island
-  EXPECT_EQ(sim.second, real.second);
-}
+// DiPaCo with fewer islands than paths in real runs: dipaco_processes_test.cpp.
 
 // DiPaCo with two paths (one level of two modules on block 1) over five islands: paths 0, 1,
 // 0, 1, 0. Island 4 (path 0) is killed with SIGKILL mid-run: the run finishes with the four
