@@ -119,11 +119,12 @@ void check_checkpoint(const config::Config& c, Target target) {
   if (real_run(target)) {
     // Real runs (docs/checkpoints.md "Real runs"): every island process checkpoints at the
     // same step, where nothing of its own is in flight; the algorithms covered so far.
-    const bool covered = c.algorithm.name == "ddp" ||
-                         (c.algorithm.name == "diloco" && c.algorithm.overlap == algorithms::Overlap::kNone);
+    const bool server_role = c.algorithm.name == "fedavg" || c.algorithm.name == "async_local_sgd";
+    const bool covered = !server_role && !(c.algorithm.name == "diloco" && c.algorithm.overlap != algorithms::Overlap::kNone);
     if (k.every > 0 && !covered)
-      config::fail_key(c, "checkpoint.every", "real runs (launch, island, coordinator) checkpoint ddp and diloco "
-                                              "without algorithm.overlap only, not " + c.algorithm.name +
+      config::fail_key(c, "checkpoint.every", "real runs (launch, island, coordinator) checkpoint every algorithm "
+                                              "but fedavg, async_local_sgd and diloco with algorithm.overlap, not " +
+                                              c.algorithm.name +
                                               (c.algorithm.name == "diloco" ? " with algorithm.overlap" : "") +
                                               " (set it to 0)");
     if (c.run.resume && k.every == 0)

@@ -227,6 +227,11 @@ StatusOr<IslandEnd> run_island_once(const config::Config& config, int island, co
   go.bind = endpoint;
   go.first_seq = handover ? handover->first_seq : 0;  // the donor's next collective
   if (handover) go.first_seqs = handover->subgroup_seqs;  // and its sub-groups' (dipaco)
+  if (resumed) {  // where the checkpoint's groups were
+    go.first_seqs = resumed->group_seqs;
+    go.first_seq = go.first_seqs[0];
+    go.first_seqs.erase(0);
+  }
   go.star = t.collective == "star";
   go.chunk_bytes = t.chunk_bytes;
   go.max_in_flight = t.max_in_flight;
@@ -238,7 +243,12 @@ StatusOr<IslandEnd> run_island_once(const config::Config& config, int island, co
     go.curve_secret_key = cc.curve_keys.secret_key;
   }
   std::unique_ptr<transport::Group> data_plane;
-  if (t.kind == "gloo") data_plane = std::make_unique<transport::GlooGroup>(control, gloo_options(t));
+  if (t.kind == "gloo") {
+    transport::GlooGroupOptions gopt = gloo_options(t);
+    gopt.first_seq = go.first_seq;
+    gopt.first_seqs = go.first_seqs;
+    data_plane = std::make_unique<transport::GlooGroup>(control, std::move(gopt));
+  }
   else data_plane = std::make_unique<transport::ZmqGroup>(control, go);
   transport::Group& group = *data_plane;
   if (Status st = joined.publish_endpoint(endpoint, Clock::now() + std::chrono::seconds(60)); !st.is_ok()) {
@@ -355,6 +365,8 @@ StatusOr<IslandEnd> run_island_once(const config::Config& config, int island, co
     c.runtime = runtime_ptr->saved();
     c.bytes = timed.bytes();
     c.torch_rng = at::detail::getDefaultCPUGenerator().get_state();
+    c.group_seqs = t.kind == "gloo" ? static_cast<transport::GlooGroup&>(group).next_seqs()
+                                    : static_cast<transport::ZmqGroup&>(group).next_seqs();
     const auto started_at = Clock::now();
     // A file that cannot be written is still marked: a resume finds it missing and falls back.
     if (Status st = ckpt_dir.save(step, encode_island(c)); !st.is_ok())
@@ -440,7 +452,9 @@ StatusOr<IslandEnd> run_island_once(const config::Config& config, int island, co
     std::vector<at::Tensor> inner;
     for (const auto& t : resumed->optimizer_state) inner.push_back(t.defined() ? t.to(on) : t);
     parts.optimizer->load(resumed->optimizer_steps, inner);
-    parts.sampler->seek(resumed->sampler);
+    // DiPaCo with fewer islands than paths places the sampler of the path in progress when its
+    // algorithm loads (as the simulator).
+    if (!parts.use_path) parts.sampler->seek(resumed->sampler);
     runtime.resume(resumed->runtime, resumed->algorithm);
     if (resumed->torch_rng.defined()) {
       at::Generator gen = at::detail::getDefaultCPUGenerator();

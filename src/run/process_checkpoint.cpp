@@ -174,6 +174,11 @@ std::vector<checkpoint::Section> encode_island(const IslandProcessCheckpoint& c)
   w.u64(c.bytes.received);
   w.u64(c.bytes.raw_sent);
   put_tensor(w, c.torch_rng);
+  w.u64(c.group_seqs.size());
+  for (const auto& [key, seq] : c.group_seqs) {
+    w.i64(key);
+    w.u64(seq);
+  }
   out.push_back({"island", std::move(w).bytes()});
   return out;
 }
@@ -195,6 +200,10 @@ StatusOr<IslandProcessCheckpoint> decode_island(const checkpoint::Checkpoint& fi
   c.bytes.received = r.u64();
   c.bytes.raw_sent = r.u64();
   c.torch_rng = get_tensor(r);
+  for (uint64_t i = 0, n = r.u64(); i < n && r.ok(); ++i) {
+    const auto key = static_cast<uint32_t>(r.i64());
+    c.group_seqs[key] = r.u64();
+  }
   if (!r.done() || !c.params.defined()) return corrupt(what + ": malformed section 'island'");
   return c;
 }

@@ -58,6 +58,10 @@ struct IslandProcessCheckpoint {
   core::IslandRuntime::Saved runtime;
   transport::ByteCounters bytes;  // the island's data-plane counters (eval and island_end records)
   at::Tensor torch_rng;          // libtorch's default CPU generator, uint8 state
+  // The data plane's next sequence number of each group by key (0: every island; else a
+  // sub-group, DiPaCo): the resumed group continues the numbering (lossy direct-exchange
+  // seeds depend on it).
+  std::map<uint32_t, uint64_t> group_seqs;
 };
 
 // The coordinator at checkpoint S: every island of `members` had written S.

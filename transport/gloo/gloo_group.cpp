@@ -69,7 +69,8 @@ struct GlooGroup::Retained {
 GlooGroup::GlooGroup(ControlPlane& control, GlooGroupOptions options)
     : control_(control), options_(std::move(options)), server_(control_),
       waits_(std::make_unique<gloo_mesh::Waits>()), counters_(std::make_shared<gloo_mesh::Counters>()),
-      next_seq_(options_.first_seq) {
+      seqs_(std::make_shared<std::map<uint32_t, uint64_t>>(std::map<uint32_t, uint64_t>{{0, options_.first_seq}})),
+      next_seq_((*seqs_)[0]) {
   TORCH_CHECK(options_.chunk_bytes >= 4, "GlooGroupOptions::chunk_bytes must hold one float");
   ignore_sigpipe();
   ::gloo::transport::tcp::attr attr;
@@ -86,8 +87,9 @@ GlooGroup::GlooGroup(const GlooGroup& parent, uint32_t key, std::vector<int> ids
         return o;
       }()),
       server_(control_), device_(parent.device_), waits_(std::make_unique<gloo_mesh::Waits>()),
-      counters_(parent.counters_),
-      next_seq_(parent.options_.first_seqs.count(key) ? parent.options_.first_seqs.at(key) : 0) {
+      counters_(parent.counters_), seqs_(parent.seqs_),
+      next_seq_(seqs_->try_emplace(key, parent.options_.first_seqs.count(key) ? parent.options_.first_seqs.at(key) : 0)
+                    .first->second) {
   worker_ = std::thread([this] { work(); });
   watchdog_ = std::thread([this] { watch(); });
 }

@@ -123,6 +123,10 @@ class GlooGroup final : public Group {
   std::unique_ptr<Handle> allgather(std::vector<uint8_t> bytes, std::vector<std::vector<uint8_t>>* out) override;
   // See "Sub-groups" above.
   std::unique_ptr<Group> subgroup(uint32_t key, std::vector<int> ids) override;
+  // The next sequence number of this group (key 0) and of every sub-group made from it, by
+  // key (island thread): a real run's checkpoint saves them, and the resumed group starts
+  // there (GlooGroupOptions::first_seq / first_seqs).
+  std::map<uint32_t, uint64_t> next_seqs() const { return *seqs_; }
   // ServerLink (server_link.h), as ZmqGroup.
   std::unique_ptr<Handle> push(uint64_t tag, at::Tensor buffer, const compression::Pipeline& codec,
                                double weight, at::Tensor transmitted = {}) override;
@@ -166,7 +170,8 @@ class GlooGroup final : public Group {
   std::shared_ptr<::gloo::transport::Device> device_;
   std::unique_ptr<gloo_mesh::Waits> waits_;
   std::shared_ptr<gloo_mesh::Counters> counters_;  // shared with the sub-groups
-  uint64_t next_seq_;  // island thread
+  std::shared_ptr<std::map<uint32_t, uint64_t>> seqs_;  // next seqs by key, shared with the sub-groups
+  uint64_t& next_seq_;  // (*seqs_)[key_]; island thread
 
   // Worker thread only.
   std::unique_ptr<gloo_mesh::Mesh> mesh_;
