@@ -31,14 +31,8 @@ namespace {
 class FedAvgFault : public ::testing::Test {
  public:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("atoll_fedavg_fault_test_" + std::to_string(getpid()));
-    fs::create_directories(dir_);
-    std::ofstream(dir_ / "corpus.txt") << [] {
-      std::string s;
-      for (int i = 0; i < 300; ++i) s += "in the beginning was the word " + std::to_string(i % 13) + ".\n";
-      return s;
-    }();
-    port_ = 40000 + static_cast<int>(getpid() % 500) * 20;  // apart from processes_test's ports
+    dir_ = atl::testing::make_test_dir("atoll_fedavg_fault_test");
+    port_ = atl::testing::test_port(40000);
   }
   void TearDown() override { fs::remove_all(dir_); }
   fs::path dir_;

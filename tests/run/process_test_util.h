@@ -21,6 +21,20 @@
 
 namespace atl::testing {
 
+// A fresh directory `<tmp>/<prefix>_<pid>` holding corpus.txt, the small text corpus of the
+// process tests (300 lines over 13 words).
+inline std::filesystem::path make_test_dir(const std::string& prefix) {
+  const auto dir = std::filesystem::temp_directory_path() / (prefix + "_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  std::ofstream out(dir / "corpus.txt");
+  for (int i = 0; i < 300; ++i) out << "in the beginning was the word " << i % 13 << ".\n";
+  return dir;
+}
+
+// A coordinator port from the pid, `base` + 20 per pid slot, so that concurrent test
+// processes do not collide (each test binary has its own base: 30000, 40000, ...).
+inline int test_port(int base) { return base + static_cast<int>(getpid() % 500) * 20; }
+
 inline std::string read(const std::filesystem::path& p) {
   std::ifstream in(p, std::ios::binary);
   std::stringstream ss;

@@ -56,15 +56,8 @@ bool wait_for_record(const fs::path& metrics, const std::vector<std::string>& pa
 class Processes : public ::testing::Test {
  public:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("atoll_proc_test_" + std::to_string(getpid()));
-    fs::create_directories(dir_);
-    std::ofstream(dir_ / "corpus.txt") << [] {
-      std::string s;
-      for (int i = 0; i < 300; ++i) s += "in the beginning was the word " + std::to_string(i % 13) + ".\n";
-      return s;
-    }();
-    // Ports from the pid so that concurrent test processes do not collide.
-    port_ = 30000 + static_cast<int>(getpid() % 500) * 20;
+    dir_ = atl::testing::make_test_dir("atoll_proc_test");
+    port_ = atl::testing::test_port(30000);
   }
   void TearDown() override { fs::remove_all(dir_); }
 

@@ -72,17 +72,20 @@ void expect_same_records(const std::vector<std::string>& got, const std::vector<
   EXPECT_TRUE(got == want) << difference(got, want);
 }
 
+// Waits up to `seconds` until metrics.jsonl holds `part`.
+bool wait_for(const fs::path& metrics, const std::string& part, int seconds) {
+  for (int i = 0; i < seconds * 20; ++i) {
+    if (read(metrics).find(part) != std::string::npos) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
+}
+
 class Resume : public ::testing::Test {
  public:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("atoll_resume_test_" + std::to_string(getpid()));
-    fs::create_directories(dir_);
-    std::ofstream(dir_ / "corpus.txt") << [] {
-      std::string s;
-      for (int i = 0; i < 300; ++i) s += "in the beginning was the word " + std::to_string(i % 13) + ".\n";
-      return s;
-    }();
-    port_ = 40000 + static_cast<int>(getpid() % 500) * 20;
+    dir_ = atl::testing::make_test_dir("atoll_resume_test");
+    port_ = atl::testing::test_port(40000);
   }
   void TearDown() override { fs::remove_all(dir_); }
 
@@ -106,6 +109,39 @@ class Resume : public ::testing::Test {
     return p.string();
   }
   fs::path run_dir(const std::string& name) const { return dir_ / "runs" / name; }
+
+  // Starts run r by hand (`atoll coordinator` and three `atoll island`, each with the arguments
+  // `with` gives), SIGKILLs the coordinator after a random round in [3, last_round] (the run
+  // not finished yet), starts it again with the same command, and expects every process to
+  // end with 0 and the new coordinator to have picked the run up.
+  template <typename With>
+  void run_and_restart_the_coordinator(const With& with, int last_round) {
+    pid_t coordinator = atl::testing::spawn_atoll(with({"coordinator"}, {}), dir_ / "coordinator-1.log");
+    ASSERT_GT(coordinator, 0);
+    std::vector<pid_t> islands;
+    for (int i = 0; i < 3; ++i) {
+      islands.push_back(atl::testing::spawn_atoll(with({"island"}, {"--id", std::to_string(i)}),
+                                                  dir_ / ("island-" + std::to_string(i) + ".log")));
+    }
+    std::mt19937 rng(static_cast<unsigned>(std::random_device{}()));
+    const int round = std::uniform_int_distribution<int>(3, last_round)(rng);
+    ASSERT_TRUE(wait_for(run_dir("r") / "metrics.jsonl", "\"round\":" + std::to_string(round) + ",", 60))
+        << read(dir_ / "coordinator-1.log");
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::uniform_int_distribution<int>(0, 20)(rng)));
+    std::printf("[ info ] coordinator killed after round %d\n", round);
+    std::fflush(stdout);
+    ASSERT_FALSE(fs::exists(run_dir("r") / "summary.json")) << "the run finished before the kill";
+    ASSERT_EQ(kill(coordinator, SIGKILL), 0);
+    EXPECT_EQ(atl::testing::wait_exit(coordinator, 10), 128 + SIGKILL);
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    coordinator = atl::testing::spawn_atoll(with({"coordinator"}, {}), dir_ / "coordinator-2.log");
+    for (int i = 0; i < 3; ++i)
+      EXPECT_EQ(atl::testing::wait_exit(islands[static_cast<size_t>(i)], 120), 0)
+          << read(dir_ / ("island-" + std::to_string(i) + ".log"));
+    EXPECT_EQ(atl::testing::wait_exit(coordinator, 60), 0) << read(dir_ / "coordinator-2.log");
+    EXPECT_NE(read(dir_ / "coordinator-2.log").find("coordinator: picking up the running run"), std::string::npos)
+        << read(dir_ / "coordinator-2.log");
+  }
 
   fs::path dir_;
   int port_ = 0;
@@ -256,14 +292,6 @@ pid_t coordinator_child(pid_t launch) {
   return -1;
 }
 
-// Waits up to `seconds` until metrics.jsonl holds `part`.
-bool wait_for(const fs::path& metrics, const std::string& part, int seconds) {
-  for (int i = 0; i < seconds * 20; ++i) {
-    if (read(metrics).find(part) != std::string::npos) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return false;
-}
 
 // island -> global_xxh64 of its island_end record.
 std::map<int, std::string> final_hashes(const fs::path& metrics) {
@@ -298,31 +326,9 @@ TEST_F(Resume, CoordinatorKilledMidRoundAndRestartedFinishesTheRun) {
     head.insert(head.end(), tail.begin(), tail.end());
     return head;
   };
-  pid_t coordinator = atl::testing::spawn_atoll(with({"coordinator"}), dir_ / "coordinator-1.log");
-  ASSERT_GT(coordinator, 0);
-  std::vector<pid_t> islands;
-  for (int i = 0; i < 3; ++i) {
-    islands.push_back(atl::testing::spawn_atoll(with({"island"}, {"--id", std::to_string(i)}),
-                                                dir_ / ("island-" + std::to_string(i) + ".log")));
-  }
+  run_and_restart_the_coordinator(with, 12);
+  if (HasFatalFailure()) return;
   const fs::path metrics = run_dir("r") / "metrics.jsonl";
-  std::mt19937 rng(static_cast<unsigned>(std::random_device{}()));
-  const int round = std::uniform_int_distribution<int>(3, 12)(rng);
-  ASSERT_TRUE(wait_for(metrics, "\"round\":" + std::to_string(round) + ",", 60)) << read(dir_ / "coordinator-1.log");
-  std::this_thread::sleep_for(std::chrono::milliseconds(std::uniform_int_distribution<int>(0, 20)(rng)));
-  std::printf("[ info ] coordinator killed after round %d\n", round);
-  std::fflush(stdout);
-  ASSERT_FALSE(fs::exists(run_dir("r") / "summary.json")) << "the run finished before the kill";
-  ASSERT_EQ(kill(coordinator, SIGKILL), 0);
-  EXPECT_EQ(atl::testing::wait_exit(coordinator, 10), 128 + SIGKILL);
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  coordinator = atl::testing::spawn_atoll(with({"coordinator"}), dir_ / "coordinator-2.log");
-  for (int i = 0; i < 3; ++i)
-    EXPECT_EQ(atl::testing::wait_exit(islands[static_cast<size_t>(i)], 120), 0)
-        << read(dir_ / ("island-" + std::to_string(i) + ".log"));
-  EXPECT_EQ(atl::testing::wait_exit(coordinator, 30), 0) << read(dir_ / "coordinator-2.log");
-  EXPECT_NE(read(dir_ / "coordinator-2.log").find("coordinator: picking up the running run"), std::string::npos)
-      << read(dir_ / "coordinator-2.log");
 
   EXPECT_TRUE(read(run_dir("r") / "final_params.bin") == expected) << "final parameters differ after the restart";
   const auto hashes = final_hashes(metrics);
@@ -361,30 +367,9 @@ TEST_F(Resume, CoordinatorOfAServerRoleKilledAndRestartedFinishesTheRun) {
       expected_records = comparable(run_dir("whole") / "metrics.jsonl");
       ASSERT_GT(expected.size(), 100u);
     }
-    pid_t coordinator = atl::testing::spawn_atoll(with({"coordinator"}), dir_ / "coordinator-1.log");
-    ASSERT_GT(coordinator, 0);
-    std::vector<pid_t> islands;
-    for (int i = 0; i < 3; ++i) {
-      islands.push_back(atl::testing::spawn_atoll(with({"island"}, {"--id", std::to_string(i)}),
-                                                  dir_ / ("island-" + std::to_string(i) + ".log")));
-    }
+    run_and_restart_the_coordinator(with, 10);
+    if (HasFatalFailure()) return;
     const fs::path metrics = run_dir("r") / "metrics.jsonl";
-    std::mt19937 rng(static_cast<unsigned>(std::random_device{}()));
-    const int round = std::uniform_int_distribution<int>(3, 10)(rng);
-    ASSERT_TRUE(wait_for(metrics, "\"round\":" + std::to_string(round) + ",", 60)) << read(dir_ / "coordinator-1.log");
-    std::printf("[ info ] coordinator killed after round %d\n", round);
-    std::fflush(stdout);
-    ASSERT_FALSE(fs::exists(run_dir("r") / "summary.json")) << "the run finished before the kill";
-    ASSERT_EQ(kill(coordinator, SIGKILL), 0);
-    EXPECT_EQ(atl::testing::wait_exit(coordinator, 10), 128 + SIGKILL);
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
-    coordinator = atl::testing::spawn_atoll(with({"coordinator"}), dir_ / "coordinator-2.log");
-    for (int i = 0; i < 3; ++i)
-      EXPECT_EQ(atl::testing::wait_exit(islands[static_cast<size_t>(i)], 120), 0)
-          << read(dir_ / ("island-" + std::to_string(i) + ".log"));
-    EXPECT_EQ(atl::testing::wait_exit(coordinator, 60), 0) << read(dir_ / "coordinator-2.log");
-    EXPECT_NE(read(dir_ / "coordinator-2.log").find("coordinator: picking up the running run"), std::string::npos)
-        << read(dir_ / "coordinator-2.log");
     EXPECT_NE(read(run_dir("r") / "summary.json").find("\"islands_finished\":3"), std::string::npos);
     const std::vector<std::string> got = comparable(metrics);
     if (fedavg) {
