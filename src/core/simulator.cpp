@@ -1,8 +1,7 @@
-// atoll simulate (docs/simulator.md). Over 800 lines, knowingly for now: simulate() is one
-// function whose lambdas (membership events, hand-overs, the checkpoint gathering, the
-// server role) share the run's state on the virtual clock; the next split moves the
-// checkpoint gathering and the membership events into classes of their own, each owning its
-// part of that state, rather than cutting the function into pieces that pass it all around.
+// atoll simulate (docs/simulator.md): one function whose lambdas (membership events,
+// hand-overs, the server role) share the run's state on the virtual clock. The checkpoint
+// gathering is a class of its own (checkpoint_gathering.h); the membership events are the
+// next part to move into one, owning its part of that state.
 #include "src/core/simulator.h"
 
 #include <ATen/ATen.h>
@@ -30,6 +29,7 @@
 #include "src/checkpoint/checkpoint_dir.h"
 #include "src/data/dataset.h"
 #include "src/models/model.h"
+#include "src/core/checkpoint_gathering.h"
 #include "src/core/components.h"
 #include "src/core/cost_model.h"
 #include "src/core/network_profile.h"
@@ -303,8 +303,8 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
                                  RecordTime{seconds_since(t0), scheduler.time(i)}));
   };
   // A death may complete the gathering of a checkpoint that waited only for this island
-  // (defined with the checkpoints below).
-  std::function<void(int)> checkpoint_after_leaving;
+  // (made with the checkpoints below).
+  std::optional<CheckpointGathering> gathering;
   auto die = [&](int i, Kill& kill, const char* why) {
     Island& is = islands[i];
     kill.fired = true;
@@ -314,7 +314,7 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
     member_s[i] += scheduler.time(i) - member_since[i];
     end_time[i] = scheduler.time(i);
     membership(i, "killed", why);
-    checkpoint_after_leaving(i);
+    gathering->left(i, /*done=*/false);
     throw IslandKilled{};
   };
   // The live island with the lowest id evaluates the global model and hands state over to
@@ -369,28 +369,10 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
     pending.clear();
   };
 
-  // Checkpoints (docs/checkpoints.md): at every checkpoint.every-th step boundary each live
-  // island arrives and waits; the last to arrive (every exchange is posted and complete by
-  // then) saves every arrived island's state and the run's shared state and writes the file,
-  // then everyone goes on in the scheduler's order, as a resumed run starts. An island's
-  // state is read at the write, not at its arrival: a collective it posted may complete only
-  // when a later island posts (diloco with overlap: the average lands in its buffer then).
-  // With islands.events: an island killed while the others wait completes the gathering
-  // instead of arriving; dead islands are saved as dead (their clock, which kills fired);
-  // and a checkpoint is skipped (not written, the run goes on alike) while a joiner is
-  // between its join time and its first step, whose state is in no island's.
-  int64_t ckpt_step = 0;  // the step being gathered
-  int ckpt_arrived = 0;
-  int64_t ckpt_done = resumed ? resumed->step : 0;  // the newest checkpoint's step
-  std::vector<char> ckpt_arrived_at(static_cast<size_t>(n), 0);  // islands at the gathered step
-  // Islands whose thread is done (finished, with their island_end record): a checkpoint
-  // waits for them no longer and saves their final state.
-  std::vector<char> ckpt_gone(static_cast<size_t>(n), 0);
-  // Per island: the step from which its next checkpoint is due (the multiple of
-  // checkpoint.every after the latest checkpoint).
-  std::vector<int64_t> ckpt_due(static_cast<size_t>(n), config.checkpoint.every);
-  if (resumed && config.checkpoint.every > 0)
-    ckpt_due.assign(static_cast<size_t>(n), (resumed->step / config.checkpoint.every + 1) * config.checkpoint.every);
+  // Checkpoints (src/core/checkpoint_gathering.h): an island's state is read at the write,
+  // not at its arrival: a collective it posted may complete only when a later island posts
+  // (diloco with overlap: the average lands in its buffer then). Dead islands are saved as
+  // dead (their clock, which kills fired).
   auto island_state = [&](int i) {
     Island& is = islands[i];
     IslandCheckpoint c;
@@ -458,72 +440,24 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
     else
       ATOLL_DEBUG("checkpoint of step " << step << ": " << bytes / 1e6 << " MB in " << seconds_since(started) << " s");
   };
-  // The islands the checkpoint of `step` waits for: alive, thread not done, and due at it
-  // (a joiner that came in at `step` itself is due only at the next one).
-  auto expected_at = [&](int64_t step) {
-    int expected = 0;
-    for (int j = 0; j < n; ++j)
-      expected += islands[j].alive && !ckpt_gone[static_cast<size_t>(j)] && (ckpt_arrived_at[j] || ckpt_due[j] <= step);
-    return expected;
-  };
-  // Every expected island is there: write (unless a joiner is in between), release them.
-  // (async_local_sgd: skipped too when a push posted before the cut's time reached the server
-  // after it; the cut is at `step` nominal steps of the fastest island.)
-  const double cut_unit_s = cost.base_step_s() / *std::max_element(cost.speeds().begin(), cost.speeds().end());
+  CheckpointGathering::Hooks gather;
+  gather.alive = [&](int j) { return islands[j].alive; };
+  gather.joining = [&](int j) { return joining[j] != 0; };
+  // async_local_sgd: a push posted before the cut's time that reached the server after it.
   const bool cut_in_time = islands[0].parts.algorithm->checkpoint_cut() == algorithms::CheckpointCut::kServerTime;
-  auto complete_checkpoint = [&](int64_t step) {
-    bool consistent = true;
-    for (int j = 0; j < n; ++j)
-      consistent = consistent && !joining[j] && (ckpt_arrived_at[j] || !islands[j].alive || ckpt_gone[static_cast<size_t>(j)]);
-    const bool crossed = cut_in_time && hub.last_push_arrival() >= static_cast<double>(step) * cut_unit_s;
-    if (consistent && !crossed) write_checkpoint(step);
-    else ATOLL_DEBUG("checkpoint of step " << step << " skipped: " << (crossed ? "a push in flight" : "an island is joining"));
-    ckpt_arrived_at.assign(static_cast<size_t>(n), 0);
-    ckpt_done = step;
+  gather.skip = [&](int64_t cut) -> std::string {
+    return cut_in_time && hub.last_push_arrival() >= gathering->cut_time_s(cut) ? "a push in flight" : "";
   };
-  auto checkpoint_at = [&](int i, int64_t step) {
-    if (step <= ckpt_done) return;  // already taken (or skipped) without this island
-    if (ckpt_step != step) {
-      ckpt_step = step;
-      ckpt_arrived = 0;
-    }
-    ckpt_arrived_at[static_cast<size_t>(i)] = 1;
-    if (++ckpt_arrived < expected_at(step)) {
-      scheduler.block_until(i, [&ckpt_done, step] { return ckpt_done >= step; },
-                            "the others to reach the checkpoint of " + std::to_string(step));
-      return;
-    }
-    complete_checkpoint(step);
-    scheduler.yield(i);  // the next to run is the one a resumed run starts with
+  gather.write = write_checkpoint;
+  gather.block = [&](int i, const std::function<bool()>& ready, const std::string& what) {
+    scheduler.block_until(i, ready, what);
   };
-  // An island that died or whose thread is done may complete a gathering that waited for it.
-  checkpoint_after_leaving = [&](int) {
-    if (ckpt_step > ckpt_done && ckpt_arrived > 0 && ckpt_arrived >= expected_at(ckpt_step))
-      complete_checkpoint(ckpt_step);
-  };
-  // A due checkpoint: at a step boundary every island reaches (where the algorithm has no
-  // exchange in flight), or, for algorithms cut at server interactions, at each multiple of
-  // checkpoint.every rounds (fedavg) or nominal steps of the fastest island in virtual time
-  // (async_local_sgd) that this island's next pull or push reaches (docs/checkpoints.md).
+  gather.yield = [&](int i) { scheduler.yield(i); };
+  gathering.emplace(n, config.checkpoint.every, resumed ? resumed->step : 0,
+                    cost.base_step_s() / *std::max_element(cost.speeds().begin(), cost.speeds().end()),
+                    std::move(gather));
   auto maybe_checkpoint = [&](int i, int64_t step, int64_t total) {
-    const int64_t every = config.checkpoint.every;
-    if (every <= 0) return;
-    const algorithms::Algorithm& a = *islands[i].parts.algorithm;
-    if (const auto kind = a.checkpoint_cut(); kind != algorithms::CheckpointCut::kStep) {
-      const double at = a.checkpoint_position(step);
-      const auto position = static_cast<int64_t>(
-          at < 0 ? -1 : kind == algorithms::CheckpointCut::kServerRound ? at : std::floor(at / cut_unit_s + 1e-9));
-      while (position >= 0 && position >= ckpt_due[i]) {
-        const int64_t cut = ckpt_due[i];
-        ckpt_due[i] += every;
-        checkpoint_at(i, cut);
-      }
-      return;
-    }
-    if (step >= ckpt_due[i] && step < total && a.can_checkpoint()) {
-      ckpt_due[i] = (step / every + 1) * every;
-      checkpoint_at(i, step);
-    }
+    gathering->at_boundary(i, *islands[i].parts.algorithm, step, total);
   };
 
   // Each island's runtime: the simulator supplies the virtual clock, the in-process group,
@@ -651,7 +585,7 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
       is.planned = c.planned;
       is.alive = c.alive;
       is.finished = c.finished;
-      if (is.finished) ckpt_gone[static_cast<size_t>(i)] = 1;  // a checkpoint waits for it no more
+      if (is.finished) gathering->finished_before(i);  // a checkpoint waits for it no more
     }
     for (auto& of_island : kills)
       for (Kill& kill : of_island)
@@ -706,8 +640,7 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
             // Joiners still waiting get the final state (they have no steps left to run).
             if (donor && !pending.empty()) hand_over(i, is.runtime->steps());
             // A checkpoint gathered while this island ran its last steps waits for it no more.
-            ckpt_gone[static_cast<size_t>(i)] = 1;
-            checkpoint_after_leaving(i);
+            gathering->left(i, /*done=*/true);
             return;
           } catch (const IslandKilled&) {
             // Unwound; its collectives completed without it. Drop the algorithm now: it may
@@ -743,8 +676,7 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
         is.alive = true;
         joining[i] = 0;
         member_since[i] = scheduler.time(i);
-        if (config.checkpoint.every > 0)  // due at the next multiple after the donor's step
-          ckpt_due[i] = (h.step / config.checkpoint.every + 1) * config.checkpoint.every;
+        gathering->joined_after(i, h.step);  // due at the next multiple after the donor's step
         JoinState join;
         join.donor = h.donor;
         join.step = h.step;
