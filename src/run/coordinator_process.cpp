@@ -71,9 +71,6 @@ std::optional<CoordinatorRunState> running_state(const config::Config& config, c
   if (!state.is_ok()) return not_picked(state.status().message());
   if (state->config_hash != hash) return not_picked("its running state is of another config");
   const std::string cannot = "a coordinator restarted mid-run cannot pick up a run ";
-  if (config.transport.kind != "zmq")
-    throw UserError(config.source + ": key 'transport.kind': " + cannot + "over " + config.transport.kind +
-                    " (its rendezvous for rebuilt contexts is not covered yet; use zmq)");
   if (config.transport.collective == "star")
     throw UserError(config.source + ": key 'transport.collective': " + cannot +
                     "with the star all-reduce (its collectives in flight live in the coordinator and are not saved)");

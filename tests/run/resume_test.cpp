@@ -317,26 +317,32 @@ TEST_F(Resume, CoordinatorKilledMidRoundAndRestartedFinishesTheRun) {
   // machine, and the restart then rightly refused the finished run's directory).
   const std::string cfg = config(200, "");
   const std::string slow = " --set transport.heartbeat_timeout_ms=3000";
-  ASSERT_EQ(run("launch " + cfg + " --quiet --set run.name=whole" + slow, dir_ / "whole.log"), 0) << read(dir_ / "whole.log");
-  const std::string expected = read(run_dir("whole") / "final_params.bin");
-  ASSERT_GT(expected.size(), 100u);
-  const std::vector<std::string> common = {cfg, "--quiet", "--set", "run.name=r", "--set", "transport.heartbeat_timeout_ms=3000"};
-  auto with = [&](std::vector<std::string> head, std::vector<std::string> tail = {}) {
-    head.insert(head.end(), common.begin(), common.end());
-    head.insert(head.end(), tail.begin(), tail.end());
-    return head;
-  };
-  run_and_restart_the_coordinator(with, 12);
-  if (HasFatalFailure()) return;
-  const fs::path metrics = run_dir("r") / "metrics.jsonl";
+  for (const std::string kind : {"zmq", "gloo"}) {
+    SCOPED_TRACE(kind);
+    fs::remove_all(dir_ / "runs");
+    ASSERT_EQ(run("launch " + cfg + " --quiet --set run.name=whole --set transport.kind=" + kind + slow, dir_ / "whole.log"), 0)
+        << read(dir_ / "whole.log");
+    const std::string expected = read(run_dir("whole") / "final_params.bin");
+    ASSERT_GT(expected.size(), 100u);
+    const std::vector<std::string> common = {cfg, "--quiet", "--set", "run.name=r", "--set", "transport.heartbeat_timeout_ms=3000",
+                                             "--set", "transport.kind=" + kind};
+    auto with = [&](std::vector<std::string> head, std::vector<std::string> tail = {}) {
+      head.insert(head.end(), common.begin(), common.end());
+      head.insert(head.end(), tail.begin(), tail.end());
+      return head;
+    };
+    run_and_restart_the_coordinator(with, 12);
+    if (HasFatalFailure()) return;
+    const fs::path metrics = run_dir("r") / "metrics.jsonl";
 
-  EXPECT_TRUE(read(run_dir("r") / "final_params.bin") == expected) << "final parameters differ after the restart";
-  const auto hashes = final_hashes(metrics);
-  ASSERT_EQ(hashes.size(), 3u);
-  EXPECT_EQ(hashes.at(0), hashes.at(1));
-  EXPECT_EQ(hashes.at(0), hashes.at(2));
-  expect_same_records(comparable(metrics), comparable(run_dir("whole") / "metrics.jsonl"));
-  EXPECT_NE(read(run_dir("r") / "summary.json").find("\"islands_finished\":3"), std::string::npos);
+    EXPECT_TRUE(read(run_dir("r") / "final_params.bin") == expected) << "final parameters differ after the restart";
+    const auto hashes = final_hashes(metrics);
+    ASSERT_EQ(hashes.size(), 3u);
+    EXPECT_EQ(hashes.at(0), hashes.at(1));
+    EXPECT_EQ(hashes.at(0), hashes.at(2));
+    expect_same_records(comparable(metrics), comparable(run_dir("whole") / "metrics.jsonl"));
+    EXPECT_NE(read(run_dir("r") / "summary.json").find("\"islands_finished\":3"), std::string::npos);
+  }
 }
 
 // The coordinator of a run with a server role (the global model lives in it) is SIGKILLed
@@ -414,12 +420,11 @@ TEST_F(Resume, LaunchRestartsACoordinatorThatDied) {
 }
 
 // Over gloo: a run resumed with --resume ends as it did (a finished run redoes the steps
-// after its newest checkpoint, 10), and a restarted coordinator refuses to pick the run up,
-// with one line.
-TEST_F(Resume, GlooResumesButRefusesACoordinatorRestart) {
+// after its newest checkpoint, 10); with the star all-reduce a restarted coordinator refuses
+// to pick the run up, with one line.
+TEST_F(Resume, GlooResumesAndAStarRunRefusesACoordinatorRestart) {
   const std::string cfg = config(20, "");
   const std::string gloo = " --quiet --set transport.kind=gloo";
-  const auto state = run_dir("r") / "checkpoints/coordinator/run-state.ckpt";
   ASSERT_EQ(run("launch " + cfg + gloo, dir_ / "g.log"), 0) << read(dir_ / "g.log");
   const std::string expected = read(run_dir("r") / "final_params.bin");
   ASSERT_GT(expected.size(), 100u);
@@ -428,11 +433,16 @@ TEST_F(Resume, GlooResumesButRefusesACoordinatorRestart) {
   EXPECT_NE(read(dir_ / "again.log").find("coordinator: resuming after step 10"), std::string::npos) << read(dir_ / "again.log");
   EXPECT_TRUE(read(run_dir("r") / "final_params.bin") == expected);
   expect_same_records(comparable(run_dir("r") / "metrics.jsonl"), expected_metrics);
-  // The running state of this config, as a coordinator killed mid-run leaves it.
-  ASSERT_TRUE(fs::exists(state));
-  fs::remove(run_dir("r") / "summary.json");
-  ASSERT_EQ(run("coordinator " + cfg + gloo, dir_ / "c.log"), 2);
-  EXPECT_NE(read(dir_ / "c.log").find("key 'transport.kind': a coordinator restarted mid-run cannot pick up a run over gloo"),
+  // (A coordinator restart over gloo: CoordinatorKilledMidRoundAndRestartedFinishesTheRun.)
+  // The running state of a run with the star all-reduce, as a coordinator killed mid-run
+  // leaves it: a restart refuses to pick it up, with one line.
+  const std::string star = " --quiet --set transport.collective=star --set checkpoint.every=0 --set run.name=s";
+  ASSERT_EQ(run("launch " + cfg + star, dir_ / "s.log"), 0) << read(dir_ / "s.log");
+  ASSERT_TRUE(fs::exists(run_dir("s") / "checkpoints/coordinator/run-state.ckpt"));
+  fs::remove(run_dir("s") / "summary.json");
+  ASSERT_EQ(run("coordinator " + cfg + star, dir_ / "c.log"), 2);
+  EXPECT_NE(read(dir_ / "c.log").find("key 'transport.collective': a coordinator restarted mid-run cannot pick up a run "
+                                      "with the star all-reduce"),
             std::string::npos)
       << read(dir_ / "c.log");
 }
