@@ -32,7 +32,7 @@ class DiPaCoProcesses : public ::testing::Test {
  public:
   void SetUp() override {
     dir_ = atl::testing::make_test_dir("atoll_dipaco_proc_test");
-    port_ = atl::testing::test_port(40000);
+    port_ = atl::testing::test_port(14000);
   }
   void TearDown() override { fs::remove_all(dir_); }
 

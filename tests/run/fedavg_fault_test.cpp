@@ -32,7 +32,7 @@ class FedAvgFault : public ::testing::Test {
  public:
   void SetUp() override {
     dir_ = atl::testing::make_test_dir("atoll_fedavg_fault_test");
-    port_ = atl::testing::test_port(40000);
+    port_ = atl::testing::test_port(30000, 2760);
   }
   void TearDown() override { fs::remove_all(dir_); }
   fs::path dir_;

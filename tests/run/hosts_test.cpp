@@ -12,6 +12,8 @@
 #include <sstream>
 #include <string>
 
+#include "tests/run/process_test_util.h"
+
 namespace fs = std::filesystem;
 
 namespace {
@@ -44,7 +46,7 @@ class Hosts : public ::testing::Test {
       for (int i = 0; i < 300; ++i) s += "and the evening and the morning were day " + std::to_string(i % 7) + ".\n";
       return s;
     }();
-    port_ = 36000 + static_cast<int>(getpid() % 300) * 10;
+    port_ = atl::testing::test_port(18000, 2000);
   }
   void TearDown() override { fs::remove_all(dir_); }
 

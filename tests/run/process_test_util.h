@@ -5,6 +5,9 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -31,9 +34,29 @@ inline std::filesystem::path make_test_dir(const std::string& prefix) {
   return dir;
 }
 
-// A coordinator port from the pid, `base` + 20 per pid slot, so that concurrent test
-// processes do not collide (each test binary has its own base: 30000, 40000, ...).
-inline int test_port(int base) { return base + static_cast<int>(getpid() % 500) * 20; }
+// The first of 20 ports for a test's run (coordinator, then data planes), in [base, base +
+// span): below the kernel's ephemeral range (32768 and up by default), where the local ports
+// of outgoing connections come from, so that no connection of a concurrent test can hold it
+// (each test binary has its own range), and free when chosen: slots of 20 from one picked by
+// the pid on, the first whose 20 ports all bind on 127.0.0.1 now.
+inline int test_port(int base, int span = 4000) {
+  const int slots = span / 20;
+  for (int k = 0; k < slots; ++k) {
+    const int p = base + static_cast<int>((getpid() + k) % slots) * 20;
+    bool free = true;
+    for (int q = p; q < p + 20 && free; ++q) {
+      const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      a.sin_port = htons(static_cast<uint16_t>(q));
+      a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      free = fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+      if (fd >= 0) ::close(fd);
+    }
+    if (free) return p;
+  }
+  return base + static_cast<int>(getpid() % slots) * 20;
+}
 
 inline std::string read(const std::filesystem::path& p) {
   std::ifstream in(p, std::ios::binary);

@@ -57,7 +57,7 @@ class Processes : public ::testing::Test {
  public:
   void SetUp() override {
     dir_ = atl::testing::make_test_dir("atoll_proc_test");
-    port_ = atl::testing::test_port(30000);
+    port_ = atl::testing::test_port(2000);
   }
   void TearDown() override { fs::remove_all(dir_); }
 

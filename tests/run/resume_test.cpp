@@ -85,7 +85,7 @@ class Resume : public ::testing::Test {
  public:
   void SetUp() override {
     dir_ = atl::testing::make_test_dir("atoll_resume_test");
-    port_ = atl::testing::test_port(40000);
+    port_ = atl::testing::test_port(10000);
   }
   void TearDown() override { fs::remove_all(dir_); }
 

@@ -57,7 +57,7 @@ class Start : public ::testing::Test {
       for (int i = 0; i < 300; ++i) s += "in the beginning was the word " + std::to_string(i % 13) + ".\n";
       return s;
     }();
-    port_ = 40000 + static_cast<int>(getpid() % 500) * 20;  // processes_test uses 30000..
+    port_ = atl::testing::test_port(6100, 3800);
   }
   void TearDown() override { fs::remove_all(dir_); }
 
