@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <csignal>
+#include <exception>
 #include <mutex>
 #include <sstream>
 
@@ -256,6 +257,16 @@ void GlooGroup::run(Op& op) {
       op.dirty = op.req.buffer.defined();
       Wire wire(*mesh_, *waits_, *counters_, seq);
       gloo_mesh::GlooWire gw(wire);
+      // Unwinding (the mesh broke, a frame did not decode, the group is shutting down) frees
+      // this collective's send buffers with gw: the pairs are closed first, or gloo's device
+      // thread could still be writing from them (writev: Bad address, and a crash).
+      struct ClosePairsOnUnwind {
+        gloo_mesh::Mesh& mesh;
+        const int exceptions = std::uncaught_exceptions();
+        ~ClosePairsOnUnwind() {
+          if (std::uncaught_exceptions() > exceptions) mesh.close_pairs();
+        }
+      } close_on_unwind{*mesh_};
       gw.on_data_phase = [this](double bytes) { set_data_deadline(bytes); };
       CollectiveResult r;
       gloo_mesh::run(collectives::attempt(gw, op.req, std::move(a), &r), seq);

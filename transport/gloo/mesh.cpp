@@ -98,6 +98,14 @@ void Waits::close(const std::string& why) {
   interrupt_locked(why);
 }
 
+void Mesh::close_pairs() {
+  if (!context_) return;
+  for (int r = 0; r < static_cast<int>(ids_.size()); ++r) {
+    if (ids_[static_cast<size_t>(r)] == self_) continue;
+    if (auto& pair = context_->getPair(r)) pair->close();
+  }
+}
+
 std::unique_ptr<Mesh> Mesh::build(const MeshOptions& o, uint64_t epoch, uint64_t generation,
                                   std::vector<int> ids, int self, MemberState mine) {
   std::unique_ptr<Mesh> m(new Mesh);

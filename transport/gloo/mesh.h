@@ -124,6 +124,10 @@ class Mesh {
                                      std::vector<int> ids, int self, MemberState mine);
 
   uint64_t epoch() const { return epoch_; }
+  // Closes every pair now (gloo's device thread then writes from and reads into none of this
+  // mesh's buffers any more): before a collective that did not finish frees its buffers.
+  // The mesh is broken afterwards.
+  void close_pairs();
   // The store key a member sets when it abandons this mesh. gloo does not report a closed
   // connection to a message it is in the middle of sending or receiving, so the others'
   // watchdogs look for this key when a wait makes no progress.
