@@ -119,7 +119,8 @@ void check_checkpoint(const config::Config& c, Target target) {
   if (real_run(target)) {
     // Real runs (docs/checkpoints.md "Real runs"): every island process checkpoints at the
     // same step, where nothing of its own is in flight; the algorithms covered so far.
-    const bool server_role = c.algorithm.name == "fedavg" || c.algorithm.name == "async_local_sgd";
+    // The global model in the coordinator's server role: not saved at a cut the islands agree on.
+    const bool server_role = k.every > 0 && algorithms::make_algorithm(algorithm_options(c, {}), 0)->global_on_server();
     const bool covered = !server_role && !(c.algorithm.name == "diloco" && c.algorithm.overlap != algorithms::Overlap::kNone);
     if (k.every > 0 && !covered)
       config::fail_key(c, "checkpoint.every", "real runs (launch, island, coordinator) checkpoint every algorithm "

@@ -276,6 +276,11 @@ TEST_F(Resume, RefusesWhatRealRunsDoNotCheckpoint) {
   fs::create_directories(run_dir("r"));
   ASSERT_EQ(run("coordinator " + cfg + " --quiet --resume", dir_ / "n.log"), 2);
   EXPECT_NE(read(dir_ / "n.log").find("holds no usable checkpoint"), std::string::npos) << read(dir_ / "n.log");
+  // An unfinished run directory that a coordinator does not pick up: it says why, then refuses.
+  ASSERT_EQ(run("coordinator " + cfg + " --quiet", dir_ / "p.log"), 2);
+  EXPECT_NE(read(dir_ / "p.log").find("not picking up the unfinished run"), std::string::npos) << read(dir_ / "p.log");
+  EXPECT_NE(read(dir_ / "p.log").find("no running state"), std::string::npos) << read(dir_ / "p.log");
+  EXPECT_NE(read(dir_ / "p.log").find("already exists"), std::string::npos) << read(dir_ / "p.log");
 }
 
 }  // namespace
