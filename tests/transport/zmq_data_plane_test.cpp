@@ -11,7 +11,6 @@
 #include "transport/inproc/inproc_group.h"
 #include "transport/zmq/allreduce_op.h"
 #include "transport/zmq/data_wire.h"
-#include "transport/zmq/input_backup.h"
 #include "transport/zmq/peer_links.h"
 
 namespace atl::transport::dataplane {
@@ -106,31 +105,6 @@ TEST(DataWire, RawFlagRules) {
   EXPECT_FALSE(parses(MsgType::kRing, kFlagRaw, 6));
   EXPECT_FALSE(parses(MsgType::kRing, kFlagRaw | kFlagSplit, 8));
   EXPECT_FALSE(parses(MsgType::kRing, 4, 8));  // a reserved bit
-}
-
-// Overlapping, adjacent and repeated saves, writes in between: restore() brings back exactly
-// the input, and a region is copied only before its first write.
-TEST(InputBackup, RestoresTheInputWhateverWasWritten) {
-  const at::Tensor input = at::arange(100, at::kFloat);
-  at::Tensor buffer = input.clone();
-  at::Tensor copy = at::full({100}, -1.0);
-  InputBackup backup(buffer, copy);
-  const std::vector<std::pair<int64_t, int64_t>> writes = {{10, 20}, {15, 30}, {30, 35}, {0, 5}, {50, 60},
-                                                           {40, 55}, {10, 20}, {95, 120}, {34, 41}};
-  for (const auto& [b, e] : writes) {
-    backup.save(b, e);
-    const int64_t stop = std::min<int64_t>(e, 100);
-    buffer.narrow(0, b, stop - b).fill_(1000);
-  }
-  EXPECT_EQ(copy[60].item<float>(), -1.0f);  // never written, never copied
-  EXPECT_EQ(copy[45].item<float>(), 45.0f);
-  backup.restore();
-  EXPECT_TRUE(at::equal(buffer, input));
-  // A second attempt writes again: the saved input is kept, not overwritten by its writes.
-  buffer.narrow(0, 10, 30).fill_(7);
-  backup.save(5, 45);
-  backup.restore();
-  EXPECT_TRUE(at::equal(buffer, input));
 }
 
 Outbound ring_message(int i) {

@@ -222,7 +222,9 @@ Program attempt(Wire& wire, Request& req, Attempt a, CollectiveResult* out) {
     if (st.is_ok() && gather && info.numel > (uint64_t{1} << 34)) st = corrupt("an allgather result too large");
     if (!st.is_ok()) throw CorruptFrame(what + ": island " + std::to_string(donor) + " handed over " + st.message());
     if (req.transmitted.defined() && !req.transmitted_filled) req.transmitted.copy_(req.buffer);
-    at::Tensor dst = gather ? at::empty({static_cast<int64_t>(info.numel)}, at::kFloat) : req.buffer;
+    at::Tensor dst = gather                   ? at::empty({static_cast<int64_t>(info.numel)}, at::kFloat)
+                     : req.result.defined() ? req.result
+                                            : req.buffer;
     BroadcastSetup b{{std::min(donor, self), std::max(donor, self)}, donor, dst, &fp32, req.result_piece_elems,
                      Tag::kResult};
     for (Program inner = broadcast(wire, std::move(b)); !inner.resume();) co_await pending{wire};
@@ -298,6 +300,7 @@ Program attempt(Wire& wire, Request& req, Attempt a, CollectiveResult* out) {
   }
   if (parts.size() == 1) {  // the mean of one buffer is that buffer, bitwise
     if (req.transmitted.defined()) req.transmitted.copy_(req.buffer);
+    if (req.result.defined()) req.result.copy_(req.buffer);
     req.transmitted_filled = req.transmitted.defined();
     *out = {std::move(status), parts, mine.weight};
     co_return;
@@ -308,15 +311,21 @@ Program attempt(Wire& wire, Request& req, Attempt a, CollectiveResult* out) {
     weight_sum += hellos[p].weight;
     uniform = uniform && hellos[p].weight == hellos[parts[0]].weight;
   }
-  if (!uniform) {
-    wire.will_write(0, req.buffer.numel());
-    req.buffer.mul_(mine.weight);
-  }
   AllreduceSetup s;
+  s.buffer = req.buffer;
+  s.out = req.result;
+  if (!uniform) {  // the weighted contribution, reduced in place where the result goes
+    if (req.result.defined()) {
+      at::mul_out(req.result, req.buffer, mine.weight);
+      s.buffer = req.result;
+      s.out = at::Tensor();
+    } else {
+      req.buffer.mul_(mine.weight);
+    }
+  }
   s.seq = req.seq;
   s.members = parts;
   s.pos = pos;
-  s.buffer = req.buffer;
   s.transmitted = req.transmitted;
   s.codec = req.codec;
   s.divisor = uniform ? count : weight_sum;

@@ -99,6 +99,8 @@ struct Request {
   Hello hello;                 // what this member announces
   at::Tensor buffer;           // all-reduce, broadcast: [n] float32, the input (restored by the
                                // transport before each attempt), then the result
+  at::Tensor result;           // all-reduce, optional [n] float32: where the result goes instead;
+                               // `buffer` then stays the input (no restore before a restart)
   at::Tensor transmitted;      // all-reduce, optional [n]: this member's input as others decode it
   const compression::Pipeline* codec = nullptr;  // all-reduce, broadcast
   const std::vector<uint8_t>* gather_in = nullptr;          // allgather: this member's bytes

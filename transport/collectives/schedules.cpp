@@ -109,6 +109,8 @@ Program ring_allreduce(Wire& wire, AllreduceSetup s) {
                   static_cast<uint32_t>(pieces(c))};
   };
   const int64_t max_chunk = chunk_len(n, w, 0);
+  // Step 0 sends the input; every later step a chunk written to `res` the step before.
+  const at::Tensor res = s.out.defined() ? s.out : s.buffer;
 
   // Reduce-scatter input lands in scratch, by step parity: step t + 1's receives are posted
   // while step t is consumed. All-gather input lands in place.
@@ -125,7 +127,7 @@ Program ring_allreduce(Wire& wire, AllreduceSetup s) {
       auto [pb, pe] = ring::chunk_bounds(len, p, k);
       if (raw) {
         at::Tensor dst = t < w - 1 ? scratch.narrow(0, (t % 2) * max_chunk + pb, pe - pb)
-                                   : s.buffer.narrow(0, cb + pb, pe - pb);
+                                   : res.narrow(0, cb + pb, pe - pb);
         recvs[t].push_back(wire.post_recv(prev, key(t, c, k), mutable_bytes_of(dst), fp32_bytes(pe - pb), true));
       } else {
         recvs[t].push_back(wire.post_recv(prev, key(t, c, k), nullptr, codec.max_encoded_size(pe - pb), false));
@@ -137,7 +139,7 @@ Program ring_allreduce(Wire& wire, AllreduceSetup s) {
     const int64_t len = chunk_len(n, w, c);
     const int64_t cb = ring::chunk_bounds(n, w, c).first;
     auto [pb, pe] = ring::chunk_bounds(len, pieces(c), k);
-    at::Tensor src = s.buffer.narrow(0, cb + pb, pe - pb);
+    at::Tensor src = (t == 0 ? s.buffer : res).narrow(0, cb + pb, pe - pb);
     if (raw) {
       wire.send(next, key(t, c, k), bytes_of(src), fp32_bytes(pe - pb), fp32_bytes(pe - pb), true);
     } else {
@@ -160,10 +162,9 @@ Program ring_allreduce(Wire& wire, AllreduceSetup s) {
     const int p = pieces(c);
     for (int k = 0; k < p; ++k) {
       auto [pb, pe] = ring::chunk_bounds(len, p, k);
-      at::Tensor dst = s.buffer.narrow(0, cb + pb, pe - pb);
+      at::Tensor dst = res.narrow(0, cb + pb, pe - pb);
       const Payload in = co_await receive{wire, recvs[t][k]};
-      wire.will_write(cb + pb, cb + pe);
-      if (t < w - 1) {  // reduce-scatter: own chunk += incoming
+      if (t < w - 1) {  // reduce-scatter: own chunk + incoming
         at::Tensor incoming;
         if (raw) {
           incoming = raw_view(in, pe - pb, prev, "ring all-reduce");
@@ -171,7 +172,7 @@ Program ring_allreduce(Wire& wire, AllreduceSetup s) {
           incoming = scratch.narrow(0, (t % 2) * max_chunk + pb, pe - pb);
           decode_from(codec, in, incoming, prev, "ring all-reduce");
         }
-        dst.add_(incoming);
+        at::add_out(dst, s.buffer.narrow(0, cb + pb, pe - pb), incoming);
         if (t == w - 2) dst.div_(s.divisor);  // this member owns the chunk's sum now
       } else if (raw) {  // all-gather: the piece landed in place, or is copied there
         at::Tensor incoming = raw_view(in, pe - pb, prev, "ring all-reduce");
@@ -190,6 +191,7 @@ Program direct_allreduce(Wire& wire, AllreduceSetup s) {
   const int r = s.pos;
   const int64_t n = s.buffer.numel();
   const compression::Pipeline& codec = *s.codec;
+  const at::Tensor res = s.out.defined() ? s.out : s.buffer;
   std::vector<Bytes> out0(static_cast<size_t>(w));
   std::vector<RecvId> recv0(static_cast<size_t>(w), -1), recv1(static_cast<size_t>(w), -1);
   for (int q = 0; q < w; ++q) {
@@ -225,11 +227,7 @@ Program direct_allreduce(Wire& wire, AllreduceSetup s) {
   }
   sum.div_(s.divisor);
   const Bytes mean = encode(codec, sum, ring::direct_seed(s.seq, s.members[r], r, 1));
-  {
-    auto [b, e] = ring::chunk_bounds(n, w, r);
-    wire.will_write(b, e);
-  }
-  decode_own(codec, mean, own);  // what the others decode
+  decode_own(codec, mean, chunk(res, w, r));  // what the others decode
   for (int q = 0; q < w; ++q) {
     if (q != r) {
       wire.send(s.members[q], {Tag::kDirect, 1, static_cast<uint32_t>(r)}, mean.data(), mean.size(),
@@ -239,9 +237,7 @@ Program direct_allreduce(Wire& wire, AllreduceSetup s) {
   for (int q = 0; q < w; ++q) {  // phase 1: every owner's mean
     if (q == r) continue;
     const Payload in = co_await receive{wire, recv1[q]};
-    auto [b, e] = ring::chunk_bounds(n, w, q);
-    wire.will_write(b, e);
-    decode_from(codec, in, chunk(s.buffer, w, q), s.members[q], "direct all-reduce");
+    decode_from(codec, in, chunk(res, w, q), s.members[q], "direct all-reduce");
   }
   co_await all_sent{wire};
 }
@@ -281,7 +277,6 @@ Program broadcast(Wire& wire, BroadcastSetup s) {
     auto [pb, pe] = ring::chunk_bounds(n, pieces, k);
     at::Tensor dst = s.buffer.narrow(0, pb, pe - pb);
     const Payload in = co_await receive{wire, recvs[k]};
-    wire.will_write(pb, pe);
     if (raw) {
       at::Tensor incoming = raw_view(in, pe - pb, s.root, "broadcast");
       if (in.data != bytes_of(dst)) dst.copy_(incoming);

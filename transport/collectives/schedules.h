@@ -21,7 +21,9 @@
 //   - allgather: every member's bytes to every other member (sizes agreed beforehand).
 //
 // With a wire that takes raw fp32 (Wire::raw_fp32) the empty pipeline sends the buffer's
-// own memory, and receives into it, with no frame and no copy.
+// own memory, and receives into it, with no frame and no copy. An all-reduce given `out`
+// reads `buffer` and writes every element of `out` (the networked groups keep the input
+// for restarts that way, and `out` is the result they keep for the hand-over).
 //
 // Errors: a frame that does not decode throws CorruptFrame (the transport decides: drop the
 // link, restart the collective); a program's own encoding that does not decode is a bug
@@ -51,6 +53,8 @@ struct AllreduceSetup {
   std::vector<int> members;      // participants, ascending ids (= ring order)
   int pos = 0;                   // this member's index in `members`
   at::Tensor buffer;             // [n] float32: the (weighted) contribution in, the mean out
+  at::Tensor out;                // optional [n] float32: where the mean goes instead; `buffer`
+                                 // is then only read (a restart finds the input intact)
   at::Tensor transmitted;        // optional [n]: this member's contribution as others decode it
   const compression::Pipeline* codec = nullptr;
   double divisor = 1;            // W for uniform weights, else the sum of the weights

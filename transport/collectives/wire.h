@@ -84,9 +84,6 @@ class Wire {
   virtual Payload take(RecvId id) = 0;
   // Whether every posted send has left (a blocking wire waits here).
   virtual bool sent() = 0;
-  // Elements [begin, end) of the collective's buffer are about to be overwritten (a wire
-  // that restarts a collective from its input saves them first).
-  virtual void will_write(int64_t begin, int64_t end) {}
   // The rendezvous is over and the data phase begins, expecting about `bytes` of payload
   // from the others (a wire that times out data phases starts its clock here).
   virtual void data_phase(double bytes) {}

@@ -57,7 +57,7 @@ struct GlooGroup::Op {
   collectives::Request req;
   compression::Pipeline codec;
   std::vector<uint8_t> gather_in;   // allgather: this member's bytes
-  at::Tensor input;                 // the caller's input, for restarts (worker: taken at start)
+  at::Tensor input;                 // broadcast: the caller's input, for restarts (worker: taken at start)
   std::shared_ptr<Completion> done;
   bool dirty = false;               // req.buffer may no longer equal input
 };
@@ -223,7 +223,11 @@ void GlooGroup::run(Op& op) {
   const uint64_t seq = op.req.seq;
   op.req.codec = &op.codec;
   op.req.result_piece_elems = INT64_MAX;  // a hand-over is one gloo message
-  if (op.req.buffer.defined()) {
+  // An all-reduce computes into a tensor of its own (kept for the hand-over) and leaves the
+  // caller's input untouched until it completes; a broadcast's receivers write in place.
+  if (op.req.hello.kind == collectives::kHelloAllreduce) {
+    op.req.result = take_tensor(op.req.buffer.numel());
+  } else if (op.req.buffer.defined()) {
     op.input = take_tensor(op.req.buffer.numel());
     op.input.copy_(op.req.buffer);
   }
@@ -254,7 +258,7 @@ void GlooGroup::run(Op& op) {
         else if (p != self && (donor >= 0 || !contains(parts, p))) a.known[p] = collectives::Tag::kAbsent;
       }
       restore();
-      op.dirty = op.req.buffer.defined();
+      op.dirty = op.input.defined();
       Wire wire(*mesh_, *waits_, *counters_, seq);
       gloo_mesh::GlooWire gw(wire);
       // Unwinding (the mesh broke, a frame did not decode, the group is shutting down) frees
@@ -385,19 +389,24 @@ void GlooGroup::complete(Op& op, CollectiveResult result) {
   const StatusCode code = result.status.code();
   if ((code == StatusCode::kOk || code == StatusCode::kPeerLost) && !result.contributors.empty()) {
     // Kept until the next collective finishes: by then every member has finished this one
-    // (it issued the next), so no restart can ask for it any more. The input copy's memory
+    // (it issued the next), so no restart can ask for it any more. A broadcast's input copy
     // takes it.
     if (retained_) give_tensor(std::move(retained_->kept.values));
     if (op.req.gather_out) {
       retained_ = std::make_unique<Retained>(Retained{op.req.seq, {result, collectives::pack_gathered(*op.req.gather_out)}});
+    } else if (op.req.result.defined()) {
+      op.req.buffer.copy_(op.req.result);  // before the caller is woken
+      retained_ = std::make_unique<Retained>(Retained{op.req.seq, {result, std::move(op.req.result)}});
     } else {
       op.input.copy_(op.req.buffer);
       retained_ = std::make_unique<Retained>(Retained{op.req.seq, {result, std::move(op.input)}});
     }
-  } else if (op.input.defined()) {
-    give_tensor(std::move(op.input));
+  } else {
+    if (op.input.defined()) give_tensor(std::move(op.input));
+    if (op.req.result.defined()) give_tensor(std::move(op.req.result));
   }
   op.input = at::Tensor();
+  op.req.result = at::Tensor();
   op.done->finish(std::move(result));
 }
 

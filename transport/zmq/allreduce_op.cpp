@@ -23,18 +23,18 @@ int64_t result_piece_elements(int64_t chunk_bytes) { return piece_elements(compr
 
 }  // namespace
 
-AllreduceOp::AllreduceOp(uint64_t seq, at::Tensor buffer, at::Tensor input, const compression::Pipeline& codec,
+AllreduceOp::AllreduceOp(uint64_t seq, at::Tensor buffer, at::Tensor result, const compression::Pipeline& codec,
                          double weight, at::Tensor transmitted, int64_t chunk_bytes,
                          std::shared_ptr<Completion> completion)
-    : Op(seq, std::move(completion)), codec_(codec), input_(std::move(input)), chunk_bytes_(chunk_bytes) {
+    : Op(seq, std::move(completion)), codec_(codec), chunk_bytes_(chunk_bytes) {
   req_.seq = seq;
   req_.buffer = std::move(buffer);
+  req_.result = std::move(result);
   req_.transmitted = std::move(transmitted);
   req_.codec = &codec_;
   req_.hello = {collectives::kHelloAllreduce, static_cast<uint64_t>(req_.buffer.numel()), weight,
                 collectives::codec_fingerprint(codec_), static_cast<uint64_t>(piece_elements(codec_, chunk_bytes))};
   req_.result_piece_elems = result_piece_elements(chunk_bytes);
-  backup_.emplace(req_.buffer, input_);
 }
 
 AllreduceOp::AllreduceOp(uint64_t seq, std::vector<uint8_t> bytes, std::vector<std::vector<uint8_t>>* out,
@@ -77,14 +77,13 @@ void AllreduceOp::attempt(OpContext& ctx, uint64_t epoch, const std::vector<int>
   program_ = collectives::Program();
   wire_.reset();
   if (req_.first_members.empty()) req_.first_members = members;
-  if (backup_) backup_->restore();
   if (std::find(members.begin(), members.end(), self) == members.end()) {
     complete(ctx, {Status(StatusCode::kMembershipChanged,
                           "island " + std::to_string(self) + " is not a member of epoch " + std::to_string(epoch)),
                    {self}, req_.hello.weight});
     return;
   }
-  wire_ = std::make_unique<ZmqWire>(group_, seq_, epoch, chunk_bytes_, members, backup_ ? &*backup_ : nullptr);
+  wire_ = std::make_unique<ZmqWire>(group_, seq_, epoch, chunk_bytes_, members);
   wire_->bind(ctx);
   program_ = collectives::attempt(*wire_, req_, {members, {}, "zmq data plane"}, &result_);
   step(ctx);
@@ -157,23 +156,23 @@ void AllreduceOp::on_timer(OpContext& ctx, Clock::time_point now) {
 
 void AllreduceOp::complete(OpContext& ctx, CollectiveResult result) {
   deadline_ = Clock::time_point::max();
-  backup_.reset();  // the input is no longer needed: input_ is free (and solely ours) again
   const StatusCode code = result.status.code();
-  const bool keep = (code == StatusCode::kOk || code == StatusCode::kPeerLost) && ctx.tuning().retain_results &&
-                    !result.contributors.empty();
+  const bool produced =
+      (code == StatusCode::kOk || code == StatusCode::kPeerLost) && !result.contributors.empty();
+  const bool keep = produced && ctx.tuning().retain_results;
+  // Copied before the caller is woken: from then on the buffer is the caller's again. A
+  // collective that produced nothing leaves the caller its input.
+  if (produced && req_.result.defined()) req_.buffer.copy_(req_.result);
   if (keep && req_.gather_out) {
     retained_ = std::make_unique<Retained>(Retained{result, collectives::pack_gathered(*req_.gather_out)});
-  } else if (keep && !input_.defined()) {  // a broadcast
+  } else if (keep && !req_.result.defined()) {  // a broadcast
     retained_ = std::make_unique<Retained>(Retained{result, req_.buffer.clone()});
   } else if (keep) {
-    // Copied before the caller is woken: from then on the buffer is the caller's again. The
-    // saved input's memory is no longer needed and takes the result.
-    input_.copy_(req_.buffer);
-    retained_ = std::make_unique<Retained>(Retained{result, std::move(input_)});
-  } else if (input_.defined()) {
-    ctx.recycle(std::move(input_));
+    retained_ = std::make_unique<Retained>(Retained{result, std::move(req_.result)});
+  } else if (req_.result.defined()) {
+    ctx.recycle(std::move(req_.result));
   }
-  input_ = at::Tensor();
+  req_.result = at::Tensor();
   future_.clear();
   program_ = collectives::Program();
   wire_.reset();
@@ -181,8 +180,7 @@ void AllreduceOp::complete(OpContext& ctx, CollectiveResult result) {
 }
 
 void serve_result(OpContext& ctx, uint64_t seq, uint64_t epoch, const Retained& r, int peer, uint32_t group) {
-  ZmqWire wire(group, seq, epoch, ctx.tuning().chunk_bytes, {std::min(peer, ctx.self()), std::max(peer, ctx.self())},
-               nullptr);
+  ZmqWire wire(group, seq, epoch, ctx.tuning().chunk_bytes, {std::min(peer, ctx.self()), std::max(peer, ctx.self())});
   wire.bind(ctx);
   collectives::hand_over(wire, r, peer, result_piece_elements(ctx.tuning().chunk_bytes)).run();  // sends only
 }

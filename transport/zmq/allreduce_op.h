@@ -4,8 +4,9 @@
 //
 // Attempts. The first attempt runs among the members of the epoch the op starts in. When
 // the membership moves to a new epoch, an unfinished op abandons its attempt and starts a
-// new one from the original input (InputBackup keeps it, saved region by region before the
-// first write; all members derive the same member set from the epoch, so they agree). An
+// new one from the original input (an all-reduce writes its result into a buffer of its own
+// and leaves the caller's input untouched until it completes; all members derive the same
+// member set from the epoch, so they agree). An
 // island that finds itself outside the membership completes with kMembershipChanged and its
 // own input. Messages of a newer epoch are kept until this op reaches that epoch; older ones
 // are dropped as stale. A data phase that exceeds its timeout (slack * (latency + bytes /
@@ -25,7 +26,6 @@
 
 #include "compression/pipeline.h"
 #include "transport/collectives/attempt.h"
-#include "transport/zmq/input_backup.h"
 #include "transport/zmq/op.h"
 #include "transport/zmq/zmq_wire.h"
 
@@ -33,10 +33,10 @@ namespace atl::transport::dataplane {
 
 class AllreduceOp final : public Op {
  public:
-  // Runs on the island thread. `input` ([n] float32, contents unspecified) receives the input
-  // as the data phase overwrites it (for restarts), then the retained result; the codec is
+  // Runs on the island thread. `result` ([n] float32, contents unspecified) receives the
+  // result, which is copied into `buffer` at completion and then retained; the codec is
   // copied.
-  AllreduceOp(uint64_t seq, at::Tensor buffer, at::Tensor input, const compression::Pipeline& codec,
+  AllreduceOp(uint64_t seq, at::Tensor buffer, at::Tensor result, const compression::Pipeline& codec,
               double weight, at::Tensor transmitted, int64_t chunk_bytes,
               std::shared_ptr<Completion> completion);
   // An allgather of `bytes` into `*out` (Group::allgather), with the same attempts, restarts
@@ -64,8 +64,6 @@ class AllreduceOp final : public Op {
   collectives::Request req_;
   std::vector<uint8_t> gather_in_;
   compression::Pipeline codec_;
-  at::Tensor input_;               // all-reduce: the saved input (backup_), then the retained result
-  std::optional<InputBackup> backup_;  // all-reduce, until completion
   int64_t chunk_bytes_;
 
   // The current attempt.

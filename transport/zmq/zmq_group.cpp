@@ -69,9 +69,10 @@ std::unique_ptr<Handle> ZmqGroup::allreduce_mean(at::Tensor buffer, const compre
   }
   if (star_) return star_->allreduce_mean(next_seq_++, std::move(buffer), codec, weight, std::move(transmitted));
   auto done = std::make_shared<Completion>();
-  // The input is saved as the data phase overwrites it (input_backup.h), not copied here.
-  at::Tensor input = io_->pool().tensor(buffer.numel());
-  return submit(std::make_unique<dataplane::AllreduceOp>(next_seq_++, std::move(buffer), std::move(input), codec,
+  // The result is computed into a buffer of the op's own (kept for the hand-over); the
+  // caller's buffer stays the input until the op completes.
+  at::Tensor result = io_->pool().tensor(buffer.numel());
+  return submit(std::make_unique<dataplane::AllreduceOp>(next_seq_++, std::move(buffer), std::move(result), codec,
                                                          weight, std::move(transmitted), options_.chunk_bytes, done),
                 done);
 }

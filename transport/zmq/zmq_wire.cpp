@@ -20,10 +20,8 @@
 
 namespace atl::transport::dataplane {
 
-ZmqWire::ZmqWire(uint32_t group, uint64_t seq, uint64_t epoch, int64_t chunk_bytes, std::vector<int> members,
-                 InputBackup* backup)
-    : group_(group), seq_(seq), epoch_(epoch), chunk_bytes_(chunk_bytes), members_(std::move(members)),
-      backup_(backup) {}
+ZmqWire::ZmqWire(uint32_t group, uint64_t seq, uint64_t epoch, int64_t chunk_bytes, std::vector<int> members)
+    : group_(group), seq_(seq), epoch_(epoch), chunk_bytes_(chunk_bytes), members_(std::move(members)) {}
 
 void ZmqWire::send(int to, const collectives::MsgKey& key, const uint8_t* data, size_t size, uint64_t raw_bytes,
                    bool raw) {
@@ -99,10 +97,6 @@ void ZmqWire::data_phase(double bytes) {
   const double w = static_cast<double>(members_.size());
   data_phase_ = true;
   expected_bytes_ = bytes + (bytes / static_cast<double>(chunk_bytes_) + 2 * (w - 1)) * kHeaderBytes;
-}
-
-void ZmqWire::will_write(int64_t begin, int64_t end) {
-  if (backup_) backup_->save(begin, end);
 }
 
 void ZmqWire::release(Slot& s) {

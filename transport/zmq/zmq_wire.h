@@ -11,7 +11,6 @@
 #include <vector>
 
 #include "transport/collectives/wire.h"
-#include "transport/zmq/input_backup.h"
 #include "transport/zmq/op.h"
 #include "transport/zmq/transfer.h"
 
@@ -19,10 +18,8 @@ namespace atl::transport::dataplane {
 
 class ZmqWire final : public collectives::Wire {
  public:
-  // `members`: the attempt's members (messages from others are dropped); `backup`
-  // (may be null) saves buffer regions before the schedule writes them.
-  ZmqWire(uint32_t group, uint64_t seq, uint64_t epoch, int64_t chunk_bytes, std::vector<int> members,
-          InputBackup* backup);
+  // `members`: the attempt's members (messages from others are dropped).
+  ZmqWire(uint32_t group, uint64_t seq, uint64_t epoch, int64_t chunk_bytes, std::vector<int> members);
   void bind(OpContext& ctx) { ctx_ = &ctx; }
 
   int self() const override { return ctx_->self(); }
@@ -34,7 +31,6 @@ class ZmqWire final : public collectives::Wire {
   bool ready(collectives::RecvId id) override;
   collectives::Payload take(collectives::RecvId id) override;
   bool sent() override { return true; }  // the links deliver what was queued
-  void will_write(int64_t begin, int64_t end) override;
   void data_phase(double bytes) override;
 
   // A message of this attempt (sequence number and epoch already checked).
@@ -66,7 +62,6 @@ class ZmqWire final : public collectives::Wire {
   const uint64_t seq_, epoch_;
   const int64_t chunk_bytes_;
   const std::vector<int> members_;
-  InputBackup* backup_;
   std::map<Key, Slot> slots_;
   std::vector<Key> posted_;  // by RecvId
   std::map<Key, std::vector<Inbound>> early_;  // arrived before their receive was posted
