@@ -199,7 +199,7 @@ class FakeContext final : public OpContext {
 };
 
 Inbound to_inbound(const Outbound& o) {
-  Inbound m{o.header, o.length ? zmq::message_t(o.buffer->data() + o.offset, o.length) : zmq::message_t()};
+  Inbound m{o.header, o.length ? zmq::message_t(o.payload(), o.length) : zmq::message_t()};
   m.header.payload_len = static_cast<uint32_t>(o.length);
   return m;
 }
@@ -238,11 +238,13 @@ std::vector<Outbound> exchange_until_quiet(AllreduceOp& a, FakeContext& ca, Allr
 }
 
 // W = 2 ring: island 0 finishes, island 1 misses 0's last piece and restarts in epoch 1;
-// island 0 answers the new HELLO with its result, which island 1 takes over bitwise.
+// island 0 answers the new HELLO with its result, which island 1 takes over bitwise. The
+// chunks are large enough that island 0 keeps its all-gather piece as it arrived (not in
+// its result tensor): the hand-over must place it first.
 TEST(AllreduceOp, RestartedPeerTakesOverTheFinishedResult) {
   const compression::Pipeline fp32;
   at::manual_seed(3);
-  std::vector<at::Tensor> in = {at::randn({1001}), at::randn({1001})};
+  std::vector<at::Tensor> in = {at::randn({5001}), at::randn({5001})};
   std::vector<at::Tensor> buf = {in[0].clone(), in[1].clone()};
   std::vector<std::shared_ptr<Completion>> done = {std::make_shared<Completion>(), std::make_shared<Completion>()};
   AllreduceOp a(0, buf[0], in[0].clone(), fp32, 1.0, {}, 1 << 20, done[0]);
@@ -259,7 +261,7 @@ TEST(AllreduceOp, RestartedPeerTakesOverTheFinishedResult) {
   ASSERT_EQ(withheld.size(), 1u);
   std::unique_ptr<Retained> kept = a.take_retained();
   ASSERT_TRUE(kept);
-  EXPECT_TRUE(at::equal(kept->values, buf[0]));
+  EXPECT_EQ(kept->pieces.size(), 1u);  // island 0's all-gather piece, kept as it arrived
 
   b.on_membership(cb, 1, {0, 1});  // island 1 restarts: HELLO in epoch 1
   ASSERT_EQ(cb.out.size(), 1u);
@@ -276,6 +278,8 @@ TEST(AllreduceOp, RestartedPeerTakesOverTheFinishedResult) {
   EXPECT_EQ(r.contributors, (std::vector<int>{0, 1}));
   EXPECT_TRUE(at::equal(buf[1], buf[0]));
   EXPECT_TRUE(at::allclose(buf[1], (in[0] + in[1]) / 2));
+  EXPECT_TRUE(kept->pieces.empty());
+  EXPECT_TRUE(at::equal(kept->kept.values, buf[0]));  // what was handed over, whole
 }
 
 // The same for an allgather: island 1 misses island 0's bytes, restarts, and takes island

@@ -134,14 +134,15 @@ Program ring_allreduce(Wire& wire, AllreduceSetup s) {
       }
     }
   };
-  auto send_piece = [&](int t, int k) {
+  // `kept`: the piece's values are those of a payload the wire keeps (it forwards them).
+  auto send_piece = [&](int t, int k, const uint8_t* kept = nullptr) {
     const int c = send_chunk(t);
     const int64_t len = chunk_len(n, w, c);
     const int64_t cb = ring::chunk_bounds(n, w, c).first;
     auto [pb, pe] = ring::chunk_bounds(len, pieces(c), k);
     at::Tensor src = (t == 0 ? s.buffer : res).narrow(0, cb + pb, pe - pb);
     if (raw) {
-      wire.send(next, key(t, c, k), bytes_of(src), fp32_bytes(pe - pb), fp32_bytes(pe - pb), true);
+      wire.send(next, key(t, c, k), kept ? kept : bytes_of(src), fp32_bytes(pe - pb), fp32_bytes(pe - pb), true);
     } else {
       frames[t].push_back(encode(codec, src, 0));
       const Bytes& f = frames[t].back();
@@ -164,6 +165,7 @@ Program ring_allreduce(Wire& wire, AllreduceSetup s) {
       auto [pb, pe] = ring::chunk_bounds(len, p, k);
       at::Tensor dst = res.narrow(0, cb + pb, pe - pb);
       const Payload in = co_await receive{wire, recvs[t][k]};
+      const uint8_t* kept = nullptr;
       if (t < w - 1) {  // reduce-scatter: own chunk + incoming
         at::Tensor incoming;
         if (raw) {
@@ -174,13 +176,18 @@ Program ring_allreduce(Wire& wire, AllreduceSetup s) {
         }
         at::add_out(dst, s.buffer.narrow(0, cb + pb, pe - pb), incoming);
         if (t == w - 2) dst.div_(s.divisor);  // this member owns the chunk's sum now
-      } else if (raw) {  // all-gather: the piece landed in place, or is copied there
+      } else if (raw) {  // all-gather: the piece landed in place, is kept by the wire, or is copied there
         at::Tensor incoming = raw_view(in, pe - pb, prev, "ring all-reduce");
-        if (in.data != bytes_of(dst)) dst.copy_(incoming);
+        if (in.data == bytes_of(dst)) {
+        } else if (wire.keep(recvs[t][k], cb + pb, cb + pe)) {
+          kept = in.data;
+        } else {
+          dst.copy_(incoming);
+        }
       } else {
         decode_from(codec, in, dst, prev, "ring all-reduce");
       }
-      if (t + 1 < steps) send_piece(t + 1, k);
+      if (t + 1 < steps) send_piece(t + 1, k, kept);
     }
   }
   co_await all_sent{wire};

@@ -22,8 +22,9 @@
 //
 // With a wire that takes raw fp32 (Wire::raw_fp32) the empty pipeline sends the buffer's
 // own memory, and receives into it, with no frame and no copy. An all-reduce given `out`
-// reads `buffer` and writes every element of `out` (the networked groups keep the input
-// for restarts that way, and `out` is the result they keep for the hand-over).
+// reads `buffer` and writes every element of `out` but those of the all-gather pieces the
+// wire keeps (Wire::keep) (the networked groups keep the input for restarts that way, and
+// `out` is the result they keep for the hand-over).
 //
 // Errors: a frame that does not decode throws CorruptFrame (the transport decides: drop the
 // link, restart the collective); a program's own encoding that does not decode is a bug

@@ -84,6 +84,11 @@ class Wire {
   virtual Payload take(RecvId id) = 0;
   // Whether every posted send has left (a blocking wire waits here).
   virtual bool sent() = 0;
+  // The payload of completed receive `id` (raw fp32) is final: elements [begin, end) of the
+  // collective's result. A wire that keeps it and places it itself when the collective
+  // completes (ZeroMQ: no copy into the result) returns true, and the payload then stays
+  // valid until the program has ended; otherwise the schedule copies it.
+  virtual bool keep(RecvId id, int64_t begin, int64_t end) { return false; }
   // The rendezvous is over and the data phase begins, expecting about `bytes` of payload
   // from the others (a wire that times out data phases starts its clock here).
   virtual void data_phase(double bytes) {}

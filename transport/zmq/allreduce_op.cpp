@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <cstring>
 #include <sstream>
 
 #include "src/base/log.h"
@@ -77,13 +78,16 @@ void AllreduceOp::attempt(OpContext& ctx, uint64_t epoch, const std::vector<int>
   program_ = collectives::Program();
   wire_.reset();
   if (req_.first_members.empty()) req_.first_members = members;
+  // The last attempt's zero-copy sends may still read its result tensor: this one writes
+  // another (the old one lives until they are acknowledged).
+  if (req_.result.defined() && req_.result.use_count() > 1) req_.result = at::empty_like(req_.result);
   if (std::find(members.begin(), members.end(), self) == members.end()) {
     complete(ctx, {Status(StatusCode::kMembershipChanged,
                           "island " + std::to_string(self) + " is not a member of epoch " + std::to_string(epoch)),
                    {self}, req_.hello.weight});
     return;
   }
-  wire_ = std::make_unique<ZmqWire>(group_, seq_, epoch, chunk_bytes_, members);
+  wire_ = std::make_unique<ZmqWire>(group_, seq_, epoch, chunk_bytes_, members, req_.result);
   wire_->bind(ctx);
   program_ = collectives::attempt(*wire_, req_, {members, {}, "zmq data plane"}, &result_);
   step(ctx);
@@ -161,28 +165,49 @@ void AllreduceOp::complete(OpContext& ctx, CollectiveResult result) {
       (code == StatusCode::kOk || code == StatusCode::kPeerLost) && !result.contributors.empty();
   const bool keep = produced && ctx.tuning().retain_results;
   // Copied before the caller is woken: from then on the buffer is the caller's again. A
-  // collective that produced nothing leaves the caller its input.
-  if (produced && req_.result.defined()) req_.buffer.copy_(req_.result);
+  // collective that produced nothing leaves the caller its input. The pieces the wire kept
+  // are final values the result tensor does not hold.
+  std::vector<KeptPiece> pieces = wire_ ? wire_->take_kept() : std::vector<KeptPiece>{};
+  if (produced && req_.result.defined()) assemble(req_.result, pieces, req_.buffer);
+  program_ = collectives::Program();  // their references to the result tensor go
+  wire_.reset();
   if (keep && req_.gather_out) {
-    retained_ = std::make_unique<Retained>(Retained{result, collectives::pack_gathered(*req_.gather_out)});
+    retained_ = std::make_unique<Retained>(Retained{{result, collectives::pack_gathered(*req_.gather_out)}, {}});
   } else if (keep && !req_.result.defined()) {  // a broadcast
-    retained_ = std::make_unique<Retained>(Retained{result, req_.buffer.clone()});
+    retained_ = std::make_unique<Retained>(Retained{{result, req_.buffer.clone()}, {}});
   } else if (keep) {
-    retained_ = std::make_unique<Retained>(Retained{result, std::move(req_.result)});
+    retained_ = std::make_unique<Retained>(Retained{{result, std::move(req_.result)}, std::move(pieces)});
   } else if (req_.result.defined()) {
     ctx.recycle(std::move(req_.result));
   }
   req_.result = at::Tensor();
   future_.clear();
-  program_ = collectives::Program();
-  wire_.reset();
   finish(std::move(result));
 }
 
-void serve_result(OpContext& ctx, uint64_t seq, uint64_t epoch, const Retained& r, int peer, uint32_t group) {
+void assemble(const at::Tensor& result, std::vector<KeptPiece>& pieces, const at::Tensor& dst) {
+  std::sort(pieces.begin(), pieces.end(), [](const KeptPiece& a, const KeptPiece& b) { return a.first < b.first; });
+  auto* out = static_cast<uint8_t*>(dst.data_ptr());
+  const bool same = dst.data_ptr() == result.data_ptr();
+  int64_t at = 0;  // elements below are placed
+  auto from_result = [&](int64_t end) {
+    if (!same && end > at) dst.narrow(0, at, end - at).copy_(result.narrow(0, at, end - at));
+  };
+  for (const KeptPiece& p : pieces) {
+    const auto n = static_cast<int64_t>(p.message->size() / sizeof(float));
+    TORCH_CHECK(p.first >= at && p.first + n <= dst.numel(), "kept pieces overlap or lie outside the result");
+    from_result(p.first);
+    std::memcpy(out + p.first * sizeof(float), p.message->data(), p.message->size());
+    at = p.first + n;
+  }
+  from_result(dst.numel());
+}
+
+void serve_result(OpContext& ctx, uint64_t seq, uint64_t epoch, Retained& r, int peer, uint32_t group) {
+  r.settle();
   ZmqWire wire(group, seq, epoch, ctx.tuning().chunk_bytes, {std::min(peer, ctx.self()), std::max(peer, ctx.self())});
   wire.bind(ctx);
-  collectives::hand_over(wire, r, peer, result_piece_elements(ctx.tuning().chunk_bytes)).run();  // sends only
+  collectives::hand_over(wire, r.kept, peer, result_piece_elements(ctx.tuning().chunk_bytes)).run();  // sends only
 }
 
 }  // namespace atl::transport::dataplane

@@ -80,7 +80,7 @@ class AllreduceOp final : public Op {
 
 // Sends a finished collective's result to `peer` (collectives::hand_over: RESULT_INFO, then
 // raw fp32 RESULT pieces), named by the peer's (group, seq, epoch).
-void serve_result(OpContext& ctx, uint64_t seq, uint64_t epoch, const Retained& r, int peer, uint32_t group = 0);
+void serve_result(OpContext& ctx, uint64_t seq, uint64_t epoch, Retained& r, int peer, uint32_t group = 0);
 
 // The packing of an allgather's result for the hand-over (collectives/attempt.h).
 using collectives::pack_gathered;

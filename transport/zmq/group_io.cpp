@@ -302,7 +302,7 @@ void GroupIo::reap() {
       --kept[group];
       const Cid id = it->first;
       std::erase_if(served_, [id](const auto& s) { return std::get<0>(s) == id; });
-      pool_->give(std::move(it->second->values));
+      pool_->give(std::move(it->second->kept.values));
       it = retained_.erase(it);
     } else {
       ++it;

@@ -49,8 +49,29 @@ class OpContext {
   virtual void recycle(at::Tensor t) {}
 };
 
+// A final piece of an all-reduce's result that ZmqWire::keep kept as it arrived instead of
+// copying it into the result tensor: the raw fp32 values of elements [first, first + n).
+struct KeptPiece {
+  int64_t first = 0;
+  std::shared_ptr<const Inbound> message;  // shared with the sends that forward it
+};
+// dst = `result` ([n] float32) with the pieces' values over it, copying each element once
+// (dst may be result itself). The pieces are sorted; they must not overlap.
+void assemble(const at::Tensor& result, std::vector<KeptPiece>& pieces, const at::Tensor& dst);
+
 // A finished collective's outcome, kept to answer peers that restart it (AllreduceOp).
-using Retained = collectives::Kept;
+// `pieces` hold values not yet in kept.values; settle() places them (before a hand-over),
+// into a copy while zero-copy sends may still read kept.values (ZmqWire::send).
+struct Retained {
+  collectives::Kept kept;
+  std::vector<KeptPiece> pieces;
+  void settle() {
+    if (pieces.empty()) return;
+    if (kept.values.use_count() > 1) kept.values = kept.values.clone();
+    assemble(kept.values, pieces, kept.values);
+    pieces.clear();
+  }
+};
 
 // One collective, matched across members by its group and its sequence number in it.
 class Op {

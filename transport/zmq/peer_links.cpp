@@ -143,11 +143,10 @@ bool PeerLinks::transmit(OutLink& l, const Sent& s) {
   const auto more = s.length ? zmq::send_flags::sndmore : zmq::send_flags::none;
   if (!l.dealer->send(head, more | zmq::send_flags::dontwait)) return false;
   if (s.length) {
-    // Zero copy: ZeroMQ keeps a reference to the shared buffer until it has written it.
-    auto* keep = new std::shared_ptr<const Bytes>(s.buffer);
-    zmq::message_t body(const_cast<uint8_t*>(s.buffer->data() + s.offset), s.length,
-                        [](void*, void* hint) { delete static_cast<std::shared_ptr<const Bytes>*>(hint); },
-                        keep);
+    // Zero copy: ZeroMQ keeps a reference to the payload's owner until it has written it.
+    auto* keep = new std::shared_ptr<const void>(s.keep);
+    zmq::message_t body(const_cast<uint8_t*>(s.data), s.length,
+                        [](void*, void* hint) { delete static_cast<std::shared_ptr<const void>*>(hint); }, keep);
     (void)l.dealer->send(body, zmq::send_flags::none);  // later parts of a message never block
   }
   sent_ += kHeaderBytes + s.length;
@@ -158,15 +157,15 @@ void PeerLinks::pump(OutLink& l) {
   while (!l.waiting.empty() && static_cast<int>(l.unacked.size()) < opts_.max_in_flight) {
     Outbound& m = l.waiting.front();
     Sent s;
-    s.buffer = std::move(m.buffer);
-    s.offset = m.offset;
+    s.data = m.payload();
+    s.keep = m.borrowed ? std::move(m.owner) : std::shared_ptr<const void>(std::move(m.buffer));
     s.length = m.length;
     s.link_seq = l.next_link_seq++;
     m.header.link_seq = s.link_seq;
     m.header.done_below = done_below_[m.header.group];
     m.header.payload_len = static_cast<uint32_t>(s.length);
     if (m.hashed) encode_header_hashed(m.header, m.payload_hash, s.header);
-    else encode_header(m.header, s.length ? s.buffer->data() + s.offset : nullptr, s.header);
+    else encode_header(m.header, s.length ? s.data : nullptr, s.header);
     raw_sent_ += m.raw_bytes;
     l.waiting.pop_front();
     const bool first = l.unacked.empty();

@@ -51,12 +51,18 @@ using Bytes = std::vector<uint8_t>;
 // One message to send. The link fills header.link_seq, header.done_below and the checksum.
 struct Outbound {
   Header header;
-  std::shared_ptr<const Bytes> buffer;  // null when there is no payload
+  std::shared_ptr<const Bytes> buffer;  // null when there is no payload (or it is borrowed)
   size_t offset = 0;                    // payload = buffer[offset, offset + length)
   size_t length = 0;
   uint64_t raw_bytes = 0;               // fp32 bytes it stands for (ByteCounters::raw_sent)
   bool hashed = false;                  // payload_hash = checksum_payload(payload) is known
   uint64_t payload_hash = 0;
+  // A borrowed payload (buffer null): `length` bytes at `borrowed`, kept alive by `owner`,
+  // which nobody writes while any reference to it lives (retransmissions send it again).
+  const uint8_t* borrowed = nullptr;
+  std::shared_ptr<const void> owner;
+
+  const uint8_t* payload() const { return borrowed ? borrowed : buffer ? buffer->data() + offset : nullptr; }
 };
 
 // One accepted message (header and checksum valid, in link order).
@@ -120,8 +126,9 @@ class PeerLinks {
  private:
   struct Sent {
     uint8_t header[kHeaderBytes];
-    std::shared_ptr<const Bytes> buffer;
-    size_t offset = 0, length = 0;
+    std::shared_ptr<const void> keep;  // keeps `data` alive
+    const uint8_t* data = nullptr;
+    size_t length = 0;
     uint64_t link_seq = 0;
   };
   struct OutLink {

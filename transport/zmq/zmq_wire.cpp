@@ -6,9 +6,13 @@
 // for a member's answer (collectives::receive_tag); the payload says which it was. Raw fp32
 // payloads carry kFlagRaw. A frame larger than chunk_bytes travels as byte ranges of one
 // frame (kFlagSplit; the schedules only send such frames as single-piece messages) and is
-// reassembled before the schedule sees it. Payloads are copied once into a recycled buffer
+// reassembled before the schedule sees it. A payload is copied once into a recycled buffer,
 // with the checksum computed in the same pass (the link may retransmit after the schedule
-// has moved on). A received raw piece is read where ZeroMQ put it: nothing is copied.
+// has moved on and the caller's buffer has changed), unless it is a raw piece of at least
+// kMinKeptBytes from memory that stays unchanged while referenced: the all-reduce's result
+// tensor (each region is written once, before it is sent; a later attempt writes a new
+// tensor) or a kept piece; those are sent from where they are, kept alive by the link until
+// acknowledged. A received raw piece is read where ZeroMQ put it: nothing is copied.
 //
 // Messages that arrive before the schedule has posted their receive are kept (up to a
 // bound) and matched when it does; a second copy of a message, a split piece that does not
@@ -20,8 +24,21 @@
 
 namespace atl::transport::dataplane {
 
-ZmqWire::ZmqWire(uint32_t group, uint64_t seq, uint64_t epoch, int64_t chunk_bytes, std::vector<int> members)
-    : group_(group), seq_(seq), epoch_(epoch), chunk_bytes_(chunk_bytes), members_(std::move(members)) {}
+ZmqWire::ZmqWire(uint32_t group, uint64_t seq, uint64_t epoch, int64_t chunk_bytes, std::vector<int> members,
+                 at::Tensor result)
+    : group_(group), seq_(seq), epoch_(epoch), chunk_bytes_(chunk_bytes), members_(std::move(members)),
+      result_(result.defined() ? std::make_shared<const at::Tensor>(std::move(result)) : nullptr) {}
+
+std::shared_ptr<const void> ZmqWire::owner_of(const uint8_t* data, size_t size) const {
+  if (result_) {
+    const auto* begin = static_cast<const uint8_t*>(result_->data_ptr());
+    if (data >= begin && data + size <= begin + result_->numel() * sizeof(float)) return result_;
+  }
+  for (auto it = kept_.rbegin(); it != kept_.rend(); ++it) {  // a forward follows its keep
+    if (it->message->data() == data) return it->message;
+  }
+  return nullptr;
+}
 
 void ZmqWire::send(int to, const collectives::MsgKey& key, const uint8_t* data, size_t size, uint64_t raw_bytes,
                    bool raw) {
@@ -44,6 +61,15 @@ void ZmqWire::send(int to, const collectives::MsgKey& key, const uint8_t* data, 
   h.piece = key.piece;
   h.pieces = key.pieces;
   h.total = size;
+  if (raw && size >= kMinKeptBytes) {
+    if (std::shared_ptr<const void> owner = owner_of(data, size)) {  // zero copy
+      Outbound o{h, nullptr, 0, size, raw_bytes, true, checksum_payload(data, size)};
+      o.borrowed = data;
+      o.owner = std::move(owner);
+      ctx_->send(to, std::move(o));
+      return;
+    }
+  }
   auto payload = ctx_->payload_buffer(size);
   const uint64_t hash = copy_and_checksum(payload->data(), data, size);
   ctx_->send(to, Outbound{h, std::move(payload), 0, size, raw_bytes, true, hash});
@@ -97,6 +123,14 @@ void ZmqWire::data_phase(double bytes) {
   const double w = static_cast<double>(members_.size());
   data_phase_ = true;
   expected_bytes_ = bytes + (bytes / static_cast<double>(chunk_bytes_) + 2 * (w - 1)) * kHeaderBytes;
+}
+
+bool ZmqWire::keep(collectives::RecvId id, int64_t begin, int64_t) {
+  Slot& s = slots_.at(posted_.at(static_cast<size_t>(id)));
+  // A small message's bytes live inside the message object, and move with it.
+  if (s.split_frame || s.message.size() < kMinKeptBytes) return false;
+  kept_.push_back({begin, std::make_shared<const Inbound>(std::move(s.message))});
+  return true;
 }
 
 void ZmqWire::release(Slot& s) {

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <tuple>
 #include <vector>
 
@@ -18,8 +19,11 @@ namespace atl::transport::dataplane {
 
 class ZmqWire final : public collectives::Wire {
  public:
-  // `members`: the attempt's members (messages from others are dropped).
-  ZmqWire(uint32_t group, uint64_t seq, uint64_t epoch, int64_t chunk_bytes, std::vector<int> members);
+  // `members`: the attempt's members (messages from others are dropped). `result` (may be
+  // undefined): the all-reduce's result tensor, which the schedule writes before it sends
+  // from it and never writes again: raw pieces from it are sent without a copy.
+  ZmqWire(uint32_t group, uint64_t seq, uint64_t epoch, int64_t chunk_bytes, std::vector<int> members,
+          at::Tensor result = {});
   void bind(OpContext& ctx) { ctx_ = &ctx; }
 
   int self() const override { return ctx_->self(); }
@@ -31,6 +35,7 @@ class ZmqWire final : public collectives::Wire {
   bool ready(collectives::RecvId id) override;
   collectives::Payload take(collectives::RecvId id) override;
   bool sent() override { return true; }  // the links deliver what was queued
+  bool keep(collectives::RecvId id, int64_t begin, int64_t end) override;
   void data_phase(double bytes) override;
 
   // A message of this attempt (sequence number and epoch already checked).
@@ -41,10 +46,15 @@ class ZmqWire final : public collectives::Wire {
   // The peer whose message the schedule waits for (-1: none).
   int waiting_on() const { return waiting_on_; }
   uint64_t bytes_in() const { return bytes_in_; }
+  // The payloads keep() kept: the fp32 values of the result's elements from `first` on.
+  std::vector<KeptPiece> take_kept() { return std::move(kept_); }
 
  private:
   // (sender, type, step, chunk, piece)
   using Key = std::tuple<int, uint8_t, uint32_t, uint32_t, uint32_t>;
+  // What keeps `size` bytes at `data` alive unchanged, when they are the result tensor's or
+  // a kept piece's (null: anything else, which is copied).
+  std::shared_ptr<const void> owner_of(const uint8_t* data, size_t size) const;
   struct Slot {
     bool posted = false, raw = false, complete = false, split_frame = false;
     int from = -1;
@@ -53,6 +63,7 @@ class ZmqWire final : public collectives::Wire {
     SplitIn split;    // or one frame in byte ranges
   };
   static constexpr size_t kMaxEarlyBytes = size_t{1} << 30;
+  static constexpr size_t kMinKeptBytes = 4096;  // smaller pieces are copied
   static Key key_of(int from, const collectives::MsgKey& k);
   void accept(Slot& s, Inbound& m);
   void release(Slot& s);
@@ -71,6 +82,8 @@ class ZmqWire final : public collectives::Wire {
   uint64_t bytes_in_ = 0;
   bool data_phase_ = false;
   double expected_bytes_ = 0;
+  std::vector<KeptPiece> kept_;
+  std::shared_ptr<const at::Tensor> result_;  // null without a result tensor
 };
 
 }  // namespace atl::transport::dataplane
