@@ -282,6 +282,73 @@ TEST(AllreduceOp, RestartedPeerTakesOverTheFinishedResult) {
   EXPECT_TRUE(at::equal(kept->kept.values, buf[0]));  // what was handed over, whole
 }
 
+// Sends from memory the all-reduce owns go out without a copy (zmq_wire.cpp), and the link
+// keeps them until acknowledged, so nothing may change that memory while they are kept. W = 3
+// ring: island 2's data pieces are lost (its HELLO arrives), islands 0 and 1 restart among
+// themselves in epoch 1 and finish. Every piece sent in either epoch must still hold the bytes its checksum was taken
+// over, also after the callers have reused their buffers: the restart wrote a new result
+// tensor, not the one the first attempt's pieces were sent from, and pieces of the caller's
+// buffer were copied.
+TEST(AllreduceOp, PiecesSentWithoutACopyStayUnchangedWhileReferenced) {
+  const compression::Pipeline fp32;
+  at::manual_seed(5);
+  const int64_t n = 30000;  // pieces of 10,000 floats: above the zero-copy threshold
+  std::vector<at::Tensor> in, buf;
+  std::vector<std::shared_ptr<Completion>> done;
+  std::vector<std::unique_ptr<AllreduceOp>> ops;
+  std::vector<std::unique_ptr<FakeContext>> ctx;
+  for (int i = 0; i < 3; ++i) {
+    in.push_back(at::randn({n}));
+    buf.push_back(in.back().clone());
+    done.push_back(std::make_shared<Completion>());
+    ops.push_back(std::make_unique<AllreduceOp>(0, buf[i], at::empty({n}), fp32, 1.0, at::Tensor(), 1 << 20, done[i]));
+    ctx.push_back(std::make_unique<FakeContext>(i));
+  }
+  std::vector<Outbound> log;  // every piece islands 0 and 1 sent, as a link keeps them
+  auto pump = [&](int islands) {  // among islands [0, islands)
+    for (bool moved = true; moved;) {
+      moved = false;
+      for (int from = 0; from < islands; ++from) {
+        while (!ctx[from]->out.empty()) {
+          auto [to, o] = std::move(ctx[from]->out.front());
+          ctx[from]->out.pop_front();
+          if (from == 2 && o.header.type != MsgType::kHello) continue;  // lost
+          if (from < 2) log.push_back(o);
+          Inbound m = to_inbound(o);
+          if (to < islands) ops[to]->on_message(*ctx[to], m);
+          moved = true;
+        }
+      }
+    }
+  };
+  for (int i = 0; i < 3; ++i) ops[i]->start(*ctx[i], 0, {0, 1, 2});
+  pump(3);
+  ASSERT_FALSE(ops[0]->done());
+  ASSERT_FALSE(ops[1]->done());
+  const size_t first_epoch = log.size();
+  bool borrowed = false;
+  for (const Outbound& o : log) borrowed = borrowed || o.borrowed != nullptr;
+  ASSERT_TRUE(borrowed) << "no piece of the first attempt was sent without a copy";
+  for (int i = 0; i < 2; ++i) ops[i]->on_membership(*ctx[i], 1, {0, 1});
+  pump(2);
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(ops[i]->done()) << i;
+    CollectiveResult r = done[i]->wait(std::nullopt);
+    EXPECT_EQ(r.status.code(), StatusCode::kPeerLost) << r.status.to_string();
+    EXPECT_TRUE(at::allclose(buf[i], (in[0] + in[1]) / 2)) << i;
+  }
+  EXPECT_TRUE(at::equal(buf[0], buf[1]));
+  ASSERT_GT(log.size(), first_epoch);
+  for (int i = 0; i < 2; ++i) buf[i].fill_(7);  // the callers use their buffers again
+  for (const Outbound& o : log) {
+    if (o.length == 0) continue;
+    ASSERT_TRUE(o.hashed);
+    EXPECT_EQ(checksum_payload(o.payload(), o.length), o.payload_hash)
+        << msg_type_name(o.header.type) << " epoch " << o.header.epoch << " step " << o.header.step << " chunk "
+        << o.header.chunk << (o.borrowed ? " (sent without a copy)" : "");
+  }
+}
+
 // The same for an allgather: island 1 misses island 0's bytes, restarts, and takes island
 // 0's finished result (handed over packed as fp32 words) instead of running it again.
 TEST(AllreduceOp, RestartedPeerTakesOverAFinishedAllgather) {
