@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <zmq.hpp>
 
+#include <algorithm>
 #include <cstring>
 #include <deque>
 #include <functional>
@@ -282,71 +283,117 @@ TEST(AllreduceOp, RestartedPeerTakesOverTheFinishedResult) {
   EXPECT_TRUE(at::equal(kept->kept.values, buf[0]));  // what was handed over, whole
 }
 
-// Sends from memory the all-reduce owns go out without a copy (zmq_wire.cpp), and the link
-// keeps them until acknowledged, so nothing may change that memory while they are kept. W = 3
-// ring: island 2's data pieces are lost (its HELLO arrives), islands 0 and 1 restart among
-// themselves in epoch 1 and finish. Every piece sent in either epoch must still hold the bytes its checksum was taken
-// over, also after the callers have reused their buffers: the restart wrote a new result
-// tensor, not the one the first attempt's pieces were sent from, and pieces of the caller's
-// buffer were copied.
-TEST(AllreduceOp, PiecesSentWithoutACopyStayUnchangedWhileReferenced) {
-  const compression::Pipeline fp32;
-  at::manual_seed(5);
-  const int64_t n = 30000;  // pieces of 10,000 floats: above the zero-copy threshold
-  std::vector<at::Tensor> in, buf;
-  std::vector<std::shared_ptr<Completion>> done;
-  std::vector<std::unique_ptr<AllreduceOp>> ops;
-  std::vector<std::unique_ptr<FakeContext>> ctx;
-  for (int i = 0; i < 3; ++i) {
-    in.push_back(at::randn({n}));
-    buf.push_back(in.back().clone());
-    done.push_back(std::make_shared<Completion>());
-    ops.push_back(std::make_unique<AllreduceOp>(0, buf[i], at::empty({n}), fp32, 1.0, at::Tensor(), 1 << 20, done[i]));
-    ctx.push_back(std::make_unique<FakeContext>(i));
+// Three islands' all-reduces on fake I/O threads, with every piece they send logged as a
+// link keeps it until it is acknowledged.
+struct ThreeIslands {
+  explicit ThreeIslands(int64_t n, uint64_t seed) {
+    at::manual_seed(seed);
+    for (int i = 0; i < 3; ++i) {
+      in.push_back(at::randn({n}));
+      buf.push_back(in.back().clone());
+      done.push_back(std::make_shared<Completion>());
+      ops.push_back(std::make_unique<AllreduceOp>(0, buf[i], at::empty({n}), fp32, 1.0, at::Tensor(), 1 << 20,
+                                                  done[i]));
+      ctx.push_back(std::make_unique<FakeContext>(i));
+      kept.emplace_back();
+    }
   }
-  std::vector<Outbound> log;  // every piece islands 0 and 1 sent, as a link keeps them
-  auto pump = [&](int islands) {  // among islands [0, islands)
+  // Delivers among islands [0, islands) until nothing moves; `lost(from, header)` picks
+  // messages that never arrive. A HELLO for a finished collective is answered with its kept
+  // result, as ZmqGroup's I/O thread does.
+  void pump(int islands, const std::function<bool(int, const Header&)>& lost) {
     for (bool moved = true; moved;) {
       moved = false;
       for (int from = 0; from < islands; ++from) {
         while (!ctx[from]->out.empty()) {
           auto [to, o] = std::move(ctx[from]->out.front());
           ctx[from]->out.pop_front();
-          if (from == 2 && o.header.type != MsgType::kHello) continue;  // lost
-          if (from < 2) log.push_back(o);
-          Inbound m = to_inbound(o);
-          if (to < islands) ops[to]->on_message(*ctx[to], m);
           moved = true;
+          log.push_back(o);
+          if (lost(from, o.header) || to >= islands) continue;
+          if (!ops[to]->done()) {
+            Inbound m = to_inbound(o);
+            ops[to]->on_message(*ctx[to], m);
+          } else if (o.header.type == MsgType::kHello) {
+            if (!kept[to]) kept[to] = ops[to]->take_retained();
+            serve_result(*ctx[to], 0, o.header.epoch, *kept[to], from);
+          }
         }
       }
     }
-  };
-  for (int i = 0; i < 3; ++i) ops[i]->start(*ctx[i], 0, {0, 1, 2});
-  pump(3);
-  ASSERT_FALSE(ops[0]->done());
-  ASSERT_FALSE(ops[1]->done());
-  const size_t first_epoch = log.size();
-  bool borrowed = false;
-  for (const Outbound& o : log) borrowed = borrowed || o.borrowed != nullptr;
-  ASSERT_TRUE(borrowed) << "no piece of the first attempt was sent without a copy";
-  for (int i = 0; i < 2; ++i) ops[i]->on_membership(*ctx[i], 1, {0, 1});
-  pump(2);
+  }
+  // Every logged piece still holds the bytes its checksum was taken over.
+  void expect_pieces_unchanged() const {
+    for (const Outbound& o : log) {
+      if (o.length == 0) continue;
+      ASSERT_TRUE(o.hashed);
+      EXPECT_EQ(checksum_payload(o.payload(), o.length), o.payload_hash)
+          << msg_type_name(o.header.type) << " from island " << o.header.sender << " epoch " << o.header.epoch
+          << " step " << o.header.step << " chunk " << o.header.chunk << (o.borrowed ? " (sent without a copy)" : "");
+    }
+  }
+  bool any_borrowed() const {
+    return std::any_of(log.begin(), log.end(), [](const Outbound& o) { return o.borrowed != nullptr; });
+  }
+
+  const compression::Pipeline fp32;
+  std::vector<at::Tensor> in, buf;
+  std::vector<std::shared_ptr<Completion>> done;
+  std::vector<std::unique_ptr<AllreduceOp>> ops;
+  std::vector<std::unique_ptr<FakeContext>> ctx;
+  std::vector<std::unique_ptr<Retained>> kept;
+  std::vector<Outbound> log;
+};
+
+// Sends from memory the all-reduce owns go out without a copy (zmq_wire.cpp), and the link
+// keeps them until acknowledged, so nothing may change that memory while they are kept. W = 3
+// ring: island 2's data pieces are lost (its HELLO arrives), islands 0 and 1 restart among
+// themselves in epoch 1 and finish. Every piece sent in either epoch must still hold the
+// bytes its checksum was taken over, also after the callers have reused their buffers: the
+// restart wrote a new result tensor, not the one the first attempt's pieces were sent from,
+// and pieces of the caller's buffer were copied.
+TEST(AllreduceOp, PiecesSentWithoutACopyStayUnchangedWhileReferenced) {
+  ThreeIslands t(30000, 5);  // pieces of 10,000 floats: above the zero-copy threshold
+  for (int i = 0; i < 3; ++i) t.ops[i]->start(*t.ctx[i], 0, {0, 1, 2});
+  t.pump(3, [](int from, const Header& h) { return from == 2 && h.type != MsgType::kHello; });
+  ASSERT_FALSE(t.ops[0]->done());
+  ASSERT_FALSE(t.ops[1]->done());
+  const size_t first_epoch = t.log.size();
+  ASSERT_TRUE(t.any_borrowed()) << "no piece of the first attempt was sent without a copy";
+  for (int i = 0; i < 2; ++i) t.ops[i]->on_membership(*t.ctx[i], 1, {0, 1});
+  t.pump(2, [](int, const Header&) { return false; });
   for (int i = 0; i < 2; ++i) {
-    ASSERT_TRUE(ops[i]->done()) << i;
-    CollectiveResult r = done[i]->wait(std::nullopt);
+    ASSERT_TRUE(t.ops[i]->done()) << i;
+    CollectiveResult r = t.done[i]->wait(std::nullopt);
     EXPECT_EQ(r.status.code(), StatusCode::kPeerLost) << r.status.to_string();
-    EXPECT_TRUE(at::allclose(buf[i], (in[0] + in[1]) / 2)) << i;
+    EXPECT_TRUE(at::allclose(t.buf[i], (t.in[0] + t.in[1]) / 2)) << i;
   }
-  EXPECT_TRUE(at::equal(buf[0], buf[1]));
-  ASSERT_GT(log.size(), first_epoch);
-  for (int i = 0; i < 2; ++i) buf[i].fill_(7);  // the callers use their buffers again
-  for (const Outbound& o : log) {
-    if (o.length == 0) continue;
-    ASSERT_TRUE(o.hashed);
-    EXPECT_EQ(checksum_payload(o.payload(), o.length), o.payload_hash)
-        << msg_type_name(o.header.type) << " epoch " << o.header.epoch << " step " << o.header.step << " chunk "
-        << o.header.chunk << (o.borrowed ? " (sent without a copy)" : "");
-  }
+  EXPECT_TRUE(at::equal(t.buf[0], t.buf[1]));
+  ASSERT_GT(t.log.size(), first_epoch);
+  for (int i = 0; i < 2; ++i) t.buf[i].fill_(7);  // the callers use their buffers again
+  t.expect_pieces_unchanged();
+}
+
+// The same through a hand-over: islands 0 and 1 finish a W = 3 ring, island 2 misses its
+// last piece and restarts; a finished island places its kept pieces into its result for
+// the hand-over, which must not touch the partial sums its earlier pieces were sent from.
+TEST(AllreduceOp, AHandOverLeavesThePiecesSentWithoutACopyUnchanged) {
+  ThreeIslands t(30000, 6);
+  for (int i = 0; i < 3; ++i) t.ops[i]->start(*t.ctx[i], 0, {0, 1, 2});
+  auto last_piece_to_2 = [](int from, const Header& h) { return from == 1 && h.type == MsgType::kRing && h.step == 3; };
+  t.pump(3, last_piece_to_2);
+  ASSERT_TRUE(t.ops[0]->done());
+  ASSERT_TRUE(t.ops[1]->done());
+  ASSERT_FALSE(t.ops[2]->done());
+  ASSERT_TRUE(t.any_borrowed());
+  t.ops[2]->on_membership(*t.ctx[2], 1, {0, 1, 2});  // island 2 restarts: HELLO in epoch 1
+  t.pump(3, [](int, const Header&) { return false; });
+  ASSERT_TRUE(t.ops[2]->done());
+  CollectiveResult r = t.done[2]->wait(std::nullopt);
+  EXPECT_TRUE(r.status.is_ok()) << r.status.to_string();
+  EXPECT_TRUE(t.kept[0] || t.kept[1]) << "no hand-over";
+  for (int i = 1; i < 3; ++i) EXPECT_TRUE(at::equal(t.buf[i], t.buf[0])) << i;
+  t.expect_pieces_unchanged();
 }
 
 // The same for an allgather: island 1 misses island 0's bytes, restarts, and takes island
