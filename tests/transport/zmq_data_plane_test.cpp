@@ -396,6 +396,48 @@ TEST(AllreduceOp, AHandOverLeavesThePiecesSentWithoutACopyUnchanged) {
   t.expect_pieces_unchanged();
 }
 
+// A collective that ends without a result leaves the caller its input, however far its data
+// phase got: W = 2 ring in pieces, island 1's first piece is added, its second is damaged
+// (a raw piece of the wrong size), and island 0 completes with kCorrupt and its buffer
+// exactly as it was issued.
+TEST(AllreduceOp, ACorruptPieceLeavesTheCallerItsInput) {
+  const compression::Pipeline fp32;
+  at::manual_seed(7);
+  const int64_t n = 8000;
+  std::vector<at::Tensor> in = {at::randn({n}), at::randn({n})};
+  std::vector<at::Tensor> buf = {in[0].clone(), in[1].clone()};
+  std::vector<std::shared_ptr<Completion>> done = {std::make_shared<Completion>(), std::make_shared<Completion>()};
+  const int64_t chunk_bytes = 8192;  // pieces of 2048 floats: two per chunk
+  AllreduceOp a(0, buf[0], at::empty({n}), fp32, 1.0, {}, chunk_bytes, done[0]);
+  AllreduceOp b(0, buf[1], at::empty({n}), fp32, 1.0, {}, chunk_bytes, done[1]);
+  FakeContext ca(0), cb(1);
+  a.start(ca, 0, {0, 1});
+  b.start(cb, 0, {0, 1});
+  int added = 0;
+  for (bool moved = true; moved && !a.done();) {
+    moved = false;
+    for (; !cb.out.empty(); moved = true) {
+      Outbound o = std::move(cb.out.front().second);
+      cb.out.pop_front();
+      Inbound m = to_inbound(o);
+      if (o.header.type == MsgType::kRing && o.header.step == 0 && ++added == 2) {
+        m.payload = zmq::message_t(o.payload(), o.length - sizeof(float));
+        m.header.payload_len = static_cast<uint32_t>(o.length - sizeof(float));
+      }
+      a.on_message(ca, m);
+    }
+    for (; !ca.out.empty(); moved = true) {
+      Inbound m = to_inbound(ca.out.front().second);
+      ca.out.pop_front();
+      b.on_message(cb, m);
+    }
+  }
+  ASSERT_EQ(added, 2) << "island 1 sent fewer pieces than expected";
+  ASSERT_TRUE(a.done());
+  EXPECT_EQ(done[0]->wait(std::nullopt).status.code(), StatusCode::kCorrupt);
+  EXPECT_TRUE(at::equal(buf[0], in[0])) << "the caller's buffer changed";
+}
+
 // The same for an allgather: island 1 misses island 0's bytes, restarts, and takes island
 // 0's finished result (handed over packed as fp32 words) instead of running it again.
 TEST(AllreduceOp, RestartedPeerTakesOverAFinishedAllgather) {
