@@ -54,6 +54,15 @@ inline std::string describe(const std::vector<MemberChange>& changes) {
 // An island that rejoins a running run is a member without one (heartbeats, store) until it
 // has received the state hand-over (docs/protocol.md "Rejoining a running run").
 inline bool in_collectives(const Peer& p) { return !p.endpoint.empty(); }
+// The islands of `m` that take part in collectives, ascending, among `ids` (ascending;
+// empty: all of them).
+inline std::vector<int> collective_members(const Membership& m, const std::vector<int>& ids = {}) {
+  std::vector<int> live;
+  for (const Peer& p : m.members) {
+    if (in_collectives(p)) live.push_back(p.id);
+  }
+  return within(std::move(live), ids);
+}
 
 class ControlPlane {
  public:

@@ -14,9 +14,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -143,6 +147,40 @@ inline void check_subgroup(uint32_t key, const std::vector<int>& ids, int self) 
 inline std::vector<int> within(std::vector<int> members, const std::vector<int>& ids) {
   if (!ids.empty()) std::erase_if(members, [&](int m) { return !std::binary_search(ids.begin(), ids.end(), m); });
   return members;
+}
+
+// "1, 3, 4": ids for log lines and error messages.
+inline std::string ids_text(const std::vector<int>& ids) {
+  std::string s;
+  for (size_t i = 0; i < ids.size(); ++i) s += (i ? ", " : "") + std::to_string(ids[i]);
+  return s;
+}
+
+inline bool contains(const std::vector<int>& v, int x) { return std::find(v.begin(), v.end(), x) != v.end(); }
+
+// The checks every Group applies to a collective's buffer and to allreduce_mean's arguments
+// (c10::Error: a caller's bug, not a WAN outcome).
+inline void check_buffer(const at::Tensor& t) {
+  TORCH_CHECK(t.defined() && t.is_contiguous() && t.scalar_type() == at::kFloat && t.device().is_cpu(),
+              "collectives take contiguous float32 CPU buffers");
+}
+inline void check_allreduce(const at::Tensor& buffer, double weight, const at::Tensor& transmitted) {
+  TORCH_CHECK(std::isfinite(weight) && weight > 0, "allreduce_mean weight must be finite and > 0");
+  check_buffer(buffer);
+  TORCH_CHECK(!transmitted.defined() || (transmitted.numel() == buffer.numel() && transmitted.is_contiguous() &&
+                                         transmitted.scalar_type() == at::kFloat),
+              "allreduce_mean: `transmitted` must match the buffer");
+}
+
+// Waits on `cv` (with `lock` held) until pred() holds or the deadline passes (nullopt:
+// forever); returns pred()'s last value.
+template <typename Pred>
+bool wait_until(std::condition_variable& cv, std::unique_lock<std::mutex>& lock, Deadline deadline, Pred pred) {
+  if (!deadline) {
+    cv.wait(lock, pred);
+    return true;
+  }
+  return cv.wait_until(lock, *deadline, pred);
 }
 
 }  // namespace atl::transport
