@@ -19,12 +19,8 @@ bool Completion::done() const {
 
 CollectiveResult Completion::wait(Deadline deadline) {
   std::unique_lock<std::mutex> lock(mu_);
-  if (deadline) {
-    if (!cv_.wait_until(lock, *deadline, [this] { return done_; })) {
-      return {Status(StatusCode::kTimeout, "the collective did not complete before the deadline"), {}, 0};
-    }
-  } else {
-    cv_.wait(lock, [this] { return done_; });
+  if (!wait_until(cv_, lock, deadline, [this] { return done_; })) {
+    return {Status(StatusCode::kTimeout, "the collective did not complete before the deadline"), {}, 0};
   }
   return result_;
 }

@@ -4,8 +4,8 @@
 // The data planes (transport/zmq/zmq_group.h, transport/gloo/gloo_group.h) take one of these
 // and never talk to the coordinator themselves. Implementations:
 //   - ZmqControlClient (transport/zmq/control_client.h): the coordinator over ZeroMQ;
-//   - StaticControlPlane (transport/static_control_plane.h): a fixed peer list and no
-//     coordinator (trusted static clusters, and data-plane tests with real sockets).
+//   - StaticControlPlane (tests/transport/static_control_plane.h): a fixed peer list and no
+//     coordinator, for data-plane tests and benchmarks with real sockets.
 //
 // Thread-safe: used by the island's main thread and the transport's own threads.
 #pragma once

@@ -152,7 +152,10 @@ inline std::vector<int> within(std::vector<int> members, const std::vector<int>&
 // "1, 3, 4": ids for log lines and error messages.
 inline std::string ids_text(const std::vector<int>& ids) {
   std::string s;
-  for (size_t i = 0; i < ids.size(); ++i) s += (i ? ", " : "") + std::to_string(ids[i]);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(ids[i]);
+  }
   return s;
 }
 

@@ -51,7 +51,7 @@
 #include "src/base/log.h"
 #include "tests/transport/zmq_group_test_util.h"
 #include "transport/gloo/gloo_group.h"
-#include "transport/static_control_plane.h"
+#include "tests/transport/static_control_plane.h"
 #include "transport/zmq/control_client.h"
 #include "transport/zmq/coordinator.h"
 #include "transport/zmq/zmq_group.h"

@@ -21,7 +21,7 @@ std::vector<uint8_t> frame_of(float value, int64_t n = 4) {
 }
 
 struct Reply {
-  dataplane::ResultInfoBody info;
+  collectives::ResultInfo info;
   at::Tensor mean;  // undefined without a frame
 };
 
@@ -30,9 +30,9 @@ std::optional<Reply> pull(StarReducer& r, int id, uint64_t seq, TagKind kind) {
   auto bytes = r.on_pull(id, star::tag(seq, kind));
   if (!bytes) return std::nullopt;
   Reply out;
-  const size_t info = dataplane::result_info_size(bytes->data(), bytes->size());
+  const size_t info = collectives::result_info_size(bytes->data(), bytes->size());
   EXPECT_GT(info, 0u);
-  EXPECT_TRUE(dataplane::parse_result_info(bytes->data(), info, &out.info).is_ok());
+  EXPECT_TRUE(collectives::parse_result_info(bytes->data(), info, &out.info).is_ok());
   if (bytes->size() > info) {
     out.mean = at::empty({static_cast<int64_t>(out.info.numel)});
     EXPECT_TRUE(compression::Pipeline().decode(bytes->data() + info, bytes->size() - info, out.mean).is_ok());

@@ -5,7 +5,7 @@
 #include <future>
 #include <thread>
 
-#include "transport/static_control_plane.h"
+#include "tests/transport/static_control_plane.h"
 #include "tests/transport/zmq_test_util.h"
 
 namespace atl::transport::testing {

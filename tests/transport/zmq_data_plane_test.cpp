@@ -64,22 +64,22 @@ TEST(DataWire, HeaderRoundTripsAndRejectsDamage) {
     *at ^= static_cast<uint8_t>(1u << (bit % 8));
     EXPECT_FALSE(parse_header(hb, kHeaderBytes, pb, sizeof pb, &p).is_ok()) << "bit " << bit;
   }
-  HelloBody hello{1, 1000, 0.5, 42, 256};
-  HelloBody back;
-  std::vector<uint8_t> hb = encode_hello(hello);
-  ASSERT_TRUE(parse_hello(hb.data(), hb.size(), &back).is_ok());
+  collectives::Hello hello{1, 1000, 0.5, 42, 256};
+  collectives::Hello back;
+  std::vector<uint8_t> hb = collectives::encode_hello(hello);
+  ASSERT_TRUE(collectives::parse_hello(hb.data(), hb.size(), &back).is_ok());
   EXPECT_EQ(back.numel, 1000u);
   EXPECT_EQ(back.weight, 0.5);
   hello.weight = -1;
-  hb = encode_hello(hello);
-  EXPECT_FALSE(parse_hello(hb.data(), hb.size(), &back).is_ok());
-  ResultInfoBody info{StatusCode::kPeerLost, 2.0, 9, {0, 2}};
-  std::vector<uint8_t> ib = encode_result_info(info);
-  ResultInfoBody info_back;
-  ASSERT_TRUE(parse_result_info(ib.data(), ib.size(), &info_back).is_ok());
+  hb = collectives::encode_hello(hello);
+  EXPECT_FALSE(collectives::parse_hello(hb.data(), hb.size(), &back).is_ok());
+  collectives::ResultInfo info{StatusCode::kPeerLost, 2.0, 9, {0, 2}};
+  std::vector<uint8_t> ib = collectives::encode_result_info(info);
+  collectives::ResultInfo info_back;
+  ASSERT_TRUE(collectives::parse_result_info(ib.data(), ib.size(), &info_back).is_ok());
   EXPECT_EQ(info_back.contributors, (std::vector<int>{0, 2}));
   EXPECT_EQ(info_back.status, StatusCode::kPeerLost);
-  EXPECT_FALSE(parse_result_info(ib.data(), ib.size() - 1, &info_back).is_ok());
+  EXPECT_FALSE(collectives::parse_result_info(ib.data(), ib.size() - 1, &info_back).is_ok());
 }
 
 // kRaw (version 2): raw fp32 pieces on RING / BROADCAST / RESULT only, a whole number of
@@ -184,7 +184,7 @@ class FakeContext final : public OpContext {
  public:
   explicit FakeContext(int self) : self_(self) {}
   int self() const override { return self_; }
-  const Tuning& tuning() const override { return tuning_; }
+  const ZmqGroupOptions& options() const override { return options_; }
   void send(int peer, Outbound msg) override { out.push_back({peer, std::move(msg)}); }
   void suspect(int) override {}
   void refresh_membership() override {}
@@ -195,7 +195,7 @@ class FakeContext final : public OpContext {
 
  private:
   int self_;
-  Tuning tuning_;
+  ZmqGroupOptions options_;
   DropLog drops_;
 };
 
@@ -535,15 +535,15 @@ TEST(AllreduceOp, SubgroupMessagesCarryTheGroupKey) {
 // pack_gathered / unpack_gathered round-trip, and a damaged packing is refused.
 TEST(AllreduceOp, PackedAllgatherResultsRoundTripAndRejectDamage) {
   const std::vector<std::vector<uint8_t>> g = {{}, {7}, {1, 2, 3, 4, 5, 6, 7, 8, 9}};
-  at::Tensor words = pack_gathered(g);
+  at::Tensor words = collectives::pack_gathered(g);
   std::vector<std::vector<uint8_t>> back;
-  ASSERT_TRUE(unpack_gathered(words, &back).is_ok());
+  ASSERT_TRUE(collectives::unpack_gathered(words, &back).is_ok());
   EXPECT_EQ(back, g);
   at::Tensor bad = words.clone();
   uint64_t huge = 1000;
   std::memcpy(static_cast<uint8_t*>(bad.data_ptr()) + 8 + 8 * 2, &huge, 8);  // last size beyond the end
-  EXPECT_EQ(unpack_gathered(bad, &back).code(), StatusCode::kCorrupt);
-  EXPECT_EQ(unpack_gathered(at::zeros({1}), &back).code(), StatusCode::kCorrupt);
+  EXPECT_EQ(collectives::unpack_gathered(bad, &back).code(), StatusCode::kCorrupt);
+  EXPECT_EQ(collectives::unpack_gathered(at::zeros({1}), &back).code(), StatusCode::kCorrupt);
 }
 
 }  // namespace

@@ -158,7 +158,7 @@ TEST(ZmqGroup, ByteCountersCountWhatTheSocketsCarry) {
   std::vector<at::Tensor> b = random_inputs(3, 3000, 1);
   zmq_allreduce(c, b, compression::Pipeline(), {1, 1, 1});
   const uint64_t h = dataplane::kHeaderBytes;
-  const uint64_t want = 2 * (h + dataplane::kHelloBytes) + 4 * (h + 4000) + 6 * h;
+  const uint64_t want = 2 * (h + collectives::kHelloBytes) + 4 * (h + 4000) + 6 * h;
   for (int i = 0; i < 3; ++i) {
     ByteCounters got = c.groups[i]->bytes();
     for (int k = 0; k < 200 && (got.sent != want || got.received != want); ++k) {  // last acks
@@ -203,8 +203,8 @@ TEST(ZmqGroup, GarbageAndTruncatedMessagesAreDropped) {
   h.sender = 7;
   h.seq = 0;
   h.link_seq = 1;
-  h.payload_len = dataplane::kHelloBytes;
-  const std::vector<uint8_t> body = dataplane::encode_hello({1, 10, 1.0, 1, 1});
+  h.payload_len = collectives::kHelloBytes;
+  const std::vector<uint8_t> body = collectives::encode_hello({1, 10, 1.0, 1, 1});
   uint8_t head[dataplane::kHeaderBytes];
   dataplane::encode_header(h, body.data(), head);
   std::mt19937_64 rng(2);
@@ -478,8 +478,8 @@ TEST(ZmqGroup, CurveAdmitsOnlyMembersKeys) {
   h.sender = 1;
   h.seq = 1;
   h.link_seq = 1;
-  h.payload_len = dataplane::kHelloBytes;
-  const std::vector<uint8_t> body = dataplane::encode_hello({1, 3001, 1.0, 1, 1});
+  h.payload_len = collectives::kHelloBytes;
+  const std::vector<uint8_t> body = collectives::encode_hello({1, 3001, 1.0, 1, 1});
   uint8_t head[dataplane::kHeaderBytes];
   dataplane::encode_header(h, body.data(), head);
   zmq::context_t ctx;

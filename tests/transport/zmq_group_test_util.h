@@ -25,7 +25,7 @@
 #include "compression/pipeline.h"
 #include "transport/control_plane.h"
 #include "transport/inproc/inproc_group.h"
-#include "transport/static_control_plane.h"
+#include "tests/transport/static_control_plane.h"
 #include "transport/zmq/zmq_group.h"
 
 namespace atl::transport::testing {

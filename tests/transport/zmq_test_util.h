@@ -24,7 +24,7 @@
 #include "compression/pipeline.h"
 #include "transport/control_plane.h"
 #include "transport/outer_server.h"
-#include "transport/static_control_plane.h"
+#include "tests/transport/static_control_plane.h"
 #include "transport/zmq/control_client.h"
 #include "transport/zmq/coordinator.h"
 

@@ -23,14 +23,6 @@ using le::put;
 
 Status bad(const std::string& what) { return corrupt("data message: " + what); }
 
-bool contains(const std::vector<int>& v, int x) { return std::find(v.begin(), v.end(), x) != v.end(); }
-
-std::string ids_text(const std::vector<int>& ids) {
-  std::ostringstream os;
-  for (size_t i = 0; i < ids.size(); ++i) os << (i ? ", " : "") << ids[i];
-  return os.str();
-}
-
 // The largest answer: a RESULT_INFO naming kMaxMembers contributors.
 constexpr size_t kMaxAnswerBytes = 24 + 4 * size_t{kMaxMembers};
 

@@ -68,23 +68,6 @@ at::Tensor raw_view(const Payload& p, int64_t n, int from, const char* what) {
   return reinterpret_cast<uintptr_t>(p.data) % alignof(float) == 0 ? view : view.clone();
 }
 
-}  // namespace
-
-uint64_t codec_fingerprint(const compression::Pipeline& codec) {
-  Bytes frame;
-  codec.encode(at::empty({0}, at::kFloat), frame, 0);
-  return xxh3_64(frame.data(), frame.size());
-}
-
-double expected_bytes(const AllreduceSetup& s) {
-  const double w = static_cast<double>(s.members.size());
-  return 2.0 * (w - 1) / w * static_cast<double>(s.codec->max_encoded_size(s.buffer.numel()));
-}
-
-Program allreduce(Wire& wire, AllreduceSetup s) {
-  return s.codec->lossless() ? ring_allreduce(wire, std::move(s)) : direct_allreduce(wire, std::move(s));
-}
-
 Program ring_allreduce(Wire& wire, AllreduceSetup s) {
   const int w = static_cast<int>(s.members.size());
   const int steps = 2 * (w - 1);
@@ -247,6 +230,23 @@ Program direct_allreduce(Wire& wire, AllreduceSetup s) {
     decode_from(codec, in, chunk(res, w, q), s.members[q], "direct all-reduce");
   }
   co_await all_sent{wire};
+}
+
+}  // namespace
+
+uint64_t codec_fingerprint(const compression::Pipeline& codec) {
+  Bytes frame;
+  codec.encode(at::empty({0}, at::kFloat), frame, 0);
+  return xxh3_64(frame.data(), frame.size());
+}
+
+double expected_bytes(const AllreduceSetup& s) {
+  const double w = static_cast<double>(s.members.size());
+  return 2.0 * (w - 1) / w * static_cast<double>(s.codec->max_encoded_size(s.buffer.numel()));
+}
+
+Program allreduce(Wire& wire, AllreduceSetup s) {
+  return s.codec->lossless() ? ring_allreduce(wire, std::move(s)) : direct_allreduce(wire, std::move(s));
 }
 
 Program broadcast(Wire& wire, BroadcastSetup s) {

@@ -62,9 +62,7 @@ struct AllreduceSetup {
   int64_t piece_elems = INT64_MAX;  // ring: elements per message
 };
 
-Program ring_allreduce(Wire& wire, AllreduceSetup s);
-Program direct_allreduce(Wire& wire, AllreduceSetup s);
-// ring_allreduce for lossless codecs, direct_allreduce otherwise.
+// ring_allreduce for lossless codecs, direct_allreduce otherwise (see above).
 Program allreduce(Wire& wire, AllreduceSetup s);
 // Bytes a member expects to receive in an all-reduce (data-phase timeouts).
 double expected_bytes(const AllreduceSetup& s);

@@ -11,15 +11,13 @@ void ControlStore::set(const std::string& key, const std::vector<char>& data) {
   if (!st.is_ok()) throw RendezvousError("store_set '" + prefix_ + key + "': " + st.to_string());
 }
 
-std::vector<char> ControlStore::get(const std::string& key) { return fetch(key); }
-
 void ControlStore::wait(const std::vector<std::string>& keys) {
-  for (const auto& k : keys) fetch(k);
+  for (const auto& k : keys) get(k);
 }
 
 void ControlStore::wait(const std::vector<std::string>& keys, const std::chrono::milliseconds&) { wait(keys); }
 
-const std::vector<char>& ControlStore::fetch(const std::string& key) {
+std::vector<char> ControlStore::get(const std::string& key) {
   auto it = fetched_.find(key);
   if (it != fetched_.end()) return it->second;
   for (;;) {

@@ -40,14 +40,12 @@ class ControlStore final : public ::gloo::rendezvous::Store {
                std::chrono::milliseconds wait);
 
   void set(const std::string& key, const std::vector<char>& data) override;
-  // Waits as wait() does, then returns the value.
+  // Waits for `key` (see the file comment), then returns its value.
   std::vector<char> get(const std::string& key) override;
   void wait(const std::vector<std::string>& keys) override;
   void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override;
 
  private:
-  const std::vector<char>& fetch(const std::string& key);
-
   ControlPlane& control_;
   const std::string prefix_;
   const uint64_t epoch_;

@@ -5,41 +5,36 @@
 #include <gloo/transport/tcp/device.h>
 
 #include <algorithm>
-#include <cmath>
 #include <csignal>
 #include <exception>
 #include <mutex>
-#include <sstream>
 
 #include "src/base/log.h"
 #include "transport/collectives/attempt.h"
 #include "transport/collectives/schedules.h"
 #include "transport/completion.h"
-#include "transport/gloo/collectives.h"
 #include "transport/gloo/control_store.h"
 #include "transport/gloo/mesh.h"
 
 namespace atl::transport {
 
-using gloo_mesh::Wire;
-
 namespace {
+
+// Unwinding (the mesh broke, a frame did not decode, the group is shutting down) frees a
+// collective's buffers: the send buffers of its GlooWire and the receive buffers in its
+// program's frame. The pairs are closed first, or gloo's device thread could still be
+// writing from or into them (writev: Bad address, a crash, or freed memory overwritten):
+// declared after the wire and the program, this is destroyed before them.
+struct ClosePairsOnUnwind {
+  gloo_mesh::Mesh& mesh;
+  const int exceptions = std::uncaught_exceptions();
+  ~ClosePairsOnUnwind() {
+    if (std::uncaught_exceptions() > exceptions) mesh.close_pairs();
+  }
+};
 
 // How often a blocked worker's mesh is checked for a peer's "closed" key.
 constexpr auto kClosedCheckPeriod = std::chrono::seconds(1);
-
-bool contains(const std::vector<int>& v, int x) { return std::find(v.begin(), v.end(), x) != v.end(); }
-
-std::string ids_text(const std::vector<int>& ids) {
-  std::ostringstream os;
-  for (size_t i = 0; i < ids.size(); ++i) os << (i ? ", " : "") << ids[i];
-  return os.str();
-}
-
-void check_buffer(const at::Tensor& t) {
-  TORCH_CHECK(t.defined() && t.is_contiguous() && t.scalar_type() == at::kFloat && t.device().is_cpu(),
-              "collectives take contiguous float32 CPU buffers");
-}
 
 // gloo writes with writev(2), which raises SIGPIPE on a connection the peer has closed; the
 // default action would kill the island instead of letting the mesh be rebuilt.
@@ -100,14 +95,6 @@ std::unique_ptr<Group> GlooGroup::subgroup(uint32_t key, std::vector<int> ids) {
   return std::unique_ptr<Group>(new GlooGroup(*this, key, std::move(ids)));
 }
 
-std::vector<int> GlooGroup::members(const Membership& m) const {
-  std::vector<int> ids;  // a member still waiting for its state hand-over takes no part
-  for (const Peer& p : m.members) {
-    if (in_collectives(p)) ids.push_back(p.id);
-  }
-  return within(std::move(ids), ids_);
-}
-
 GlooGroup::~GlooGroup() {
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -122,7 +109,7 @@ GlooGroup::~GlooGroup() {
 
 MembershipView GlooGroup::view() const {
   const Membership m = control_.membership();
-  return {m.epoch, members(m), control_.self()};
+  return {m.epoch, collective_members(m, ids_), control_.self()};
 }
 
 // Hands an op to the worker thread; its handle completes when the worker is done with it.
@@ -139,13 +126,7 @@ std::unique_ptr<Handle> GlooGroup::enqueue(std::unique_ptr<Op> op) {
 
 std::unique_ptr<Handle> GlooGroup::allreduce_mean(at::Tensor buffer, const compression::Pipeline& codec,
                                                   double weight, at::Tensor transmitted) {
-  TORCH_CHECK(weight > 0 && std::isfinite(weight), "allreduce_mean weight must be finite and > 0");
-  check_buffer(buffer);
-  if (transmitted.defined()) {
-    TORCH_CHECK(transmitted.numel() == buffer.numel() && transmitted.is_contiguous() &&
-                    transmitted.scalar_type() == at::kFloat,
-                "allreduce_mean: `transmitted` must match the buffer");
-  }
+  check_allreduce(buffer, weight, transmitted);
   auto op = std::make_unique<Op>();
   op->codec = codec;
   collectives::Request& r = op->req;
@@ -226,23 +207,24 @@ void GlooGroup::run(Op& op) {
   // An all-reduce computes into a tensor of its own (kept for the hand-over) and leaves the
   // caller's input untouched until it completes; a broadcast's receivers write in place.
   if (op.req.hello.kind == collectives::kHelloAllreduce) {
-    op.req.result = take_tensor(op.req.buffer.numel());
+    op.req.result = pool_.take(op.req.buffer.numel());
   } else if (op.req.buffer.defined()) {
-    op.input = take_tensor(op.req.buffer.numel());
+    op.input = pool_.take(op.req.buffer.numel());
     op.input.copy_(op.req.buffer);
   }
   auto restore = [&] {
     if (op.dirty) op.req.buffer.copy_(op.input);
     op.dirty = false;
   };
-  op.req.first_members = members(control_.membership());  // a member missing from the final mesh was lost
+  auto fail = [&](Status st, std::vector<int> contributors = {}, double weight = 0) {
+    restore();
+    complete(op, {std::move(st), std::move(contributors), weight});
+  };
+  op.req.first_members = collective_members(control_.membership(), ids_);  // one missing from the final mesh was lost
   for (;;) {
-    Status st = ensure_mesh(op);
-    if (!st.is_ok()) {
-      restore();
-      const bool own = st.code() == StatusCode::kMembershipChanged;
-      complete(op, {std::move(st), own ? std::vector<int>{self} : std::vector<int>{}, own ? op.req.hello.weight : 0});
-      return;
+    if (Status st = ensure_mesh(op); !st.is_ok()) {
+      if (st.code() != StatusCode::kMembershipChanged) return fail(std::move(st));
+      return fail(std::move(st), {self}, op.req.hello.weight);  // outside the membership: its own input
     }
     const uint64_t epoch = mesh_->epoch(), generation = mesh_->generation();
     try {
@@ -259,30 +241,24 @@ void GlooGroup::run(Op& op) {
       }
       restore();
       op.dirty = op.input.defined();
-      Wire wire(*mesh_, *waits_, *counters_, seq);
-      gloo_mesh::GlooWire gw(wire);
-      // Unwinding (the mesh broke, a frame did not decode, the group is shutting down) frees
-      // this collective's send buffers with gw: the pairs are closed first, or gloo's device
-      // thread could still be writing from them (writev: Bad address, and a crash).
-      struct ClosePairsOnUnwind {
-        gloo_mesh::Mesh& mesh;
-        const int exceptions = std::uncaught_exceptions();
-        ~ClosePairsOnUnwind() {
-          if (std::uncaught_exceptions() > exceptions) mesh.close_pairs();
-        }
-      } close_on_unwind{*mesh_};
-      gw.on_data_phase = [this](double bytes) { set_data_deadline(bytes); };
+      gloo_mesh::GlooWire gw(*mesh_, *waits_, *counters_, seq);
+      // The data phase's timeout for `bytes` received: slack * (latency + bytes / bandwidth) + 1 s.
+      gw.on_data_phase = [this](double bytes) {
+        const double bandwidth = std::max(1.0, options_.bandwidth_mbps * 1e6 / 8);
+        set_suspect_deadline(std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
+            options_.timeout_slack * (options_.latency_ms / 1000 + bytes / bandwidth) + 1.0)));
+      };
       CollectiveResult r;
-      gloo_mesh::run(collectives::attempt(gw, op.req, std::move(a), &r), seq);
+      collectives::Program program = collectives::attempt(gw, op.req, std::move(a), &r);
+      ClosePairsOnUnwind close_on_unwind{*mesh_};  // declared after what it protects
+      program.run();
       complete(op, std::move(r));
       return;
-    } catch (const gloo_mesh::CorruptMessage& e) {
-      ATOLL_ERROR("gloo: island " << self << ": " << e.what());
+    } catch (const collectives::CorruptFrame& e) {
+      const std::string what = "collective #" + std::to_string(seq) + ": " + e.what();
+      ATOLL_ERROR("gloo: island " << self << ": " << what);
       mesh_broken_ = true;  // the sender's collective cannot complete on this mesh either
-      set_suspect_deadline(std::nullopt);
-      restore();
-      complete(op, {Status(StatusCode::kCorrupt, e.what()), {}, 0});
-      return;
+      return fail(Status(StatusCode::kCorrupt, what));
     } catch (const gloo_mesh::MeshBroken& e) {
       if (!stop_) {
         ATOLL_WARN("gloo: island " << self << ", collective #" << seq << ": mesh (epoch " << epoch << ", generation "
@@ -294,10 +270,7 @@ void GlooGroup::run(Op& op) {
     } catch (const std::exception& e) {  // a broken invariant (gloo's GLOO_ENFORCE, TORCH_CHECK): no retry
       ATOLL_ERROR("gloo: island " << self << ", collective #" << seq << ": " << e.what());
       mesh_broken_ = true;
-      set_suspect_deadline(std::nullopt);
-      restore();
-      complete(op, {Status(StatusCode::kInternal, e.what()), {}, 0});
-      return;
+      return fail(Status(StatusCode::kInternal, e.what()));
     }
     mesh_broken_ = true;
     set_suspect_deadline(std::nullopt);
@@ -317,7 +290,7 @@ Status GlooGroup::ensure_mesh(const Op& op) {
     if (stop_) return Status(StatusCode::kUnavailable, "the group is shutting down");
     const Membership m = control_.membership();
     if (mesh_ && !mesh_broken_ && mesh_->epoch() == m.epoch) return Status::ok();
-    std::vector<int> ids = members(m);
+    std::vector<int> ids = collective_members(m, ids_);
     if (!contains(ids, self)) {
       return Status(StatusCode::kMembershipChanged,
                     "island " + std::to_string(self) + " is not a member of epoch " + std::to_string(m.epoch));
@@ -374,9 +347,10 @@ void GlooGroup::serve_donations() {
   if (donations_served_) return;
   if (retained_ && mesh_->donor(retained_->seq) == mesh_->self()) {
     for (int to : mesh_->adopters(retained_->seq)) {
-      Wire wire(*mesh_, *waits_, *counters_, retained_->seq);
-      gloo_mesh::GlooWire gw(wire);
-      gloo_mesh::run(collectives::hand_over(gw, retained_->kept, to, INT64_MAX), retained_->seq);
+      gloo_mesh::GlooWire gw(*mesh_, *waits_, *counters_, retained_->seq);
+      collectives::Program program = collectives::hand_over(gw, retained_->kept, to, INT64_MAX);
+      ClosePairsOnUnwind close_on_unwind{*mesh_};
+      program.run();
       ATOLL_INFO("gloo: island " << mesh_->self() << " hands collective #" << retained_->seq << "'s result to island "
                                  << to);
     }
@@ -391,7 +365,7 @@ void GlooGroup::complete(Op& op, CollectiveResult result) {
     // Kept until the next collective finishes: by then every member has finished this one
     // (it issued the next), so no restart can ask for it any more. A broadcast's input copy
     // takes it.
-    if (retained_) give_tensor(std::move(retained_->kept.values));
+    if (retained_) pool_.give(std::move(retained_->kept.values));
     if (op.req.gather_out) {
       retained_ = std::make_unique<Retained>(Retained{op.req.seq, {result, collectives::pack_gathered(*op.req.gather_out)}});
     } else if (op.req.result.defined()) {
@@ -402,18 +376,10 @@ void GlooGroup::complete(Op& op, CollectiveResult result) {
       retained_ = std::make_unique<Retained>(Retained{op.req.seq, {result, std::move(op.input)}});
     }
   } else {
-    if (op.input.defined()) give_tensor(std::move(op.input));
-    if (op.req.result.defined()) give_tensor(std::move(op.req.result));
+    pool_.give(std::move(op.input));
+    pool_.give(std::move(op.req.result));
   }
-  op.input = at::Tensor();
-  op.req.result = at::Tensor();
   op.done->finish(std::move(result));
-}
-
-void GlooGroup::set_data_deadline(double expected_bytes) {
-  const double bandwidth = std::max(1.0, options_.bandwidth_mbps * 1e6 / 8);
-  set_suspect_deadline(std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
-      options_.timeout_slack * (options_.latency_ms / 1000 + expected_bytes / bandwidth) + 1.0)));
 }
 
 void GlooGroup::set_suspect_deadline(std::optional<Clock::duration> timeout) {
@@ -438,7 +404,7 @@ void GlooGroup::watch() {
     if (stop_) break;
     // A wait on an island the coordinator has dropped (or with this island dropped) never ends.
     const int peer = waits_->waiting_on();
-    const std::vector<int> ids = members(m);
+    const std::vector<int> ids = collective_members(m, ids_);
     if (peer >= 0 && (!contains(ids, peer) || !contains(ids, self))) {
       const std::string why = contains(ids, self) ? "island " + std::to_string(peer) + " left the membership (epoch " +
                                                         std::to_string(m.epoch) + ")"
@@ -480,23 +446,6 @@ void GlooGroup::watch() {
       control_.suspect(peer);
     }
   }
-}
-
-at::Tensor GlooGroup::take_tensor(int64_t n) {
-  for (auto it = spare_.begin(); it != spare_.end(); ++it) {
-    if (it->numel() == n) {
-      at::Tensor t = std::move(*it);
-      spare_.erase(it);
-      return t;
-    }
-  }
-  return at::empty({n}, at::kFloat);
-}
-
-void GlooGroup::give_tensor(at::Tensor t) {
-  if (!t.defined()) return;
-  if (spare_.size() >= 2) spare_.erase(spare_.begin());
-  spare_.push_back(std::move(t));
 }
 
 }  // namespace atl::transport

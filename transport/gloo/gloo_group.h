@@ -8,7 +8,7 @@
 // epoch; when a mesh breaks (a pair fails, a wait is interrupted) it is rebuilt as the next
 // generation of the same epoch, or for the new epoch if the coordinator has moved on.
 //
-// Collectives (collectives.h). Matched across members by a per-group sequence number, in
+// Collectives (GlooWire, mesh.h). Matched across members by a per-group sequence number, in
 // issue order, exactly like InprocGroup, and bitwise its results for the same inputs:
 // lossless codecs run the ring of transport/ring.h over gloo unbound-buffer send/recv,
 // lossy codecs the reduce-scatter to chunk owners + all-gather of re-encoded means. They
@@ -74,6 +74,7 @@
 #include "transport/control_plane.h"
 #include "transport/group.h"
 #include "transport/server_link.h"
+#include "transport/tensor_pool.h"
 
 namespace gloo::transport {
 class Device;
@@ -145,8 +146,6 @@ class GlooGroup final : public Group {
 
   // Sub-group `key` of `parent`'s islands `ids`.
   GlooGroup(const GlooGroup& parent, uint32_t key, std::vector<int> ids);
-  // The islands of `m` that take part in this group's collectives.
-  std::vector<int> members(const Membership& m) const;
 
   std::unique_ptr<Handle> enqueue(std::unique_ptr<Op> op);
   void work();    // worker thread
@@ -156,11 +155,6 @@ class GlooGroup final : public Group {
   void serve_donations();
   void complete(Op& op, CollectiveResult result);
   void set_suspect_deadline(std::optional<Clock::duration> timeout);
-  // The data phase's timeout for `expected_bytes` received (slack * (latency + bytes /
-  // bandwidth) + 1 s), from now.
-  void set_data_deadline(double expected_bytes);
-  at::Tensor take_tensor(int64_t n);
-  void give_tensor(at::Tensor t);
 
   ControlPlane& control_;
   const uint32_t key_ = 0;      // 0: the group of every island; else a sub-group's key
@@ -180,7 +174,7 @@ class GlooGroup final : public Group {
   uint64_t built_generation_ = 0;
   bool donations_served_ = false;
   std::unique_ptr<Retained> retained_;   // the last finished collective's result
-  std::vector<at::Tensor> spare_;        // recycled input copies
+  TensorPool pool_{2};                   // recycled input copies and results
 
   mutable std::mutex mu_;  // guards the queue, stop_, the suspect deadline, meshes_built_, closed_key_
   std::condition_variable cv_;

@@ -5,9 +5,11 @@
 #include <gloo/rendezvous/prefix_store.h>
 
 #include <algorithm>
-#include <bit>
 #include <cstring>
+#include <stdexcept>
 
+#include "transport/collectives/le.h"
+#include "transport/collectives/schedules.h"
 #include "transport/gloo/control_store.h"
 
 namespace atl::transport::gloo_mesh {
@@ -18,27 +20,36 @@ namespace {
 // unbounded here and the watchdog (GlooGroup) interrupts them instead.
 constexpr std::chrono::milliseconds kForever = std::chrono::hours(24 * 365);
 
+// A MemberState under its store key: next_seq u64 | retained_seq u64.
 std::vector<char> encode_state(const MemberState& s) {
   std::vector<char> out(16);
-  std::memcpy(out.data(), &s.next_seq, 8);  // little-endian hosts only (static_assert below)
-  std::memcpy(out.data() + 8, &s.retained_seq, 8);
+  le::put(reinterpret_cast<uint8_t*>(out.data()), 0, s.next_seq);
+  le::put(reinterpret_cast<uint8_t*>(out.data()), 8, s.retained_seq);
   return out;
 }
 
 MemberState decode_state(const std::vector<char>& bytes, const std::string& key) {
   if (bytes.size() != 16) throw RendezvousError("malformed mesh state under '" + key + "'");
-  MemberState s;
-  std::memcpy(&s.next_seq, bytes.data(), 8);
-  std::memcpy(&s.retained_seq, bytes.data() + 8, 8);
-  return s;
+  const auto* p = reinterpret_cast<const uint8_t*>(bytes.data());
+  return {le::get<uint64_t>(p, 0), le::get<uint64_t>(p, 8)};
 }
 
-static_assert(std::endian::native == std::endian::little, "the mesh state is little-endian");
+// The slot of message `key` of collective `seq` in group `group`: group (low 12 bits) | seq
+// (low 20 bits) | tag (4 bits) | step (13 bits) | index (15 bits). A mesh runs one collective
+// at a time (and hands over the one before), so 20 bits of seq tell them apart. Ring pieces
+// are indexed by (step, piece), direct contributions and means by (phase, chunk), broadcast,
+// hand-over and allgather messages by piece (answers: 0).
+uint64_t slot(uint32_t group, uint64_t seq, const collectives::MsgKey& key) {
+  const uint32_t low = key.tag == collectives::Tag::kDirect ? key.chunk : key.piece;
+  if (key.step >= (1u << 13) || low >= (1u << 15)) {
+    throw std::logic_error("gloo mesh: message index out of range (step " + std::to_string(key.step) + ", " +
+                           std::to_string(low) + ")");
+  }
+  return uint64_t{group & 0xfffu} << 52 | (seq & 0xfffffu) << 32 |
+         static_cast<uint64_t>(collectives::receive_tag(key.tag)) << 28 | key.step << 15 | low;
+}
 
 }  // namespace
-
-void Waits::recv(::gloo::transport::UnboundBuffer& buf, int peer) { wait(buf, peer, true); }
-void Waits::send(::gloo::transport::UnboundBuffer& buf, int peer) { wait(buf, peer, false); }
 
 void Waits::wait(::gloo::transport::UnboundBuffer& buf, int peer, bool recv) {
   {
@@ -64,11 +75,9 @@ void Waits::wait(::gloo::transport::UnboundBuffer& buf, int peer, bool recv) {
   if (!completed || interrupted_) throw MeshBroken(why_.empty() ? "wait interrupted" : why_);
 }
 
-bool Waits::interrupt(int peer, const std::string& why) {
+void Waits::interrupt(int peer, const std::string& why) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (peer >= 0 && peer_ != peer) return false;
-  interrupt_locked(why);
-  return true;
+  if (peer < 0 || peer_ == peer) interrupt_locked(why);
 }
 
 void Waits::interrupt_locked(const std::string& why) {
@@ -166,52 +175,84 @@ std::vector<int> Mesh::adopters(uint64_t seq) const {
   return out;
 }
 
-uint64_t Wire::slot(collectives::Tag tag, uint32_t index) const {
-  if (index >= (1u << 28)) {
-    throw std::logic_error("gloo mesh: slot out of range (collective " + std::to_string(seq_) + ", index " +
-                           std::to_string(index) + ")");
-  }
-  // group (low 12 bits) | seq (low 20 bits) | tag (4 bits) | index (28 bits). A mesh runs one
-  // collective at a time (and hands over the one before), so 20 bits of seq tell them apart.
-  const uint64_t group = mesh_.group() & 0xfffu, seq = seq_ & 0xfffffu;
-  return (group << 52) | (seq << 32) | (static_cast<uint64_t>(collectives::receive_tag(tag)) << 28) | index;
-}
-
-Wire::Message Wire::send(int to, const void* ptr, size_t bytes, collectives::Tag tag, uint32_t index,
-                         uint64_t raw) {
-  Message m;
-  m.peer = to;
-  m.buf = mesh_.context()->createUnboundBuffer(const_cast<void*>(ptr), bytes);
+GlooWire::Message GlooWire::post(bool recv, int peer, void* ptr, size_t n, const collectives::MsgKey& key) {
+  Message m{mesh_.context()->createUnboundBuffer(ptr, n), peer};
   try {
-    m.buf->send(mesh_.rank(to), slot(tag, index), 0, bytes);
+    if (recv) m.buf->recv(mesh_.rank(peer), slot(mesh_.group(), seq_, key), 0, n);
+    else m.buf->send(mesh_.rank(peer), slot(mesh_.group(), seq_, key), 0, n);
   } catch (const ::gloo::Exception& e) {
-    throw MeshBroken("sending to island " + std::to_string(to) + ": " + e.what());
+    throw MeshBroken(std::string(recv ? "receiving from" : "sending to") + " island " + std::to_string(peer) + ": " +
+                     e.what());
   }
-  counters_.sent += bytes + 2 * kGlooPreambleBytes;
-  counters_.received += kGlooPreambleBytes;
-  counters_.raw_sent += raw;
+  if (recv) {
+    counters_.sent += kGlooPreambleBytes;
+  } else {
+    counters_.sent += n + 2 * kGlooPreambleBytes;
+    counters_.received += kGlooPreambleBytes;
+  }
   return m;
 }
 
-Wire::Message Wire::recv(int from, void* ptr, size_t capacity, collectives::Tag tag, uint32_t index) {
-  Message m;
-  m.peer = from;
-  m.recv = true;
-  m.buf = mesh_.context()->createUnboundBuffer(ptr, capacity);
-  try {
-    m.buf->recv(mesh_.rank(from), slot(tag, index), 0, capacity);
-  } catch (const ::gloo::Exception& e) {
-    throw MeshBroken("receiving from island " + std::to_string(from) + ": " + e.what());
+void GlooWire::send(int to, const collectives::MsgKey& key, const uint8_t* data, size_t size, uint64_t raw_bytes,
+                    bool raw) {
+  void* ptr = const_cast<uint8_t*>(data);
+  if (!raw) {
+    std::vector<uint8_t>& out = framed_sends_.emplace_back(8 + size);
+    le::put<uint64_t>(out.data(), 0, uint64_t{static_cast<uint8_t>(key.tag)} << 56 | size);
+    if (size > 0) std::memcpy(out.data() + 8, data, size);
+    ptr = out.data();
+    size = out.size();
   }
-  counters_.sent += kGlooPreambleBytes;
-  return m;
+  sends_.push_back(post(false, to, ptr, size, key));
+  counters_.raw_sent += raw_bytes;
 }
 
-void Wire::wait(Message& m) {
-  if (m.recv) waits_.recv(*m.buf, m.peer);
-  else waits_.send(*m.buf, m.peer);
+collectives::RecvId GlooWire::post_recv(int from, const collectives::MsgKey& key, uint8_t* dst, size_t capacity,
+                                        bool raw) {
+  Recv& r = recvs_.emplace_back();
+  r.raw = raw;
+  r.tag = key.tag;
+  r.dst = dst;
+  r.capacity = capacity;
+  if (!raw) r.framed.resize(8 + capacity);
+  r.m = raw ? post(true, from, dst, capacity, key) : post(true, from, r.framed.data(), r.framed.size(), key);
+  return static_cast<collectives::RecvId>(recvs_.size() - 1);
 }
 
-void Wire::received(uint64_t payload_bytes) { counters_.received += payload_bytes + 2 * kGlooPreambleBytes; }
+bool GlooWire::ready(collectives::RecvId id) {
+  Recv& r = recvs_.at(static_cast<size_t>(id));
+  if (!r.done) {
+    waits_.wait(*r.m.buf, r.m.peer, true);
+    r.done = true;
+  }
+  return true;
+}
+
+collectives::Payload GlooWire::take(collectives::RecvId id) {
+  Recv& r = recvs_.at(static_cast<size_t>(id));
+  ready(id);
+  uint64_t len = r.capacity;
+  collectives::Tag tag = r.tag;
+  if (!r.raw) {
+    const uint64_t prefix = le::get<uint64_t>(r.framed.data(), 0);
+    len = prefix & ((uint64_t{1} << 56) - 1);
+    tag = static_cast<collectives::Tag>(prefix >> 56);
+    if (collectives::receive_tag(tag) != collectives::receive_tag(r.tag)) {
+      throw collectives::CorruptFrame("a message from island " + std::to_string(r.m.peer) + " with another tag");
+    }
+    if (len > r.framed.size() - 8) {
+      throw collectives::CorruptFrame("a message from island " + std::to_string(r.m.peer) + " says " +
+                                      std::to_string(len) + " bytes, beyond the message");
+    }
+  }
+  counters_.received += (r.raw ? len : 8 + len) + 2 * kGlooPreambleBytes;
+  return {r.raw ? r.dst : r.framed.data() + 8, len, tag};
+}
+
+bool GlooWire::sent() {
+  for (auto& m : sends_) waits_.wait(*m.buf, m.peer, false);
+  sends_.clear();
+  return true;
+}
 
 }  // namespace atl::transport::gloo_mesh

@@ -13,7 +13,7 @@
 // member whose next collective is `seq` takes that result instead of running it again
 // (adopter); the members that run `seq` are those whose next collective is at most `seq`.
 //
-// Messages (Wire). Every message is a gloo unbound-buffer send/recv on a slot derived from
+// Messages (GlooWire). Every message is a gloo unbound-buffer send/recv on a slot derived from
 // (group, collective seq, tag, index), so messages of different collectives never match each
 // other. A sub-group (Group::subgroup) has meshes of its own (its live members, its own store
 // keys and gloo context); its key is in the slots too. Waits go through Waits, which the
@@ -21,7 +21,7 @@
 // failed pair (peer closed or reset the connection) or a gloo error throws MeshBroken: the
 // mesh is then discarded and rebuilt.
 //
-// Thread model: a Mesh and its Wires are used by the group's worker thread only; Waits is
+// Thread model: a Mesh and its GlooWires are used by the group's worker thread only; Waits is
 // shared with the watchdog and is thread-safe.
 #pragma once
 
@@ -32,6 +32,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <mutex>
@@ -50,23 +51,16 @@ class MeshBroken : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// A peer's message did not decode (a frame that fails its checksum or does not fit).
-class CorruptMessage : public MeshBroken {
- public:
-  using MeshBroken::MeshBroken;
-};
-
 // Blocking waits on gloo buffers that another thread can interrupt. Thread-safe.
 class Waits {
  public:
   // Blocks until the recv (send) posted on `buf` completes. Throws MeshBroken when the wait
   // is interrupted (also when interrupt() came before it, since the last reset()) or when
   // gloo reports an error on the pair.
-  void recv(::gloo::transport::UnboundBuffer& buf, int peer);
-  void send(::gloo::transport::UnboundBuffer& buf, int peer);
+  void wait(::gloo::transport::UnboundBuffer& buf, int peer, bool recv);
   // Interrupts the current wait if it waits on `peer` (any peer for -1), and every later
-  // wait until reset(). Returns whether it did.
-  bool interrupt(int peer, const std::string& why);
+  // wait until reset().
+  void interrupt(int peer, const std::string& why);
   // The island the worker is blocked on, or -1.
   int waiting_on() const;
   // A new mesh: waits may block again (unless closed).
@@ -75,7 +69,6 @@ class Waits {
   void close(const std::string& why);
 
  private:
-  void wait(::gloo::transport::UnboundBuffer& buf, int peer, bool recv);
   void interrupt_locked(const std::string& why);  // needs mu_
 
   mutable std::mutex mu_;
@@ -158,38 +151,61 @@ class Mesh {
   std::shared_ptr<::gloo::Context> context_;
 };
 
-// The messages of one collective `seq` on a mesh, with byte counting.
-class Wire {
+// The collectives::Wire of collective `seq` on a mesh, on which GlooGroup runs
+// collectives::attempt (rendezvous, hand-over and data phase, written once for every
+// networked transport: transport/collectives/attempt.h) and collectives::hand_over.
+//
+// Blocking: ready() waits. Raw fp32 pieces go straight from and into the caller's memory;
+// other payloads (compression frames, HELLO, RESULT_INFO, allgather bytes) travel as one
+// message each behind a u64 (tag << 56 | length), since a gloo receive says neither how much
+// arrived nor which of a rendezvous' answers it was. Bytes are counted in Counters as they
+// are posted (gloo's framing) and taken (the payload, which only its prefix measures).
+//
+// A frame that does not decode throws collectives::CorruptFrame. Mesh failures throw MeshBroken.
+class GlooWire final : public collectives::Wire {
  public:
-  Wire(Mesh& mesh, Waits& waits, Counters& counters, uint64_t seq)
+  GlooWire(Mesh& mesh, Waits& waits, Counters& counters, uint64_t seq)
       : mesh_(mesh), waits_(waits), counters_(counters), seq_(seq) {}
+  int self() const override { return mesh_.self(); }
+  bool raw_fp32() const override { return true; }
+  void send(int to, const collectives::MsgKey& key, const uint8_t* data, size_t size, uint64_t raw_bytes,
+            bool raw) override;
+  collectives::RecvId post_recv(int from, const collectives::MsgKey& key, uint8_t* dst, size_t capacity,
+                                bool raw) override;
+  bool ready(collectives::RecvId id) override;
+  collectives::Payload take(collectives::RecvId id) override;
+  bool sent() override;
+  void data_phase(double bytes) override {
+    if (on_data_phase) on_data_phase(bytes);
+  }
+  // Called when a data phase begins (GlooGroup starts its suspect timer).
+  std::function<void(double)> on_data_phase;
 
+ private:
   struct Message {
     std::unique_ptr<::gloo::transport::UnboundBuffer> buf;
     int peer = -1;
-    bool recv = false;
   };
-
-  // Posts a send of `bytes` at `ptr` to island `to` (the memory stays untouched until
-  // wait()); `raw` = fp32 bytes of data it carries (ByteCounters::raw_sent).
-  Message send(int to, const void* ptr, size_t bytes, collectives::Tag tag, uint32_t index, uint64_t raw);
-  // Posts a recv of at most `capacity` bytes from island `from` into `ptr`.
-  Message recv(int from, void* ptr, size_t capacity, collectives::Tag tag, uint32_t index);
-  // Waits for a send (or recv) to complete. A recv's payload size is counted by the caller
-  // with received(), since only the payload says how long it was.
-  void wait(Message& m);
-  void received(uint64_t payload_bytes);
-
-  uint64_t seq() const { return seq_; }
-  int self() const { return mesh_.self(); }
-
- private:
-  uint64_t slot(collectives::Tag tag, uint32_t index) const;
+  struct Recv {
+    Message m;
+    bool raw = false;
+    bool done = false;
+    collectives::Tag tag = collectives::Tag::kRing;
+    uint8_t* dst = nullptr;
+    size_t capacity = 0;
+    std::vector<uint8_t> framed;  // not raw: u64 (tag << 56 | length), then the bytes
+  };
+  // Posts a recv (or a send) of `n` bytes at `ptr` from (to) island `peer` on `key`'s slot
+  // (the memory stays untouched until it completes) and counts gloo's framing.
+  Message post(bool recv, int peer, void* ptr, size_t n, const collectives::MsgKey& key);
 
   Mesh& mesh_;
   Waits& waits_;
   Counters& counters_;
   const uint64_t seq_;
+  std::vector<Message> sends_;
+  std::vector<std::vector<uint8_t>> framed_sends_;
+  std::vector<Recv> recvs_;
 };
 
 }  // namespace atl::transport::gloo_mesh

@@ -17,9 +17,7 @@ namespace atl::transport {
 // virtual clock, once the caller's time has reached the collective's completion).
 class InprocHandle final : public Handle {
  public:
-  InprocHandle(InprocHub& hub, int self, InprocHub::CollectiveId id)
-      : hub_(hub), self_(self), id_(id), posted_(hub.scheduler_.time(self)) {}
-  // A collective restored from a checkpoint, posted at virtual time `posted`.
+  // Collective `id`, posted at the caller's virtual time `posted` (or restored from a checkpoint).
   InprocHandle(InprocHub& hub, int self, InprocHub::CollectiveId id, double posted)
       : hub_(hub), self_(self), id_(id), posted_(posted) {}
   ~InprocHandle() override {
@@ -79,12 +77,7 @@ class InprocGroup final : public Group {
 
   std::unique_ptr<Handle> allreduce_mean(at::Tensor buffer, const compression::Pipeline& codec,
                                          double weight, at::Tensor transmitted) override {
-    TORCH_CHECK(weight > 0, "allreduce_mean weight must be > 0");
-    check_buffer(buffer);
-    if (transmitted.defined()) {
-      TORCH_CHECK(transmitted.numel() == buffer.numel() && transmitted.is_contiguous(),
-                  "allreduce_mean: `transmitted` must match the buffer");
-    }
+    check_allreduce(buffer, weight, transmitted);
     InprocHub::Contribution part;
     part.buffer = std::move(buffer);
     part.codec = &codec;
@@ -184,11 +177,6 @@ class InprocGroup final : public Group {
   }
 
  private:
-  static void check_buffer(const at::Tensor& buffer) {
-    TORCH_CHECK(buffer.is_contiguous() && buffer.scalar_type() == at::kFloat && buffer.device().is_cpu(),
-                "collectives take contiguous float32 CPU buffers");
-  }
-
   std::unique_ptr<Handle> contribute(InprocHub::Kind kind, int root, InprocHub::Contribution part) {
     hub_.scheduler_.yield(id_);  // islands earlier on the clock post first
     const uint64_t seq = seq_++;
@@ -208,9 +196,10 @@ class InprocGroup final : public Group {
     }
     c.contributions[id_] = std::move(part);
     ++c.waiting;
-    c.holders[id_] = hub_.scheduler_.time(id_);
-    c.start = std::max(c.start, hub_.scheduler_.time(id_));
-    auto handle = std::make_unique<InprocHandle>(hub_, id_, cid);
+    const double now = hub_.scheduler_.time(id_);
+    c.holders[id_] = now;
+    c.start = std::max(c.start, now);
+    auto handle = std::make_unique<InprocHandle>(hub_, id_, cid, now);
     if (c.contributions.size() == hub_.participants(c, key_, seq)) hub_.complete(c, seq);
     return handle;
   }
@@ -361,11 +350,9 @@ void InprocHub::set_network(const NetworkModel* network, uint64_t seed, double d
 void InprocHub::complete(Collective& c, uint64_t seq) {
   // Members that posted before a failure was noticed were waiting for the dead island.
   if (c.start < detected_at_ && c.contributions.size() > 0) c.start = detected_at_;
-  switch (c.kind) {
-    case Kind::kAllreduce: run_allreduce(c, seq); break;
-    case Kind::kBroadcast: run_broadcast(c); break;
-    case Kind::kAllgather: run_allgather(c); break;
-  }
+  c.done_at = c.start;
+  if (c.kind == Kind::kAllreduce) run_allreduce(c, seq);
+  else run_exchange(c);
   c.done = true;
 }
 
@@ -409,7 +396,7 @@ uint64_t& InprocHub::next_seq_of(uint32_t key, int id) {
     // First use on this island: from the first collective, or, for an island that joined a
     // running simulation, from the sub-group's next one.
     uint64_t next = 0;
-    if (std::find(joiners_.begin(), joiners_.end(), id) != joiners_.end()) {
+    if (contains(joiners_, id)) {
       for (const auto& [k, v] : sub_next_seq_) {
         if (k.first == key) next = std::max(next, v);
       }
@@ -428,8 +415,7 @@ uint64_t InprocHub::first_seq_of(uint32_t key, int id) const {
 
 void InprocHub::add_member(int id, uint64_t first_seq) {
   TORCH_CHECK(id >= 0 && id < size(), "no island ", id);
-  TORCH_CHECK(std::find(members_.begin(), members_.end(), id) == members_.end(), "island ", id,
-              " is already a member");
+  TORCH_CHECK(!contains(members_, id), "island ", id, " is already a member");
   members_.insert(std::upper_bound(members_.begin(), members_.end(), id), id);
   ++epoch_;
   first_seq_[static_cast<size_t>(id)] = first_seq;
@@ -544,7 +530,6 @@ void InprocHub::run_allreduce(Collective& c, uint64_t seq) {
     weight_sum += part.weight;
   }
   c.result = {Status::ok(), ids, weight_sum};
-  c.done_at = c.start;
   if (ids.size() == 1) {  // the mean of one buffer is that buffer, bitwise
     if (parts[0]->transmitted.defined()) parts[0]->transmitted.copy_(parts[0]->buffer);
     return;
@@ -597,34 +582,21 @@ void InprocHub::run_star(std::vector<Contribution*>& parts, std::vector<int>& id
   end_phase(clock);
 }
 
-void InprocHub::run_broadcast(Collective& c) {
+void InprocHub::run_exchange(Collective& c) {
   std::vector<int> ids;
-  for (auto& [id, part] : c.contributions) ids.push_back(id);
-  TORCH_CHECK(c.contributions.count(c.root) > 0, "broadcast root ", c.root, " is not a member");
-  c.done_at = c.start;
-  run_programs(
-      ids,
-      [&](collectives::Wire& wire, int pos) {
-        Contribution& part = c.contributions.at(ids[static_cast<size_t>(pos)]);
-        return collectives::broadcast(wire, {ids, c.root, part.buffer, c.contributions.at(c.root).codec});
-      },
-      c.done_at);
-  c.result = {Status::ok(), ids, static_cast<double>(ids.size())};
-}
-
-void InprocHub::run_allgather(Collective& c) {
-  std::vector<int> ids;
-  std::vector<uint64_t> sizes;
+  std::vector<uint64_t> sizes;  // allgather
   for (auto& [id, part] : c.contributions) {
     ids.push_back(id);
     sizes.push_back(part.bytes.size());
   }
-  c.done_at = c.start;
+  const bool broadcast = c.kind == Kind::kBroadcast;
+  TORCH_CHECK(!broadcast || c.contributions.count(c.root) > 0, "broadcast root ", c.root, " is not a member");
   run_programs(
       ids,
       [&](collectives::Wire& wire, int pos) {
         Contribution& part = c.contributions.at(ids[static_cast<size_t>(pos)]);
-        return collectives::allgather(wire, {ids, pos, &part.bytes, sizes, part.gathered});
+        return broadcast ? collectives::broadcast(wire, {ids, c.root, part.buffer, c.contributions.at(c.root).codec})
+                         : collectives::allgather(wire, {ids, pos, &part.bytes, sizes, part.gathered});
       },
       c.done_at);
   c.result = {Status::ok(), ids, static_cast<double>(ids.size())};

@@ -154,8 +154,8 @@ class InprocHub {
   template <typename MakeProgram>
   void run_programs(const std::vector<int>& ids, const MakeProgram& make, double& clock);
   void run_star(std::vector<Contribution*>& parts, std::vector<int>& ids, uint64_t seq, double& clock);
-  void run_broadcast(Collective& c);
-  void run_allgather(Collective& c);
+  // A broadcast or an allgather: one program per member (run_programs).
+  void run_exchange(Collective& c);
   // Counts a message of `size` bytes (standing for `raw_bytes` of fp32) from `from` to `to`
   // (-1: the server role) and, with a network model, adds it to the current phase.
   void count(int from, int to, uint64_t size, uint64_t raw_bytes);

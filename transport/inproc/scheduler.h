@@ -43,7 +43,6 @@ class Scheduler {
   // changed by participants holding the turn, and must not block. `what` names the wait
   // for deadlock reports.
   //
-  //
   // `wake_at` (optional; read like ready(), it may change while the participant waits;
   // infinity = none): a timed wait. The participant also resumes when no participant that
   // can run is earlier on the clock than wake_at() (ties: lowest id), its clock then moved to

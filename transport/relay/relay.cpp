@@ -488,20 +488,16 @@ StatusOr<std::unique_ptr<Relay>> Relay::create(RelayOptions options) {
   r->state_->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (r->state_->wake_fd < 0) return Status(StatusCode::kUnavailable, "relay: eventfd failed");
   for (size_t i = 0; i < r->options_.links.size(); ++i) {
-    LinkStats s;
+    LinkStats& s = r->stats_.emplace_back();
     s.name = r->options_.links[i].name;
     s.address = r->state_->addresses[i];
-    r->stats_.push_back(s);
   }
   return r;
 }
 
 std::string Relay::address(size_t link) const { return state_->addresses.at(link); }
 
-void Relay::run() {
-  Loop loop(*this);
-  loop.run();
-}
+void Relay::run() { Loop(*this).run(); }
 
 void Relay::stop() {
   stop_.store(true);

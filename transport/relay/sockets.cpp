@@ -40,19 +40,16 @@ StatusOr<SocketAddress> resolve(const std::string& host, int port, bool passive)
 
 std::string to_string(const SocketAddress& address) {
   char host[INET6_ADDRSTRLEN] = "?";
-  int port = 0;
   if (address.family() == AF_INET) {
     const auto* in = reinterpret_cast<const sockaddr_in*>(&address.storage);
     inet_ntop(AF_INET, &in->sin_addr, host, sizeof host);
-    port = ntohs(in->sin_port);
-    return std::string(host) + ":" + std::to_string(port);
+    return std::string(host) + ":" + std::to_string(ntohs(in->sin_port));
   }
   const auto* in6 = reinterpret_cast<const sockaddr_in6*>(&address.storage);
   inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof host);
-  port = ntohs(in6->sin6_port);
   std::string out = "[";  // (built stepwise: GCC 12 warns wrongly on "[" + std::string)
   out += host;
-  out += "]:" + std::to_string(port);
+  out += "]:" + std::to_string(ntohs(in6->sin6_port));
   return out;
 }
 
@@ -87,12 +84,9 @@ StatusOr<int> start_connect(const SocketAddress& address, bool* in_progress) {
   const int fd = socket(address.family(), SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0) return Status(StatusCode::kUnavailable, "socket: " + errno_text());
   prepare(fd);
-  if (connect(fd, reinterpret_cast<const sockaddr*>(&address.storage), address.length) == 0) {
-    *in_progress = false;
-    return fd;
-  }
-  if (errno == EINPROGRESS) {
-    *in_progress = true;
+  const bool connected = connect(fd, reinterpret_cast<const sockaddr*>(&address.storage), address.length) == 0;
+  if (connected || errno == EINPROGRESS) {
+    *in_progress = !connected;
     return fd;
   }
   Status s(StatusCode::kUnavailable, "connect " + to_string(address) + ": " + errno_text());

@@ -4,69 +4,71 @@
 
 #include <algorithm>
 #include <cstring>
-#include <sstream>
 
 #include "src/base/log.h"
 #include "transport/collectives/schedules.h"
-#include "transport/zmq/transfer.h"
 
 namespace atl::transport::dataplane {
 
 namespace {
 
-std::string ids_text(const std::vector<int>& ids) {
-  std::ostringstream os;
-  for (size_t i = 0; i < ids.size(); ++i) os << (i ? ", " : "") << ids[i];
-  return os.str();
+// Elements per piece such that one piece's frame is at most `chunk_bytes` bytes: the piece
+// length of the schedules' lossless transfers.
+int64_t piece_elements(const compression::Pipeline& codec, int64_t chunk_bytes) {
+  int64_t p = std::max<int64_t>(1, chunk_bytes / 4);
+  p = std::min<int64_t>(p, compression::kMaxElements);
+  for (;;) {
+    const int64_t size = static_cast<int64_t>(codec.max_encoded_size(p));
+    if (size <= chunk_bytes || p == 1) return p;
+    p = std::max<int64_t>(1, p - std::max<int64_t>(1, (size - chunk_bytes + 3) / 4));
+  }
 }
 
 int64_t result_piece_elements(int64_t chunk_bytes) { return piece_elements(compression::Pipeline(), chunk_bytes); }
 
 }  // namespace
 
+AllreduceOp::AllreduceOp(uint64_t seq, const compression::Pipeline& codec, int64_t chunk_bytes,
+                         std::shared_ptr<Completion> completion)
+    : codec_(codec), chunk_bytes_(chunk_bytes), completion_(std::move(completion)) {
+  req_.seq = seq;
+  req_.result_piece_elems = result_piece_elements(chunk_bytes);
+}
+
 AllreduceOp::AllreduceOp(uint64_t seq, at::Tensor buffer, at::Tensor result, const compression::Pipeline& codec,
                          double weight, at::Tensor transmitted, int64_t chunk_bytes,
                          std::shared_ptr<Completion> completion)
-    : Op(seq, std::move(completion)), codec_(codec), chunk_bytes_(chunk_bytes) {
-  req_.seq = seq;
+    : AllreduceOp(seq, codec, chunk_bytes, std::move(completion)) {
   req_.buffer = std::move(buffer);
   req_.result = std::move(result);
   req_.transmitted = std::move(transmitted);
   req_.codec = &codec_;
   req_.hello = {collectives::kHelloAllreduce, static_cast<uint64_t>(req_.buffer.numel()), weight,
                 collectives::codec_fingerprint(codec_), static_cast<uint64_t>(piece_elements(codec_, chunk_bytes))};
-  req_.result_piece_elems = result_piece_elements(chunk_bytes);
 }
 
 AllreduceOp::AllreduceOp(uint64_t seq, std::vector<uint8_t> bytes, std::vector<std::vector<uint8_t>>* out,
                          int64_t chunk_bytes, std::shared_ptr<Completion> completion)
-    : Op(seq, std::move(completion)), gather_in_(std::move(bytes)), chunk_bytes_(chunk_bytes) {
-  req_.seq = seq;
+    : AllreduceOp(seq, compression::Pipeline(), chunk_bytes, std::move(completion)) {
+  gather_in_ = std::move(bytes);
   req_.gather_in = &gather_in_;
   req_.gather_out = out;
   req_.hello = {collectives::kHelloAllgather, gather_in_.size(), 1.0, 0, 1};
-  req_.result_piece_elems = result_piece_elements(chunk_bytes);
 }
 
 AllreduceOp::AllreduceOp(uint64_t seq, int root, at::Tensor buffer, const compression::Pipeline& codec,
                          int64_t chunk_bytes, std::shared_ptr<Completion> completion)
-    : Op(seq, std::move(completion)), codec_(codec), chunk_bytes_(chunk_bytes) {
-  req_.seq = seq;
+    : AllreduceOp(seq, codec, chunk_bytes, std::move(completion)) {
   req_.buffer = std::move(buffer);
   req_.codec = &codec_;
   req_.hello = {collectives::kHelloBroadcast, static_cast<uint64_t>(req_.buffer.numel()), 1.0,
                 collectives::codec_fingerprint(codec_), static_cast<uint64_t>(piece_elements(codec_, chunk_bytes)),
                 root};
-  req_.result_piece_elems = result_piece_elements(chunk_bytes);
-}
-
-void AllreduceOp::start(OpContext& ctx, uint64_t epoch, const std::vector<int>& members) {
-  attempt(ctx, epoch, members);
 }
 
 void AllreduceOp::on_membership(OpContext& ctx, uint64_t epoch, const std::vector<int>& members) {
   if (done() || epoch <= epoch_) return;
-  ATOLL_INFO("zmq data plane: island " << ctx.self() << " restarts collective #" << seq_ << " in epoch " << epoch
+  ATOLL_INFO("zmq data plane: island " << ctx.self() << " restarts collective #" << seq() << " in epoch " << epoch
                                        << " among [" << ids_text(members) << "]");
   attempt(ctx, epoch, members);
 }
@@ -81,13 +83,13 @@ void AllreduceOp::attempt(OpContext& ctx, uint64_t epoch, const std::vector<int>
   // The last attempt's zero-copy sends may still read its result tensor: this one writes
   // another (the old one lives until they are acknowledged).
   if (req_.result.defined() && req_.result.use_count() > 1) req_.result = at::empty_like(req_.result);
-  if (std::find(members.begin(), members.end(), self) == members.end()) {
+  if (!contains(members, self)) {
     complete(ctx, {Status(StatusCode::kMembershipChanged,
                           "island " + std::to_string(self) + " is not a member of epoch " + std::to_string(epoch)),
                    {self}, req_.hello.weight});
     return;
   }
-  wire_ = std::make_unique<ZmqWire>(group_, seq_, epoch, chunk_bytes_, members, req_.result);
+  wire_ = std::make_unique<ZmqWire>(group_, seq(), epoch, chunk_bytes_, members, req_.result);
   wire_->bind(ctx);
   program_ = collectives::attempt(*wire_, req_, {members, {}, "zmq data plane"}, &result_);
   step(ctx);
@@ -102,7 +104,7 @@ void AllreduceOp::on_message(OpContext& ctx, Inbound& m) {
   if (done()) return;
   const Header& h = m.header;
   auto drop = [&](const std::string& reason) {
-    ctx.drops().drop(reason, std::string(msg_type_name(h.type)) + " for collective #" + std::to_string(seq_) +
+    ctx.drops().drop(reason, std::string(msg_type_name(h.type)) + " for collective #" + std::to_string(seq()) +
                                  " epoch " + std::to_string(h.epoch) + " from island " + std::to_string(h.sender) +
                                  " (this island is in epoch " + std::to_string(epoch_) + ")");
   };
@@ -127,7 +129,7 @@ void AllreduceOp::step(OpContext& ctx) {
   try {
     while (!program_.done() && wire_->can_resume()) program_.resume();
   } catch (const collectives::CorruptFrame& e) {
-    ATOLL_ERROR("zmq data plane: collective #" << seq_ << ": " << e.what());
+    ATOLL_ERROR("zmq data plane: collective #" << seq() << ": " << e.what());
     complete(ctx, {Status(StatusCode::kCorrupt, e.what()), {}, 0});
     return;
   }
@@ -139,10 +141,10 @@ void AllreduceOp::step(OpContext& ctx) {
     }
     complete(ctx, std::move(result_));
   } else if (data && deadline_ == Clock::time_point::max()) {  // the data phase began: its clock starts
-    const Tuning& t = ctx.tuning();
+    const ZmqGroupOptions& o = ctx.options();
     data_start_ = Clock::now();
     timeout_ = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
-        t.timeout_slack * (t.latency_s + wire_->expected_bytes() / std::max(1.0, ctx.bandwidth())) + 1.0));
+        o.timeout_slack * (o.latency_ms / 1e3 + wire_->expected_bytes() / std::max(1.0, ctx.bandwidth())) + 1.0));
     deadline_ = data_start_ + timeout_;
   }
 }
@@ -150,7 +152,7 @@ void AllreduceOp::step(OpContext& ctx) {
 void AllreduceOp::on_timer(OpContext& ctx, Clock::time_point now) {
   if (done() || !wire_ || now < deadline_) return;
   const int waiting = wire_->waiting_on();
-  ATOLL_WARN("zmq data plane: island " << ctx.self() << ", collective #" << seq_ << ": no completion after "
+  ATOLL_WARN("zmq data plane: island " << ctx.self() << ", collective #" << seq() << ": no completion after "
                                        << std::chrono::duration<double>(now - data_start_).count()
                                        << " s; suspecting island " << waiting);
   if (waiting >= 0) ctx.suspect(waiting);
@@ -163,7 +165,7 @@ void AllreduceOp::complete(OpContext& ctx, CollectiveResult result) {
   const StatusCode code = result.status.code();
   const bool produced =
       (code == StatusCode::kOk || code == StatusCode::kPeerLost) && !result.contributors.empty();
-  const bool keep = produced && ctx.tuning().retain_results;
+  const bool keep = produced && ctx.options().retain_results;
   // Copied before the caller is woken: from then on the buffer is the caller's again. A
   // collective that produced nothing leaves the caller its input. The pieces the wire kept
   // are final values the result tensor does not hold.
@@ -205,9 +207,9 @@ void assemble(const at::Tensor& result, std::vector<KeptPiece>& pieces, const at
 
 void serve_result(OpContext& ctx, uint64_t seq, uint64_t epoch, Retained& r, int peer, uint32_t group) {
   r.settle();
-  ZmqWire wire(group, seq, epoch, ctx.tuning().chunk_bytes, {std::min(peer, ctx.self()), std::max(peer, ctx.self())});
+  ZmqWire wire(group, seq, epoch, ctx.options().chunk_bytes, {std::min(peer, ctx.self()), std::max(peer, ctx.self())});
   wire.bind(ctx);
-  collectives::hand_over(wire, r.kept, peer, result_piece_elements(ctx.tuning().chunk_bytes)).run();  // sends only
+  collectives::hand_over(wire, r.kept, peer, result_piece_elements(ctx.options().chunk_bytes)).run();  // sends only
 }
 
 }  // namespace atl::transport::dataplane

@@ -17,21 +17,27 @@
 //
 // Hand-over. A member that finished keeps its result (take_retained(); ZmqGroup's I/O thread
 // keeps it and answers a peer's HELLO for it with serve_result()).
+//
+// Thread model: an op is built on the island thread (it copies what it needs from the
+// caller) and from then on is touched only by the group's I/O thread. Completion
+// (transport/completion.h) is the one object both threads share; it is thread-safe.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
-#include <optional>
+#include <memory>
 #include <vector>
 
 #include "compression/pipeline.h"
 #include "transport/collectives/attempt.h"
+#include "transport/completion.h"
 #include "transport/zmq/op.h"
 #include "transport/zmq/zmq_wire.h"
 
 namespace atl::transport::dataplane {
 
-class AllreduceOp final : public Op {
+// One collective, matched across members by its group and its sequence number in it.
+class AllreduceOp final {
  public:
   // Runs on the island thread. `result` ([n] float32, contents unspecified) receives the
   // result, which is copied into `buffer` at completion and then retained; the codec is
@@ -48,23 +54,53 @@ class AllreduceOp final : public Op {
   AllreduceOp(uint64_t seq, int root, at::Tensor buffer, const compression::Pipeline& codec, int64_t chunk_bytes,
               std::shared_ptr<Completion> completion);
 
-  void start(OpContext& ctx, uint64_t epoch, const std::vector<int>& members) override;
-  void on_membership(OpContext& ctx, uint64_t epoch, const std::vector<int>& members) override;
-  void on_message(OpContext& ctx, Inbound& m) override;
-  void on_timer(OpContext& ctx, Clock::time_point now) override;
-  Clock::time_point next_timer() const override { return deadline_; }
-  std::unique_ptr<Retained> take_retained() override { return std::move(retained_); }
+  uint64_t seq() const { return req_.seq; }
+  // Its group (Header::group: 0 = every island, else a sub-group's key) and, for a
+  // sub-group, its islands (ascending). Set before the op is submitted.
+  void set_group(uint32_t group, std::vector<int> ids) {
+    group_ = group;
+    ids_ = std::move(ids);
+  }
+  uint32_t group() const { return group_; }
+  const std::vector<int>& ids() const { return ids_; }
+  bool done() const { return done_; }
+
+  // Runs the first attempt among `members` (ascending ids) of membership `epoch`.
+  void start(OpContext& ctx, uint64_t epoch, const std::vector<int>& members) { attempt(ctx, epoch, members); }
+  // The membership moved on: an unfinished op restarts or completes (see above).
+  void on_membership(OpContext& ctx, uint64_t epoch, const std::vector<int>& members);
+  // A message for this sequence number (any epoch). Invalid ones are dropped via ctx.drops().
+  void on_message(OpContext& ctx, Inbound& m);
+  void on_timer(OpContext& ctx, Clock::time_point now);
+  Clock::time_point next_timer() const { return deadline_; }
+  // After completion: what to keep for restarted peers (null when nothing is kept).
+  std::unique_ptr<Retained> take_retained() { return std::move(retained_); }
+  // The group is going away: completes with `status` if still running.
+  void abandon(const Status& status) {
+    if (!done_) finish({status, {}, 0});
+  }
 
  private:
+  // What the three constructors share.
+  AllreduceOp(uint64_t seq, const compression::Pipeline& codec, int64_t chunk_bytes,
+              std::shared_ptr<Completion> completion);
   void attempt(OpContext& ctx, uint64_t epoch, const std::vector<int>& members);
   // Runs the attempt as far as its messages allow; completes the op when it ends.
   void step(OpContext& ctx);
   void complete(OpContext& ctx, CollectiveResult result);
+  void finish(CollectiveResult result) {
+    done_ = true;
+    completion_->finish(std::move(result));
+  }
 
-  collectives::Request req_;
+  collectives::Request req_;  // req_.seq: this op's sequence number
   std::vector<uint8_t> gather_in_;
   compression::Pipeline codec_;
   int64_t chunk_bytes_;
+  uint32_t group_ = 0;
+  std::vector<int> ids_;
+  std::shared_ptr<Completion> completion_;
+  bool done_ = false;
 
   // The current attempt.
   uint64_t epoch_ = 0;
@@ -81,9 +117,5 @@ class AllreduceOp final : public Op {
 // Sends a finished collective's result to `peer` (collectives::hand_over: RESULT_INFO, then
 // raw fp32 RESULT pieces), named by the peer's (group, seq, epoch).
 void serve_result(OpContext& ctx, uint64_t seq, uint64_t epoch, Retained& r, int peer, uint32_t group = 0);
-
-// The packing of an allgather's result for the hand-over (collectives/attempt.h).
-using collectives::pack_gathered;
-using collectives::unpack_gathered;
 
 }  // namespace atl::transport::dataplane

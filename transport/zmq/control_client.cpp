@@ -37,6 +37,12 @@ Status check_options(const ControlClientOptions& o) {
 
 Clock::time_point after_ms(int64_t ms) { return Clock::now() + std::chrono::milliseconds(ms); }
 
+Message of(MsgType type) {
+  Message m;
+  m.header.type = type;
+  return m;
+}
+
 uint32_t wait_ms_until(Deadline deadline) {
   if (!deadline) return proto::kWaitForever;
   const int64_t ms =
@@ -58,12 +64,7 @@ StatusOr<std::unique_ptr<ZmqControlClient>> ZmqControlClient::connect(ControlCli
   }
   c->thread_ = std::thread([raw = c.get()] { raw->run(); });
   std::unique_lock<std::mutex> lock(c->mu_);
-  auto settled = [&] { return c->joined_ || !c->join_error_.is_ok(); };
-  if (join_deadline) {
-    c->cv_.wait_until(lock, *join_deadline, settled);
-  } else {
-    c->cv_.wait(lock, settled);
-  }
+  wait_until(c->cv_, lock, join_deadline, [&] { return c->joined_ || !c->join_error_.is_ok(); });
   if (c->joined_) return c;
   Status st = c->join_error_;
   if (st.is_ok()) {
@@ -108,52 +109,40 @@ Clock::duration ZmqControlClient::unreachable_for() const {
 
 Membership ZmqControlClient::wait_for_change(uint64_t epoch, Deadline deadline) {
   std::unique_lock<std::mutex> lock(mu_);
-  auto changed = [&] { return membership_.epoch != epoch || closing_; };
-  if (deadline) {
-    cv_.wait_until(lock, *deadline, changed);
-  } else {
-    cv_.wait(lock, changed);
-  }
+  wait_until(cv_, lock, deadline, [&] { return membership_.epoch != epoch || closing_; });
   return membership_;
 }
 
 void ZmqControlClient::send_one_way(Message m) {
   std::lock_guard<std::mutex> lock(mu_);
   if (closing_ || !lost_.is_ok()) return;
-  m.header = header(m.header.type, 0);
+  const bool record = m.header.type == MsgType::kRecord;
+  m.header = header(m.header.type, record ? next_record_ : 0);
   std::vector<uint8_t> bytes;
   if (Status st = proto::encode(m, &bytes); !st.is_ok()) {
     ATOLL_WARN("island " << options_.island << ": not sent: " << st.message());
     return;
   }
-  one_way_.push_back(std::make_shared<const std::vector<uint8_t>>(std::move(bytes)));
+  auto shared = std::make_shared<const std::vector<uint8_t>>(std::move(bytes));
+  one_way_.push_back(shared);
+  if (record) {
+    ++next_record_;
+    kept_records_.push_back(std::move(shared));
+    if (kept_records_.size() > kKeptRecords) kept_records_.pop_front();
+  }
   wake();
 }
 
 void ZmqControlClient::suspect(int peer) {
-  Message m;
-  m.header.type = MsgType::kSuspect;
+  Message m = of(MsgType::kSuspect);
   m.peer = peer;
   send_one_way(std::move(m));
 }
 
 void ZmqControlClient::record(const std::string& json) {
-  Message m;
+  Message m = of(MsgType::kRecord);
   m.bytes = std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(json.data()), json.size());
-  std::lock_guard<std::mutex> lock(mu_);
-  if (closing_ || !lost_.is_ok()) return;
-  m.header = header(MsgType::kRecord, next_record_);
-  std::vector<uint8_t> bytes;
-  if (Status st = proto::encode(m, &bytes); !st.is_ok()) {
-    ATOLL_WARN("island " << options_.island << ": not sent: " << st.message());
-    return;
-  }
-  ++next_record_;
-  auto shared = std::make_shared<const std::vector<uint8_t>>(std::move(bytes));
-  one_way_.push_back(shared);
-  kept_records_.push_back(std::move(shared));
-  if (kept_records_.size() > kKeptRecords) kept_records_.pop_front();
-  wake();
+  send_one_way(std::move(m));
 }
 
 Status ZmqControlClient::publish_endpoint(const std::string& endpoint, Deadline deadline) {
@@ -165,12 +154,7 @@ Status ZmqControlClient::publish_endpoint(const std::string& endpoint, Deadline 
   endpoint_ = endpoint;
   publishing_ = true;  // the I/O thread sends the JOIN when its retry timer is due
   wake();
-  auto settled = [&] { return !publishing_ || !lost_.is_ok() || closing_; };
-  if (deadline) {
-    cv_.wait_until(lock, *deadline, settled);
-  } else {
-    cv_.wait(lock, settled);
-  }
+  wait_until(cv_, lock, deadline, [&] { return !publishing_ || !lost_.is_ok() || closing_; });
   if (!lost_.is_ok()) return lost_;
   if (publishing_) {
     return Status(StatusCode::kTimeout, "island " + std::to_string(options_.island) +
@@ -196,12 +180,7 @@ StatusOr<std::vector<uint8_t>> ZmqControlClient::request(Message m, MsgType repl
   r.bytes = std::move(bytes);
   r.reply_type = reply_type;
   wake();
-  auto settled = [&] { return r.done || !lost_.is_ok() || closing_; };
-  if (deadline) {
-    cv_.wait_until(lock, *deadline, settled);
-  } else {
-    cv_.wait(lock, settled);
-  }
+  wait_until(cv_, lock, deadline, [&] { return r.done || !lost_.is_ok() || closing_; });
   Request done = std::move(r);
   requests_.erase(rid);
   if (answered) *answered = done.done;
@@ -217,29 +196,23 @@ StatusOr<std::vector<uint8_t>> ZmqControlClient::request(Message m, MsgType repl
 }
 
 Status ZmqControlClient::push(uint64_t tag, std::vector<uint8_t> frame, double weight) {
-  return push(tag, std::move(frame), weight, after_ms(options_.request_timeout_ms));
-}
-
-Status ZmqControlClient::push(uint64_t tag, std::vector<uint8_t> frame, double weight, Deadline deadline) {
-  Message m;
-  m.header.type = MsgType::kPush;
+  Message m = of(MsgType::kPush);
   m.tag = tag;
   m.weight = weight;
   m.bytes = frame;
-  return request(std::move(m), MsgType::kAck, deadline, "push tag " + std::to_string(tag)).status();
+  return request(std::move(m), MsgType::kAck, after_ms(options_.request_timeout_ms),
+                 "push tag " + std::to_string(tag)).status();
 }
 
 StatusOr<std::vector<uint8_t>> ZmqControlClient::pull(uint64_t tag, Deadline deadline) {
-  Message m;
-  m.header.type = MsgType::kPull;
+  Message m = of(MsgType::kPull);
   m.tag = tag;
   m.wait_ms = wait_ms_until(deadline);
   return request(std::move(m), MsgType::kPullReply, deadline, "pull tag " + std::to_string(tag));
 }
 
 Status ZmqControlClient::store_set(const std::string& key, std::vector<uint8_t> value) {
-  Message m;
-  m.header.type = MsgType::kStoreSet;
+  Message m = of(MsgType::kStoreSet);
   m.key = key;
   m.bytes = value;
   return request(std::move(m), MsgType::kAck, after_ms(options_.request_timeout_ms), "store_set '" + key + "'")
@@ -247,18 +220,15 @@ Status ZmqControlClient::store_set(const std::string& key, std::vector<uint8_t> 
 }
 
 StatusOr<std::vector<uint8_t>> ZmqControlClient::store_get(const std::string& key, Deadline deadline) {
-  Message m;
-  m.header.type = MsgType::kStoreGet;
+  Message m = of(MsgType::kStoreGet);
   m.key = key;
   m.wait_ms = wait_ms_until(deadline);
   return request(std::move(m), MsgType::kStoreReply, deadline, "store_get '" + key + "'");
 }
 
 StatusOr<std::optional<std::vector<uint8_t>>> ZmqControlClient::store_peek(const std::string& key) {
-  Message m;
-  m.header.type = MsgType::kStoreGet;
-  m.key = key;
-  m.wait_ms = 0;
+  Message m = of(MsgType::kStoreGet);
+  m.key = key;  // wait_ms 0
   bool answered = false;
   auto r = request(std::move(m), MsgType::kStoreReply, after_ms(options_.request_timeout_ms),
                    "store_get '" + key + "'", &answered);

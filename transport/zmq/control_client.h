@@ -85,8 +85,6 @@ class ZmqControlClient final : public ControlPlane {
 
   // Waits options.request_timeout_ms for the coordinator's acknowledgement.
   Status push(uint64_t tag, std::vector<uint8_t> frame, double weight) override;
-  // Same with an explicit deadline (large frames over slow links).
-  Status push(uint64_t tag, std::vector<uint8_t> frame, double weight, Deadline deadline);
   StatusOr<std::vector<uint8_t>> pull(uint64_t tag, Deadline deadline) override;
   Status store_set(const std::string& key, std::vector<uint8_t> value) override;
   StatusOr<std::vector<uint8_t>> store_get(const std::string& key, Deadline deadline) override;
@@ -131,6 +129,7 @@ class ZmqControlClient final : public ControlPlane {
   // given) tells whether the coordinator replied, with the result or an ERROR.
   StatusOr<std::vector<uint8_t>> request(proto::Message m, proto::MsgType reply_type, Deadline deadline,
                                          const std::string& what, bool* answered = nullptr);
+  // Queues `m` (header filled here) for the I/O thread; RECORDs are numbered and kept.
   void send_one_way(proto::Message m);
   void wake();
 

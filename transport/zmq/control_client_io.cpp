@@ -105,21 +105,17 @@ void ZmqControlClient::run() {
   std::vector<zmq::pollitem_t> items = {{io.dealer.handle(), 0, ZMQ_POLLIN, 0},
                                         {io.wake_rx.handle(), 0, ZMQ_POLLIN, 0},
                                         {io.monitor.handle(), 0, ZMQ_POLLIN, 0}};
-  io.next_join = Clock::now();
   bool leaving = false;
   for (;;) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (closing_) {
-        leaving = !one_way_.empty();
-        break;
-      }
-    }
     try {
       auto now = Clock::now();
       Clock::time_point next;  // the next timer: heartbeat, JOIN retry, or none once lost
       {
         std::lock_guard<std::mutex> lock(mu_);
+        if (closing_) {
+          leaving = !one_way_.empty();
+          break;
+        }
         next = !lost_.is_ok() ? now + std::chrono::milliseconds(100) : joined_ ? io.next_heartbeat : io.next_join;
         if (publishing_) next = std::min(next, io.next_join);
       }

@@ -132,12 +132,7 @@ Membership Coordinator::membership() const {
 
 Membership Coordinator::wait_for_change(uint64_t epoch, Deadline deadline) const {
   std::unique_lock<std::mutex> lock(mu_);
-  auto changed = [&] { return membership_.epoch != epoch || stop_; };
-  if (deadline) {
-    changed_.wait_until(lock, *deadline, changed);
-  } else {
-    changed_.wait(lock, changed);
-  }
+  wait_until(changed_, lock, deadline, [&] { return membership_.epoch != epoch || stop_; });
   return membership_;
 }
 
@@ -178,10 +173,9 @@ void Coordinator::loop() {
   // hears of an epoch from an island finds it in membership() too.
   auto publish_and_send = [&] {
     persist(false);
-    if (state.epoch() != published_epoch_) {
+    if (state.epoch() != membership_.epoch) {
       std::lock_guard<std::mutex> lock(mu_);
       membership_ = state.membership();
-      published_epoch_ = membership_.epoch;
       changed_.notify_all();
     }
     send_routed(s.router, out);
@@ -240,16 +234,12 @@ void Coordinator::loop() {
       ATOLL_ERROR("coordinator: unexpected exception in the loop: " << e.what());
     }
     std::lock_guard<std::mutex> lock(mu_);
-    stats_.epoch = state.epoch();
-    stats_.islands = membership_.members.size();
-    stats_.messages = state.messages();
     stats_.dropped = state.dropped();
     stats_.handshakes_refused = (s.zap ? s.zap->refused() : 0) + s.handshakes_failed;
     if (s.zap && s.zap->refused_keys().size() != refused_keys_.size()) {
       refused_keys_.assign(s.zap->refused_keys().begin(), s.zap->refused_keys().end());
     }
     stats_.store_keys = state.store_keys();
-    stats_.pending = state.pending();
   }
   zmq_socket_monitor(s.router.handle(), nullptr, 0);
   s.monitor.close();

@@ -136,14 +136,10 @@ struct CoordinatorOptions {
 };
 
 struct CoordinatorStats {
-  uint64_t epoch = 0;
-  size_t islands = 0;             // live
-  uint64_t messages = 0;          // valid messages handled
   uint64_t dropped = 0;           // malformed, hostile or unexpected messages dropped
   uint64_t handshakes_refused = 0;  // CURVE keys refused by the allow-list, and failed
                                     // handshakes (no CURVE, wrong coordinator key, not ZMTP)
   size_t store_keys = 0;
-  size_t pending = 0;             // PULL + STORE_GET waiting for an answer
 };
 
 class CoordinatorState;
@@ -188,13 +184,12 @@ class Coordinator {
   const CoordinatorOptions options_;
   std::unique_ptr<Sockets> sockets_;
   std::unique_ptr<CoordinatorState> state_;  // loop thread only
-  uint64_t published_epoch_ = 0;             // loop thread only
   std::string endpoint_;
   std::string public_key_;
 
   mutable std::mutex mu_;  // guards the snapshot below
   mutable std::condition_variable changed_;
-  Membership membership_;
+  Membership membership_;  // written by the loop thread only (which may read it without mu_)
   CoordinatorStats stats_;
   std::vector<std::string> refused_keys_;
   std::vector<std::pair<std::string, std::vector<uint8_t>>> store_sets_;  // for the loop

@@ -20,14 +20,6 @@ namespace {
 constexpr size_t kAppliedPushMemory = 1024;  // PUSH request ids remembered per island
 }
 
-std::vector<int> CoordinatorState::collective_members() const {
-  std::vector<int> ids;
-  for (const Peer& p : membership().members) {
-    if (in_collectives(p)) ids.push_back(p.id);
-  }
-  return ids;
-}
-
 void CoordinatorState::applied(Island& isl, uint64_t rid) {
   isl.applied.insert(rid);
   isl.applied_order.push_back(rid);
@@ -40,7 +32,7 @@ void CoordinatorState::applied(Island& isl, uint64_t rid) {
 void CoordinatorState::on_star_push(int id, Island& isl, const Message& m, std::vector<Outgoing>* out) {
   const uint64_t rid = m.header.request_id;
   if (!isl.applied.count(rid)) {  // a resent PUSH is acknowledged again, not applied again
-    star_.on_push(id, m.tag, m.bytes, m.weight, collective_members());
+    star_.on_push(id, m.tag, m.bytes, m.weight, collective_members(membership()));
     applied(isl, rid);
   }
   // Its outcome (a failed contribution too) reaches the island through its PULL.
@@ -116,11 +108,10 @@ std::optional<std::vector<uint8_t>> CoordinatorState::try_pull(int id, const Isl
 void CoordinatorState::answer_pulls(std::vector<Outgoing>* out, bool star_only) {
   for (auto it = pending_.begin(); it != pending_.end();) {
     auto isl = islands_.find(it->island);
-    if (it->type != MsgType::kPull || isl == islands_.end() || (star_only && !star::is_star_tag(it->tag))) {
-      ++it;
-      continue;
+    std::optional<std::vector<uint8_t>> answer;
+    if (it->type == MsgType::kPull && isl != islands_.end() && (!star_only || star::is_star_tag(it->tag))) {
+      answer = try_pull(it->island, isl->second, it->tag, it->request_id);
     }
-    std::optional<std::vector<uint8_t>> answer = try_pull(it->island, isl->second, it->tag, it->request_id);
     if (!answer) {
       ++it;
       continue;
@@ -141,12 +132,8 @@ void CoordinatorState::on_pull(int id, Island& isl, const Message& m, Clock::tim
   if (!star::is_star_tag(m.tag)) server_time(now, out);
   if (std::optional<std::vector<uint8_t>> answer = try_pull(id, isl, m.tag, rid)) {
     out->push_back({isl.routing_id, std::move(*answer)});
-  } else if (m.wait_ms == 0) {
-    out->push_back({isl.routing_id, error(id, isl.session, rid, ErrorCode::kTimeout,
-                                          "no server answer for tag " + std::to_string(m.tag))});
-  } else if (!add_pending(Pending{id, isl.session, rid, MsgType::kPull, m.tag, "", std::nullopt}, m.wait_ms, now)) {
-    out->push_back({isl.routing_id, error(id, isl.session, rid, ErrorCode::kLimit,
-                                          "too many waiting requests at the coordinator")});
+  } else {
+    wait_or_fail(isl, Pending{id, isl.session, rid, MsgType::kPull, m.tag, "", std::nullopt}, m.wait_ms, now, out);
   }
 }
 
@@ -201,13 +188,8 @@ void CoordinatorState::on_store_get(int id, Island& isl, const Message& m, Clock
     Message body;
     body.bytes = it->second;
     out->push_back({isl.routing_id, reply(MsgType::kStoreReply, id, isl.session, rid, &body)});
-  } else if (m.wait_ms == 0) {
-    out->push_back({isl.routing_id, error(id, isl.session, rid, ErrorCode::kTimeout,
-                                          "store key '" + m.key + "' not set")});
-  } else if (!add_pending(Pending{id, isl.session, rid, MsgType::kStoreGet, 0, m.key, std::nullopt}, m.wait_ms,
-                          now)) {
-    out->push_back({isl.routing_id, error(id, isl.session, rid, ErrorCode::kLimit,
-                                          "too many waiting requests at the coordinator")});
+  } else {
+    wait_or_fail(isl, Pending{id, isl.session, rid, MsgType::kStoreGet, 0, m.key, std::nullopt}, m.wait_ms, now, out);
   }
 }
 

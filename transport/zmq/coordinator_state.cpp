@@ -1,11 +1,7 @@
 #include "transport/zmq/coordinator_state.h"
 
-#include <ATen/ATen.h>
-
 #include <algorithm>
-#include <sstream>
 
-#include "compression/frame.h"
 #include "src/base/log.h"
 #include "transport/star.h"
 
@@ -17,9 +13,6 @@ using proto::MsgType;
 
 namespace {
 constexpr int64_t kRestoreGraceMs = 3000;
-int64_t ms_between(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(b - a).count();
-}
 }  // namespace
 
 CoordinatorState::CoordinatorState(const CoordinatorOptions& options)
@@ -135,7 +128,7 @@ void CoordinatorState::on_message(const std::string& routing_id, const std::stri
                                   const Message& m, Clock::time_point now, std::vector<Outgoing>* out) {
   const proto::Header& h = m.header;
   switch (h.type) {
-    case MsgType::kJoin: ++messages_; return on_join(routing_id, user_id, m, now, out);
+    case MsgType::kJoin: return on_join(routing_id, user_id, m, now, out);
     case MsgType::kJoinAck:
     case MsgType::kMembership:
     case MsgType::kPullReply:
@@ -148,7 +141,6 @@ void CoordinatorState::on_message(const std::string& routing_id, const std::stri
   if (it == islands_.end() || it->second.session != h.session) {
     if (h.type == MsgType::kLeave) return;  // already gone
     const bool unknown = it == islands_.end();
-    ++messages_;
     out->push_back({routing_id, error(h.island, h.session, h.request_id,
                                       unknown ? ErrorCode::kUnknownIsland : ErrorCode::kSuperseded,
                                       unknown ? "no live island " + std::to_string(h.island) + "; join again"
@@ -159,7 +151,6 @@ void CoordinatorState::on_message(const std::string& routing_id, const std::stri
   if (options_.curve && user_id != isl.public_key) {
     return drop(proto::describe(h) + ": sent over a connection with another CURVE key", now);
   }
-  ++messages_;
   isl.routing_id = routing_id;  // follows reconnections
   isl.last_seen = now;
   isl.suspect_deadline.reset();
@@ -212,25 +203,18 @@ void CoordinatorState::on_join(const std::string& routing_id, const std::string&
     // Another allowed island cannot take over this id; a restart of the island uses its key.
     return refuse("island " + std::to_string(id) + " is live with another CURVE key");
   }
-  if (known && it->second.session == h.session && it->second.endpoint == m.endpoint &&
-      it->second.public_key == m.public_key) {
-    // A resent JOIN of a live session: acknowledge again, nothing changed.
-    it->second.routing_id = routing_id;
-    it->second.last_seen = now;
-    Message body;
-    body.membership = membership();
-    out->push_back({routing_id, reply(MsgType::kJoinAck, id, h.session, h.request_id, &body)});
-    return;
-  }
   if (known && it->second.session == h.session && it->second.public_key == m.public_key) {
-    // The live session publishes (or moves) its data endpoint: from this epoch on it takes
-    // part in collectives (an island rejoining a running run does so once it holds the state
-    // handed over to it). Its waiting requests stay.
+    // A JOIN of a live session. Resent (the same endpoint): acknowledge again, nothing changed.
     Island& isl = it->second;
     isl.routing_id = routing_id;
     isl.last_seen = now;
-    isl.endpoint = m.endpoint;
-    membership_changed({{id, "ready", ""}}, id, out);
+    if (isl.endpoint != m.endpoint) {
+      // The live session publishes (or moves) its data endpoint: from this epoch on it takes
+      // part in collectives (an island rejoining a running run does so once it holds the state
+      // handed over to it). Its waiting requests stay.
+      isl.endpoint = m.endpoint;
+      membership_changed({{id, "ready", ""}}, id, out);
+    }
     Message body;
     body.membership = membership();
     out->push_back({routing_id, reply(MsgType::kJoinAck, id, h.session, h.request_id, &body)});
@@ -278,7 +262,7 @@ void CoordinatorState::on_tick(Clock::time_point now, std::vector<Outgoing>* out
   std::vector<MemberChange> failed;
   for (auto it = islands_.begin(); it != islands_.end();) {
     const Island& isl = it->second;
-    const int64_t silent = ms_between(isl.last_seen, now);
+    const int64_t silent = std::chrono::duration_cast<std::chrono::milliseconds>(now - isl.last_seen).count();
     std::string why;
     if (silent > options_.heartbeat_timeout_ms) {
       why = "no heartbeat for " + std::to_string(silent) + " ms";
@@ -306,10 +290,8 @@ void CoordinatorState::on_tick(Clock::time_point now, std::vector<Outgoing>* out
     }
     auto isl = islands_.find(it->island);
     if (isl != islands_.end() && isl->second.session == it->session) {
-      const std::string what = it->type == MsgType::kPull ? "no server answer for tag " + std::to_string(it->tag)
-                                                          : "store key '" + it->key + "' not set";
       out->push_back({isl->second.routing_id,
-                      error(it->island, it->session, it->request_id, ErrorCode::kTimeout, what)});
+                      error(it->island, it->session, it->request_id, ErrorCode::kTimeout, it->what())});
     }
     it = pending_.erase(it);
   }
@@ -341,12 +323,13 @@ void CoordinatorState::membership_changed(const std::vector<MemberChange>& chang
   for (const auto& [id, isl] : islands_) {
     if (id != skip) out->push_back({isl.routing_id, reply(MsgType::kMembership, id, isl.session, 0, &body)});
   }
-  std::ostringstream ids;
-  for (size_t i = 0; i < body.membership.members.size(); ++i) {
-    ids << (i ? "," : "") << body.membership.members[i].id;
+  std::string ids;
+  for (const Peer& p : body.membership.members) {
+    if (!ids.empty()) ids += ',';
+    ids += std::to_string(p.id);
   }
-  ATOLL_INFO("coordinator: epoch " << epoch_ << ", members [" << ids.str() << "]: " << describe(changes));
-  star_.on_membership(collective_members());  // star all-reduces no longer waiting for anyone complete
+  ATOLL_INFO("coordinator: epoch " << epoch_ << ", members [" << ids << "]: " << describe(changes));
+  star_.on_membership(collective_members(membership()));  // star all-reduces no longer waiting for anyone complete
   // The server role drops a lost island from what it waits for (fedavg: the open round).
   bool server_changed = false;
   if (options_.server) {
@@ -364,14 +347,20 @@ void CoordinatorState::server_time(Clock::time_point now, std::vector<Outgoing>*
   answer_pulls(out);
 }
 
-bool CoordinatorState::add_pending(Pending p, uint32_t wait_ms, Clock::time_point now) {
+void CoordinatorState::wait_or_fail(const Island& isl, Pending p, uint32_t wait_ms, Clock::time_point now,
+                                    std::vector<Outgoing>* out) {
+  auto fail = [&](ErrorCode code, const std::string& why) {
+    out->push_back({isl.routing_id, error(p.island, p.session, p.request_id, code, why)});
+  };
+  if (wait_ms == 0) return fail(ErrorCode::kTimeout, p.what());
   for (const Pending& q : pending_) {  // a resent request (after a reconnect) waits once
-    if (q.island == p.island && q.session == p.session && q.request_id == p.request_id) return true;
+    if (q.island == p.island && q.session == p.session && q.request_id == p.request_id) return;
   }
-  if (static_cast<int>(pending_.size()) >= options_.max_pending) return false;
+  if (static_cast<int>(pending_.size()) >= options_.max_pending) {
+    return fail(ErrorCode::kLimit, "too many waiting requests at the coordinator");
+  }
   if (wait_ms != proto::kWaitForever) p.deadline = now + std::chrono::milliseconds(wait_ms);
   pending_.push_back(std::move(p));
-  return true;
 }
 
 }  // namespace atl::transport

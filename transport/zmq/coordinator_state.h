@@ -16,7 +16,6 @@
 #include <set>
 #include <span>
 #include <string>
-#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -64,7 +63,6 @@ class CoordinatorState {
 
   uint64_t epoch() const { return epoch_; }
   Membership membership() const;
-  uint64_t messages() const { return messages_; }
   uint64_t dropped() const { return dropped_; }
   size_t store_keys() const { return store_.size(); }
   size_t pending() const { return pending_.size(); }
@@ -88,6 +86,11 @@ class CoordinatorState {
     uint64_t tag = 0;                             // PULL
     std::string key;                              // STORE_GET
     std::optional<Clock::time_point> deadline;
+    // What ERROR timeout says when no answer came.
+    std::string what() const {
+      return type == proto::MsgType::kPull ? "no server answer for tag " + std::to_string(tag)
+                                           : "store key '" + key + "' not set";
+    }
   };
 
   void on_join(const std::string& routing_id, const std::string& user_id, const proto::Message& m,
@@ -97,8 +100,6 @@ class CoordinatorState {
   void on_star_push(int id, Island& isl, const proto::Message& m, std::vector<Outgoing>* out);
   // Remembers a PUSH's request id as applied (a resent PUSH is acknowledged, not applied again).
   void applied(Island& isl, uint64_t rid);
-  // Ids of the live islands that take part in collectives (a published data endpoint).
-  std::vector<int> collective_members() const;
   void on_pull(int id, Island& isl, const proto::Message& m, Clock::time_point now, std::vector<Outgoing>* out);
   void on_store_set(int id, Island& isl, const proto::Message& m, std::vector<Outgoing>* out);
   // Stores (key, bytes) and answers the STORE_GETs waiting for it; false (nothing changed)
@@ -115,7 +116,10 @@ class CoordinatorState {
   void answer_pulls(std::vector<Outgoing>* out, bool star_only = false);
   // The server's answer to (island, tag) as a PULL_REPLY, or nullopt; ERROR when it throws.
   std::optional<std::vector<uint8_t>> try_pull(int id, const Island& isl, uint64_t tag, uint64_t rid);
-  bool add_pending(Pending p, uint32_t wait_ms, Clock::time_point now);
+  // Queues `p` (from `isl`) to wait wait_ms for its answer; a resent request waits once.
+  // Answered at once with ERROR: timeout when wait_ms is 0, limit when max_pending wait.
+  void wait_or_fail(const Island& isl, Pending p, uint32_t wait_ms, Clock::time_point now,
+                    std::vector<Outgoing>* out);
   // The server role's clock (OuterServer::on_time): seconds since this state was made. A
   // deadline it acted on may answer waiting PULLs (into `out`).
   void server_time(Clock::time_point now, std::vector<Outgoing>* out);
@@ -151,7 +155,6 @@ class CoordinatorState {
   std::map<std::pair<int, uint64_t>, RecordMarks> records_;
   bool dirty_ = false;
   bool urgent_ = false;
-  uint64_t messages_ = 0;
   uint64_t dropped_ = 0;
   LogLimiter limiter_;
   Clock::time_point started_ = Clock::now();  // the origin of the server role's clock

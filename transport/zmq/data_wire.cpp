@@ -20,6 +20,12 @@ using le::put;
 
 Status bad(const std::string& what) { return corrupt("data message: " + what); }
 
+// Checksum of a message: XXH3-64 of header[0, 84) seeded with the payload's XXH3-64, so that
+// a payload is hashed once however often its header is rewritten (link_seq, done_below).
+uint64_t message_checksum(const uint8_t* header84, uint64_t payload_hash) {
+  return xxh3_64(header84, kChecksumOffset, payload_hash);
+}
+
 }  // namespace
 
 const char* msg_type_name(MsgType type) {
@@ -39,14 +45,6 @@ const char* msg_type_name(MsgType type) {
 
 uint64_t checksum_payload(const uint8_t* payload, size_t payload_len) {
   return xxh3_64(payload, payload_len);
-}
-
-uint64_t message_checksum(const uint8_t* header84, uint64_t payload_hash) {
-  return xxh3_64(header84, kChecksumOffset, payload_hash);
-}
-
-uint64_t copy_and_checksum(uint8_t* dst, const uint8_t* src, size_t n) {
-  return copy_and_xxh3_64(dst, src, n);
 }
 
 void encode_header(const Header& h, const uint8_t* payload, uint8_t out[kHeaderBytes]) {
@@ -101,7 +99,7 @@ Status parse_header(const uint8_t* b, size_t size, const uint8_t* payload, size_
   h->offset = get<uint64_t>(b, 64);
   h->total = get<uint64_t>(b, 72);
   h->group = get<uint32_t>(b, 80);
-  if (h->sender < 0 || h->sender > kMaxIslandId) return bad("sender id out of range");
+  if (h->sender < 0 || h->sender > collectives::kMaxIslandId) return bad("sender id out of range");
   if (h->payload_len > kMaxPayloadBytes || h->payload_len != payload_size) {
     return bad("payload length " + std::to_string(h->payload_len) + " but a payload frame of " +
                std::to_string(payload_size) + " bytes");
@@ -118,7 +116,7 @@ Status parse_header(const uint8_t* b, size_t size, const uint8_t* payload, size_
   }
   switch (h->type) {
     case MsgType::kHello:
-      if (h->payload_len != kHelloBytes) return bad("HELLO body size");
+      if (h->payload_len != collectives::kHelloBytes) return bad("HELLO body size");
       break;
     case MsgType::kAbsent:
     case MsgType::kAck:

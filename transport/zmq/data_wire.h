@@ -41,13 +41,11 @@ constexpr uint8_t kMagic[4] = {'A', 'T', 'L', 'D'};
 constexpr uint8_t kVersion = 5;
 constexpr size_t kHeaderBytes = 92;
 constexpr size_t kChecksumOffset = 84;
-using collectives::kMaxIslandId;
-using collectives::kMaxMembers;
 constexpr uint32_t kMaxPayloadBytes = 0x7fffffffu;
 
 // Frozen wire ids.
 enum class MsgType : uint8_t {
-  kHello = 1,       // rendezvous for (group, seq, epoch): body HelloBody
+  kHello = 1,       // rendezvous for (group, seq, epoch): body collectives::Hello
   kAbsent = 2,      // reply to HELLO: "I never issue this seq" (joined later); no body
   kRing = 3,        // ring piece: step t, chunk, piece k of pieces; payload = one frame
   kDirect = 4,      // lossy all-reduce piece: step = phase (0 contribution, 1 mean), chunk
@@ -104,26 +102,9 @@ void encode_header_hashed(const Header& h, uint64_t payload_hash, uint8_t out[kH
 Status parse_header(const uint8_t* bytes, size_t size, const uint8_t* payload,
                     size_t payload_size, Header* h);
 
-// Checksum of a message: XXH3-64 of header[0, 84) seeded with the payload's XXH3-64, so that
-// a payload is hashed once however often its header is rewritten (link_seq, done_below).
-uint64_t message_checksum(const uint8_t* header84, uint64_t payload_hash);
+// The payload's part of a message's checksum: XXH3-64 (src/base/hash.h; copy_and_xxh3_64
+// computes it while copying).
 uint64_t checksum_payload(const uint8_t* payload, size_t payload_len);
-// memcpy(dst, src, n) that returns checksum_payload(dst, n), hashing each block while it is
-// still in cache: a sender's copy and hash of a payload in one pass over memory.
-uint64_t copy_and_checksum(uint8_t* dst, const uint8_t* src, size_t n);
-
-// The HELLO and RESULT_INFO bodies: written once for every networked transport
-// (transport/collectives/attempt.h).
-using HelloBody = collectives::Hello;
-using ResultInfoBody = collectives::ResultInfo;
-using collectives::encode_hello;
-using collectives::encode_result_info;
-using collectives::kHelloAllgather;
-using collectives::kHelloAllreduce;
-using collectives::kHelloBytes;
-using collectives::parse_hello;
-using collectives::parse_result_info;
-using collectives::result_info_size;
 
 // Counts rejected messages by reason and logs the first of each reason once (ATOLL_WARN);
 // later ones are counted only (ATOLL_DEBUG). Thread-safe.

@@ -49,7 +49,7 @@ void keep_freed_message_memory() {
 
 GroupIo::GroupIo(ControlPlane& control, const ZmqGroupOptions& options)
     : control_(control), options_(options), self_(control.self()),
-      pool_(std::make_shared<BufferPool>(4 * static_cast<size_t>(options.max_in_flight) + 64, 2)), ctx_(1),
+      pool_(std::make_shared<BufferPool>(4 * static_cast<size_t>(options.max_in_flight) + 64)), ctx_(1),
       groups_{{0, Sequence{{}, options.first_seq, options.first_seq, options.first_seq, {}}}},
       bandwidth_(std::max(1e3, options.bandwidth_mbps * 1e6 / 8)) {
   TORCH_CHECK(options_.chunk_bytes >= 1024 && options_.chunk_bytes <= (int64_t{1} << 30),
@@ -58,16 +58,11 @@ GroupIo::GroupIo(ControlPlane& control, const ZmqGroupOptions& options)
               "ZmqGroupOptions: timeout_slack and latency_ms must be >= 0, bandwidth_mbps > 0");
   TORCH_CHECK(options_.max_in_flight >= 1, "ZmqGroupOptions::max_in_flight must be >= 1");
   keep_freed_message_memory();
-  tuning_.chunk_bytes = options_.chunk_bytes;
-  tuning_.latency_s = options_.latency_ms / 1e3;
-  tuning_.timeout_slack = options_.timeout_slack;
-  tuning_.retain_results = options_.retain_results;
   LinkOptions lo;
   lo.max_in_flight = options_.max_in_flight;
   lo.send_hwm = std::max(1000, 4 * options_.max_in_flight + 64);
-  lo.linger_ms = 0;  // the destructor drains the links itself (linger_ms)
   lo.max_message_bytes = 2 * options_.chunk_bytes + 65536;
-  lo.latency_s = tuning_.latency_s;
+  lo.latency_s = options_.latency_ms / 1e3;
   lo.timeout_slack = options_.timeout_slack;
   lo.bandwidth = [this] { return bandwidth_; };
   if (options_.curve) {
@@ -105,7 +100,7 @@ GroupIo::~GroupIo() {
   ::close(wake_fd_);
 }
 
-void GroupIo::submit(std::unique_ptr<Op> op) {
+void GroupIo::submit(std::unique_ptr<AllreduceOp> op) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     submitted_.push_back(std::move(op));
@@ -115,15 +110,7 @@ void GroupIo::submit(std::unique_ptr<Op> op) {
 
 MembershipView GroupIo::view() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return {membership_.epoch, member_ids(), self_};
-}
-
-std::vector<int> GroupIo::member_ids(const std::vector<int>& ids) const {
-  std::vector<int> live;  // a member still waiting for its state hand-over takes no part
-  for (const Peer& p : membership_.members) {
-    if (in_collectives(p)) live.push_back(p.id);
-  }
-  return within(std::move(live), ids);
+  return {membership_.epoch, collective_members(membership_), self_};
 }
 
 void GroupIo::suspect(int peer) {
@@ -170,7 +157,7 @@ void GroupIo::run() {
 }
 
 void GroupIo::start_new_ops() {
-  std::vector<std::unique_ptr<Op>> fresh;
+  std::vector<std::unique_ptr<AllreduceOp>> fresh;
   {
     std::lock_guard<std::mutex> lock(mu_);
     fresh.swap(submitted_);
@@ -184,9 +171,9 @@ void GroupIo::start_new_ops() {
     Sequence& s = groups_[id.first];
     s.ids = op->ids();
     s.issued_below = id.second + 1;
-    Op& o = *op;
+    AllreduceOp& o = *op;
     ops_[id] = std::move(op);
-    o.start(*this, membership_.epoch, member_ids(s.ids));
+    o.start(*this, membership_.epoch, collective_members(membership_, s.ids));
     auto kept = stash_.find(id);
     if (kept != stash_.end()) {
       for (Inbound& m : kept->second) {
@@ -262,12 +249,12 @@ void GroupIo::refresh() {
     std::lock_guard<std::mutex> lock(mu_);
     membership_ = m;
   }
-  ATOLL_INFO("zmq data plane: island " << self_ << " sees epoch " << m.epoch << " (" << member_ids().size()
-                                       << " members)");
+  ATOLL_INFO("zmq data plane: island " << self_ << " sees epoch " << m.epoch << " ("
+                                       << collective_members(m).size() << " members)");
   links_->set_peers(m.members);
   // Every unfinished collective restarts in the new epoch: its queued messages are stale.
   links_->purge([&](const Header& h) { return is_attempt_message(h.type) && h.epoch < m.epoch; });
-  for (auto& [id, op] : ops_) op->on_membership(*this, m.epoch, member_ids(op->ids()));
+  for (auto& [id, op] : ops_) op->on_membership(*this, m.epoch, collective_members(m, op->ids()));
 }
 
 void GroupIo::reap() {
@@ -302,7 +289,7 @@ void GroupIo::reap() {
       --kept[group];
       const Cid id = it->first;
       std::erase_if(served_, [id](const auto& s) { return std::get<0>(s) == id; });
-      pool_->give(std::move(it->second->kept.values));
+      tensors_.give(std::move(it->second->kept.values));
       it = retained_.erase(it);
     } else {
       ++it;

@@ -1,6 +1,6 @@
 // GroupIo: the I/O thread of one ZmqGroup and everything it owns: the ZeroMQ context and
-// sockets (PeerLinks), the running collectives (Op), messages kept for collectives not yet
-// issued here, finished all-reduce results kept for restarted peers, the cached
+// sockets (PeerLinks), the running collectives (AllreduceOp), messages kept for collectives
+// not yet issued here, finished all-reduce results kept for restarted peers, the cached
 // membership and the bandwidth estimate. See zmq_group.h for the overall contract.
 //
 // Loop: take newly issued ops (in sequence order) and start them in the current
@@ -31,8 +31,9 @@
 #include <vector>
 
 #include "transport/control_plane.h"
+#include "transport/tensor_pool.h"
+#include "transport/zmq/allreduce_op.h"
 #include "transport/zmq/buffer_pool.h"
-#include "transport/zmq/op.h"
 #include "transport/zmq/peer_links.h"
 #include "transport/zmq/zmq_group.h"
 
@@ -48,7 +49,7 @@ class GroupIo final : public OpContext {
   ~GroupIo() override;
 
   // Hands an op to the I/O thread; the ops of one group must be submitted in sequence order.
-  void submit(std::unique_ptr<Op> op);
+  void submit(std::unique_ptr<AllreduceOp> op);
   MembershipView view() const;
   std::string endpoint() const { return endpoint_; }
   ByteCounters counters() const { return links_->counters(); }
@@ -56,7 +57,7 @@ class GroupIo final : public OpContext {
 
   // OpContext (I/O thread).
   int self() const override { return self_; }
-  const Tuning& tuning() const override { return tuning_; }
+  const ZmqGroupOptions& options() const override { return options_; }
   void send(int peer, Outbound msg) override { links_->send(peer, std::move(msg)); }
   void suspect(int peer) override;
   void refresh_membership() override { refresh_due_ = true; }
@@ -64,9 +65,9 @@ class GroupIo final : public OpContext {
   void observe_throughput(double bytes, double seconds) override;
   DropLog& drops() override { return drops_; }
   std::shared_ptr<Bytes> payload_buffer(size_t size) override { return pool_->bytes(size); }
-  void recycle(at::Tensor t) override { pool_->give(std::move(t)); }
-  // Thread-safe: the island thread takes the tensors for all-reduces' saved inputs from here.
-  BufferPool& pool() { return *pool_; }
+  void recycle(at::Tensor t) override { tensors_.give(std::move(t)); }
+  // Thread-safe: the island thread takes all-reduces' result tensors from here.
+  TensorPool& tensors() { return tensors_; }
 
  private:
   void run();
@@ -75,15 +76,13 @@ class GroupIo final : public OpContext {
   void refresh();
   void reap();
   void answer_absent(const Header& hello);
-  // The live members among `ids` (empty: every island).
-  std::vector<int> member_ids(const std::vector<int>& ids = {}) const;
 
   ControlPlane& control_;
   const ZmqGroupOptions options_;
   const int self_;
-  Tuning tuning_;
   DropLog drops_;
   std::shared_ptr<BufferPool> pool_;
+  TensorPool tensors_{2};
   zmq::context_t ctx_;
   std::unique_ptr<PeerLinks> links_;
   std::string endpoint_;
@@ -91,9 +90,9 @@ class GroupIo final : public OpContext {
 
   // Shared with other threads.
   mutable std::mutex mu_;
-  std::vector<std::unique_ptr<Op>> submitted_;  // guarded by mu_
-  bool stop_ = false;                           // guarded by mu_
-  Membership membership_;                       // guarded by mu_ (written by the I/O thread)
+  std::vector<std::unique_ptr<AllreduceOp>> submitted_;  // guarded by mu_
+  bool stop_ = false;                                    // guarded by mu_
+  Membership membership_;                                // guarded by mu_ (written by the I/O thread)
 
   // I/O thread only.
   using Cid = std::pair<uint32_t, uint64_t>;    // a collective: (group, seq)
@@ -105,7 +104,7 @@ class GroupIo final : public OpContext {
     std::set<uint64_t> done_above;              // completed seqs >= done_below
   };
   std::map<uint32_t, Sequence> groups_;         // by group; 0 = every island
-  std::map<Cid, std::unique_ptr<Op>> ops_;
+  std::map<Cid, std::unique_ptr<AllreduceOp>> ops_;
   std::map<Cid, std::unique_ptr<Retained>> retained_;
   std::set<std::tuple<Cid, int, uint64_t>> served_;  // (collective, peer, epoch)
   std::map<std::pair<int, uint32_t>, uint64_t> peer_done_below_;  // by (peer, group)

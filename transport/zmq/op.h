@@ -1,11 +1,6 @@
-// The pieces every data-plane collective is built from: what an operation may ask of the
-// I/O thread that runs it (OpContext), and the operation interface itself (Op). The
-// concrete operation is AllreduceOp (allreduce_op.h: all-reduce, broadcast, allgather);
-// ZmqGroup (zmq_group.h) runs it.
-//
-// Thread model: an Op is built on the island thread (it copies what it needs from the
-// caller) and from then on is touched only by the group's I/O thread. Completion
-// (transport/completion.h) is the one object both threads share; it is thread-safe.
+// What a data-plane collective (AllreduceOp, allreduce_op.h: all-reduce, broadcast,
+// allgather) may ask of the I/O thread that runs it (OpContext), and the pieces of a
+// finished result it keeps (KeptPiece, Retained). GroupIo (group_io.h) is the OpContext.
 #pragma once
 
 #include <cstdint>
@@ -13,27 +8,20 @@
 #include <vector>
 
 #include "transport/collectives/attempt.h"
-#include "transport/completion.h"
-#include "transport/group.h"
 #include "transport/zmq/data_wire.h"
 #include "transport/zmq/peer_links.h"
+#include "transport/zmq/zmq_group.h"
 
 namespace atl::transport::dataplane {
-
-// Settings an operation reads (copied from ZmqGroupOptions).
-struct Tuning {
-  int64_t chunk_bytes = 1 << 20;  // bytes per wire message payload
-  double latency_s = 0.05;        // expected one-way latency
-  double timeout_slack = 4.0;     // timeout = slack * (latency + bytes / bandwidth) + 1 s
-  bool retain_results = true;     // keep a finished all-reduce's result for restarted peers
-};
 
 // Services of the I/O thread, for the operation it is running. Never called concurrently.
 class OpContext {
  public:
   virtual ~OpContext() = default;
   virtual int self() const = 0;
-  virtual const Tuning& tuning() const = 0;
+  // The group's settings (an operation reads chunk_bytes, latency_ms, timeout_slack and
+  // retain_results).
+  virtual const ZmqGroupOptions& options() const = 0;
   virtual void send(int peer, Outbound msg) = 0;
   // The data plane saw `peer` stop delivering; forwarded to ControlPlane::suspect.
   virtual void suspect(int peer) = 0;
@@ -71,54 +59,6 @@ struct Retained {
     assemble(kept.values, pieces, kept.values);
     pieces.clear();
   }
-};
-
-// One collective, matched across members by its group and its sequence number in it.
-class Op {
- public:
-  Op(uint64_t seq, std::shared_ptr<Completion> completion)
-      : seq_(seq), completion_(std::move(completion)) {}
-  virtual ~Op() = default;
-
-  uint64_t seq() const { return seq_; }
-  // Its group (Header::group: 0 = every island, else a sub-group's key) and, for a
-  // sub-group, its islands (ascending). Set before the op is submitted.
-  void set_group(uint32_t group, std::vector<int> ids) {
-    group_ = group;
-    ids_ = std::move(ids);
-  }
-  uint32_t group() const { return group_; }
-  const std::vector<int>& ids() const { return ids_; }
-  bool done() const { return done_; }
-
-  // Runs the first attempt among `members` (ascending ids) of membership `epoch`.
-  virtual void start(OpContext& ctx, uint64_t epoch, const std::vector<int>& members) = 0;
-  // The membership moved on; an operation that depends on it restarts or completes.
-  virtual void on_membership(OpContext& ctx, uint64_t epoch, const std::vector<int>& members) = 0;
-  // A message for this sequence number (any epoch). Invalid ones are dropped via ctx.drops().
-  virtual void on_message(OpContext& ctx, Inbound& m) = 0;
-  virtual void on_timer(OpContext& ctx, Clock::time_point now) {}
-  virtual Clock::time_point next_timer() const { return Clock::time_point::max(); }
-  // After completion: what to keep for restarted peers (empty for most operations).
-  virtual std::unique_ptr<Retained> take_retained() { return nullptr; }
-  // The group is going away: completes with `status` if still running.
-  void abandon(const Status& status) {
-    if (!done_) finish({status, {}, 0});
-  }
-
- protected:
-  void finish(CollectiveResult result) {
-    done_ = true;
-    completion_->finish(std::move(result));
-  }
-
-  const uint64_t seq_;
-  uint32_t group_ = 0;
-  std::vector<int> ids_;
-
- private:
-  std::shared_ptr<Completion> completion_;
-  bool done_ = false;
 };
 
 }  // namespace atl::transport::dataplane

@@ -2,9 +2,13 @@
 
 #include <sys/eventfd.h>
 
+#include <zmq_addon.hpp>
+
 #include <algorithm>
 #include <cstdio>
+#include <iterator>
 #include <random>
+#include <set>
 
 #include "src/base/log.h"
 
@@ -14,22 +18,14 @@ namespace {
 constexpr int kMaxBatch = 512;                  // messages handled per socket per poll
 constexpr size_t kMaxInLinks = 1 << 16;         // routing ids remembered by the ROUTER
 constexpr auto kMaxBackoff = std::chrono::seconds(60);
+constexpr int kSuspectAfter = 2;                // retransmission rounds without an ack before suspecting
+constexpr int kLingerMs = 0;                    // ZMQ_LINGER: GroupIo's destructor drains the links itself
 
 std::string link_routing_id(int self) {
   static thread_local std::mt19937_64 rng{std::random_device{}()};
   char buf[64];
   std::snprintf(buf, sizeof buf, "d%d:%016llx", self, static_cast<unsigned long long>(rng()));
   return buf;
-}
-
-// Receives the remaining parts of a multipart message into `parts`.
-void drain_more(zmq::socket_t& s, bool more, std::vector<zmq::message_t>& parts) {
-  while (more) {
-    zmq::message_t m;
-    (void)s.recv(m, zmq::recv_flags::none);  // the rest of a message is already queued
-    more = m.more();
-    parts.push_back(std::move(m));
-  }
 }
 }  // namespace
 
@@ -38,15 +34,14 @@ PeerLinks::PeerLinks(zmq::context_t& ctx, int self, const std::string& bind_endp
     : ctx_(ctx), self_(self), opts_(std::move(opts)), drops_(drops),
       router_(ctx, zmq::socket_type::router) {
   if (opts_.curve) {
-    zap_ = std::make_unique<zmq::socket_t>(ctx_, zmq::socket_type::rep);
-    zap_->set(zmq::sockopt::linger, 0);
-    zap_->bind("inproc://zeromq.zap.01");
+    zap_ = std::make_unique<ZapHandler>(ctx_, std::vector<std::string>{}, "",
+                                        "zmq data plane: island " + std::to_string(self_) + ": ");
     router_.set(zmq::sockopt::curve_server, 1);
     router_.set(zmq::sockopt::curve_secretkey, opts_.curve_secret_key);
     router_.set(zmq::sockopt::zap_domain, "atoll-data");
   }
   router_.set(zmq::sockopt::router_handover, 1);
-  router_.set(zmq::sockopt::linger, opts_.linger_ms);
+  router_.set(zmq::sockopt::linger, kLingerMs);
   router_.set(zmq::sockopt::sndhwm, opts_.send_hwm);
   router_.set(zmq::sockopt::rcvhwm, opts_.send_hwm);
   if (opts_.max_message_bytes > 0) router_.set(zmq::sockopt::maxmsgsize, opts_.max_message_bytes);
@@ -59,18 +54,18 @@ PeerLinks::~PeerLinks() {
 }
 
 void PeerLinks::set_peers(const std::vector<Peer>& members) {
-  endpoints_.clear();
-  keys_.clear();
-  allowed_keys_.clear();
+  peers_.clear();
+  std::set<std::string> keys;
   for (const Peer& p : members) {
     if (p.id == self_) continue;
-    endpoints_[p.id] = p.endpoint;
-    keys_[p.id] = p.public_key;
-    if (!p.public_key.empty()) allowed_keys_.insert(p.public_key);
+    peers_[p.id] = p;
+    if (!p.public_key.empty()) keys.insert(p.public_key);
   }
+  if (zap_) zap_->set_allowed(std::move(keys));
   for (auto it = links_.begin(); it != links_.end();) {
-    auto e = endpoints_.find(it->first);
-    if (e == endpoints_.end() || e->second != it->second.endpoint || keys_[it->first] != it->second.key) {
+    auto p = peers_.find(it->first);
+    const Peer& was = it->second.peer;
+    if (p == peers_.end() || p->second.endpoint != was.endpoint || p->second.public_key != was.public_key) {
       close(it->second);
       it = links_.erase(it);
     } else {
@@ -83,20 +78,18 @@ PeerLinks::OutLink& PeerLinks::link(int peer) {
   auto it = links_.find(peer);
   if (it != links_.end()) return it->second;
   OutLink& l = links_[peer];
-  l.peer = peer;
-  l.endpoint = endpoints_.at(peer);
-  l.key = keys_[peer];
+  l.peer = peers_.at(peer);
   l.dealer = std::make_unique<zmq::socket_t>(ctx_, zmq::socket_type::dealer);
   if (opts_.curve) {  // authenticates the peer: only the holder of its secret key can answer
-    l.dealer->set(zmq::sockopt::curve_serverkey, l.key);
+    l.dealer->set(zmq::sockopt::curve_serverkey, l.peer.public_key);
     l.dealer->set(zmq::sockopt::curve_publickey, opts_.curve_public_key);
     l.dealer->set(zmq::sockopt::curve_secretkey, opts_.curve_secret_key);
   }
   l.dealer->set(zmq::sockopt::routing_id, link_routing_id(self_));
   l.dealer->set(zmq::sockopt::sndhwm, opts_.send_hwm);
   l.dealer->set(zmq::sockopt::rcvhwm, opts_.send_hwm);
-  l.dealer->set(zmq::sockopt::linger, opts_.linger_ms);
-  l.dealer->connect(l.endpoint);
+  l.dealer->set(zmq::sockopt::linger, kLingerMs);
+  l.dealer->connect(l.peer.endpoint);
   return l;
 }
 
@@ -108,16 +101,12 @@ void PeerLinks::close(OutLink& l) {
 }
 
 void PeerLinks::send(int peer, Outbound msg) {
-  if (!endpoints_.count(peer)) {
-    drops_.drop("outgoing message to a non-member",
-                std::string(msg_type_name(msg.header.type)) + " to island " + std::to_string(peer));
-    return;
-  }
-  if (opts_.curve && keys_[peer].size() != 40) {
-    drops_.drop("outgoing message to a member without a CURVE key",
-                std::string(msg_type_name(msg.header.type)) + " to island " + std::to_string(peer));
-    return;
-  }
+  auto drop = [&](const char* reason) {
+    drops_.drop(reason, std::string(msg_type_name(msg.header.type)) + " to island " + std::to_string(peer));
+  };
+  auto p = peers_.find(peer);
+  if (p == peers_.end()) return drop("outgoing message to a non-member");
+  if (opts_.curve && p->second.public_key.size() != 40) return drop("outgoing message to a member without a CURVE key");
   OutLink& l = link(peer);
   l.waiting.push_back(std::move(msg));
   pump(l);
@@ -196,7 +185,7 @@ void PeerLinks::poll(std::chrono::milliseconds timeout, int wake_fd,
   std::vector<zmq::pollitem_t> items;
   items.push_back({router_.handle(), 0, ZMQ_POLLIN, 0});
   if (wake_fd >= 0) items.push_back({nullptr, wake_fd, ZMQ_POLLIN, 0});
-  if (zap_) items.push_back({zap_->handle(), 0, ZMQ_POLLIN, 0});
+  if (zap_) items.push_back({zap_->socket().handle(), 0, ZMQ_POLLIN, 0});
   std::vector<OutLink*> order;
   for (auto& [id, l] : links_) {
     items.push_back({l.dealer->handle(), 0, ZMQ_POLLIN, 0});
@@ -209,7 +198,9 @@ void PeerLinks::poll(std::chrono::milliseconds timeout, int wake_fd,
     eventfd_t v;
     (void)eventfd_read(wake_fd, &v);
   }
-  if (zap_ && (items[i++].revents & ZMQ_POLLIN)) answer_zap();
+  if (zap_ && (items[i++].revents & ZMQ_POLLIN)) {
+    for (int n = 0; n < kMaxBatch && zap_->handle_one(); ++n) {}
+  }
   for (OutLink* l : order) {
     if (items[i++].revents & ZMQ_POLLIN) receive_dealer(*l);
   }
@@ -218,22 +209,19 @@ void PeerLinks::poll(std::chrono::milliseconds timeout, int wake_fd,
 
 void PeerLinks::receive_router(const std::function<void(Inbound&)>& deliver) {
   for (int n = 0; n < kMaxBatch; ++n) {
-    zmq::message_t rid;
-    if (!router_.recv(rid, zmq::recv_flags::dontwait)) return;
-    std::vector<zmq::message_t> parts;
-    drain_more(router_, rid.more(), parts);
-    size_t bytes = 0;
-    for (auto& p : parts) bytes += p.size();
-    received_ += bytes;
-    if (parts.empty() || parts.size() > 2) {
-      drops_.drop("malformed multipart", std::to_string(parts.size()) + " frames after the routing id");
+    std::vector<zmq::message_t> parts;  // routing id, header, payload
+    if (!zmq::recv_multipart(router_, std::back_inserter(parts), zmq::recv_flags::dontwait)) return;
+    const zmq::message_t& rid = parts[0];
+    for (size_t k = 1; k < parts.size(); ++k) received_ += parts[k].size();
+    if (parts.size() < 2 || parts.size() > 3) {
+      drops_.drop("malformed multipart", std::to_string(parts.size() - 1) + " frames after the routing id");
       continue;
     }
-    const bool has_payload = parts.size() == 2;
+    const bool has_payload = parts.size() == 3;
     Header h;
-    Status st = parse_header(parts[0].data<uint8_t>(), parts[0].size(),
-                             has_payload ? parts[1].data<uint8_t>() : nullptr,
-                             has_payload ? parts[1].size() : 0, &h);
+    Status st = parse_header(parts[1].data<uint8_t>(), parts[1].size(),
+                             has_payload ? parts[2].data<uint8_t>() : nullptr,
+                             has_payload ? parts[2].size() : 0, &h);
     if (!st.is_ok()) {
       drops_.drop("invalid header", st.message());
       continue;
@@ -243,91 +231,44 @@ void PeerLinks::receive_router(const std::function<void(Inbound&)>& deliver) {
       continue;
     }
     std::string key(rid.data<char>(), rid.size());
-    const std::string prefix = "d" + std::to_string(h.sender) + ":";
+    std::string prefix = "d";  // (not "d" + ...: GCC 12's -Wstringop-overflow false positive)
+    prefix += std::to_string(h.sender);
+    prefix += ':';
     if (key.compare(0, prefix.size(), prefix) != 0) {  // atoll's links are named after their island
       drops_.drop("link not named after its sender", "a message claiming island " + std::to_string(h.sender));
       continue;
     }
     if (inlinks_.size() >= kMaxInLinks && !inlinks_.count(key)) inlinks_.clear();
-    InLink& in = inlinks_[key];
-    if (in.sender < 0) in.sender = h.sender;
-    if (in.sender != h.sender) {
-      drops_.drop("sender changed on a link", "island " + std::to_string(h.sender) +
-                                                  " on the link of island " + std::to_string(in.sender));
+    uint64_t& expected = inlinks_[key];
+    if (expected == 0) expected = h.link_seq;
+    if (h.link_seq < expected) {  // a retransmitted duplicate: acknowledge again
+      send_ack(rid, expected - 1);
       continue;
     }
-    if (in.expected == 0) in.expected = h.link_seq;
-    if (h.link_seq < in.expected) {  // a retransmitted duplicate: acknowledge again
-      send_ack(rid, in.expected - 1);
-      continue;
-    }
-    if (h.link_seq > in.expected) {
+    if (h.link_seq > expected) {
       drops_.drop("gap in a link (waiting for the retransmission)",
                   "island " + std::to_string(h.sender) + " link_seq " + std::to_string(h.link_seq) +
-                      ", expected " + std::to_string(in.expected));
+                      ", expected " + std::to_string(expected));
       continue;
     }
-    ++in.expected;
+    ++expected;
     send_ack(rid, h.link_seq);
-    Inbound m{h, has_payload ? std::move(parts[1]) : zmq::message_t()};
+    Inbound m{h, has_payload ? std::move(parts[2]) : zmq::message_t()};
     deliver(m);
-  }
-}
-
-// RFC 27: version, request id, domain, address, identity, mechanism, credentials. Admits
-// CURVE clients whose public key belongs to a current member.
-void PeerLinks::answer_zap() {
-  for (int n = 0; n < kMaxBatch; ++n) {
-    std::vector<zmq::message_t> req;
-    zmq::message_t first;
-    if (!zap_->recv(first, zmq::recv_flags::dontwait)) return;
-    const bool more = first.more();
-    req.push_back(std::move(first));
-    drain_more(*zap_, more, req);
-    auto text = [&](size_t i) { return i < req.size() ? req[i].to_string() : std::string(); };
-    std::string status = "400", status_text = "not a member", user_id;
-    if (req.size() == 7 && text(0) == "1.0" && text(5) == "CURVE" && req[6].size() == 32) {
-      char z85[41];
-      zmq_z85_encode(z85, req[6].data<uint8_t>(), 32);
-      if (allowed_keys_.count(z85)) {
-        status = "200";
-        status_text = "OK";
-        user_id = z85;
-      } else if (refused_logged_.size() < 1024 && refused_logged_.insert(z85).second) {
-        ATOLL_WARN("zmq data plane: island " << self_ << " refused a connection from " << text(3)
-                                             << ": CURVE key " << z85 << " is not a member's");
-      }
-    } else {
-      ATOLL_WARN("zmq data plane: island " << self_ << " refused a " << text(5) << " connection from "
-                                           << text(3) << ": only members' CURVE keys may connect");
-    }
-    std::vector<zmq::message_t> reply;
-    reply.emplace_back(std::string_view("1.0"));
-    reply.emplace_back(text(1));
-    reply.emplace_back(status);
-    reply.emplace_back(status_text);
-    reply.emplace_back(user_id);
-    reply.emplace_back();
-    for (size_t k = 0; k < reply.size(); ++k) {
-      (void)zap_->send(reply[k], k + 1 < reply.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
-    }
   }
 }
 
 void PeerLinks::receive_dealer(OutLink& l) {
   bool progress = false;
   for (int n = 0; n < kMaxBatch; ++n) {
-    zmq::message_t m;
-    if (!l.dealer->recv(m, zmq::recv_flags::dontwait)) break;
-    std::vector<zmq::message_t> rest;
-    drain_more(*l.dealer, m.more(), rest);
-    received_ += m.size();
-    for (auto& p : rest) received_ += p.size();
+    std::vector<zmq::message_t> parts;
+    if (!zmq::recv_multipart(*l.dealer, std::back_inserter(parts), zmq::recv_flags::dontwait)) break;
+    for (auto& p : parts) received_ += p.size();
     Header h;
-    Status st = rest.empty() ? parse_header(m.data<uint8_t>(), m.size(), nullptr, 0, &h)
-                             : corrupt("extra frames after an ACK");
-    if (st.is_ok() && (h.type != MsgType::kAck || h.sender != l.peer)) {
-      st = corrupt("expected an ACK from island " + std::to_string(l.peer));
+    Status st = parts.size() == 1 ? parse_header(parts[0].data<uint8_t>(), parts[0].size(), nullptr, 0, &h)
+                                  : corrupt("extra frames after an ACK");
+    if (st.is_ok() && (h.type != MsgType::kAck || h.sender != l.peer.id)) {
+      st = corrupt("expected an ACK from island " + std::to_string(l.peer.id));
     }
     if (!st.is_ok()) {
       drops_.drop("invalid acknowledgement", st.message());
@@ -357,7 +298,7 @@ std::vector<int> PeerLinks::check_timers(Clock::time_point now) {
     l.deadline = now + timeout_for(l);
     ATOLL_DEBUG("zmq data plane: island " << self_ << " retransmits " << l.unacked.size()
                                           << " messages to island " << id);
-    if (l.rounds == opts_.suspect_after) suspects.push_back(id);
+    if (l.rounds == kSuspectAfter) suspects.push_back(id);
   }
   return suspects;
 }

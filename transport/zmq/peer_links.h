@@ -17,8 +17,8 @@
 //
 // With CurveZMQ (LinkOptions::curve) the ROUTER is a CURVE server, every DEALER
 // authenticates its peer by the peer's public key from the membership, and an in-context
-// ZAP responder admits only clients whose key belongs to a current member; other
-// connections are refused at the handshake (logged once per key) and never reach us.
+// ZAP responder (zap_handler.h) admits only clients whose key belongs to a current member;
+// other connections are refused at the handshake (logged once per key) and never reach us.
 //
 // Byte counters count every frame our sockets send or receive (headers, acks, retransmits
 // and rejected garbage included; not ZeroMQ's own framing).
@@ -36,13 +36,13 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <set>
 #include <string>
 #include <vector>
 
 #include "transport/control_plane.h"
 #include "transport/group.h"
 #include "transport/zmq/data_wire.h"
+#include "transport/zmq/zap_handler.h"
 
 namespace atl::transport::dataplane {
 
@@ -60,7 +60,7 @@ struct Outbound {
   // A borrowed payload (buffer null): `length` bytes at `borrowed`, kept alive by `owner`,
   // which nobody writes while any reference to it lives (retransmissions send it again).
   const uint8_t* borrowed = nullptr;
-  std::shared_ptr<const void> owner;
+  std::shared_ptr<const void> owner = nullptr;
 
   const uint8_t* payload() const { return borrowed ? borrowed : buffer ? buffer->data() + offset : nullptr; }
 };
@@ -76,11 +76,9 @@ struct Inbound {
 struct LinkOptions {
   int max_in_flight = 8;          // unacknowledged messages per peer
   int send_hwm = 1000;            // ZeroMQ send high-water mark (> max_in_flight)
-  int linger_ms = 0;              // ZMQ_LINGER of closed sockets
   int64_t max_message_bytes = -1; // ZMQ_MAXMSGSIZE of the ROUTER (-1 = no limit)
   double latency_s = 0.05;        // retransmission timeout: slack * (latency + bytes / bw) + 1 s
   double timeout_slack = 4.0;
-  int suspect_after = 2;          // retransmission rounds without an ack before suspecting
   std::function<double()> bandwidth;  // bytes/s estimate (EWMA of the group)
   bool curve = false;             // CurveZMQ: encrypt, and admit members' keys only
   std::string curve_public_key;   // this island's Z85 pair (with curve)
@@ -112,7 +110,7 @@ class PeerLinks {
   void poll(std::chrono::milliseconds timeout, int wake_fd,
             const std::function<void(Inbound&)>& deliver);
   // Retransmits links whose oldest unacknowledged message is overdue; returns peers that
-  // stayed silent for `suspect_after` rounds (once per silence).
+  // stayed silent for kSuspectAfter retransmission rounds (once per silence).
   std::vector<int> check_timers(Clock::time_point now);
   Clock::time_point next_timer() const;
   // True when no message waits for credit or for an acknowledgement.
@@ -132,9 +130,7 @@ class PeerLinks {
     uint64_t link_seq = 0;
   };
   struct OutLink {
-    int peer = -1;
-    std::string endpoint;
-    std::string key;
+    Peer peer;                      // id, endpoint and CURVE key it was made for
     std::unique_ptr<zmq::socket_t> dealer;
     uint64_t next_link_seq = 1;
     std::deque<Outbound> waiting;   // no credit yet
@@ -142,10 +138,6 @@ class PeerLinks {
     Clock::time_point deadline{};   // retransmission deadline of unacked.front()
     Clock::duration backoff{};      // extra time after each retransmission round
     int rounds = 0;                 // retransmission rounds since the last ack
-  };
-  struct InLink {
-    int sender = -1;
-    uint64_t expected = 0;          // next link_seq; 0 = take the first one seen
   };
 
   OutLink& link(int peer);
@@ -156,21 +148,19 @@ class PeerLinks {
   void receive_router(const std::function<void(Inbound&)>& deliver);
   void receive_dealer(OutLink& l);
   void send_ack(const zmq::message_t& routing_id, uint64_t link_seq);
-  void answer_zap();
 
   zmq::context_t& ctx_;
   int self_;
   LinkOptions opts_;
   DropLog& drops_;
-  std::unique_ptr<zmq::socket_t> zap_;         // with curve: RFC 27 handler of this context
+  std::unique_ptr<ZapHandler> zap_;            // with curve: the ZAP handler of this context
   zmq::socket_t router_;
   std::string endpoint_;
-  std::map<int, std::string> endpoints_;       // peer id -> data endpoint
-  std::map<int, std::string> keys_;            // peer id -> Z85 CURVE public key
-  std::set<std::string> allowed_keys_;         // members' keys (curve)
-  std::set<std::string> refused_logged_;
+  std::map<int, Peer> peers_;                  // by id: data endpoint and Z85 CURVE public key
   std::map<int, OutLink> links_;
-  std::map<std::string, InLink> inlinks_;      // by routing id
+  // By routing id: the link's next link_seq (0 = take the first one seen). The routing id
+  // names the sender ("d<sender>:..."), so one link never carries two senders.
+  std::map<std::string, uint64_t> inlinks_;
   std::map<uint32_t, uint64_t> done_below_;   // by group
   std::atomic<uint64_t> sent_{0}, received_{0}, raw_sent_{0};
 };

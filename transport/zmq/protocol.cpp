@@ -27,13 +27,6 @@ const char* msg_type_name(MsgType type) {
   return i <= kMaxMsgType ? kNames[i] : "?";
 }
 
-const char* error_code_name(ErrorCode code) {
-  static constexpr const char* kNames[kMaxErrorCode + 1] = {
-      "?", "unknown_island", "rejected", "timeout", "corrupt", "no_server", "limit", "superseded", "internal"};
-  const auto i = static_cast<uint8_t>(code);
-  return i <= kMaxErrorCode ? kNames[i] : "?";
-}
-
 StatusCode error_status_code(ErrorCode code) {
   switch (code) {
     case ErrorCode::kUnknownIsland: return StatusCode::kUnavailable;
@@ -62,12 +55,10 @@ void put(std::vector<uint8_t>& out, T v) {
   std::memcpy(b, &v, sizeof(T));  // little-endian host (static_assert above)
   out.insert(out.end(), b, b + sizeof(T));
 }
-void put_str16(std::vector<uint8_t>& out, const std::string& s) {
-  put<uint16_t>(out, static_cast<uint16_t>(s.size()));
-  out.insert(out.end(), s.begin(), s.end());
-}
-void put_str8(std::vector<uint8_t>& out, const std::string& s) {
-  put<uint8_t>(out, static_cast<uint8_t>(s.size()));
+// A u16/u8-prefixed string (check_body bounds its length).
+template <typename Len>
+void put_str(std::vector<uint8_t>& out, const std::string& s) {
+  put<Len>(out, static_cast<Len>(s.size()));
   out.insert(out.end(), s.begin(), s.end());
 }
 
@@ -185,6 +176,7 @@ std::string check_body(const Message& m) {
       if (static_cast<uint8_t>(m.error) < 1 || static_cast<uint8_t>(m.error) > kMaxErrorCode) {
         return "unknown error code";
       }
+      if (m.text.size() > kMaxErrorTextBytes) return "error text too long";
       return "";
     default: return "";
   }
@@ -194,8 +186,8 @@ void put_membership(std::vector<uint8_t>& out, const Membership& m) {
   put<uint32_t>(out, static_cast<uint32_t>(m.members.size()));
   for (const Peer& p : m.members) {
     put<int32_t>(out, p.id);
-    put_str16(out, p.endpoint);
-    put_str8(out, p.public_key);
+    put_str<uint16_t>(out, p.endpoint);
+    put_str<uint8_t>(out, p.public_key);
   }
 }
 
@@ -260,12 +252,11 @@ Status parse_body(Reader& r, Message* m) {
       break;
     case MsgType::kStoreReply:
     case MsgType::kRecord: m->bytes = r.rest(); break;
-    case MsgType::kError: {
+    case MsgType::kError:
       ATOLL_TRY(r.need(1, "error code"));
       m->error = static_cast<ErrorCode>(r.get<uint8_t>());
       ATOLL_TRY(read_str<uint16_t>(r, "error text", kMaxErrorTextBytes, &m->text));
       break;
-    }
   }
   if (r.left() != 0) return corrupt("trailing bytes: " + std::to_string(r.left()) + " after the body");
   if (std::string e = check_body(*m); !e.empty()) return corrupt(e);
@@ -280,15 +271,12 @@ Status encode(const Message& m, std::vector<uint8_t>* out) {
   if (std::string e = check_body(m); !e.empty()) {
     return invalid_argument(std::string("encode ") + msg_type_name(m.header.type) + ": " + e);
   }
-  if (m.endpoint.size() > kMaxEndpointBytes || m.text.size() > kMaxErrorTextBytes) {
-    return invalid_argument("encode: endpoint or error text too long");
-  }
   std::vector<uint8_t> body;
   const Header& h = m.header;
   switch (h.type) {
     case MsgType::kJoin:
-      put_str16(body, m.endpoint);
-      put_str8(body, m.public_key);
+      put_str<uint16_t>(body, m.endpoint);
+      put_str<uint8_t>(body, m.public_key);
       break;
     case MsgType::kJoinAck:
     case MsgType::kMembership: put_membership(body, m.membership); break;
@@ -305,16 +293,16 @@ Status encode(const Message& m, std::vector<uint8_t>* out) {
       put<uint32_t>(body, m.wait_ms);
       break;
     case MsgType::kPullReply: put<uint64_t>(body, m.tag); break;
-    case MsgType::kStoreSet: put_str16(body, m.key); break;
+    case MsgType::kStoreSet: put_str<uint16_t>(body, m.key); break;
     case MsgType::kStoreGet:
-      put_str16(body, m.key);
+      put_str<uint16_t>(body, m.key);
       put<uint32_t>(body, m.wait_ms);
       break;
     case MsgType::kStoreReply:
     case MsgType::kRecord: break;
     case MsgType::kError:
       put<uint8_t>(body, static_cast<uint8_t>(m.error));
-      put_str16(body, m.text);
+      put_str<uint16_t>(body, m.text);
       break;
   }
   // Types whose body ends with raw bytes: PUSH, PULL_REPLY, STORE_SET, STORE_REPLY, RECORD.

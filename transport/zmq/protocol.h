@@ -77,7 +77,6 @@ enum class ErrorCode : uint8_t {
   kInternal = 8,       // the server role threw; see the coordinator's log
 };
 constexpr uint8_t kMaxErrorCode = 8;
-const char* error_code_name(ErrorCode code);
 // The Status a client reports for an ERROR reply.
 StatusCode error_status_code(ErrorCode code);
 

@@ -2,11 +2,9 @@
 
 #include <ATen/ATen.h>
 
-#include <algorithm>
-
 #include "src/base/log.h"
+#include "transport/collectives/attempt.h"
 #include "transport/star.h"
-#include "transport/zmq/data_wire.h"
 
 namespace atl::transport {
 
@@ -15,10 +13,10 @@ namespace {
 Deadline after(Clock::duration d) { return Clock::now() + d; }
 
 // The RESULT_INFO body at the start of a star reply, and the bytes after it (the mean's frame).
-Status parse_reply(const std::vector<uint8_t>& body, dataplane::ResultInfoBody* info, size_t* info_bytes) {
-  *info_bytes = dataplane::result_info_size(body.data(), body.size());
+Status parse_reply(const std::vector<uint8_t>& body, collectives::ResultInfo* info, size_t* info_bytes) {
+  *info_bytes = collectives::result_info_size(body.data(), body.size());
   if (*info_bytes == 0 || *info_bytes > body.size()) return corrupt("star all-reduce: truncated result");
-  return dataplane::parse_result_info(body.data(), *info_bytes, info);
+  return collectives::parse_result_info(body.data(), *info_bytes, info);
 }
 
 }  // namespace
@@ -83,7 +81,18 @@ CollectiveResult StarClient::execute(Op& op) {
   const int64_t n = op.buffer.numel();
   const std::string what = "star all-reduce #" + std::to_string(op.seq);
   auto failed = [](Status st) { return CollectiveResult{std::move(st), {}, 0}; };
-  auto unavailable = [&] { return failed(Status(StatusCode::kUnavailable, what + ": the ZmqGroup was destroyed")); };
+  // PULLs `kind` until it is answered, waiting `wait` at a time (times `growth` after each
+  // expiry); counts the reply's bytes.
+  auto fetch = [&](star::TagKind kind, Clock::duration wait, int growth) -> StatusOr<std::vector<uint8_t>> {
+    StatusOr<std::vector<uint8_t>> reply = Status(StatusCode::kTimeout, "");
+    while (!reply.is_ok() && reply.status().code() == StatusCode::kTimeout) {
+      if (stopping()) return Status(StatusCode::kUnavailable, "the ZmqGroup was destroyed");
+      reply = control_.pull(star::tag(op.seq, kind), after(wait));
+      wait *= growth;
+    }
+    if (reply.is_ok()) received_ += reply->size();
+    return reply;
+  };
 
   // 1. The contribution, encoded once.
   std::vector<uint8_t> frame;
@@ -99,17 +108,12 @@ CollectiveResult StarClient::execute(Op& op) {
   }
 
   // 2. Completion.
-  StatusOr<std::vector<uint8_t>> reply = Status(StatusCode::kTimeout, "");
-  while (!reply.is_ok() && reply.status().code() == StatusCode::kTimeout) {
-    if (stopping()) return unavailable();
-    reply = control_.pull(star::tag(op.seq, star::TagKind::kInfo), after(kWaitSlice));
-  }
+  StatusOr<std::vector<uint8_t>> reply = fetch(star::TagKind::kInfo, kWaitSlice, 1);
   if (!reply.is_ok()) return failed(Status(reply.status().code(), what + ": " + reply.status().message()));
-  received_ += reply->size();
-  dataplane::ResultInfoBody info;
+  collectives::ResultInfo info;
   size_t info_bytes = 0;
   if (Status st = parse_reply(*reply, &info, &info_bytes); !st.is_ok()) return failed(st);
-  const bool member = std::find(info.contributors.begin(), info.contributors.end(), self) != info.contributors.end();
+  const bool member = contains(info.contributors, self);
   if (info.status != StatusCode::kOk && info.status != StatusCode::kPeerLost &&
       info.status != StatusCode::kMembershipChanged) {
     return failed(Status(info.status, what + " failed at the coordinator (its log says why)"));
@@ -132,16 +136,10 @@ CollectiveResult StarClient::execute(Op& op) {
 
   // 3. The mean.
   const double bytes = static_cast<double>(op.codec.max_encoded_size(n) + info_bytes);
-  auto timeout = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
+  const auto timeout = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
       options_.timeout_slack * (options_.latency_s + bytes * 8 / (options_.bandwidth_mbps * 1e6)) + 1.0));
-  reply = Status(StatusCode::kTimeout, "");
-  while (!reply.is_ok() && reply.status().code() == StatusCode::kTimeout) {
-    if (stopping()) return unavailable();
-    reply = control_.pull(star::tag(op.seq, star::TagKind::kData), after(timeout));
-    timeout *= 2;
-  }
+  reply = fetch(star::TagKind::kData, timeout, 2);
   if (!reply.is_ok()) return failed(Status(reply.status().code(), what + ": " + reply.status().message()));
-  received_ += reply->size();
   if (Status st = parse_reply(*reply, &info, &info_bytes); !st.is_ok()) return failed(st);
   Status decoded = op.codec.decode(reply->data() + info_bytes, reply->size() - info_bytes, op.buffer);
   if (!decoded.is_ok()) return failed(Status(StatusCode::kCorrupt, what + ": the mean did not decode: " + decoded.message()));

@@ -6,16 +6,11 @@
 
 #include "compression/frame.h"
 #include "src/base/log.h"
+#include "transport/collectives/attempt.h"
+#include "transport/group.h"
 #include "transport/star.h"
-#include "transport/zmq/data_wire.h"
 
 namespace atl::transport {
-
-namespace {
-
-bool contains(const std::vector<int>& v, int x) { return std::binary_search(v.begin(), v.end(), x); }
-
-}  // namespace
 
 bool StarReducer::expected(int id, uint64_t seq) const {
   auto it = first_seq_.find(id);
@@ -112,7 +107,7 @@ void StarReducer::try_complete(uint64_t seq, Collective& c) {
 }
 
 void StarReducer::complete(uint64_t seq, Collective& c) {
-  dataplane::ResultInfoBody info;
+  collectives::ResultInfo info;
   std::vector<at::Tensor> values;
   std::vector<double> weights;
   for (auto& [id, part] : c.contributions) {
@@ -128,7 +123,7 @@ void StarReducer::complete(uint64_t seq, Collective& c) {
       if (!c.contributions.count(m)) info.status = StatusCode::kPeerLost;
     }
   }
-  c.reply = dataplane::encode_result_info(info);
+  c.reply = collectives::encode_result_info(info);
   c.info_bytes = c.reply.size();
   if (c.failure.is_ok() && values.size() > 1) {
     pipeline_.encode(star::mean(values, weights), c.reply, star::mean_seed(seq));
@@ -136,10 +131,6 @@ void StarReducer::complete(uint64_t seq, Collective& c) {
   c.contributors = std::move(info.contributors);
   c.contributions.clear();
   c.done = true;
-  finished(seq);
-}
-
-void StarReducer::finished(uint64_t seq) {
   finished_.insert(seq);
   while (finished_.size() > kFinishedMemory) finished_.erase(finished_.begin());
 }
@@ -171,11 +162,11 @@ void StarReducer::release_fetched() {
 }
 
 std::span<const uint8_t> StarReducer::gone(int id, StatusCode status) {
-  dataplane::ResultInfoBody info;
+  collectives::ResultInfo info;
   info.status = status;
   info.weight_sum = 1;
   info.contributors = {id};
-  scratch_reply_ = dataplane::encode_result_info(info);
+  scratch_reply_ = collectives::encode_result_info(info);
   return scratch_reply_;
 }
 

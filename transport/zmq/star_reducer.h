@@ -8,7 +8,7 @@
 //   PUSH star::tag(S, kFirstSeq)   (empty frame) the island takes part from collective S on
 //                                  (it rejoined a running run: ZmqGroupOptions::first_seq);
 //   PULL star::tag(seq, kInfo)     answered once the collective is complete: a RESULT_INFO
-//                                  body (data_wire.h: status, weight_sum, numel, contributors);
+//                                  body (collectives/attempt.h: status, weight_sum, numel, contributors);
 //   PULL star::tag(seq, kData)     then: the same body followed by the mean's frame (no frame
 //                                  when there is one contributor: it keeps its own buffer).
 //
@@ -93,7 +93,6 @@ class StarReducer {
   void fail(Collective& c, int id, double weight, Status why);
   void try_complete(uint64_t seq, Collective& c);
   void complete(uint64_t seq, Collective& c);
-  void finished(uint64_t seq);
   void release_fetched();
   std::span<const uint8_t> gone(int id, StatusCode status);
 

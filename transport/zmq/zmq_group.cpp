@@ -2,23 +2,12 @@
 
 #include <ATen/ATen.h>
 
-#include <cmath>
-
 #include "transport/completion.h"
 #include "transport/zmq/allreduce_op.h"
 #include "transport/zmq/group_io.h"
 #include "transport/zmq/star_client.h"
 
 namespace atl::transport {
-
-namespace {
-
-void check_buffer(const at::Tensor& t) {
-  TORCH_CHECK(t.defined() && t.is_contiguous() && t.scalar_type() == at::kFloat && t.device().is_cpu(),
-              "collectives take contiguous float32 CPU buffers");
-}
-
-}  // namespace
 
 ZmqGroup::ZmqGroup(ControlPlane& control, ZmqGroupOptions options)
     : control_(control), options_(std::move(options)), server_(control_),
@@ -52,7 +41,10 @@ std::unique_ptr<Group> ZmqGroup::subgroup(uint32_t key, std::vector<int> ids) {
   return std::unique_ptr<Group>(new ZmqGroup(*this, key, std::move(ids)));
 }
 
-std::unique_ptr<Handle> ZmqGroup::submit(std::unique_ptr<dataplane::Op> op, std::shared_ptr<Completion> done) {
+template <typename... Args>
+std::unique_ptr<Handle> ZmqGroup::submit(Args&&... args) {
+  auto done = std::make_shared<Completion>();
+  auto op = std::make_unique<dataplane::AllreduceOp>(next_seq_++, std::forward<Args>(args)..., options_.chunk_bytes, done);
   op->set_group(key_, ids_);
   io_->submit(std::move(op));
   return std::make_unique<CompletionHandle>(std::move(done));
@@ -60,29 +52,17 @@ std::unique_ptr<Handle> ZmqGroup::submit(std::unique_ptr<dataplane::Op> op, std:
 
 std::unique_ptr<Handle> ZmqGroup::allreduce_mean(at::Tensor buffer, const compression::Pipeline& codec,
                                                  double weight, at::Tensor transmitted) {
-  TORCH_CHECK(weight > 0 && std::isfinite(weight), "allreduce_mean weight must be finite and > 0");
-  check_buffer(buffer);
-  if (transmitted.defined()) {
-    TORCH_CHECK(transmitted.numel() == buffer.numel() && transmitted.is_contiguous() &&
-                    transmitted.scalar_type() == at::kFloat,
-                "allreduce_mean: `transmitted` must match the buffer");
-  }
+  check_allreduce(buffer, weight, transmitted);
   if (star_) return star_->allreduce_mean(next_seq_++, std::move(buffer), codec, weight, std::move(transmitted));
-  auto done = std::make_shared<Completion>();
   // The result is computed into a buffer of the op's own (kept for the hand-over); the
   // caller's buffer stays the input until the op completes.
-  at::Tensor result = io_->pool().tensor(buffer.numel());
-  return submit(std::make_unique<dataplane::AllreduceOp>(next_seq_++, std::move(buffer), std::move(result), codec,
-                                                         weight, std::move(transmitted), options_.chunk_bytes, done),
-                done);
+  at::Tensor result = io_->tensors().take(buffer.numel());
+  return submit(std::move(buffer), std::move(result), codec, weight, std::move(transmitted));
 }
 
 std::unique_ptr<Handle> ZmqGroup::broadcast(int root, at::Tensor buffer, const compression::Pipeline& codec) {
   check_buffer(buffer);
-  auto done = std::make_shared<Completion>();
-  return submit(
-      std::make_unique<dataplane::AllreduceOp>(next_seq_++, root, std::move(buffer), codec, options_.chunk_bytes, done),
-      done);
+  return submit(root, std::move(buffer), codec);
 }
 
 std::unique_ptr<Handle> ZmqGroup::push(uint64_t tag, at::Tensor buffer, const compression::Pipeline& codec,
@@ -96,15 +76,10 @@ std::unique_ptr<Handle> ZmqGroup::pull(uint64_t tag, at::Tensor out, const compr
 
 ByteCounters ZmqGroup::bytes() const {
   ByteCounters c = io_->counters();
-  const ByteCounters server = server_.bytes();
-  c.sent += server.sent;
-  c.received += server.received;
-  c.raw_sent += server.raw_sent;
-  if (star_) {
-    const ByteCounters star = star_->bytes();
-    c.sent += star.sent;
-    c.received += star.received;
-    c.raw_sent += star.raw_sent;
+  for (const ByteCounters& b : {server_.bytes(), star_ ? star_->bytes() : ByteCounters{}}) {
+    c.sent += b.sent;
+    c.received += b.received;
+    c.raw_sent += b.raw_sent;
   }
   return c;
 }
@@ -115,9 +90,7 @@ uint64_t ZmqGroup::dropped() const { return io_->dropped(); }
 
 std::unique_ptr<Handle> ZmqGroup::allgather(std::vector<uint8_t> bytes, std::vector<std::vector<uint8_t>>* out) {
   TORCH_CHECK(out != nullptr, "allgather: no output");
-  auto done = std::make_shared<Completion>();
-  return submit(
-      std::make_unique<dataplane::AllreduceOp>(next_seq_++, std::move(bytes), out, options_.chunk_bytes, done), done);
+  return submit(std::move(bytes), out);
 }
 
 }  // namespace atl::transport

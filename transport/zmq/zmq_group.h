@@ -25,11 +25,11 @@
 // Thread model. The ZmqGroup belongs to one island thread (like every Group). It owns one
 // background I/O thread that owns every socket and runs every collective's state machine:
 // encoding, decoding and the fp32 arithmetic happen there. Collective calls return at once
-// (the I/O thread saves the input a restart needs as it overwrites the buffer); Handle::wait
-// blocks on a condition variable. push/pull run on the calling thread (they block until the
-// control plane answers). The destructor stops the I/O
-// thread after delivering what is queued (up to linger_ms) and joins it; collectives still
-// running then complete with kUnavailable.
+// (an all-reduce computes into a tensor of its own: the buffer stays the input a restart
+// needs until it completes); Handle::wait blocks on a condition variable. push/pull run on
+// the calling thread (they block until the control plane answers). The destructor stops the
+// I/O thread after delivering what is queued (up to linger_ms) and joins it; collectives
+// still running then complete with kUnavailable.
 //
 // Security: with options.curve every data connection is CurveZMQ (encrypted; a sender
 // authenticates the receiver by its membership key, and a receiver admits only members'
@@ -52,9 +52,7 @@ namespace atl::transport {
 
 namespace dataplane {
 class GroupIo;
-class Op;
 }  // namespace dataplane
-class Completion;
 class StarClient;
 
 struct ZmqGroupOptions {
@@ -124,7 +122,9 @@ class ZmqGroup final : public Group {
  private:
   // Sub-group `key` of `parent`'s islands `ids`.
   ZmqGroup(const ZmqGroup& parent, uint32_t key, std::vector<int> ids);
-  std::unique_ptr<Handle> submit(std::unique_ptr<dataplane::Op> op, std::shared_ptr<Completion> done);
+  // Issues the next collective: an AllreduceOp(next seq, args..., chunk_bytes, completion).
+  template <typename... Args>
+  std::unique_ptr<Handle> submit(Args&&... args);
 
   ControlPlane& control_;
   ZmqGroupOptions options_;

@@ -17,33 +17,12 @@ zmq::message_t to_message(std::shared_ptr<const std::vector<uint8_t>> bytes) {
       keep);
 }
 
-namespace {
-// Reads and discards the remaining frames of a multi-part message.
-void discard_rest(zmq::socket_t& socket, zmq::message_t& last) {
-  while (last.more()) {
-    if (!socket.recv(last, zmq::recv_flags::dontwait)) return;  // cannot happen: parts arrive together
-  }
-}
-}  // namespace
-
 std::optional<InboundMessage> receive_routed(zmq::socket_t& router) {
   zmq::message_t id;
   if (!router.recv(id, zmq::recv_flags::dontwait)) return std::nullopt;
-  InboundMessage in;
-  in.routing_id = id.to_string();
-  if (!id.more()) {
-    in.error = "message without a payload frame";
-    return in;
-  }
-  if (!router.recv(in.payload, zmq::recv_flags::dontwait)) {
-    in.error = "message without a payload frame";
-    return in;
-  }
-  if (in.payload.more()) {
-    discard_rest(router, in.payload);
-    in.payload.rebuild();
-    in.error = "multi-frame message (the control protocol uses one frame per message)";
-  }
+  std::optional<InboundMessage> in = id.more() ? receive_single(router) : std::nullopt;
+  if (!in) in.emplace().error = "message without a payload frame";
+  in->routing_id = id.to_string();
   return in;
 }
 
@@ -60,7 +39,8 @@ std::optional<InboundMessage> receive_single(zmq::socket_t& socket) {
   InboundMessage in;
   if (!socket.recv(in.payload, zmq::recv_flags::dontwait)) return std::nullopt;
   if (in.payload.more()) {
-    discard_rest(socket, in.payload);
+    // The rest is read and discarded (the parts of a message arrive together).
+    while (in.payload.more() && socket.recv(in.payload, zmq::recv_flags::dontwait)) {}
     in.payload.rebuild();
     in.error = "multi-frame message (the control protocol uses one frame per message)";
   }

@@ -5,8 +5,10 @@
 // three answers of a rendezvous (HELLO, ABSENT, RESULT_INFO) match the one receive posted
 // for a member's answer (collectives::receive_tag); the payload says which it was. Raw fp32
 // payloads carry kFlagRaw. A frame larger than chunk_bytes travels as byte ranges of one
-// frame (kFlagSplit; the schedules only send such frames as single-piece messages) and is
-// reassembled before the schedule sees it. A payload is copied once into a recycled buffer,
+// frame (kFlagSplit; header: offset = first byte, total = frame bytes; the schedules only send
+// such frames as single-piece messages; lossy codecs encode the whole range once, as the
+// in-process reference does, or block scales and top-k would differ) and is reassembled
+// before the schedule sees it. A payload is copied once into a recycled buffer,
 // with the checksum computed in the same pass (the link may retransmit after the schedule
 // has moved on and the caller's buffer has changed), unless it is a raw piece of at least
 // kMinKeptBytes from memory that stays unchanged while referenced: the all-reduce's result
@@ -21,6 +23,8 @@
 
 #include <algorithm>
 #include <cstring>
+
+#include "src/base/hash.h"
 
 namespace atl::transport::dataplane {
 
@@ -52,10 +56,7 @@ void ZmqWire::send(int to, const collectives::MsgKey& key, const uint8_t* data, 
   h.chunk = key.chunk;
   const bool answer = collectives::receive_tag(key.tag) == collectives::Tag::kHello;  // never split (< 17 kB)
   if (!raw && !answer && static_cast<int64_t>(size) > chunk_bytes_ && key.pieces == 1) {
-    auto frame = ctx_->payload_buffer(size);
-    std::memcpy(frame->data(), data, size);
-    send_split(*ctx_, {to}, h, std::move(frame), chunk_bytes_, raw_bytes);
-    return;
+    return send_split(to, h, data, size, raw_bytes);
   }
   h.flags = raw ? kFlagRaw : 0;
   h.piece = key.piece;
@@ -63,16 +64,30 @@ void ZmqWire::send(int to, const collectives::MsgKey& key, const uint8_t* data, 
   h.total = size;
   if (raw && size >= kMinKeptBytes) {
     if (std::shared_ptr<const void> owner = owner_of(data, size)) {  // zero copy
-      Outbound o{h, nullptr, 0, size, raw_bytes, true, checksum_payload(data, size)};
-      o.borrowed = data;
-      o.owner = std::move(owner);
-      ctx_->send(to, std::move(o));
-      return;
+      return ctx_->send(to, Outbound{h, nullptr, 0, size, raw_bytes, true, checksum_payload(data, size), data,
+                                     std::move(owner)});
     }
   }
   auto payload = ctx_->payload_buffer(size);
-  const uint64_t hash = copy_and_checksum(payload->data(), data, size);
+  // checksum_payload(payload) while copying: each block is hashed while it is still in cache.
+  const uint64_t hash = copy_and_xxh3_64(payload->data(), data, size);
   ctx_->send(to, Outbound{h, std::move(payload), 0, size, raw_bytes, true, hash});
+}
+
+void ZmqWire::send_split(int to, Header h, const uint8_t* data, size_t size, uint64_t raw_bytes) {
+  auto frame = ctx_->payload_buffer(size);
+  std::memcpy(frame->data(), data, size);
+  const size_t step = static_cast<size_t>(std::max<int64_t>(1, chunk_bytes_));
+  h.flags = kFlagSplit;
+  h.pieces = static_cast<uint32_t>(std::max<size_t>(1, (size + step - 1) / step));
+  h.total = size;
+  for (uint32_t k = 0; k < h.pieces; ++k) {
+    h.piece = k;
+    h.offset = k * step;
+    const size_t len = std::min(step, size - static_cast<size_t>(h.offset));
+    // raw_sent: the frame's fp32 size, attributed to its first piece.
+    ctx_->send(to, Outbound{h, frame, static_cast<size_t>(h.offset), len, k == 0 ? raw_bytes : 0});
+  }
 }
 
 ZmqWire::Key ZmqWire::key_of(int from, const collectives::MsgKey& k) {
@@ -83,10 +98,8 @@ collectives::RecvId ZmqWire::post_recv(int from, const collectives::MsgKey& key,
                                        bool raw) {
   const Key k = key_of(from, key);
   Slot& s = slots_[k];
-  s.posted = true;
   s.raw = raw;
   s.capacity = capacity;
-  s.from = from;
   posted_.push_back(k);
   // Messages that came before the receive was posted.
   auto it = early_.find(k);
@@ -102,9 +115,10 @@ collectives::RecvId ZmqWire::post_recv(int from, const collectives::MsgKey& key,
 }
 
 bool ZmqWire::ready(collectives::RecvId id) {
-  const Slot& s = slots_.at(posted_.at(static_cast<size_t>(id)));
-  if (!s.complete) waiting_on_ = s.from;
-  return s.complete;
+  const Key& k = posted_.at(static_cast<size_t>(id));
+  const bool complete = slots_.at(k).complete;
+  if (!complete) waiting_on_ = std::get<0>(k);  // the sender
+  return complete;
 }
 
 collectives::Payload ZmqWire::take(collectives::RecvId id) {
@@ -113,7 +127,7 @@ collectives::Payload ZmqWire::take(collectives::RecvId id) {
   waiting_on_ = -1;
   Slot& s = slots_.at(posted_.at(static_cast<size_t>(id)));
   if (s.split_frame) {  // never an answer: the key's tag is the message's
-    return {s.split.frame().data(), s.split.frame().size(), static_cast<collectives::Tag>(std::get<1>(posted_[id]))};
+    return {s.frame.data(), s.frame.size(), static_cast<collectives::Tag>(std::get<1>(posted_[id]))};
   }
   return {s.message.data(), s.message.size(), static_cast<collectives::Tag>(s.message.header.type)};
 }
@@ -135,26 +149,24 @@ bool ZmqWire::keep(collectives::RecvId id, int64_t begin, int64_t) {
 
 void ZmqWire::release(Slot& s) {
   s.message = Inbound{};
-  s.split.release();
+  Bytes().swap(s.frame);
+}
+
+void ZmqWire::drop(const Header& h, const std::string& why) {
+  ctx_->drops().drop("invalid " + std::string(msg_type_name(h.type)) + " piece",
+                     why + " (collective #" + std::to_string(seq_) + " from island " + std::to_string(h.sender) + ")");
 }
 
 void ZmqWire::deliver(Inbound& m) {
   const Header& h = m.header;
-  auto drop = [&](const std::string& why) {
-    ctx_->drops().drop("invalid " + std::string(msg_type_name(h.type)) + " piece",
-                       why + " (collective #" + std::to_string(seq_) + " from island " + std::to_string(h.sender) + ")");
-  };
-  if (std::find(members_.begin(), members_.end(), h.sender) == members_.end() || h.sender == ctx_->self()) {
-    return drop("not from a participant");
-  }
+  if (!contains(members_, h.sender) || h.sender == ctx_->self()) return drop(h, "not from a participant");
   const bool split = (h.flags & kFlagSplit) != 0;
-  const Key k{h.sender, static_cast<uint8_t>(collectives::receive_tag(static_cast<collectives::Tag>(h.type))), h.step,
-              h.chunk, split ? 0u : h.piece};
+  const Key k = key_of(h.sender, {static_cast<collectives::Tag>(h.type), h.step, h.chunk, split ? 0u : h.piece});
   auto it = slots_.find(k);
-  if (it == slots_.end() || !it->second.posted) {
+  if (it == slots_.end()) {
     // Not posted yet: kept for the receive that will be, within a bound (a peer cannot fill
     // this island's memory with messages nobody asks for).
-    if (early_bytes_ + m.size() > kMaxEarlyBytes) return drop("too many unexpected messages");
+    if (early_bytes_ + m.size() > kMaxEarlyBytes) return drop(h, "too many unexpected messages");
     early_bytes_ += m.size();
     early_[k].push_back(std::move(m));
     return;
@@ -164,27 +176,33 @@ void ZmqWire::deliver(Inbound& m) {
 
 void ZmqWire::accept(Slot& s, Inbound& m) {
   const Header& h = m.header;
-  auto drop = [&](const std::string& why) {
-    ctx_->drops().drop("invalid " + std::string(msg_type_name(h.type)) + " piece",
-                       why + " (collective #" + std::to_string(seq_) + " from island " + std::to_string(h.sender) + ")");
-  };
-  if (s.complete) return drop("duplicate");
+  if (s.complete) return drop(h, "duplicate");
   if (((h.flags & kFlagRaw) != 0) != s.raw) {
-    return drop(s.raw ? "a frame where raw fp32 was expected" : "raw fp32 where a frame was expected");
+    return drop(h, s.raw ? "a frame where raw fp32 was expected" : "raw fp32 where a frame was expected");
   }
   bytes_in_ += kHeaderBytes + m.size();
   if ((h.flags & kFlagSplit) == 0) {
-    if (m.size() > s.capacity) return drop("larger than the receive");
+    if (s.split_frame) return drop(h, "a whole frame where the rest of a split frame was expected");
+    if (m.size() > s.capacity) return drop(h, "larger than the receive");
     s.message = std::move(m);
     s.complete = true;
     return;
   }
-  if (!s.split_frame) {
-    s.split_frame = true;
-    s.split.reset(s.capacity);
+  // A piece of a split frame (at most `capacity` bytes): checked (total, count, index
+  // unseen), then copied into place.
+  s.split_frame = true;
+  if (h.total == 0 || h.total > s.capacity) return drop(h, "split frame larger than the codec allows");
+  if (s.pieces == 0) {
+    if (h.pieces == 0 || h.pieces > h.total) return drop(h, "piece count out of range");
+    s.pieces = h.pieces;
+    s.seen.assign(s.pieces, false);
+    s.frame.assign(h.total, 0);
   }
-  if (Status st = s.split.accept(h, m.data()); !st.is_ok()) return drop(st.message());
-  s.complete = s.split.complete();
+  if (h.pieces != s.pieces || h.total != s.frame.size()) return drop(h, "split frame geometry disagrees");
+  if (s.seen[h.piece]) return drop(h, "duplicate piece");
+  s.seen[h.piece] = true;
+  if (h.payload_len) std::memcpy(s.frame.data() + h.offset, m.data(), h.payload_len);
+  s.complete = ++s.received == s.pieces;
 }
 
 }  // namespace atl::transport::dataplane

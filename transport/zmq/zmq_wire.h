@@ -8,12 +8,12 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <string>
 #include <tuple>
 #include <vector>
 
 #include "transport/collectives/wire.h"
 #include "transport/zmq/op.h"
-#include "transport/zmq/transfer.h"
 
 namespace atl::transport::dataplane {
 
@@ -55,18 +55,24 @@ class ZmqWire final : public collectives::Wire {
   // What keeps `size` bytes at `data` alive unchanged, when they are the result tensor's or
   // a kept piece's (null: anything else, which is copied).
   std::shared_ptr<const void> owner_of(const uint8_t* data, size_t size) const;
-  struct Slot {
-    bool posted = false, raw = false, complete = false, split_frame = false;
-    int from = -1;
+  struct Slot {  // a posted receive
+    bool raw = false, complete = false, split_frame = false;
     size_t capacity = 0;
     Inbound message;  // a whole message
-    SplitIn split;    // or one frame in byte ranges
+    // or one frame in byte ranges (kFlagSplit), reassembled here
+    uint32_t pieces = 0, received = 0;
+    std::vector<bool> seen;
+    Bytes frame;
   };
   static constexpr size_t kMaxEarlyBytes = size_t{1} << 30;
   static constexpr size_t kMinKeptBytes = 4096;  // smaller pieces are copied
   static Key key_of(int from, const collectives::MsgKey& k);
+  // One frame, in byte ranges of at most chunk_bytes, to `to`. `raw_bytes`: the fp32 size
+  // the frame stands for.
+  void send_split(int to, Header h, const uint8_t* data, size_t size, uint64_t raw_bytes);
   void accept(Slot& s, Inbound& m);
   void release(Slot& s);
+  void drop(const Header& h, const std::string& why);
 
   OpContext* ctx_ = nullptr;
   const uint32_t group_;

@@ -1,5 +1,6 @@
-// A ControlPlane for a fixed peer list and no coordinator: trusted static clusters, and
-// data-plane tests that run several islands as threads of one process.
+// Test support: a ControlPlane for a fixed peer list and no coordinator, for the data-plane
+// tests and allreduce_bench, which run several islands as threads of one process. (Real runs
+// always have a coordinator: transport/zmq/control_client.h.)
 //
 // Membership is the peer list at epoch 0 and never changes (suspect() is only logged). The
 // server role, the rendezvous store and the metrics sink are in-process objects shared by

@@ -1,4 +1,4 @@
-#include "transport/static_control_plane.h"
+#include "tests/transport/static_control_plane.h"
 
 #include <ATen/ATen.h>
 
@@ -45,11 +45,7 @@ Membership StaticControlPlane::membership() const { return shared_->membership; 
 Membership StaticControlPlane::wait_for_change(uint64_t epoch, Deadline deadline) {
   if (epoch != shared_->membership.epoch) return shared_->membership;
   std::unique_lock<std::mutex> lock(shared_->mu);
-  if (deadline) {
-    shared_->cv.wait_until(lock, *deadline, [] { return false; });
-  } else {
-    shared_->cv.wait(lock, [] { return false; });
-  }
+  wait_until(shared_->cv, lock, deadline, [] { return false; });
   return shared_->membership;
 }
 
@@ -77,22 +73,14 @@ StatusOr<std::vector<uint8_t>> StaticControlPlane::pull(uint64_t tag, Deadline d
   const StaticClusterOptions& o = shared_->options;
   if (o.server == nullptr) return Status(StatusCode::kUnavailable, "pull: this static cluster has no server role");
   std::unique_lock<std::mutex> lock(shared_->mu);
-  auto answer = [&]() -> std::optional<std::vector<uint8_t>> {
-    std::optional<at::Tensor> t = o.server->on_pull(self_, tag);
-    if (!t) return std::nullopt;
-    std::vector<uint8_t> frame;
-    o.pipeline.encode(t->to(at::kFloat).contiguous().view({-1}), frame);
-    return frame;
-  };
-  for (;;) {  // re-asked after every push (the cv), until the deadline
-    if (std::optional<std::vector<uint8_t>> frame = answer()) return std::move(*frame);
-    if (!deadline) {
-      shared_->cv.wait(lock);
-    } else if (shared_->cv.wait_until(lock, *deadline) == std::cv_status::timeout) {
-      if (std::optional<std::vector<uint8_t>> frame = answer()) return std::move(*frame);
-      return Status(StatusCode::kTimeout, "pull: no server answer for tag " + std::to_string(tag));
-    }
+  std::optional<at::Tensor> answer;  // re-asked after every push (the cv), until the deadline
+  auto answered = [&] { return (answer = o.server->on_pull(self_, tag)).has_value(); };
+  if (!wait_until(shared_->cv, lock, deadline, answered)) {
+    return Status(StatusCode::kTimeout, "pull: no server answer for tag " + std::to_string(tag));
   }
+  std::vector<uint8_t> frame;
+  o.pipeline.encode(answer->to(at::kFloat).contiguous().view({-1}), frame);
+  return frame;
 }
 
 Status StaticControlPlane::store_set(const std::string& key, std::vector<uint8_t> value) {
@@ -104,13 +92,8 @@ Status StaticControlPlane::store_set(const std::string& key, std::vector<uint8_t
 
 StatusOr<std::vector<uint8_t>> StaticControlPlane::store_get(const std::string& key, Deadline deadline) {
   std::unique_lock<std::mutex> lock(shared_->mu);
-  auto present = [&] { return shared_->store.count(key) > 0; };
-  if (deadline) {
-    if (!shared_->cv.wait_until(lock, *deadline, present)) {
-      return Status(StatusCode::kTimeout, "store_get: key '" + key + "' not set before the deadline");
-    }
-  } else {
-    shared_->cv.wait(lock, present);
+  if (!wait_until(shared_->cv, lock, deadline, [&] { return shared_->store.count(key) > 0; })) {
+    return Status(StatusCode::kTimeout, "store_get: key '" + key + "' not set before the deadline");
   }
   return shared_->store.at(key);
 }
