@@ -16,10 +16,27 @@ namespace atl::transport {
 class Completion {
  public:
   // Publishes the result and wakes waiters. Later calls are ignored.
-  void finish(CollectiveResult result);
-  bool done() const;
+  void finish(CollectiveResult result) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (done_) return;
+      done_ = true;
+      result_ = std::move(result);
+    }
+    cv_.notify_all();
+  }
+  bool done() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return done_;
+  }
   // The result once finished; kTimeout (the collective keeps running) if `deadline` passes.
-  CollectiveResult wait(Deadline deadline);
+  CollectiveResult wait(Deadline deadline) {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!wait_until(cv_, lock, deadline, [this] { return done_; })) {
+      return {Status(StatusCode::kTimeout, "the collective did not complete before the deadline"), {}, 0};
+    }
+    return result_;
+  }
 
  private:
   mutable std::mutex mu_;

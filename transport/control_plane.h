@@ -23,6 +23,7 @@ struct Peer {
   int id = -1;
   std::string endpoint;     // data-plane endpoint, e.g. "tcp://127.0.0.1:29511"
   std::string public_key;   // Z85 CURVE public key; "" without curve
+  bool operator==(const Peer&) const = default;
 };
 
 struct Membership {

@@ -50,6 +50,10 @@ struct ByteCounters {
   uint64_t sent = 0;
   uint64_t received = 0;
   uint64_t raw_sent = 0;  // fp32 size of what was sent before encoding (for ratios)
+  ByteCounters& operator+=(const ByteCounters& o) {
+    sent += o.sent, received += o.received, raw_sent += o.raw_sent;
+    return *this;
+  }
 };
 
 class Handle {
@@ -173,6 +177,12 @@ inline void check_allreduce(const at::Tensor& buffer, double weight, const at::T
   TORCH_CHECK(!transmitted.defined() || (transmitted.numel() == buffer.numel() && transmitted.is_contiguous() &&
                                          transmitted.scalar_type() == at::kFloat),
               "allreduce_mean: `transmitted` must match the buffer");
+}
+
+// The data planes' timeout for a transfer of `bytes`: slack * (latency + bytes / bandwidth) + 1 s.
+inline Clock::duration transfer_timeout(double slack, double latency_s, double bytes, double bytes_per_s) {
+  return std::chrono::duration_cast<Clock::duration>(
+      std::chrono::duration<double>(slack * (latency_s + bytes / bytes_per_s) + 1.0));
 }
 
 // Waits on `cv` (with `lock` held) until pred() holds or the deadline passes (nullopt:

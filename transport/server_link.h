@@ -2,13 +2,17 @@
 // and Group::pull over ControlPlane::push/pull, for every networked group (ZmqGroup,
 // GlooGroup). Frames are encoded exactly as InprocGroup encodes them (push seed
 // (tag << 16) ^ island id), so a server in the coordinator sees what the simulator's sees.
+// NetGroup: what those groups share (the control plane, push/pull, sequence numbers).
 //
 // Thread-safe: push/pull run on the calling thread and block until the control plane
 // answers; the byte counters are atomic.
 #pragma once
 
 #include <atomic>
+#include <cstdint>
+#include <map>
 #include <memory>
+#include <vector>
 
 #include "transport/control_plane.h"
 #include "transport/group.h"
@@ -33,6 +37,47 @@ class ServerLink {
  private:
   ControlPlane& control_;
   std::atomic<uint64_t> sent_{0}, received_{0}, raw_{0};
+};
+
+// The base of the networked groups (ZmqGroup, GlooGroup): their control plane, push/pull
+// through a ServerLink, and the sequence numbers of the group and of its sub-groups.
+class NetGroup : public Group {
+ public:
+  // ServerLink::push / pull (above).
+  std::unique_ptr<Handle> push(uint64_t tag, at::Tensor buffer, const compression::Pipeline& codec, double weight,
+                               at::Tensor transmitted = {}) override {
+    return server_.push(tag, buffer, codec, weight, std::move(transmitted));
+  }
+  std::unique_ptr<Handle> pull(uint64_t tag, at::Tensor out, const compression::Pipeline& codec) override {
+    return server_.pull(tag, std::move(out), codec);
+  }
+
+  // The sequence number of the next collective issued here (island thread, like the calls),
+  // and that of this group (key 0) and of every sub-group made from it or named in the
+  // options' first_seqs, by key: a joiner handed this island's state, or a run resumed from
+  // a checkpoint, takes part in each from there (the options' first_seq / first_seqs).
+  uint64_t next_seq() const { return next_seq_; }
+  std::map<uint32_t, uint64_t> next_seqs() const { return *seqs_; }
+
+ protected:
+  // The group of every island: its first collective is number `first_seq`, sub-group
+  // `key`'s first_seqs[key] (absent: 0).
+  NetGroup(ControlPlane& control, uint64_t first_seq, const std::map<uint32_t, uint64_t>& first_seqs)
+      : control_(control), server_(control), seqs_(std::make_shared<std::map<uint32_t, uint64_t>>(first_seqs)),
+        next_seq_((*seqs_)[0]) {
+    next_seq_ = first_seq;
+  }
+  // Sub-group `key` of `parent`'s islands `ids`, numbered on from an earlier one with this key.
+  NetGroup(const NetGroup& parent, uint32_t key, std::vector<int> ids)
+      : control_(parent.control_), server_(control_), seqs_(parent.seqs_), next_seq_((*seqs_)[key]), key_(key),
+        ids_(std::move(ids)) {}
+
+  ControlPlane& control_;
+  ServerLink server_;
+  std::shared_ptr<std::map<uint32_t, uint64_t>> seqs_;  // next seqs by key, shared with the sub-groups
+  uint64_t& next_seq_;          // (*seqs_)[key_]
+  const uint32_t key_ = 0;      // 0: the group of every island; else a sub-group's key
+  const std::vector<int> ids_;  // a sub-group's islands (empty: every island)
 };
 
 }  // namespace atl::transport

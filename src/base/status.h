@@ -44,6 +44,10 @@ inline Status invalid_argument(std::string msg) { return {StatusCode::kInvalidAr
 inline Status not_found(std::string msg) { return {StatusCode::kNotFound, std::move(msg)}; }
 inline Status corrupt(std::string msg) { return {StatusCode::kCorrupt, std::move(msg)}; }
 
+// Returns from the enclosing function (Status or StatusOr) with the Status of `expr` unless ok.
+#define ATOLL_TRY(expr) \
+  if (::atl::Status st_ = (expr); !st_.is_ok()) return st_
+
 // A value or the Status that explains why there is none.
 template <typename T>
 class [[nodiscard]] StatusOr {

@@ -17,9 +17,6 @@ static_assert(std::endian::native == std::endian::little, "the hand-over is writ
 
 using transport::Clock;
 
-#define ATOLL_TRY(expr) \
-  if (Status st_ = (expr); !st_.is_ok()) return st_
-
 namespace {
 
 constexpr char kBlobMagic[4] = {'A', 'T', 'H', 'B'};

@@ -365,8 +365,7 @@ StatusOr<IslandEnd> run_island_once(const config::Config& config, int island, co
     c.runtime = runtime_ptr->saved();
     c.bytes = timed.bytes();
     c.torch_rng = at::detail::getDefaultCPUGenerator().get_state();
-    c.group_seqs = t.kind == "gloo" ? static_cast<transport::GlooGroup&>(group).next_seqs()
-                                    : static_cast<transport::ZmqGroup&>(group).next_seqs();
+    c.group_seqs = static_cast<transport::NetGroup&>(group).next_seqs();
     const auto started_at = Clock::now();
     // A file that cannot be written is still marked: a resume finds it missing and falls back.
     if (Status st = ckpt_dir.save(step, encode_island(c)); !st.is_ok())

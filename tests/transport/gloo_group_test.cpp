@@ -167,6 +167,8 @@ TEST(GlooGroup, LateJoinerTakesPartInASubgroupFromItsFirstSeq) {
   GlooGroupOptions late;
   late.first_seqs = {{5, 2}};
   GlooGroup g0(*p0), g1(*p1), g2(*p2, late);
+  // A sub-group named in first_seqs and not made yet is listed (a checkpoint keeps its place).
+  EXPECT_EQ(g2.next_seqs(), (std::map<uint32_t, uint64_t>{{0, 0}, {5, 2}}));
   const std::vector<int> ids = {0, 1, 2};
   std::vector<std::unique_ptr<Group>> subs;
   for (GlooGroup* g : {&g0, &g1, &g2}) subs.push_back(g->subgroup(5, ids));
@@ -192,6 +194,9 @@ TEST(GlooGroup, LateJoinerTakesPartInASubgroupFromItsFirstSeq) {
     EXPECT_EQ(last.contributors, (std::vector<int>{0, 1, 2})) << "island " << i;
     EXPECT_TRUE(at::equal(b[i].back(), at::full({50}, 4.0))) << "island " << i;
   }
+  const std::map<uint32_t, uint64_t> next = {{0, 0}, {5, 3}};
+  EXPECT_EQ(g0.next_seqs(), next);
+  EXPECT_EQ(g2.next_seqs(), next);
 }
 
 // The server role: the sum of what was pushed, by tag.

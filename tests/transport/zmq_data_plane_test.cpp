@@ -9,6 +9,8 @@
 #include <deque>
 #include <functional>
 
+#include "src/base/hash.h"
+#include "transport/collectives/le.h"
 #include "transport/inproc/inproc_group.h"
 #include "transport/zmq/allreduce_op.h"
 #include "transport/zmq/data_wire.h"
@@ -80,6 +82,63 @@ TEST(DataWire, HeaderRoundTripsAndRejectsDamage) {
   EXPECT_EQ(info_back.contributors, (std::vector<int>{0, 2}));
   EXPECT_EQ(info_back.status, StatusCode::kPeerLost);
   EXPECT_FALSE(collectives::parse_result_info(ib.data(), ib.size() - 1, &info_back).is_ok());
+}
+
+// Every field at its documented offset (data_wire.h's layout), little-endian, and the checksum
+// over header[0, 84) seeded with the payload's hash: a round trip alone would not notice two
+// fields swapped the same way in encode and parse.
+TEST(DataWire, HeaderFieldsSitAtTheirDocumentedOffsets) {
+  Header h;
+  h.type = MsgType::kDirect;
+  h.flags = kFlagSplit;
+  h.sender = 0x0f0102;
+  h.step = 0x11121314;
+  h.epoch = 0x2122232425262728;
+  h.seq = 0x3132333435363738;
+  h.link_seq = 0x4142434445464748;
+  h.done_below = 0x5152535455565758;
+  h.chunk = 0x61626364;
+  h.piece = 0x71727374;
+  h.pieces = 0x81828384;
+  h.offset = 0x9192939495969798;
+  h.total = 0xa1a2a3a4a5a6a7a8;
+  h.group = 0xb1b2b3b4;
+  const uint8_t payload[6] = {1, 2, 3, 4, 5, 6};
+  h.payload_len = sizeof payload;
+  uint8_t b[kHeaderBytes];
+  encode_header(h, payload, b);
+  const uint8_t want[kChecksumOffset] = {
+      'A',  'T',  'L',  'D',  5,    4,    1,    0,     // magic, version, type, flags, reserved
+      0x02, 0x01, 0x0f, 0x00, 0x14, 0x13, 0x12, 0x11,  // sender @8, step @12
+      0x28, 0x27, 0x26, 0x25, 0x24, 0x23, 0x22, 0x21,  // epoch @16
+      0x38, 0x37, 0x36, 0x35, 0x34, 0x33, 0x32, 0x31,  // seq @24
+      0x48, 0x47, 0x46, 0x45, 0x44, 0x43, 0x42, 0x41,  // link_seq @32
+      0x58, 0x57, 0x56, 0x55, 0x54, 0x53, 0x52, 0x51,  // done_below @40
+      0x64, 0x63, 0x62, 0x61, 0x74, 0x73, 0x72, 0x71,  // chunk @48, piece @52
+      0x84, 0x83, 0x82, 0x81, 0x06, 0x00, 0x00, 0x00,  // pieces @56, payload_len @60
+      0x98, 0x97, 0x96, 0x95, 0x94, 0x93, 0x92, 0x91,  // offset @64
+      0xa8, 0xa7, 0xa6, 0xa5, 0xa4, 0xa3, 0xa2, 0xa1,  // total @72
+      0xb4, 0xb3, 0xb2, 0xb1,                          // group @80
+  };
+  for (size_t i = 0; i < kChecksumOffset; ++i) EXPECT_EQ(b[i], want[i]) << "byte " << i;
+  EXPECT_EQ(le::get<uint64_t>(b, kChecksumOffset), xxh3_64(b, kChecksumOffset, xxh3_64(payload, sizeof payload)));
+  Header p;
+  ASSERT_TRUE(parse_header(b, kHeaderBytes, payload, sizeof payload, &p).is_ok());
+  EXPECT_EQ(p.type, MsgType::kDirect);
+  EXPECT_EQ(p.flags, kFlagSplit);
+  EXPECT_EQ(p.sender, 0x0f0102);
+  EXPECT_EQ(p.step, 0x11121314u);
+  EXPECT_EQ(p.epoch, 0x2122232425262728u);
+  EXPECT_EQ(p.seq, 0x3132333435363738u);
+  EXPECT_EQ(p.link_seq, 0x4142434445464748u);
+  EXPECT_EQ(p.done_below, 0x5152535455565758u);
+  EXPECT_EQ(p.chunk, 0x61626364u);
+  EXPECT_EQ(p.piece, 0x71727374u);
+  EXPECT_EQ(p.pieces, 0x81828384u);
+  EXPECT_EQ(p.payload_len, sizeof payload);
+  EXPECT_EQ(p.offset, 0x9192939495969798u);
+  EXPECT_EQ(p.total, 0xa1a2a3a4a5a6a7a8u);
+  EXPECT_EQ(p.group, 0xb1b2b3b4u);
 }
 
 // kRaw (version 2): raw fp32 pieces on RING / BROADCAST / RESULT only, a whole number of
@@ -156,12 +215,11 @@ TEST(PeerLinks, AtMostMaxInFlightUnacknowledgedAndGoBackNRetransmission) {
   router.set(zmq::sockopt::linger, 0);
   router.bind("tcp://127.0.0.1:*");
   DropLog drops;
-  LinkOptions o;
+  ZmqGroupOptions o;
   o.max_in_flight = 3;
-  o.latency_s = 0;
+  o.latency_ms = 0;
   o.timeout_slack = 0;  // retransmission after 1 s
-  o.bandwidth = [] { return 1e9; };
-  PeerLinks links(ctx, 0, "tcp://127.0.0.1:*", o, drops);
+  PeerLinks links(ctx, 0, "tcp://127.0.0.1:*", o, [] { return 1e9; }, drops);
   links.set_peers({{1, router.get(zmq::sockopt::last_endpoint), ""}});
   for (int i = 0; i < 10; ++i) links.send(1, ring_message(i));
   zmq::message_t rid;

@@ -303,25 +303,13 @@ Program attempt(Wire& wire, Request& req, Attempt a, CollectiveResult* out) {
     weight_sum += hellos[p].weight;
     uniform = uniform && hellos[p].weight == hellos[parts[0]].weight;
   }
-  AllreduceSetup s;
-  s.buffer = req.buffer;
-  s.out = req.result;
-  if (!uniform) {  // the weighted contribution, reduced in place where the result goes
-    if (req.result.defined()) {
-      at::mul_out(req.result, req.buffer, mine.weight);
-      s.buffer = req.result;
-      s.out = at::Tensor();
-    } else {
-      req.buffer.mul_(mine.weight);
-    }
-  }
-  s.seq = req.seq;
-  s.members = parts;
-  s.pos = pos;
-  s.transmitted = req.transmitted;
-  s.codec = req.codec;
-  s.divisor = uniform ? count : weight_sum;
-  s.piece_elems = static_cast<int64_t>(mine.piece_elems);
+  // Not uniform: the weighted contribution, reduced in place where the result goes.
+  const bool weighted_result = !uniform && req.result.defined();
+  if (weighted_result) at::mul_out(req.result, req.buffer, mine.weight);
+  else if (!uniform) req.buffer.mul_(mine.weight);
+  AllreduceSetup s{req.seq, parts, pos, /*buffer=*/weighted_result ? req.result : req.buffer,
+                   /*out=*/weighted_result ? at::Tensor() : req.result, /*transmitted=*/req.transmitted, req.codec,
+                   /*divisor=*/uniform ? count : weight_sum, static_cast<int64_t>(mine.piece_elems)};
   wire.data_phase(expected_bytes(s));
   // Both schedules fill `transmitted` before their first wait.
   Program inner = allreduce(wire, std::move(s));

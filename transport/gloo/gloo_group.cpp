@@ -63,10 +63,8 @@ struct GlooGroup::Retained {
 };
 
 GlooGroup::GlooGroup(ControlPlane& control, GlooGroupOptions options)
-    : control_(control), options_(std::move(options)), server_(control_),
-      waits_(std::make_unique<gloo_mesh::Waits>()), counters_(std::make_shared<gloo_mesh::Counters>()),
-      seqs_(std::make_shared<std::map<uint32_t, uint64_t>>(std::map<uint32_t, uint64_t>{{0, options_.first_seq}})),
-      next_seq_((*seqs_)[0]) {
+    : NetGroup(control, options.first_seq, options.first_seqs), options_(std::move(options)),
+      waits_(std::make_unique<gloo_mesh::Waits>()), counters_(std::make_shared<gloo_mesh::Counters>()) {
   TORCH_CHECK(options_.chunk_bytes >= 4, "GlooGroupOptions::chunk_bytes must hold one float");
   ignore_sigpipe();
   ::gloo::transport::tcp::attr attr;
@@ -77,15 +75,12 @@ GlooGroup::GlooGroup(ControlPlane& control, GlooGroupOptions options)
 }
 
 GlooGroup::GlooGroup(const GlooGroup& parent, uint32_t key, std::vector<int> ids)
-    : control_(parent.control_), key_(key), ids_(std::move(ids)), options_([&] {
+    : NetGroup(parent, key, std::move(ids)), options_([&] {
         GlooGroupOptions o = parent.options_;
         o.store_prefix.append("k").append(std::to_string(key)).append("/");
         return o;
       }()),
-      server_(control_), device_(parent.device_), waits_(std::make_unique<gloo_mesh::Waits>()),
-      counters_(parent.counters_), seqs_(parent.seqs_),
-      next_seq_(seqs_->try_emplace(key, parent.options_.first_seqs.count(key) ? parent.options_.first_seqs.at(key) : 0)
-                    .first->second) {
+      device_(parent.device_), waits_(std::make_unique<gloo_mesh::Waits>()), counters_(parent.counters_) {
   worker_ = std::thread([this] { work(); });
   watchdog_ = std::thread([this] { watch(); });
 }
@@ -112,8 +107,10 @@ MembershipView GlooGroup::view() const {
   return {m.epoch, collective_members(m, ids_), control_.self()};
 }
 
-// Hands an op to the worker thread; its handle completes when the worker is done with it.
+// Numbers an op and hands it to the worker thread; its handle completes when the worker is
+// done with it.
 std::unique_ptr<Handle> GlooGroup::enqueue(std::unique_ptr<Op> op) {
+  op->req.seq = next_seq_++;
   op->done = std::make_shared<Completion>();
   auto handle = std::make_unique<CompletionHandle>(op->done);
   {
@@ -130,7 +127,6 @@ std::unique_ptr<Handle> GlooGroup::allreduce_mean(at::Tensor buffer, const compr
   auto op = std::make_unique<Op>();
   op->codec = codec;
   collectives::Request& r = op->req;
-  r.seq = next_seq_++;
   r.hello = {collectives::kHelloAllreduce, static_cast<uint64_t>(buffer.numel()), weight,
              collectives::codec_fingerprint(codec), static_cast<uint64_t>(std::max<int64_t>(1, options_.chunk_bytes / 4))};
   r.buffer = std::move(buffer);
@@ -143,7 +139,6 @@ std::unique_ptr<Handle> GlooGroup::broadcast(int root, at::Tensor buffer, const 
   auto op = std::make_unique<Op>();
   op->codec = codec;
   collectives::Request& r = op->req;
-  r.seq = next_seq_++;
   r.hello = {collectives::kHelloBroadcast, static_cast<uint64_t>(buffer.numel()), 1.0,
              collectives::codec_fingerprint(codec), static_cast<uint64_t>(INT64_MAX), root};  // one piece
   r.buffer = std::move(buffer);
@@ -155,26 +150,15 @@ std::unique_ptr<Handle> GlooGroup::allgather(std::vector<uint8_t> bytes, std::ve
   auto op = std::make_unique<Op>();
   op->gather_in = std::move(bytes);
   collectives::Request& r = op->req;
-  r.seq = next_seq_++;
   r.hello = {collectives::kHelloAllgather, op->gather_in.size(), 1.0, 0, 1};
   r.gather_in = &op->gather_in;
   r.gather_out = out;
   return enqueue(std::move(op));
 }
 
-std::unique_ptr<Handle> GlooGroup::push(uint64_t tag, at::Tensor buffer, const compression::Pipeline& codec,
-                                        double weight, at::Tensor transmitted) {
-  return server_.push(tag, buffer, codec, weight, std::move(transmitted));
-}
-
-std::unique_ptr<Handle> GlooGroup::pull(uint64_t tag, at::Tensor out, const compression::Pipeline& codec) {
-  return server_.pull(tag, std::move(out), codec);
-}
-
 ByteCounters GlooGroup::bytes() const {
-  const ByteCounters server = server_.bytes();
-  return {counters_->sent.load() + server.sent, counters_->received.load() + server.received,
-          counters_->raw_sent.load() + server.raw_sent};
+  ByteCounters c{counters_->sent.load(), counters_->received.load(), counters_->raw_sent.load()};
+  return c += server_.bytes();
 }
 
 uint64_t GlooGroup::meshes_built() const {
@@ -244,9 +228,8 @@ void GlooGroup::run(Op& op) {
       gloo_mesh::GlooWire gw(*mesh_, *waits_, *counters_, seq);
       // The data phase's timeout for `bytes` received: slack * (latency + bytes / bandwidth) + 1 s.
       gw.on_data_phase = [this](double bytes) {
-        const double bandwidth = std::max(1.0, options_.bandwidth_mbps * 1e6 / 8);
-        set_suspect_deadline(std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
-            options_.timeout_slack * (options_.latency_ms / 1000 + bytes / bandwidth) + 1.0)));
+        set_suspect_deadline(transfer_timeout(options_.timeout_slack, options_.latency_ms / 1000, bytes,
+                                              std::max(1.0, options_.bandwidth_mbps * 1e6 / 8)));
       };
       CollectiveResult r;
       collectives::Program program = collectives::attempt(gw, op.req, std::move(a), &r);
@@ -306,14 +289,10 @@ Status GlooGroup::ensure_mesh(const Op& op) {
     mesh_broken_ = false;
     donations_served_ = false;
     waits_->reset();
-    gloo_mesh::MeshOptions mo;
-    mo.control = &control_;
-    mo.device = device_;
-    mo.prefix = options_.store_prefix;
-    mo.connect_timeout = std::chrono::milliseconds(options_.connect_timeout_ms);
-    mo.store_wait = std::chrono::milliseconds(options_.store_wait_ms);
-    mo.stop = &stop_;
-    mo.group = key_;
+    const gloo_mesh::MeshOptions mo{.control = &control_, .device = device_, .prefix = options_.store_prefix,
+                                    .connect_timeout = std::chrono::milliseconds(options_.connect_timeout_ms),
+                                    .store_wait = std::chrono::milliseconds(options_.store_wait_ms), .stop = &stop_,
+                                    .group = key_};
     const gloo_mesh::MemberState mine{op.req.seq, retained_ ? retained_->seq : gloo_mesh::kNoSeq};
     try {
       mesh_ = gloo_mesh::Mesh::build(mo, m.epoch, built_generation_, ids, self, mine);

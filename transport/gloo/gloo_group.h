@@ -104,7 +104,7 @@ struct GlooGroupOptions {
   std::map<uint32_t, uint64_t> first_seqs;  // the same for the sub-groups by key (absent: 0)
 };
 
-class GlooGroup final : public Group {
+class GlooGroup final : public NetGroup {
  public:
   // Creates the gloo TCP device and starts the worker and watchdog threads. `control` must
   // outlive the group. Ignores SIGPIPE process-wide (gloo writes to sockets with writev, and
@@ -124,15 +124,8 @@ class GlooGroup final : public Group {
   std::unique_ptr<Handle> allgather(std::vector<uint8_t> bytes, std::vector<std::vector<uint8_t>>* out) override;
   // See "Sub-groups" above.
   std::unique_ptr<Group> subgroup(uint32_t key, std::vector<int> ids) override;
-  // The next sequence number of this group (key 0) and of every sub-group made from it, by
-  // key (island thread): a real run's checkpoint saves them, and the resumed group starts
-  // there (GlooGroupOptions::first_seq / first_seqs).
-  std::map<uint32_t, uint64_t> next_seqs() const { return *seqs_; }
-  // ServerLink (server_link.h), as ZmqGroup.
-  std::unique_ptr<Handle> push(uint64_t tag, at::Tensor buffer, const compression::Pipeline& codec,
-                               double weight, at::Tensor transmitted = {}) override;
-  std::unique_ptr<Handle> pull(uint64_t tag, at::Tensor out,
-                               const compression::Pipeline& codec) override;
+  // push / pull (ServerLink) and next_seqs (a real run's checkpoint saves them, and the
+  // resumed group starts there): NetGroup (server_link.h), as ZmqGroup.
   // Collective messages (payloads plus gloo's 48-byte preambles and ready notifications)
   // and push/pull frames.
   ByteCounters bytes() const override;
@@ -156,16 +149,10 @@ class GlooGroup final : public Group {
   void complete(Op& op, CollectiveResult result);
   void set_suspect_deadline(std::optional<Clock::duration> timeout);
 
-  ControlPlane& control_;
-  const uint32_t key_ = 0;      // 0: the group of every island; else a sub-group's key
-  const std::vector<int> ids_;  // a sub-group's islands (empty: every island)
   const GlooGroupOptions options_;
-  ServerLink server_;
   std::shared_ptr<::gloo::transport::Device> device_;
   std::unique_ptr<gloo_mesh::Waits> waits_;
   std::shared_ptr<gloo_mesh::Counters> counters_;  // shared with the sub-groups
-  std::shared_ptr<std::map<uint32_t, uint64_t>> seqs_;  // next seqs by key, shared with the sub-groups
-  uint64_t& next_seq_;  // (*seqs_)[key_]; island thread
 
   // Worker thread only.
   std::unique_ptr<gloo_mesh::Mesh> mesh_;

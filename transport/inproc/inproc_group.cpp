@@ -72,7 +72,7 @@ class InprocGroup final : public Group {
 
   MembershipView view() const override {
     hub_.scheduler_.yield(id_);  // deaths earlier on the clock have happened
-    return {hub_.epoch_, within(hub_.members_, ids_), id_};
+    return {hub_.st_.epoch, within(hub_.st_.members, ids_), id_};
   }
 
   std::unique_ptr<Handle> allreduce_mean(at::Tensor buffer, const compression::Pipeline& codec,
@@ -124,7 +124,7 @@ class InprocGroup final : public Group {
     hub_.resume(id_, posted, posted, arrival);
     hub_.scheduler_.yield(id_);
     hub_.server_->on_time(arrival);
-    hub_.last_push_arrival_ = std::max(hub_.last_push_arrival_, arrival);
+    hub_.st_.last_push_arrival = std::max(hub_.st_.last_push_arrival, arrival);
     hub_.server_->on_push(id_, tag, received, weight);
     return std::make_unique<DoneHandle>(CollectiveResult{Status::ok(), {id_}, weight});
   }
@@ -152,7 +152,7 @@ class InprocGroup final : public Group {
     // deadline or when a loss was noticed) says when.
     const double changed = server->changed_at();
     const double available = changed >= 0 ? std::max(posted, changed)
-                                          : (ready ? posted : std::max(posted, hub_.last_push_arrival_));
+                                          : (ready ? posted : std::max(posted, hub_.st_.last_push_arrival));
     at::Tensor answer = *server->on_pull(id_, tag);
     hub_.transfer(-1, id_, answer, out, codec);
     double arrival = available;
@@ -161,19 +161,17 @@ class InprocGroup final : public Group {
     return std::make_unique<DoneHandle>(CollectiveResult{Status::ok(), {id_}, 1.0});
   }
 
-  ByteCounters bytes() const override { return hub_.counters_[id_]; }
+  ByteCounters bytes() const override { return hub_.st_.counters[id_]; }
 
   std::unique_ptr<Handle> resume_in_flight() override {
     auto it = hub_.restored_.find(id_);
     if (it == hub_.restored_.end()) return nullptr;
     auto& list = it->second;
-    for (size_t i = 0; i < list.size(); ++i) {
-      if (list[i].first.first != key_) continue;
-      const auto [cid, posted] = list[i];
-      list.erase(list.begin() + static_cast<std::ptrdiff_t>(i));
-      return std::make_unique<InprocHandle>(hub_, id_, cid, posted);
-    }
-    return nullptr;
+    auto found = std::find_if(list.begin(), list.end(), [&](const auto& r) { return r.first.first == key_; });
+    if (found == list.end()) return nullptr;
+    const auto [cid, posted] = *found;
+    list.erase(found);
+    return std::make_unique<InprocHandle>(hub_, id_, cid, posted);
   }
 
  private:
@@ -256,68 +254,37 @@ class InprocWire final : public collectives::Wire {
   std::vector<Key> recvs_;
 };
 
-InprocHub::InprocHub(int islands, Scheduler& scheduler)
-    : scheduler_(scheduler), counters_(static_cast<size_t>(islands)),
-      waits_(static_cast<size_t>(islands)), first_seq_(static_cast<size_t>(islands), 0),
-      next_seq_(static_cast<size_t>(islands), 0) {
-  for (int i = 0; i < islands; ++i) members_.push_back(i);
+InprocHub::InprocHub(int islands, Scheduler& scheduler) : scheduler_(scheduler) {
+  const auto n = static_cast<size_t>(islands);
+  for (int i = 0; i < islands; ++i) st_.members.push_back(i);
+  st_.counters.resize(n);
+  st_.waits.resize(n);
+  st_.first_seq.resize(n);
+  st_.next_seq.resize(n);
 }
 
 bool InprocHub::settled() const {
-  for (const auto& [id, c] : collectives_)
-    if (!c.done) return false;
-  return true;
+  return std::all_of(collectives_.begin(), collectives_.end(), [](const auto& e) { return e.second.done; });
 }
 
 InprocHub::Snapshot InprocHub::snapshot() const {
   TORCH_CHECK(settled(), "InprocHub::snapshot: a collective is in flight and not complete");
-  Snapshot s;
-  s.members = members_;
-  s.epoch = epoch_;
-  s.counters = counters_;
-  s.waits = waits_;
-  s.first_seq = first_seq_;
-  s.next_seq = next_seq_;
-  s.sub_next_seq = sub_next_seq_;
-  s.sub_first_seq = sub_first_seq_;
-  s.joiners = joiners_;
-  s.detected_at = detected_at_;
-  s.last_push_arrival = last_push_arrival_;
   std::ostringstream rng;
   rng << rng_;
-  s.rng = rng.str();
+  Snapshot s{st_, rng.str(), /*settled=*/{}};
   for (const auto& [id, c] : collectives_) {
     if (c.holders.empty()) continue;
-    Settled p;
-    p.key = id.first;
-    p.seq = id.second;
-    p.kind = static_cast<uint8_t>(c.kind);
-    p.root = c.root;
-    p.ids = c.ids;
-    p.result = c.result;
-    p.start = c.start;
-    p.done_at = c.done_at;
-    p.holders.assign(c.holders.begin(), c.holders.end());
-    s.settled.push_back(std::move(p));
+    s.settled.push_back({/*key=*/id.first, /*seq=*/id.second, static_cast<uint8_t>(c.kind), c.root, c.ids, c.result,
+                         /*start=*/c.start, /*done_at=*/c.done_at, {c.holders.begin(), c.holders.end()}});
   }
   return s;
 }
 
 void InprocHub::restore(const Snapshot& s) {
-  TORCH_CHECK(quiescent() && s.counters.size() == counters_.size() && s.waits.size() == waits_.size() &&
-                  s.first_seq.size() == first_seq_.size() && s.next_seq.size() == next_seq_.size(),
+  TORCH_CHECK(quiescent() && s.counters.size() == st_.counters.size() && s.waits.size() == st_.waits.size() &&
+                  s.first_seq.size() == st_.first_seq.size() && s.next_seq.size() == st_.next_seq.size(),
               "InprocHub::restore: a snapshot of another hub");
-  members_ = s.members;
-  epoch_ = s.epoch;
-  counters_ = s.counters;
-  waits_ = s.waits;
-  first_seq_ = s.first_seq;
-  next_seq_ = s.next_seq;
-  sub_next_seq_ = s.sub_next_seq;
-  sub_first_seq_ = s.sub_first_seq;
-  joiners_ = s.joiners;
-  detected_at_ = s.detected_at;
-  last_push_arrival_ = s.last_push_arrival;
+  st_ = s;  // its State part
   std::istringstream rng(s.rng);
   rng >> rng_;
   TORCH_CHECK(!rng.fail(), "InprocHub::restore: unreadable network RNG state");
@@ -349,7 +316,7 @@ void InprocHub::set_network(const NetworkModel* network, uint64_t seed, double d
 
 void InprocHub::complete(Collective& c, uint64_t seq) {
   // Members that posted before a failure was noticed were waiting for the dead island.
-  if (c.start < detected_at_ && c.contributions.size() > 0) c.start = detected_at_;
+  if (c.start < st_.detected_at && c.contributions.size() > 0) c.start = st_.detected_at;
   c.done_at = c.start;
   if (c.kind == Kind::kAllreduce) run_allreduce(c, seq);
   else run_exchange(c);
@@ -357,10 +324,7 @@ void InprocHub::complete(Collective& c, uint64_t seq) {
 }
 
 void InprocHub::end_phase(double& clock) {
-  if (!network_ || phase_.empty()) {
-    phase_.clear();
-    return;
-  }
+  if (!network_ || phase_.empty()) return;  // count() fills a phase only with a network
   // Held until every path of the phase is up at once (cuts on different pairs may chain).
   for (double before = -1; before != clock;) {
     before = clock;
@@ -373,7 +337,7 @@ void InprocHub::end_phase(double& clock) {
 void InprocHub::resume(int self, double posted, double start, double ready_at) {
   const double now = scheduler_.time(self);
   if (ready_at <= now) return;
-  WaitTime& w = waits_[static_cast<size_t>(self)];
+  WaitTime& w = st_.waits[static_cast<size_t>(self)];
   const double idle = std::max(0.0, std::min(start, ready_at) - std::max(now, posted));
   w.idle_s += idle;
   w.comm_s += ready_at - now - idle;
@@ -381,72 +345,63 @@ void InprocHub::resume(int self, double posted, double start, double ready_at) {
 }
 
 size_t InprocHub::participants(const Collective& c, uint32_t key, uint64_t seq) const {
-  size_t n = 0;
-  for (int m : members_) {
-    if (!c.ids.empty() && !std::binary_search(c.ids.begin(), c.ids.end(), m)) continue;
-    n += first_seq_of(key, m) <= seq;
-  }
-  return n;
+  const std::vector<int> in = within(st_.members, c.ids);
+  return static_cast<size_t>(std::count_if(in.begin(), in.end(), [&](int m) { return first_seq_of(key, m) <= seq; }));
 }
 
 uint64_t& InprocHub::next_seq_of(uint32_t key, int id) {
-  if (key == 0) return next_seq_[static_cast<size_t>(id)];
-  auto it = sub_next_seq_.find({key, id});
-  if (it == sub_next_seq_.end()) {
+  if (key == 0) return st_.next_seq[static_cast<size_t>(id)];
+  auto it = st_.sub_next_seq.find({key, id});
+  if (it == st_.sub_next_seq.end()) {
     // First use on this island: from the first collective, or, for an island that joined a
     // running simulation, from the sub-group's next one.
     uint64_t next = 0;
-    if (contains(joiners_, id)) {
-      for (const auto& [k, v] : sub_next_seq_) {
+    if (contains(st_.joiners, id)) {
+      for (const auto& [k, v] : st_.sub_next_seq) {
         if (k.first == key) next = std::max(next, v);
       }
     }
-    sub_first_seq_[{key, id}] = next;
-    it = sub_next_seq_.emplace(std::make_pair(key, id), next).first;
+    st_.sub_first_seq[{key, id}] = next;
+    it = st_.sub_next_seq.emplace(std::make_pair(key, id), next).first;
   }
   return it->second;
 }
 
 uint64_t InprocHub::first_seq_of(uint32_t key, int id) const {
-  if (key == 0) return first_seq_[static_cast<size_t>(id)];
-  auto it = sub_first_seq_.find({key, id});
-  return it == sub_first_seq_.end() ? 0 : it->second;
+  if (key == 0) return st_.first_seq[static_cast<size_t>(id)];
+  auto it = st_.sub_first_seq.find({key, id});
+  return it == st_.sub_first_seq.end() ? 0 : it->second;
 }
 
 void InprocHub::add_member(int id, uint64_t first_seq) {
   TORCH_CHECK(id >= 0 && id < size(), "no island ", id);
-  TORCH_CHECK(!contains(members_, id), "island ", id, " is already a member");
-  members_.insert(std::upper_bound(members_.begin(), members_.end(), id), id);
-  ++epoch_;
-  first_seq_[static_cast<size_t>(id)] = first_seq;
-  next_seq_[static_cast<size_t>(id)] = first_seq;
+  TORCH_CHECK(!contains(st_.members, id), "island ", id, " is already a member");
+  st_.members.insert(std::upper_bound(st_.members.begin(), st_.members.end(), id), id);
+  ++st_.epoch;
+  st_.first_seq[static_cast<size_t>(id)] = first_seq;
+  st_.next_seq[static_cast<size_t>(id)] = first_seq;
   // Its sub-groups start afresh from their next collective when it makes them again.
-  joiners_.push_back(id);
-  for (auto it = sub_next_seq_.begin(); it != sub_next_seq_.end();) {
-    if (it->first.second == id) {
-      sub_first_seq_.erase(it->first);
-      it = sub_next_seq_.erase(it);
-    } else {
-      ++it;
-    }
+  st_.joiners.push_back(id);
+  for (auto* m : {&st_.sub_next_seq, &st_.sub_first_seq}) {
+    std::erase_if(*m, [id](const auto& e) { return e.first.second == id; });
   }
 }
 
 double InprocHub::hand_over(int from, int to, uint64_t bytes, double at) {
-  counters_[static_cast<size_t>(from)].sent += bytes;
-  counters_[static_cast<size_t>(from)].raw_sent += bytes;
-  counters_[static_cast<size_t>(to)].received += bytes;
+  st_.counters[static_cast<size_t>(from)].sent += bytes;
+  st_.counters[static_cast<size_t>(from)].raw_sent += bytes;
+  st_.counters[static_cast<size_t>(to)].received += bytes;
   if (!network_) return at;
   const double start = network_->connected_at(from, to, at);
   return start + network_->transfer_time({from, to, bytes}, rng_);
 }
 
 void InprocHub::remove_member(int id, double at, bool failure) {
-  auto it = std::find(members_.begin(), members_.end(), id);
-  if (it == members_.end()) return;
-  members_.erase(it);
-  ++epoch_;
-  if (failure) detected_at_ = std::max(detected_at_, at + detect_s_);
+  auto it = std::find(st_.members.begin(), st_.members.end(), id);
+  if (it == st_.members.end()) return;
+  st_.members.erase(it);
+  ++st_.epoch;
+  if (failure) st_.detected_at = std::max(st_.detected_at, at + detect_s_);
   // The server role hears of it when the survivors would (a round may close without it).
   if (server_) server_->on_member_lost(id, failure ? at + detect_s_ : at);
   for (auto cit = collectives_.begin(); cit != collectives_.end();) {
@@ -474,10 +429,10 @@ std::unique_ptr<Group> InprocHub::make_group(int id) {
 
 void InprocHub::count(int from, int to, uint64_t size, uint64_t raw_bytes) {
   if (from >= 0) {
-    counters_[static_cast<size_t>(from)].sent += size;
-    counters_[static_cast<size_t>(from)].raw_sent += raw_bytes;
+    st_.counters[static_cast<size_t>(from)].sent += size;
+    st_.counters[static_cast<size_t>(from)].raw_sent += raw_bytes;
   }
-  if (to >= 0) counters_[static_cast<size_t>(to)].received += size;
+  if (to >= 0) st_.counters[static_cast<size_t>(to)].received += size;
   if (network_ && (from >= 0 || to >= 0)) phase_.push_back({from, to, size});
 }
 
@@ -547,15 +502,9 @@ void InprocHub::run_allreduce(Collective& c, uint64_t seq) {
   run_programs(
       ids,
       [&](collectives::Wire& wire, int pos) {
-        collectives::AllreduceSetup s;
-        s.seq = seq;
-        s.members = ids;
-        s.pos = pos;
-        s.buffer = parts[static_cast<size_t>(pos)]->buffer;
-        s.transmitted = parts[static_cast<size_t>(pos)]->transmitted;
-        s.codec = parts[0]->codec;
-        s.divisor = divisor;
-        return collectives::allreduce(wire, std::move(s));
+        const Contribution& part = *parts[static_cast<size_t>(pos)];
+        return collectives::allreduce(wire, {seq, ids, pos, /*buffer=*/part.buffer, /*out=*/{},
+                                             /*transmitted=*/part.transmitted, parts[0]->codec, divisor});
       },
       c.done_at);
 }

@@ -36,7 +36,7 @@ class InprocHub {
   // Hosts the server role; `server` must outlive the hub's use. May be null.
   void set_server(OuterServer* server) { server_ = server; }
 
-  int size() const { return static_cast<int>(counters_.size()); }
+  int size() const { return static_cast<int>(st_.counters.size()); }
 
   // Virtual clock: with a network model, every collective, push and pull costs virtual time
   // on the scheduler's clock (island ids = scheduler participants): a collective starts when
@@ -66,7 +66,7 @@ class InprocHub {
   void add_member(int id, uint64_t first_seq);
   // The sequence number of the next collective island `id` will issue (in the group of
   // every island; a joiner takes part in each sub-group from that sub-group's next one).
-  uint64_t next_seq(int id) const { return next_seq_[static_cast<size_t>(id)]; }
+  uint64_t next_seq(int id) const { return st_.next_seq[static_cast<size_t>(id)]; }
   // Counts `bytes` sent from `from` to `to` starting at virtual time `at`; returns the
   // arrival time on the network model.
   double hand_over(int from, int to, uint64_t bytes, double at);
@@ -77,7 +77,7 @@ class InprocHub {
     double comm_s = 0;
     double idle_s = 0;
   };
-  WaitTime wait_time(int id) const { return waits_[static_cast<size_t>(id)]; }
+  WaitTime wait_time(int id) const { return st_.waits[static_cast<size_t>(id)]; }
 
   // A collective every member had posted, complete (its results are in the members'
   // buffers) but not yet collected by some of them: an exchange in flight across a
@@ -92,26 +92,32 @@ class InprocHub {
     double start = 0, done_at = 0;
     std::vector<std::pair<int, double>> holders;  // (island, virtual time it posted), ascending
   };
+  // The hub's checkpointed state (a Snapshot adds the network RNG and the collectives in flight).
+  struct State {
+    std::vector<int> members;             // ascending
+    uint64_t epoch = 0;                   // bumped by every membership change
+    std::vector<ByteCounters> counters;   // per island
+    std::vector<WaitTime> waits;          // per island
+    std::vector<uint64_t> first_seq;      // per island: first collective it takes part in
+    std::vector<uint64_t> next_seq;       // per island: its next collective
+    // Sub-groups (key != 0): per (key, island), the next collective and the first one it
+    // takes part in (a joiner: the sub-group's next collective when it joined).
+    std::map<std::pair<uint32_t, int>, uint64_t> sub_next_seq, sub_first_seq;
+    std::vector<int> joiners;             // islands added by add_member()
+    double detected_at = 0;               // when survivors have noticed the latest failure
+    double last_push_arrival = 0;         // virtual time the latest push reached the server
+  };
   // The hub's state between collectives, for the simulator's checkpoints (src/core): taken
   // while every collective in flight is complete (settled()), restored into a hub built the
   // same way (same islands, network, seed) before any group is made; each restored Settled
   // goes back to its holders through Group::resume_in_flight().
-  struct Snapshot {
-    std::vector<int> members;
-    uint64_t epoch = 0;
-    std::vector<ByteCounters> counters;
-    std::vector<WaitTime> waits;
-    std::vector<uint64_t> first_seq, next_seq;
-    std::map<std::pair<uint32_t, int>, uint64_t> sub_next_seq, sub_first_seq;
-    std::vector<int> joiners;
-    double detected_at = 0;
-    double last_push_arrival = 0;
+  struct Snapshot : State {
     std::string rng;  // the network RNG, as std::mt19937_64's operator<< writes it
     std::vector<Settled> settled;  // ascending (key, seq)
   };
   bool quiescent() const { return collectives_.empty(); }
   // Virtual time the latest push reached the server role (0: none yet).
-  double last_push_arrival() const { return last_push_arrival_; }
+  double last_push_arrival() const { return st_.last_push_arrival; }
   bool settled() const;  // every collective in flight is complete
   Snapshot snapshot() const;
   void restore(const Snapshot& s);
@@ -176,24 +182,13 @@ class InprocHub {
 
   Scheduler& scheduler_;
   OuterServer* server_ = nullptr;
-  std::vector<int> members_;
-  uint64_t epoch_ = 0;
-  std::vector<ByteCounters> counters_;
+  State st_;
   std::map<CollectiveId, Collective> collectives_;
   std::vector<uint8_t> scratch_;
   const NetworkModel* network_ = nullptr;
   std::mt19937_64 rng_;
   double detect_s_ = 0;
   std::vector<Transfer> phase_;
-  std::vector<WaitTime> waits_;
-  double detected_at_ = 0;         // when survivors have noticed the latest failure
-  double last_push_arrival_ = 0;  // virtual time the latest push reached the server
-  std::vector<uint64_t> first_seq_;  // per island: first collective it takes part in
-  std::vector<uint64_t> next_seq_;   // per island: its next collective
-  // Sub-groups (key != 0): per (key, island), the next collective and the first one it
-  // takes part in (a joiner: the sub-group's next collective when it joined).
-  std::map<std::pair<uint32_t, int>, uint64_t> sub_next_seq_, sub_first_seq_;
-  std::vector<int> joiners_;  // islands added by add_member()
   // Restored collectives not yet handed back: per island, (collective, time it posted).
   std::map<int, std::vector<std::pair<CollectiveId, double>>> restored_;
   bool star_ = false;                // all-reduce through the server (set_star)

@@ -14,7 +14,6 @@
 #include <condition_variable>
 #include <exception>
 #include <functional>
-#include <limits>
 #include <mutex>
 #include <stdexcept>
 #include <string>

@@ -112,11 +112,8 @@ struct Relay::Loop {
   explicit Loop(Relay& r) : relay(r), options(r.options_), links(r.options_.links.size()) {
     for (const auto& [name, bps] : options.buckets) {
       if (!(bps > 0) || !std::isfinite(bps)) continue;
-      Bucket b;
-      b.rate = bps / 8;
-      b.burst = std::max(2.0 * kQuantum, b.rate * kBurstS);
-      b.tokens = b.burst;
-      buckets[name] = b;
+      const double rate = bps / 8, burst = std::max(2.0 * kQuantum, rate * kBurstS);
+      buckets[name] = {/*rate=*/rate, /*burst=*/burst, /*tokens=*/burst};
     }
     stats = r.stats();
   }
@@ -362,32 +359,25 @@ struct Relay::Loop {
   void publish(double t, bool force) {
     if (!force && t - published < 0.05) return;
     published = t;
-    relay.publish(stats);
+    std::lock_guard<std::mutex> lock(relay.stats_mu_);
+    relay.stats_ = stats;
   }
 
   void run() {
-    enum Kind { kWake, kListener, kClient, kServer };
-    struct Entry {
-      Kind kind;
-      size_t index;
-    };
+    // fds: the wake fd, then one per listener (1 + link), then each connection's client and
+    // server fd (conns[i]: first + 2i, first + 2i + 1; dispatch only appends to conns).
+    const size_t first = 1 + relay.state_->listeners.size();
     std::vector<pollfd> fds;
-    std::vector<Entry> what;
     while (!relay.stop_.load()) {
       const double t = now();
       schedule(t);
       pump(t);
 
       fds.clear();
-      what.clear();
       fds.push_back({relay.state_->wake_fd, POLLIN, 0});
-      what.push_back({kWake, 0});
-      for (size_t i = 0; i < relay.state_->listeners.size(); ++i) {
-        fds.push_back({relay.state_->listeners[i], POLLIN, 0});
-        what.push_back({kListener, i});
-      }
-      for (size_t i = 0; i < conns.size(); ++i) {
-        Conn& c = *conns[i];
+      for (int fd : relay.state_->listeners) fds.push_back({fd, POLLIN, 0});
+      for (const auto& conn : conns) {
+        const Conn& c = *conn;
         const LinkState& ls = links[c.link];
         short ce = 0, se = 0;
         if (c.connecting) {
@@ -399,9 +389,7 @@ struct Relay::Loop {
           if (c.fwd.blocked) se |= POLLOUT;
         }
         fds.push_back({ce != 0 ? c.client : -1, ce, 0});
-        what.push_back({kClient, i});
         fds.push_back({se != 0 ? c.server : -1, se, 0});
-        what.push_back({kServer, i});
       }
       const double wait = std::max(0.0, next_event(t) - now());
       publish(t, wait >= 0.02);  // before a longer sleep, so stats() is never stale for long
@@ -411,19 +399,18 @@ struct Relay::Loop {
       for (size_t k = 0; k < fds.size(); ++k) {
         const short re = fds[k].revents;
         if (re == 0) continue;
-        const Entry e = what[k];
-        if (e.kind == kWake) {
+        if (k == 0) {
           uint64_t v;
           (void)!read(relay.state_->wake_fd, &v, sizeof v);
           continue;
         }
-        if (e.kind == kListener) {
-          accept_all(e.index);
+        if (k < first) {
+          accept_all(k - 1);
           continue;
         }
-        Conn& c = *conns[e.index];
+        Conn& c = *conns[(k - first) / 2];
         if (c.dead) continue;
-        const bool client = e.kind == kClient;
+        const bool client = (k - first) % 2 == 0;
         Flow& in = client ? c.fwd : c.bwd;    // reads this socket
         Flow& out = client ? c.bwd : c.fwd;   // writes this socket
         if (!client && c.connecting) {
@@ -484,14 +471,12 @@ StatusOr<std::unique_ptr<Relay>> Relay::create(RelayOptions options) {
     r->state_->listeners.push_back(fd.value());
     r->state_->addresses.push_back(to_string(local_address(fd.value())));
     r->state_->targets.push_back(ta.value());
+    LinkStats& s = r->stats_.emplace_back();
+    s.name = link.name;
+    s.address = r->state_->addresses.back();
   }
   r->state_->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (r->state_->wake_fd < 0) return Status(StatusCode::kUnavailable, "relay: eventfd failed");
-  for (size_t i = 0; i < r->options_.links.size(); ++i) {
-    LinkStats& s = r->stats_.emplace_back();
-    s.name = r->options_.links[i].name;
-    s.address = r->state_->addresses[i];
-  }
   return r;
 }
 
@@ -503,11 +488,6 @@ void Relay::stop() {
   stop_.store(true);
   const uint64_t one = 1;
   (void)!write(state_->wake_fd, &one, sizeof one);
-}
-
-void Relay::publish(const std::vector<LinkStats>& stats) {
-  std::lock_guard<std::mutex> lock(stats_mu_);
-  stats_ = stats;
 }
 
 std::vector<LinkStats> Relay::stats() const {

@@ -119,13 +119,12 @@ class Relay {
   struct State;  // sockets and resolved targets (relay.cpp)
   struct Loop;   // the event loop (relay.cpp)
   explicit Relay(RelayOptions options);
-  void publish(const std::vector<LinkStats>& stats);
 
   RelayOptions options_;
   std::unique_ptr<State> state_;
   std::atomic<bool> stop_{false};
   mutable std::mutex stats_mu_;
-  std::vector<LinkStats> stats_;  // as of the loop's last publish (guarded by stats_mu_)
+  std::vector<LinkStats> stats_;  // as of the loop's last publish (Loop::publish; guarded by stats_mu_)
 };
 
 // "host:port", "tcp://host:port" or "[v6addr]:port" -> (host, port); "*" means any address.

@@ -143,8 +143,8 @@ void AllreduceOp::step(OpContext& ctx) {
   } else if (data && deadline_ == Clock::time_point::max()) {  // the data phase began: its clock starts
     const ZmqGroupOptions& o = ctx.options();
     data_start_ = Clock::now();
-    timeout_ = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
-        o.timeout_slack * (o.latency_ms / 1e3 + wire_->expected_bytes() / std::max(1.0, ctx.bandwidth())) + 1.0));
+    timeout_ = transfer_timeout(o.timeout_slack, o.latency_ms / 1e3, wire_->expected_bytes(),
+                                std::max(1.0, ctx.bandwidth()));
     deadline_ = data_start_ + timeout_;
   }
 }

@@ -37,12 +37,6 @@ Status check_options(const ControlClientOptions& o) {
 
 Clock::time_point after_ms(int64_t ms) { return Clock::now() + std::chrono::milliseconds(ms); }
 
-Message of(MsgType type) {
-  Message m;
-  m.header.type = type;
-  return m;
-}
-
 uint32_t wait_ms_until(Deadline deadline) {
   if (!deadline) return proto::kWaitForever;
   const int64_t ms =
@@ -133,16 +127,11 @@ void ZmqControlClient::send_one_way(Message m) {
   wake();
 }
 
-void ZmqControlClient::suspect(int peer) {
-  Message m = of(MsgType::kSuspect);
-  m.peer = peer;
-  send_one_way(std::move(m));
-}
+void ZmqControlClient::suspect(int peer) { send_one_way({.header = {.type = MsgType::kSuspect}, .peer = peer}); }
 
 void ZmqControlClient::record(const std::string& json) {
-  Message m = of(MsgType::kRecord);
-  m.bytes = std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(json.data()), json.size());
-  send_one_way(std::move(m));
+  send_one_way({.header = {.type = MsgType::kRecord},
+                .bytes = std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(json.data()), json.size())});
 }
 
 Status ZmqControlClient::publish_endpoint(const std::string& endpoint, Deadline deadline) {
@@ -180,14 +169,11 @@ StatusOr<std::vector<uint8_t>> ZmqControlClient::request(Message m, MsgType repl
   r.bytes = std::move(bytes);
   r.reply_type = reply_type;
   wake();
-  wait_until(cv_, lock, deadline, [&] { return r.done || !lost_.is_ok() || closing_; });
+  wait_until(cv_, lock, deadline, [&] { return r.result || !lost_.is_ok() || closing_; });
   Request done = std::move(r);
   requests_.erase(rid);
-  if (answered) *answered = done.done;
-  if (done.done) {
-    if (!done.status.is_ok()) return done.status;
-    return std::move(done.reply);
-  }
+  if (answered) *answered = done.result.has_value();
+  if (done.result) return std::move(*done.result);
   if (!lost_.is_ok()) return lost_;
   if (closing_) return Status(StatusCode::kUnavailable, what + ": the control client is closing");
   const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
@@ -196,42 +182,31 @@ StatusOr<std::vector<uint8_t>> ZmqControlClient::request(Message m, MsgType repl
 }
 
 Status ZmqControlClient::push(uint64_t tag, std::vector<uint8_t> frame, double weight) {
-  Message m = of(MsgType::kPush);
-  m.tag = tag;
-  m.weight = weight;
-  m.bytes = frame;
-  return request(std::move(m), MsgType::kAck, after_ms(options_.request_timeout_ms),
-                 "push tag " + std::to_string(tag)).status();
+  return request({.header = {.type = MsgType::kPush}, .tag = tag, .weight = weight, .bytes = frame}, MsgType::kAck,
+                 after_ms(options_.request_timeout_ms), "push tag " + std::to_string(tag))
+      .status();
 }
 
 StatusOr<std::vector<uint8_t>> ZmqControlClient::pull(uint64_t tag, Deadline deadline) {
-  Message m = of(MsgType::kPull);
-  m.tag = tag;
-  m.wait_ms = wait_ms_until(deadline);
-  return request(std::move(m), MsgType::kPullReply, deadline, "pull tag " + std::to_string(tag));
+  return request({.header = {.type = MsgType::kPull}, .tag = tag, .wait_ms = wait_ms_until(deadline)},
+                 MsgType::kPullReply, deadline, "pull tag " + std::to_string(tag));
 }
 
 Status ZmqControlClient::store_set(const std::string& key, std::vector<uint8_t> value) {
-  Message m = of(MsgType::kStoreSet);
-  m.key = key;
-  m.bytes = value;
-  return request(std::move(m), MsgType::kAck, after_ms(options_.request_timeout_ms), "store_set '" + key + "'")
+  return request({.header = {.type = MsgType::kStoreSet}, .key = key, .bytes = value}, MsgType::kAck,
+                 after_ms(options_.request_timeout_ms), "store_set '" + key + "'")
       .status();
 }
 
 StatusOr<std::vector<uint8_t>> ZmqControlClient::store_get(const std::string& key, Deadline deadline) {
-  Message m = of(MsgType::kStoreGet);
-  m.key = key;
-  m.wait_ms = wait_ms_until(deadline);
-  return request(std::move(m), MsgType::kStoreReply, deadline, "store_get '" + key + "'");
+  return request({.header = {.type = MsgType::kStoreGet}, .wait_ms = wait_ms_until(deadline), .key = key},
+                 MsgType::kStoreReply, deadline, "store_get '" + key + "'");
 }
 
 StatusOr<std::optional<std::vector<uint8_t>>> ZmqControlClient::store_peek(const std::string& key) {
-  Message m = of(MsgType::kStoreGet);
-  m.key = key;  // wait_ms 0
   bool answered = false;
-  auto r = request(std::move(m), MsgType::kStoreReply, after_ms(options_.request_timeout_ms),
-                   "store_get '" + key + "'", &answered);
+  auto r = request({.header = {.type = MsgType::kStoreGet}, .key = key},  // wait_ms 0
+                   MsgType::kStoreReply, after_ms(options_.request_timeout_ms), "store_get '" + key + "'", &answered);
   if (r.is_ok()) return std::optional<std::vector<uint8_t>>(std::move(r.value()));
   // With wait_ms 0 the coordinator's ERROR timeout means: not set.
   if (answered && r.status().code() == StatusCode::kTimeout) return std::optional<std::vector<uint8_t>>();

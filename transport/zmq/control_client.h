@@ -119,9 +119,8 @@ class ZmqControlClient final : public ControlPlane {
     std::shared_ptr<const std::vector<uint8_t>> bytes;  // encoded, kept for resending
     proto::MsgType reply_type = proto::MsgType::kAck;
     bool sent = false;
-    bool done = false;
-    Status status;
-    std::vector<uint8_t> reply;  // PULL_REPLY frame / STORE_REPLY value
+    // Once answered: the PULL_REPLY frame / STORE_REPLY value (empty for ACK), or the ERROR.
+    std::optional<StatusOr<std::vector<uint8_t>>> result;
   };
 
   explicit ZmqControlClient(ControlClientOptions options);

@@ -31,7 +31,6 @@ struct ZmqControlClient::Io {
   Clock::time_point next_join{};
   Clock::time_point next_heartbeat{};
   bool handshaken = false;      // a handshake succeeded once: the next one is a reconnection
-  bool disconnected = false;
   LogLimiter limiter;
 };
 
@@ -84,9 +83,8 @@ ZmqControlClient::~ZmqControlClient() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (options_.leave_on_destroy && joined_) {
-      Message m;
-      m.header = header(MsgType::kLeave, 0);
-      one_way_.push_back(std::make_shared<const std::vector<uint8_t>>(proto::encode_or_throw(m)));
+      one_way_.push_back(
+          std::make_shared<const std::vector<uint8_t>>(proto::encode_or_throw({.header = header(MsgType::kLeave, 0)})));
     }
     closing_ = true;
     cv_.notify_all();
@@ -159,9 +157,8 @@ void ZmqControlClient::run() {
         io.next_join = now + std::chrono::milliseconds(options_.join_retry_ms);
       }
       if (joined_ && now >= io.next_heartbeat) {
-        Message hb;
-        hb.header = header(MsgType::kHeartbeat, 0);
-        io.dealer.send(to_message(proto::encode_or_throw(hb)), zmq::send_flags::dontwait);
+        io.dealer.send(to_message(proto::encode_or_throw({.header = header(MsgType::kHeartbeat, 0)})),
+                       zmq::send_flags::dontwait);
         io.next_heartbeat = now + std::chrono::milliseconds(options_.heartbeat_ms);
       }
       flush();
@@ -188,10 +185,9 @@ void ZmqControlClient::run() {
 
 void ZmqControlClient::send_join() {
   // Under mu_. The epoch we know travels along: a restarted coordinator continues after it.
-  Message m;
-  m.header = header(MsgType::kJoin, next_rid_++);
-  m.endpoint = endpoint_;
-  m.public_key = options_.curve ? options_.curve_keys.public_key : "";
+  const Message m{.header = header(MsgType::kJoin, next_rid_++),
+                  .endpoint = endpoint_,
+                  .public_key = options_.curve ? options_.curve_keys.public_key : ""};
   io_->dealer.send(to_message(proto::encode_or_throw(m)), zmq::send_flags::dontwait);
 }
 
@@ -204,7 +200,7 @@ void ZmqControlClient::flush() {
     one_way_.pop_front();
   }
   for (auto& [rid, r] : requests_) {
-    if (r.sent || r.done) continue;
+    if (r.sent || r.result) continue;
     if (!io.dealer.send(to_message(r.bytes), zmq::send_flags::dontwait)) return;
     r.sent = true;
   }
@@ -236,10 +232,9 @@ void ZmqControlClient::on_message(const Message& m) {
     case MsgType::kPullReply:
     case MsgType::kStoreReply: {
       auto it = requests_.find(h.request_id);
-      if (it == requests_.end() || it->second.done) return;  // answered already, or given up
-      if (it->second.reply_type != h.type) return;           // not the answer to that request
-      it->second.done = true;
-      it->second.reply.assign(m.bytes.begin(), m.bytes.end());
+      if (it == requests_.end() || it->second.result) return;  // answered already, or given up
+      if (it->second.reply_type != h.type) return;             // not the answer to that request
+      it->second.result.emplace(std::vector<uint8_t>(m.bytes.begin(), m.bytes.end()));
       break;
     }
     case MsgType::kError: {
@@ -264,9 +259,8 @@ void ZmqControlClient::on_message(const Message& m) {
         break;
       }
       auto it = requests_.find(h.request_id);
-      if (it == requests_.end() || it->second.done) return;
-      it->second.done = true;
-      it->second.status = st;
+      if (it == requests_.end() || it->second.result) return;
+      it->second.result.emplace(st);
       break;
     }
     default: return;  // island-to-coordinator types: ignored
@@ -282,21 +276,19 @@ void ZmqControlClient::on_monitor_event(uint16_t event, uint32_t value) {
       link_problem_.clear();
       auth_problem_.clear();
       if (io.handshaken) {
-        if (io.disconnected) ATOLL_INFO("island " << options_.island << ": reconnected to the coordinator");
+        if (down_since_) ATOLL_INFO("island " << options_.island << ": reconnected to the coordinator");
         for (auto& [rid, r] : requests_) r.sent = false;  // lost with the old connection, maybe
         // So may records be; the coordinator writes each numbered record once.
         one_way_.insert(one_way_.begin(), kept_records_.begin(), kept_records_.end());
         io.next_heartbeat = io.next_join = Clock::now();
       }
       io.handshaken = true;
-      io.disconnected = false;
       down_since_.reset();
       break;
     case ZMQ_EVENT_DISCONNECTED:
-      if (!io.disconnected && joined_) {
+      if (!down_since_ && joined_) {
         ATOLL_WARN("island " << options_.island << ": lost the connection to the coordinator; reconnecting");
       }
-      io.disconnected = true;
       if (!down_since_) down_since_ = Clock::now();
       link_problem_ = "the connection to the coordinator was lost";
       break;

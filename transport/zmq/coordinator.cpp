@@ -184,9 +184,7 @@ void Coordinator::loop() {
   while (!s.stopping) {
     try {
       zmq::poll(items, tick);
-      if (s.zap) {
-        while (s.zap->socket().get(zmq::sockopt::events) & ZMQ_POLLIN) s.zap->handle_one();
-      }
+      while (s.zap && s.zap->handle_one()) {}
       std::vector<zmq::message_t> event;
       while (zmq::recv_multipart(s.monitor, std::back_inserter(event), zmq::recv_flags::dontwait)) {
         uint32_t value = 0;
@@ -203,18 +201,14 @@ void Coordinator::loop() {
         std::optional<InboundMessage> in = receive_routed(s.router);
         if (!in) break;
         const auto now = Clock::now();
-        if (!in->error.empty()) {
-          state.drop(in->error, now);
-          continue;
-        }
         proto::Message m;
-        if (Status st = proto::parse(in->payload.data<uint8_t>(), in->payload.size(), &m); !st.is_ok()) {
+        Status st = in->error.empty() ? proto::parse(in->payload.data<uint8_t>(), in->payload.size(), &m)
+                                      : corrupt(in->error);
+        if (!st.is_ok()) {
           state.drop(st.message(), now);
           continue;
         }
-        std::string user_id;
-        if (options_.curve) user_id = message_user_id(in->payload);
-        state.on_message(in->routing_id, user_id, m, now, &out);
+        state.on_message(in->routing_id, options_.curve ? message_user_id(in->payload) : "", m, now, &out);
         publish_and_send();
       }
       std::vector<std::pair<std::string, std::vector<uint8_t>>> sets;

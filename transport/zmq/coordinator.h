@@ -143,7 +143,6 @@ struct CoordinatorStats {
 };
 
 class CoordinatorState;
-class ZapHandler;
 
 class Coordinator {
  public:

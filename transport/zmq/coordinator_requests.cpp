@@ -48,8 +48,7 @@ void CoordinatorState::on_push(int id, Island& isl, const Message& m, std::vecto
   };
   if (options_.server == nullptr) return fail(ErrorCode::kNoServer, "this run's coordinator hosts no server role");
   if (isl.applied.count(rid)) {  // resent after a reconnect; applied once already
-    out->push_back({isl.routing_id, reply(MsgType::kAck, id, isl.session, rid)});
-    return;
+    return out->push_back({isl.routing_id, reply(MsgType::kAck, id, isl.session, rid)});
   }
   compression::FrameView view;
   if (Status st = compression::parse_frame(m.bytes.data(), m.bytes.size(), &view); !st.is_ok()) {
@@ -84,20 +83,14 @@ std::optional<std::vector<uint8_t>> CoordinatorState::try_pull(int id, const Isl
   if (star::is_star_tag(tag)) {
     std::optional<std::span<const uint8_t>> result = star_.on_pull(id, tag);
     if (!result) return std::nullopt;
-    Message body;
-    body.tag = tag;
-    body.bytes = *result;
-    return reply(MsgType::kPullReply, id, isl.session, rid, &body);
+    return reply(MsgType::kPullReply, id, isl.session, rid, {.tag = tag, .bytes = *result});
   }
   try {
     std::optional<at::Tensor> answer = options_.server->on_pull(id, tag);
     if (!answer) return std::nullopt;
     std::vector<uint8_t> frame;
     options_.pipeline.encode(answer->to(at::kFloat).contiguous().view({-1}), frame);
-    Message body;
-    body.tag = tag;
-    body.bytes = frame;
-    return reply(MsgType::kPullReply, id, isl.session, rid, &body);
+    return reply(MsgType::kPullReply, id, isl.session, rid, {.tag = tag, .bytes = frame});
   } catch (const std::exception& e) {
     ATOLL_ERROR("coordinator: the server role failed on a PULL from island " << id << " tag " << tag
                                                                               << ": " << e.what());
@@ -106,28 +99,18 @@ std::optional<std::vector<uint8_t>> CoordinatorState::try_pull(int id, const Isl
 }
 
 void CoordinatorState::answer_pulls(std::vector<Outgoing>* out, bool star_only) {
-  for (auto it = pending_.begin(); it != pending_.end();) {
-    auto isl = islands_.find(it->island);
-    std::optional<std::vector<uint8_t>> answer;
-    if (it->type == MsgType::kPull && isl != islands_.end() && (!star_only || star::is_star_tag(it->tag))) {
-      answer = try_pull(it->island, isl->second, it->tag, it->request_id);
-    }
-    if (!answer) {
-      ++it;
-      continue;
-    }
-    out->push_back({isl->second.routing_id, std::move(*answer)});
-    it = pending_.erase(it);
-  }
+  answer_pending(out, [&](const Pending& p, const Island& isl) -> std::optional<std::vector<uint8_t>> {
+    if (p.type != MsgType::kPull || (star_only && !star::is_star_tag(p.tag))) return std::nullopt;
+    return try_pull(p.island, isl, p.tag, p.request_id);
+  });
 }
 
 void CoordinatorState::on_pull(int id, Island& isl, const Message& m, Clock::time_point now,
                                std::vector<Outgoing>* out) {
   const uint64_t rid = m.header.request_id;
   if (options_.server == nullptr && !star::is_star_tag(m.tag)) {
-    out->push_back({isl.routing_id, error(id, isl.session, rid, ErrorCode::kNoServer,
-                                          "this run's coordinator hosts no server role")});
-    return;
+    return out->push_back({isl.routing_id, error(id, isl.session, rid, ErrorCode::kNoServer,
+                                                 "this run's coordinator hosts no server role")});
   }
   if (!star::is_star_tag(m.tag)) server_time(now, out);
   if (std::optional<std::vector<uint8_t>> answer = try_pull(id, isl, m.tag, rid)) {
@@ -147,19 +130,10 @@ bool CoordinatorState::store_put(const std::string& key, std::span<const uint8_t
   if (!transient(key)) urgent_ = true;
   std::vector<uint8_t>& value = store_[key];
   value.assign(bytes.begin(), bytes.end());
-
-  Message body;
-  body.bytes = value;
-  for (auto it = pending_.begin(); it != pending_.end();) {
-    auto waiter = islands_.find(it->island);
-    if (it->type != MsgType::kStoreGet || it->key != key || waiter == islands_.end()) {
-      ++it;
-      continue;
-    }
-    out->push_back({waiter->second.routing_id,
-                    reply(MsgType::kStoreReply, it->island, it->session, it->request_id, &body)});
-    it = pending_.erase(it);
-  }
+  answer_pending(out, [&](const Pending& p, const Island&) -> std::optional<std::vector<uint8_t>> {
+    if (p.type != MsgType::kStoreGet || p.key != key) return std::nullopt;
+    return reply(MsgType::kStoreReply, p.island, p.session, p.request_id, {.bytes = value});
+  });
   return true;
 }
 
@@ -167,9 +141,8 @@ void CoordinatorState::on_store_set(int id, Island& isl, const Message& m, std::
   const uint64_t rid = m.header.request_id;
   std::vector<Outgoing> answers;  // the waiters' replies go out after the setter's ACK
   if (!store_put(m.key, m.bytes, &answers)) {
-    out->push_back({isl.routing_id, error(id, isl.session, rid, ErrorCode::kLimit,
-                                          "the rendezvous store is full (max_store_bytes)")});
-    return;
+    return out->push_back({isl.routing_id, error(id, isl.session, rid, ErrorCode::kLimit,
+                                                 "the rendezvous store is full (max_store_bytes)")});
   }
   out->push_back({isl.routing_id, reply(MsgType::kAck, id, isl.session, rid)});
   out->insert(out->end(), std::make_move_iterator(answers.begin()), std::make_move_iterator(answers.end()));
@@ -185,9 +158,7 @@ void CoordinatorState::on_store_get(int id, Island& isl, const Message& m, Clock
                                     std::vector<Outgoing>* out) {
   const uint64_t rid = m.header.request_id;
   if (auto it = store_.find(m.key); it != store_.end()) {
-    Message body;
-    body.bytes = it->second;
-    out->push_back({isl.routing_id, reply(MsgType::kStoreReply, id, isl.session, rid, &body)});
+    out->push_back({isl.routing_id, reply(MsgType::kStoreReply, id, isl.session, rid, {.bytes = it->second})});
   } else {
     wait_or_fail(isl, Pending{id, isl.session, rid, MsgType::kStoreGet, 0, m.key, std::nullopt}, m.wait_ms, now, out);
   }

@@ -110,18 +110,14 @@ Membership CoordinatorState::membership() const {
 }
 
 std::vector<uint8_t> CoordinatorState::reply(MsgType type, int id, uint64_t session, uint64_t rid,
-                                             const Message* body) const {
-  Message m = body ? *body : Message{};
-  m.header = proto::Header{type, id, epoch_, rid, session};
-  return proto::encode_or_throw(m);
+                                             Message body) const {
+  body.header = proto::Header{type, id, epoch_, rid, session};
+  return proto::encode_or_throw(body);
 }
 
 std::vector<uint8_t> CoordinatorState::error(int id, uint64_t session, uint64_t rid, ErrorCode code,
                                              const std::string& text) const {
-  Message m;
-  m.error = code;
-  m.text = text.substr(0, proto::kMaxErrorTextBytes);
-  return reply(MsgType::kError, id, session, rid, &m);
+  return reply(MsgType::kError, id, session, rid, {.error = code, .text = text.substr(0, proto::kMaxErrorTextBytes)});
 }
 
 void CoordinatorState::on_message(const std::string& routing_id, const std::string& user_id,
@@ -158,9 +154,7 @@ void CoordinatorState::on_message(const std::string& routing_id, const std::stri
   switch (h.type) {
     case MsgType::kHeartbeat:
       if (h.epoch != epoch_) {  // its view is stale (a MEMBERSHIP was lost): resend
-        Message body;
-        body.membership = membership();
-        out->push_back({routing_id, reply(MsgType::kMembership, id, isl.session, 0, &body)});
+        out->push_back({routing_id, reply(MsgType::kMembership, id, isl.session, 0, {.membership = membership()})});
       }
       return;
     case MsgType::kLeave:
@@ -215,9 +209,8 @@ void CoordinatorState::on_join(const std::string& routing_id, const std::string&
       isl.endpoint = m.endpoint;
       membership_changed({{id, "ready", ""}}, id, out);
     }
-    Message body;
-    body.membership = membership();
-    out->push_back({routing_id, reply(MsgType::kJoinAck, id, h.session, h.request_id, &body)});
+    out->push_back(
+        {routing_id, reply(MsgType::kJoinAck, id, h.session, h.request_id, {.membership = membership()})});
     return;
   }
   if (!known && islands_.size() >= proto::kMaxMembers) return refuse("the membership is full");
@@ -238,9 +231,7 @@ void CoordinatorState::on_join(const std::string& routing_id, const std::string&
   // (A claim beyond 2^62 is ignored: no overflow back to 0.)
   if (h.epoch < (uint64_t{1} << 62)) epoch_ = std::max(epoch_, h.epoch);
   membership_changed({{id, known ? "rejoined" : "joined", ""}}, id, out);
-  Message body;
-  body.membership = membership();
-  out->push_back({routing_id, reply(MsgType::kJoinAck, id, h.session, h.request_id, &body)});
+  out->push_back({routing_id, reply(MsgType::kJoinAck, id, h.session, h.request_id, {.membership = membership()})});
   if (options_.expected_islands > 0 && !all_present_logged_ &&
       static_cast<int>(islands_.size()) == options_.expected_islands) {
     all_present_logged_ = true;
@@ -283,18 +274,10 @@ void CoordinatorState::on_tick(Clock::time_point now, std::vector<Outgoing>* out
       }))
     server_time(now, out);
 
-  for (auto it = pending_.begin(); it != pending_.end();) {
-    if (!it->deadline || now < *it->deadline) {
-      ++it;
-      continue;
-    }
-    auto isl = islands_.find(it->island);
-    if (isl != islands_.end() && isl->second.session == it->session) {
-      out->push_back({isl->second.routing_id,
-                      error(it->island, it->session, it->request_id, ErrorCode::kTimeout, it->what())});
-    }
-    it = pending_.erase(it);
-  }
+  answer_pending(out, [&](const Pending& p, const Island&) -> std::optional<std::vector<uint8_t>> {
+    if (!p.deadline || now < *p.deadline) return std::nullopt;
+    return error(p.island, p.session, p.request_id, ErrorCode::kTimeout, p.what());
+  });
 }
 
 void CoordinatorState::remove_island(int id) {
@@ -318,18 +301,18 @@ void CoordinatorState::membership_changed(const std::vector<MemberChange>& chang
                                           std::vector<Outgoing>* out) {
   ++epoch_;
   urgent_ = true;
-  Message body;
-  body.membership = membership();
+  const Membership current = membership();
   for (const auto& [id, isl] : islands_) {
-    if (id != skip) out->push_back({isl.routing_id, reply(MsgType::kMembership, id, isl.session, 0, &body)});
+    if (id == skip) continue;
+    out->push_back({isl.routing_id, reply(MsgType::kMembership, id, isl.session, 0, {.membership = current})});
   }
   std::string ids;
-  for (const Peer& p : body.membership.members) {
+  for (const Peer& p : current.members) {
     if (!ids.empty()) ids += ',';
     ids += std::to_string(p.id);
   }
   ATOLL_INFO("coordinator: epoch " << epoch_ << ", members [" << ids << "]: " << describe(changes));
-  star_.on_membership(collective_members(membership()));  // star all-reduces no longer waiting for anyone complete
+  star_.on_membership(collective_members(current));  // star all-reduces no longer waiting for anyone complete
   // The server role drops a lost island from what it waits for (fedavg: the open round).
   bool server_changed = false;
   if (options_.server) {
@@ -338,7 +321,7 @@ void CoordinatorState::membership_changed(const std::vector<MemberChange>& chang
       if (c.change == "failed" || c.change == "left") server_changed |= options_.server->on_member_lost(c.island, at);
   }
   answer_pulls(out, /*star_only=*/!server_changed);
-  if (options_.on_membership) options_.on_membership(body.membership, changes);
+  if (options_.on_membership) options_.on_membership(current, changes);
 }
 
 void CoordinatorState::server_time(Clock::time_point now, std::vector<Outgoing>* out) {
@@ -361,6 +344,19 @@ void CoordinatorState::wait_or_fail(const Island& isl, Pending p, uint32_t wait_
   }
   if (wait_ms != proto::kWaitForever) p.deadline = now + std::chrono::milliseconds(wait_ms);
   pending_.push_back(std::move(p));
+}
+
+void CoordinatorState::answer_pending(std::vector<Outgoing>* out, const Answer& answer) {
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    auto isl = islands_.find(it->island);
+    std::optional<std::vector<uint8_t>> reply;
+    if (isl != islands_.end() && !(reply = answer(*it, isl->second))) {
+      ++it;
+      continue;
+    }
+    if (reply) out->push_back({isl->second.routing_id, std::move(*reply)});
+    it = pending_.erase(it);
+  }
 }
 
 }  // namespace atl::transport

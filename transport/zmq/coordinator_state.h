@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -120,13 +121,19 @@ class CoordinatorState {
   // Answered at once with ERROR: timeout when wait_ms is 0, limit when max_pending wait.
   void wait_or_fail(const Island& isl, Pending p, uint32_t wait_ms, Clock::time_point now,
                     std::vector<Outgoing>* out);
+  // Sends, in queue order, what `answer` returns for each waiting request and drops those it
+  // answered (nullopt: still waiting). A waiting request's island is live with its session
+  // (wait_or_fail queues only those; remove_island() drops an island's requests, and a new
+  // session replaces an old one only through it): one that is not is dropped unanswered.
+  using Answer = std::function<std::optional<std::vector<uint8_t>>(const Pending&, const Island&)>;
+  void answer_pending(std::vector<Outgoing>* out, const Answer& answer);
   // The server role's clock (OuterServer::on_time): seconds since this state was made. A
   // deadline it acted on may answer waiting PULLs (into `out`).
   void server_time(Clock::time_point now, std::vector<Outgoing>* out);
 
   // Message builders; the header is addressed to (island, session) with the current epoch.
   std::vector<uint8_t> reply(proto::MsgType type, int id, uint64_t session, uint64_t rid,
-                             const proto::Message* body = nullptr) const;
+                             proto::Message body = {}) const;
   std::vector<uint8_t> error(int id, uint64_t session, uint64_t rid, proto::ErrorCode code,
                              const std::string& text) const;
 

@@ -20,6 +20,15 @@ using le::put;
 
 Status bad(const std::string& what) { return corrupt("data message: " + what); }
 
+// The header's fields after its first 8 bytes, with their offsets (data_wire.h's layout):
+// f(offset, field) for each, for encode (const Header) and parse alike.
+template <typename H, typename F>
+void each_field(H& h, F f) {
+  f(8, h.sender); f(12, h.step); f(16, h.epoch); f(24, h.seq); f(32, h.link_seq); f(40, h.done_below);
+  f(48, h.chunk); f(52, h.piece); f(56, h.pieces); f(60, h.payload_len); f(64, h.offset); f(72, h.total);
+  f(80, h.group);
+}
+
 // Checksum of a message: XXH3-64 of header[0, 84) seeded with the payload's XXH3-64, so that
 // a payload is hashed once however often its header is rewritten (link_seq, done_below).
 uint64_t message_checksum(const uint8_t* header84, uint64_t payload_hash) {
@@ -57,19 +66,7 @@ void encode_header_hashed(const Header& h, uint64_t payload_hash, uint8_t out[kH
   out[5] = static_cast<uint8_t>(h.type);
   out[6] = h.flags;
   out[7] = 0;
-  put<int32_t>(out, 8, h.sender);
-  put<uint32_t>(out, 12, h.step);
-  put<uint64_t>(out, 16, h.epoch);
-  put<uint64_t>(out, 24, h.seq);
-  put<uint64_t>(out, 32, h.link_seq);
-  put<uint64_t>(out, 40, h.done_below);
-  put<uint32_t>(out, 48, h.chunk);
-  put<uint32_t>(out, 52, h.piece);
-  put<uint32_t>(out, 56, h.pieces);
-  put<uint32_t>(out, 60, h.payload_len);
-  put<uint64_t>(out, 64, h.offset);
-  put<uint64_t>(out, 72, h.total);
-  put<uint32_t>(out, 80, h.group);
+  each_field(h, [&](size_t at, auto v) { put(out, at, v); });
   put<uint64_t>(out, kChecksumOffset, message_checksum(out, payload_hash));
 }
 
@@ -86,19 +83,7 @@ Status parse_header(const uint8_t* b, size_t size, const uint8_t* payload, size_
   if (b[7] != 0) return bad("reserved byte set");
   h->type = static_cast<MsgType>(b[5]);
   h->flags = b[6];
-  h->sender = get<int32_t>(b, 8);
-  h->step = get<uint32_t>(b, 12);
-  h->epoch = get<uint64_t>(b, 16);
-  h->seq = get<uint64_t>(b, 24);
-  h->link_seq = get<uint64_t>(b, 32);
-  h->done_below = get<uint64_t>(b, 40);
-  h->chunk = get<uint32_t>(b, 48);
-  h->piece = get<uint32_t>(b, 52);
-  h->pieces = get<uint32_t>(b, 56);
-  h->payload_len = get<uint32_t>(b, 60);
-  h->offset = get<uint64_t>(b, 64);
-  h->total = get<uint64_t>(b, 72);
-  h->group = get<uint32_t>(b, 80);
+  each_field(*h, [&]<typename T>(size_t at, T& v) { v = get<T>(b, at); });
   if (h->sender < 0 || h->sender > collectives::kMaxIslandId) return bad("sender id out of range");
   if (h->payload_len > kMaxPayloadBytes || h->payload_len != payload_size) {
     return bad("payload length " + std::to_string(h->payload_len) + " but a payload frame of " +

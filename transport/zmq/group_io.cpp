@@ -50,7 +50,6 @@ void keep_freed_message_memory() {
 GroupIo::GroupIo(ControlPlane& control, const ZmqGroupOptions& options)
     : control_(control), options_(options), self_(control.self()),
       pool_(std::make_shared<BufferPool>(4 * static_cast<size_t>(options.max_in_flight) + 64)), ctx_(1),
-      groups_{{0, Sequence{{}, options.first_seq, options.first_seq, options.first_seq, {}}}},
       bandwidth_(std::max(1e3, options.bandwidth_mbps * 1e6 / 8)) {
   TORCH_CHECK(options_.chunk_bytes >= 1024 && options_.chunk_bytes <= (int64_t{1} << 30),
               "ZmqGroupOptions::chunk_bytes must be in [1024, 2^30]");
@@ -58,29 +57,20 @@ GroupIo::GroupIo(ControlPlane& control, const ZmqGroupOptions& options)
               "ZmqGroupOptions: timeout_slack and latency_ms must be >= 0, bandwidth_mbps > 0");
   TORCH_CHECK(options_.max_in_flight >= 1, "ZmqGroupOptions::max_in_flight must be >= 1");
   keep_freed_message_memory();
-  LinkOptions lo;
-  lo.max_in_flight = options_.max_in_flight;
-  lo.send_hwm = std::max(1000, 4 * options_.max_in_flight + 64);
-  lo.max_message_bytes = 2 * options_.chunk_bytes + 65536;
-  lo.latency_s = options_.latency_ms / 1e3;
-  lo.timeout_slack = options_.timeout_slack;
-  lo.bandwidth = [this] { return bandwidth_; };
   if (options_.curve) {
     Status has = curve::available();
     TORCH_CHECK(has.is_ok(), "ZmqGroupOptions::curve: ", has.message());
     TORCH_CHECK(curve::valid_key_text(options_.curve_public_key) && curve::valid_key_text(options_.curve_secret_key),
                 "ZmqGroupOptions::curve needs this island's Z85 key pair");
-    lo.curve = true;
-    lo.curve_public_key = options_.curve_public_key;
-    lo.curve_secret_key = options_.curve_secret_key;
   }
   membership_ = control_.membership();
-  links_ = std::make_unique<PeerLinks>(ctx_, self_, bind_endpoint(control_, options_), lo, drops_);
+  links_ = std::make_unique<PeerLinks>(ctx_, self_, bind_endpoint(control_, options_), options_,
+                                       [this] { return bandwidth_; }, drops_);
   endpoint_ = links_->endpoint();
   links_->set_peers(membership_.members);
-  links_->set_done_below(0, options.first_seq);
-  for (const auto& [key, first] : options.first_seqs) {  // a joiner's sub-groups
-    if (key == 0) continue;
+  std::map<uint32_t, uint64_t> firsts = options.first_seqs;  // a joiner's sub-groups
+  firsts[0] = options.first_seq;
+  for (const auto& [key, first] : firsts) {
     groups_[key] = Sequence{{}, first, first, first, {}};
     links_->set_done_below(key, first);
   }

@@ -21,6 +21,9 @@ constexpr auto kMaxBackoff = std::chrono::seconds(60);
 constexpr int kSuspectAfter = 2;                // retransmission rounds without an ack before suspecting
 constexpr int kLingerMs = 0;                    // ZMQ_LINGER: GroupIo's destructor drains the links itself
 
+// ZeroMQ's send and receive high-water marks: above max_in_flight.
+int hwm(const ZmqGroupOptions& o) { return std::max(1000, 4 * o.max_in_flight + 64); }
+
 std::string link_routing_id(int self) {
   static thread_local std::mt19937_64 rng{std::random_device{}()};
   char buf[64];
@@ -30,8 +33,8 @@ std::string link_routing_id(int self) {
 }  // namespace
 
 PeerLinks::PeerLinks(zmq::context_t& ctx, int self, const std::string& bind_endpoint,
-                     LinkOptions opts, DropLog& drops)
-    : ctx_(ctx), self_(self), opts_(std::move(opts)), drops_(drops),
+                     const ZmqGroupOptions& options, std::function<double()> bandwidth, DropLog& drops)
+    : ctx_(ctx), self_(self), opts_(options), bandwidth_(std::move(bandwidth)), drops_(drops),
       router_(ctx, zmq::socket_type::router) {
   if (opts_.curve) {
     zap_ = std::make_unique<ZapHandler>(ctx_, std::vector<std::string>{}, "",
@@ -42,15 +45,11 @@ PeerLinks::PeerLinks(zmq::context_t& ctx, int self, const std::string& bind_endp
   }
   router_.set(zmq::sockopt::router_handover, 1);
   router_.set(zmq::sockopt::linger, kLingerMs);
-  router_.set(zmq::sockopt::sndhwm, opts_.send_hwm);
-  router_.set(zmq::sockopt::rcvhwm, opts_.send_hwm);
-  if (opts_.max_message_bytes > 0) router_.set(zmq::sockopt::maxmsgsize, opts_.max_message_bytes);
+  router_.set(zmq::sockopt::sndhwm, hwm(opts_));
+  router_.set(zmq::sockopt::rcvhwm, hwm(opts_));
+  router_.set(zmq::sockopt::maxmsgsize, 2 * opts_.chunk_bytes + 65536);
   router_.bind(bind_endpoint);
   endpoint_ = router_.get(zmq::sockopt::last_endpoint);
-}
-
-PeerLinks::~PeerLinks() {
-  for (auto& [id, l] : links_) close(l);
 }
 
 void PeerLinks::set_peers(const std::vector<Peer>& members) {
@@ -62,16 +61,10 @@ void PeerLinks::set_peers(const std::vector<Peer>& members) {
     if (!p.public_key.empty()) keys.insert(p.public_key);
   }
   if (zap_) zap_->set_allowed(std::move(keys));
-  for (auto it = links_.begin(); it != links_.end();) {
-    auto p = peers_.find(it->first);
-    const Peer& was = it->second.peer;
-    if (p == peers_.end() || p->second.endpoint != was.endpoint || p->second.public_key != was.public_key) {
-      close(it->second);
-      it = links_.erase(it);
-    } else {
-      ++it;
-    }
-  }
+  std::erase_if(links_, [&](const auto& l) {  // destroying a link closes its DEALER
+    auto p = peers_.find(l.first);
+    return p == peers_.end() || p->second != l.second.peer;
+  });
 }
 
 PeerLinks::OutLink& PeerLinks::link(int peer) {
@@ -86,18 +79,11 @@ PeerLinks::OutLink& PeerLinks::link(int peer) {
     l.dealer->set(zmq::sockopt::curve_secretkey, opts_.curve_secret_key);
   }
   l.dealer->set(zmq::sockopt::routing_id, link_routing_id(self_));
-  l.dealer->set(zmq::sockopt::sndhwm, opts_.send_hwm);
-  l.dealer->set(zmq::sockopt::rcvhwm, opts_.send_hwm);
+  l.dealer->set(zmq::sockopt::sndhwm, hwm(opts_));
+  l.dealer->set(zmq::sockopt::rcvhwm, hwm(opts_));
   l.dealer->set(zmq::sockopt::linger, kLingerMs);
   l.dealer->connect(l.peer.endpoint);
   return l;
-}
-
-void PeerLinks::close(OutLink& l) {
-  if (l.dealer) l.dealer->close();
-  l.dealer.reset();
-  l.waiting.clear();
-  l.unacked.clear();
 }
 
 void PeerLinks::send(int peer, Outbound msg) {
@@ -121,10 +107,8 @@ void PeerLinks::purge(const std::function<bool(const Header&)>& stale) {
 Clock::duration PeerLinks::timeout_for(const OutLink& l) const {
   double bytes = 0;
   for (const Sent& s : l.unacked) bytes += static_cast<double>(kHeaderBytes + s.length);
-  const double bw = std::max(1.0, opts_.bandwidth ? opts_.bandwidth() : 125e6);
-  const double secs = opts_.timeout_slack * (opts_.latency_s + bytes / bw) + 1.0;
-  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(secs)) +
-         l.backoff;
+  const double bw = std::max(1.0, bandwidth_ ? bandwidth_() : 125e6);
+  return transfer_timeout(opts_.timeout_slack, opts_.latency_ms / 1e3, bytes, bw) + l.backoff;
 }
 
 bool PeerLinks::transmit(OutLink& l, const Sent& s) {

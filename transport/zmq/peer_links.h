@@ -15,7 +15,7 @@
 // its link's name is dropped. A new routing id is accepted from whatever link_seq it starts
 // at.
 //
-// With CurveZMQ (LinkOptions::curve) the ROUTER is a CURVE server, every DEALER
+// With CurveZMQ (ZmqGroupOptions::curve) the ROUTER is a CURVE server, every DEALER
 // authenticates its peer by the peer's public key from the membership, and an in-context
 // ZAP responder (zap_handler.h) admits only clients whose key belongs to a current member;
 // other connections are refused at the handshake (logged once per key) and never reach us.
@@ -43,6 +43,7 @@
 #include "transport/group.h"
 #include "transport/zmq/data_wire.h"
 #include "transport/zmq/zap_handler.h"
+#include "transport/zmq/zmq_group.h"
 
 namespace atl::transport::dataplane {
 
@@ -73,23 +74,16 @@ struct Inbound {
   size_t size() const { return header.payload_len; }
 };
 
-struct LinkOptions {
-  int max_in_flight = 8;          // unacknowledged messages per peer
-  int send_hwm = 1000;            // ZeroMQ send high-water mark (> max_in_flight)
-  int64_t max_message_bytes = -1; // ZMQ_MAXMSGSIZE of the ROUTER (-1 = no limit)
-  double latency_s = 0.05;        // retransmission timeout: slack * (latency + bytes / bw) + 1 s
-  double timeout_slack = 4.0;
-  std::function<double()> bandwidth;  // bytes/s estimate (EWMA of the group)
-  bool curve = false;             // CurveZMQ: encrypt, and admit members' keys only
-  std::string curve_public_key;   // this island's Z85 pair (with curve)
-  std::string curve_secret_key;
-};
-
 class PeerLinks {
  public:
-  PeerLinks(zmq::context_t& ctx, int self, const std::string& bind_endpoint, LinkOptions opts,
-            DropLog& drops);
-  ~PeerLinks();
+  // From `options`: max_in_flight (unacknowledged messages per peer), the ZeroMQ high-water
+  // marks (max(1000, 4 * max_in_flight + 64), above max_in_flight), the ROUTER's
+  // ZMQ_MAXMSGSIZE (2 * chunk_bytes + 64 KiB), the retransmission timeout (slack * (latency +
+  // bytes / bw) + 1 s, with latency_ms and timeout_slack) and curve (encrypt, and admit
+  // members' keys only) with this island's Z85 key pair (checked by the caller). `bandwidth`:
+  // the bytes/s estimate (EWMA of the group).
+  PeerLinks(zmq::context_t& ctx, int self, const std::string& bind_endpoint, const ZmqGroupOptions& options,
+            std::function<double()> bandwidth, DropLog& drops);
 
   // The bound endpoint as ZeroMQ resolved it (a "*" port becomes the real one).
   std::string endpoint() const { return endpoint_; }
@@ -141,7 +135,6 @@ class PeerLinks {
   };
 
   OutLink& link(int peer);
-  void close(OutLink& l);
   void pump(OutLink& l);
   bool transmit(OutLink& l, const Sent& s);
   Clock::duration timeout_for(const OutLink& l) const;
@@ -151,7 +144,8 @@ class PeerLinks {
 
   zmq::context_t& ctx_;
   int self_;
-  LinkOptions opts_;
+  const ZmqGroupOptions opts_;
+  const std::function<double()> bandwidth_;
   DropLog& drops_;
   std::unique_ptr<ZapHandler> zap_;            // with curve: the ZAP handler of this context
   zmq::socket_t router_;

@@ -55,19 +55,14 @@ void put(std::vector<uint8_t>& out, T v) {
   std::memcpy(b, &v, sizeof(T));  // little-endian host (static_assert above)
   out.insert(out.end(), b, b + sizeof(T));
 }
-// A u16/u8-prefixed string (check_body bounds its length).
-template <typename Len>
-void put_str(std::vector<uint8_t>& out, const std::string& s) {
-  put<Len>(out, static_cast<Len>(s.size()));
-  out.insert(out.end(), s.begin(), s.end());
-}
 
 uint64_t checksum(const uint8_t* msg, size_t size) {
   return xxh64(msg, kChecksumOffset, msg + kHeaderBytes, size > kHeaderBytes ? size - kHeaderBytes : 0);
 }
 
-// ---- bounds-checked reading --------------------------------------------------------------
-// Every read names its field, so an error says where the message went wrong.
+// ---- body fields ---------------------------------------------------------------------------
+// body() below lists each type's fields once; a Reader parses them (bounds-checked, every
+// read names its field, so an error says where the message went wrong), a Writer appends them.
 class Reader {
  public:
   Reader(const uint8_t* p, size_t size) : p_(p), size_(size) {}
@@ -84,15 +79,38 @@ class Reader {
     pos_ += sizeof(T);
     return v;
   }
-  std::string str(size_t n) {
-    std::string s(reinterpret_cast<const char*>(p_ + pos_), n);
-    pos_ += n;
-    return s;
+  template <typename T>
+  Status num(const char* field, T& v) {
+    ATOLL_TRY(need(sizeof(T), field));
+    v = get<T>();
+    return Status::ok();
   }
-  std::span<const uint8_t> rest() {
-    std::span<const uint8_t> s(p_ + pos_, size_ - pos_);
+  // A u16/u8-prefixed string of at most `max` bytes.
+  template <typename Len>
+  Status str(const char* field, size_t max, std::string& s) {
+    ATOLL_TRY(need(sizeof(Len), field));
+    const size_t n = get<Len>();
+    if (n > max) {
+      return corrupt(std::string("field '") + field + "' is " + std::to_string(n) +
+                     " bytes, above the bound " + std::to_string(max));
+    }
+    ATOLL_TRY(need(n, field));
+    s.assign(reinterpret_cast<const char*>(p_ + pos_), n);
+    pos_ += n;
+    return Status::ok();
+  }
+  Status rest(std::span<const uint8_t>& s) {
+    s = std::span<const uint8_t>(p_ + pos_, size_ - pos_);
     pos_ = size_;
-    return s;
+    return Status::ok();
+  }
+  // Bounds the member count and sizes the list. Each member takes at least 7 bytes: no
+  // reservation beyond what the body can hold.
+  Status members(uint32_t count, std::vector<Peer>& m) {
+    if (count > kMaxMembers) return corrupt("member count " + std::to_string(count) + " above the bound");
+    if (count > left() / 7) return corrupt("member count " + std::to_string(count) + " exceeds the body");
+    m.assign(count, Peer{});
+    return Status::ok();
   }
 
  private:
@@ -101,20 +119,76 @@ class Reader {
   size_t pos_ = 0;
 };
 
-#define ATOLL_TRY(expr) \
-  if (Status st_ = (expr); !st_.is_ok()) return st_
-
-// Reads a u16/u8-prefixed string of at most `max` bytes.
-template <typename Len>
-Status read_str(Reader& r, const char* field, size_t max, std::string* out) {
-  ATOLL_TRY(r.need(sizeof(Len), field));
-  const size_t n = r.get<Len>();
-  if (n > max) {
-    return corrupt(std::string("field '") + field + "' is " + std::to_string(n) +
-                   " bytes, above the bound " + std::to_string(max));
+struct Writer {
+  std::vector<uint8_t>& out;
+  size_t body_start;
+  template <typename T>
+  Status num(const char*, T v) {
+    put<T>(out, v);
+    return Status::ok();
   }
-  ATOLL_TRY(r.need(n, field));
-  *out = r.str(n);
+  template <typename Len>  // check_body bounds the length
+  Status str(const char*, size_t, const std::string& s) {
+    put<Len>(out, static_cast<Len>(s.size()));
+    out.insert(out.end(), s.begin(), s.end());
+    return Status::ok();
+  }
+  Status rest(std::span<const uint8_t> s) {
+    if (out.size() - body_start + s.size() > kMaxBodyBytes) return invalid_argument("encode: body above kMaxBodyBytes");
+    out.insert(out.end(), s.begin(), s.end());
+    return Status::ok();
+  }
+  Status members(uint32_t, const std::vector<Peer>&) { return Status::ok(); }  // the count says it all
+};
+
+static_assert(sizeof(Peer::id) == 4, "member ids are i32 on the wire");
+
+// The body of m.header.type, field by field in wire order. IO = Reader with Message, or
+// Writer with const Message.
+template <typename IO, typename M>
+Status body(IO& io, M& m) {
+  switch (m.header.type) {
+    case MsgType::kJoin:
+      ATOLL_TRY(io.template str<uint16_t>("endpoint", kMaxEndpointBytes, m.endpoint));
+      return io.template str<uint8_t>("public key", kPublicKeyBytes, m.public_key);
+    case MsgType::kJoinAck:
+    case MsgType::kMembership: {
+      uint32_t count = static_cast<uint32_t>(m.membership.members.size());
+      ATOLL_TRY(io.num("member count", count));
+      ATOLL_TRY(io.members(count, m.membership.members));
+      for (auto& p : m.membership.members) {
+        ATOLL_TRY(io.num("member id", p.id));
+        ATOLL_TRY(io.template str<uint16_t>("member endpoint", kMaxEndpointBytes, p.endpoint));
+        ATOLL_TRY(io.template str<uint8_t>("member public key", kPublicKeyBytes, p.public_key));
+      }
+      return Status::ok();
+    }
+    case MsgType::kSuspect: return io.num("peer", m.peer);
+    case MsgType::kPush:
+      ATOLL_TRY(io.num("tag", m.tag));
+      ATOLL_TRY(io.num("weight", m.weight));
+      return io.rest(m.bytes);
+    case MsgType::kPull:
+      ATOLL_TRY(io.num("tag", m.tag));
+      return io.num("wait_ms", m.wait_ms);
+    case MsgType::kPullReply:
+      ATOLL_TRY(io.num("tag", m.tag));
+      return io.rest(m.bytes);
+    case MsgType::kStoreSet:
+      ATOLL_TRY(io.template str<uint16_t>("key", kMaxStoreKeyBytes, m.key));
+      return io.rest(m.bytes);
+    case MsgType::kStoreGet:
+      ATOLL_TRY(io.template str<uint16_t>("key", kMaxStoreKeyBytes, m.key));
+      return io.num("wait_ms", m.wait_ms);
+    case MsgType::kStoreReply:
+    case MsgType::kRecord: return io.rest(m.bytes);
+    case MsgType::kError:
+      ATOLL_TRY(io.num("error code", m.error));
+      return io.template str<uint16_t>("error text", kMaxErrorTextBytes, m.text);
+    case MsgType::kHeartbeat:
+    case MsgType::kLeave:
+    case MsgType::kAck: break;  // empty
+  }
   return Status::ok();
 }
 
@@ -182,87 +256,6 @@ std::string check_body(const Message& m) {
   }
 }
 
-void put_membership(std::vector<uint8_t>& out, const Membership& m) {
-  put<uint32_t>(out, static_cast<uint32_t>(m.members.size()));
-  for (const Peer& p : m.members) {
-    put<int32_t>(out, p.id);
-    put_str<uint16_t>(out, p.endpoint);
-    put_str<uint8_t>(out, p.public_key);
-  }
-}
-
-Status read_membership(Reader& r, Membership* m) {
-  ATOLL_TRY(r.need(4, "member count"));
-  const uint32_t count = r.get<uint32_t>();
-  if (count > kMaxMembers) return corrupt("member count " + std::to_string(count) + " above the bound");
-  // Each member takes at least 7 bytes: no reservation beyond what the body can hold.
-  if (count > r.left() / 7) return corrupt("member count " + std::to_string(count) + " exceeds the body");
-  m->members.assign(count, Peer{});
-  for (Peer& p : m->members) {
-    ATOLL_TRY(r.need(4, "member id"));
-    p.id = r.get<int32_t>();
-    ATOLL_TRY(read_str<uint16_t>(r, "member endpoint", kMaxEndpointBytes, &p.endpoint));
-    ATOLL_TRY(read_str<uint8_t>(r, "member public key", kPublicKeyBytes, &p.public_key));
-  }
-  return Status::ok();
-}
-
-Status parse_body(Reader& r, Message* m) {
-  switch (m->header.type) {
-    case MsgType::kJoin:
-      ATOLL_TRY(read_str<uint16_t>(r, "endpoint", kMaxEndpointBytes, &m->endpoint));
-      ATOLL_TRY(read_str<uint8_t>(r, "public key", kPublicKeyBytes, &m->public_key));
-      break;
-    case MsgType::kJoinAck:
-    case MsgType::kMembership:
-      ATOLL_TRY(read_membership(r, &m->membership));
-      m->membership.epoch = m->header.epoch;
-      break;
-    case MsgType::kHeartbeat:
-    case MsgType::kLeave:
-    case MsgType::kAck: break;
-    case MsgType::kSuspect:
-      ATOLL_TRY(r.need(4, "peer"));
-      m->peer = r.get<int32_t>();
-      break;
-    case MsgType::kPush:
-      ATOLL_TRY(r.need(16, "tag and weight"));
-      m->tag = r.get<uint64_t>();
-      m->weight = r.get<double>();
-      m->bytes = r.rest();
-      break;
-    case MsgType::kPull:
-      ATOLL_TRY(r.need(12, "tag and wait_ms"));
-      m->tag = r.get<uint64_t>();
-      m->wait_ms = r.get<uint32_t>();
-      break;
-    case MsgType::kPullReply:
-      ATOLL_TRY(r.need(8, "tag"));
-      m->tag = r.get<uint64_t>();
-      m->bytes = r.rest();
-      break;
-    case MsgType::kStoreSet:
-      ATOLL_TRY(read_str<uint16_t>(r, "key", kMaxStoreKeyBytes, &m->key));
-      m->bytes = r.rest();
-      break;
-    case MsgType::kStoreGet:
-      ATOLL_TRY(read_str<uint16_t>(r, "key", kMaxStoreKeyBytes, &m->key));
-      ATOLL_TRY(r.need(4, "wait_ms"));
-      m->wait_ms = r.get<uint32_t>();
-      break;
-    case MsgType::kStoreReply:
-    case MsgType::kRecord: m->bytes = r.rest(); break;
-    case MsgType::kError:
-      ATOLL_TRY(r.need(1, "error code"));
-      m->error = static_cast<ErrorCode>(r.get<uint8_t>());
-      ATOLL_TRY(read_str<uint16_t>(r, "error text", kMaxErrorTextBytes, &m->text));
-      break;
-  }
-  if (r.left() != 0) return corrupt("trailing bytes: " + std::to_string(r.left()) + " after the body");
-  if (std::string e = check_body(*m); !e.empty()) return corrupt(e);
-  return Status::ok();
-}
-
 }  // namespace
 
 Status encode(const Message& m, std::vector<uint8_t>* out) {
@@ -271,63 +264,24 @@ Status encode(const Message& m, std::vector<uint8_t>* out) {
   if (std::string e = check_body(m); !e.empty()) {
     return invalid_argument(std::string("encode ") + msg_type_name(m.header.type) + ": " + e);
   }
-  std::vector<uint8_t> body;
   const Header& h = m.header;
-  switch (h.type) {
-    case MsgType::kJoin:
-      put_str<uint16_t>(body, m.endpoint);
-      put_str<uint8_t>(body, m.public_key);
-      break;
-    case MsgType::kJoinAck:
-    case MsgType::kMembership: put_membership(body, m.membership); break;
-    case MsgType::kHeartbeat:
-    case MsgType::kLeave:
-    case MsgType::kAck: break;
-    case MsgType::kSuspect: put<int32_t>(body, m.peer); break;
-    case MsgType::kPush:
-      put<uint64_t>(body, m.tag);
-      put<double>(body, m.weight);
-      break;
-    case MsgType::kPull:
-      put<uint64_t>(body, m.tag);
-      put<uint32_t>(body, m.wait_ms);
-      break;
-    case MsgType::kPullReply: put<uint64_t>(body, m.tag); break;
-    case MsgType::kStoreSet: put_str<uint16_t>(body, m.key); break;
-    case MsgType::kStoreGet:
-      put_str<uint16_t>(body, m.key);
-      put<uint32_t>(body, m.wait_ms);
-      break;
-    case MsgType::kStoreReply:
-    case MsgType::kRecord: break;
-    case MsgType::kError:
-      put<uint8_t>(body, static_cast<uint8_t>(m.error));
-      put_str<uint16_t>(body, m.text);
-      break;
-  }
-  // Types whose body ends with raw bytes: PUSH, PULL_REPLY, STORE_SET, STORE_REPLY, RECORD.
-  const bool trailing_bytes = h.type == MsgType::kPush || h.type == MsgType::kPullReply ||
-                              h.type == MsgType::kStoreSet || h.type == MsgType::kStoreReply ||
-                              h.type == MsgType::kRecord;
-  const size_t body_size = body.size() + (trailing_bytes ? m.bytes.size() : 0);
-  if (body_size > kMaxBodyBytes) return invalid_argument("encode: body above kMaxBodyBytes");
-
   const size_t start = out->size();
-  out->reserve(start + kHeaderBytes + body_size);
   out->insert(out->end(), kMagic, kMagic + 4);
   put<uint8_t>(*out, kVersion);
   put<uint8_t>(*out, type);
   put<uint16_t>(*out, 0);
   put<int32_t>(*out, h.island);
-  put<uint32_t>(*out, static_cast<uint32_t>(body_size));
+  put<uint32_t>(*out, 0);  // body length: reseal() below
   put<uint64_t>(*out, h.epoch);
   put<uint64_t>(*out, h.request_id);
   put<uint64_t>(*out, h.session);
-  put<uint64_t>(*out, 0);  // checksum, below
-  out->insert(out->end(), body.begin(), body.end());
-  if (trailing_bytes) out->insert(out->end(), m.bytes.begin(), m.bytes.end());
-  const uint64_t sum = checksum(out->data() + start, out->size() - start);
-  std::memcpy(out->data() + start + kChecksumOffset, &sum, 8);
+  put<uint64_t>(*out, 0);  // checksum: reseal() below
+  Writer w{*out, out->size()};
+  if (Status st = body(w, m); !st.is_ok()) {
+    out->resize(start);
+    return st;
+  }
+  reseal(out->data() + start, out->size() - start);  // body length and checksum
   return Status::ok();
 }
 
@@ -349,28 +303,32 @@ Status parse(const uint8_t* data, size_t size, Message* m) {
   }
   const uint8_t type = data[5];
   if (type < 1 || type > kMaxMsgType) return corrupt("unknown message type " + std::to_string(type));
-  Reader r(data, size);
-  r.str(6);
+  Reader r(data + 6, kHeaderBytes - 6);
   if (const uint16_t flags = r.get<uint16_t>(); flags != 0) {
     return corrupt("unknown flags " + std::to_string(flags));
   }
   Message out;
   out.header.type = static_cast<MsgType>(type);
   out.header.island = r.get<int32_t>();
-  const uint32_t body = r.get<uint32_t>();
+  const uint32_t body_len = r.get<uint32_t>();
   out.header.epoch = r.get<uint64_t>();
   out.header.request_id = r.get<uint64_t>();
   out.header.session = r.get<uint64_t>();
   uint64_t want = r.get<uint64_t>();
-  if (body > kMaxBodyBytes) return corrupt("body length " + std::to_string(body) + " above the bound");
-  if (size - kHeaderBytes != body) {
-    return corrupt(std::string(size - kHeaderBytes < body ? "truncated" : "trailing bytes in") +
-                   " message: header declares a " + std::to_string(body) + "-byte body, " +
+  if (body_len > kMaxBodyBytes) return corrupt("body length " + std::to_string(body_len) + " above the bound");
+  if (size - kHeaderBytes != body_len) {
+    return corrupt(std::string(size - kHeaderBytes < body_len ? "truncated" : "trailing bytes in") +
+                   " message: header declares a " + std::to_string(body_len) + "-byte body, " +
                    std::to_string(size - kHeaderBytes) + " bytes follow");
   }
   if (checksum(data, size) != want) return corrupt("checksum mismatch: the message was damaged");
-  Reader br(data + kHeaderBytes, body);
-  ATOLL_TRY(parse_body(br, &out));
+  Reader br(data + kHeaderBytes, body_len);
+  ATOLL_TRY(body(br, out));
+  if (out.header.type == MsgType::kJoinAck || out.header.type == MsgType::kMembership) {
+    out.membership.epoch = out.header.epoch;
+  }
+  if (br.left() != 0) return corrupt("trailing bytes: " + std::to_string(br.left()) + " after the body");
+  if (std::string e = check_body(out); !e.empty()) return corrupt(e);
   *m = std::move(out);
   return Status::ok();
 }

@@ -92,19 +92,19 @@ struct Header {
 // header.type (docs/protocol.md lists them). `bytes` views memory owned by someone else:
 // the caller's buffer for encode, the parsed input for parse (valid while it lives).
 struct Message {
-  Header header;
-  std::string endpoint;             // JOIN: the island's data-plane endpoint
-  std::string public_key;           // JOIN: Z85 CURVE public key or ""
-  Membership membership;            // JOIN_ACK, MEMBERSHIP (its epoch = header.epoch)
+  Header header{};
+  std::string endpoint{};           // JOIN: the island's data-plane endpoint
+  std::string public_key{};         // JOIN: Z85 CURVE public key or ""
+  Membership membership{};          // JOIN_ACK, MEMBERSHIP (its epoch = header.epoch)
   int32_t peer = -1;                // SUSPECT
   uint64_t tag = 0;                 // PUSH, PULL, PULL_REPLY
   double weight = 1.0;              // PUSH: finite and > 0
   uint32_t wait_ms = 0;             // PULL, STORE_GET (kWaitForever = no limit)
-  std::string key;                  // STORE_SET, STORE_GET
-  std::span<const uint8_t> bytes;   // PUSH/PULL_REPLY: frame; STORE_SET/STORE_REPLY: value;
+  std::string key{};                // STORE_SET, STORE_GET
+  std::span<const uint8_t> bytes{}; // PUSH/PULL_REPLY: frame; STORE_SET/STORE_REPLY: value;
                                     // RECORD: the JSON text
   ErrorCode error = ErrorCode::kInternal;  // ERROR
-  std::string text;                 // ERROR: what went wrong
+  std::string text{};               // ERROR: what went wrong
 };
 
 // Appends the encoded message to `out`. kInvalidArgument (nothing appended) when a field

@@ -10,8 +10,6 @@ namespace atl::transport {
 
 namespace {
 
-Deadline after(Clock::duration d) { return Clock::now() + d; }
-
 // The RESULT_INFO body at the start of a star reply, and the bytes after it (the mean's frame).
 Status parse_reply(const std::vector<uint8_t>& body, collectives::ResultInfo* info, size_t* info_bytes) {
   *info_bytes = collectives::result_info_size(body.data(), body.size());
@@ -21,7 +19,7 @@ Status parse_reply(const std::vector<uint8_t>& body, collectives::ResultInfo* in
 
 }  // namespace
 
-StarClient::StarClient(ControlPlane& control, StarClientOptions options)
+StarClient::StarClient(ControlPlane& control, const ZmqGroupOptions& options)
     : control_(control), options_(options) {
   if (options_.first_seq > 0) {
     Status st = control_.push(star::tag(options_.first_seq, star::TagKind::kFirstSeq), {}, 1.0);
@@ -87,7 +85,7 @@ CollectiveResult StarClient::execute(Op& op) {
     StatusOr<std::vector<uint8_t>> reply = Status(StatusCode::kTimeout, "");
     while (!reply.is_ok() && reply.status().code() == StatusCode::kTimeout) {
       if (stopping()) return Status(StatusCode::kUnavailable, "the ZmqGroup was destroyed");
-      reply = control_.pull(star::tag(op.seq, kind), after(wait));
+      reply = control_.pull(star::tag(op.seq, kind), Clock::now() + wait);
       wait *= growth;
     }
     if (reply.is_ok()) received_ += reply->size();
@@ -136,8 +134,8 @@ CollectiveResult StarClient::execute(Op& op) {
 
   // 3. The mean.
   const double bytes = static_cast<double>(op.codec.max_encoded_size(n) + info_bytes);
-  const auto timeout = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
-      options_.timeout_slack * (options_.latency_s + bytes * 8 / (options_.bandwidth_mbps * 1e6)) + 1.0));
+  const auto timeout =
+      transfer_timeout(options_.timeout_slack, options_.latency_ms / 1e3, bytes, options_.bandwidth_mbps * 1e6 / 8);
   reply = fetch(star::TagKind::kData, timeout, 2);
   if (!reply.is_ok()) return failed(Status(reply.status().code(), what + ": " + reply.status().message()));
   if (Status st = parse_reply(*reply, &info, &info_bytes); !st.is_ok()) return failed(st);

@@ -36,24 +36,20 @@
 #include "transport/completion.h"
 #include "transport/control_plane.h"
 #include "transport/group.h"
+#include "transport/zmq/zmq_group.h"
 
 namespace atl::transport {
-
-struct StarClientOptions {
-  uint64_t first_seq = 0;        // > 0: announced to the coordinator (a joiner sits out earlier ones)
-  double bandwidth_mbps = 1000;  // fetch timeout = slack * (latency + bytes / bandwidth) + 1 s
-  double timeout_slack = 4.0;
-  double latency_s = 0.05;
-};
 
 class StarClient {
  public:
   static constexpr std::chrono::milliseconds kWaitSlice{1000};  // one completion PULL's wait
 
-  // Announces options.first_seq when it is above 0 (blocks until the coordinator answers; a
-  // failure is logged: the coordinator then waits for this island in earlier collectives
-  // until it leaves). Starts the worker.
-  StarClient(ControlPlane& control, StarClientOptions options);
+  // Announces options.first_seq when it is above 0: a joiner sits out earlier collectives
+  // (blocks until the coordinator answers; a failure is logged: the coordinator then waits
+  // for this island in earlier collectives until it leaves). Starts the worker. The fetch
+  // timeout is slack * (latency + bytes / bandwidth) + 1 s (timeout_slack, latency_ms,
+  // bandwidth_mbps).
+  StarClient(ControlPlane& control, const ZmqGroupOptions& options);
   ~StarClient();
   StarClient(const StarClient&) = delete;
   StarClient& operator=(const StarClient&) = delete;
@@ -79,7 +75,7 @@ class StarClient {
   bool stopping() const;
 
   ControlPlane& control_;
-  const StarClientOptions options_;
+  const ZmqGroupOptions options_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Op> queue_;  // guarded by mu_

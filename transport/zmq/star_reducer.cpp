@@ -77,7 +77,6 @@ void StarReducer::contribute(int id, uint64_t seq, std::span<const uint8_t> fram
 void StarReducer::fail(Collective& c, int id, double weight, Status why) {
   ATOLL_WARN("coordinator: star all-reduce failed: " << why.message());
   c.failure = std::move(why);
-  c.failed_by = {id};
   c.contributions.clear();
   c.contributions[id] = {weight, at::Tensor()};  // only its id and weight go in the result
 }

@@ -81,7 +81,6 @@ class StarReducer {
     std::map<int, Contribution> contributions;  // by island id
     int64_t numel = -1;
     Status failure;                             // ok, or why the collective failed
-    std::vector<int> failed_by;                 // islands whose contribution failed it
     bool done = false;
     std::vector<int> contributors;              // done: ids in the result
     std::vector<uint8_t> reply;                 // done: RESULT_INFO body, then the mean's frame

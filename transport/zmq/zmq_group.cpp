@@ -10,23 +10,12 @@
 namespace atl::transport {
 
 ZmqGroup::ZmqGroup(ControlPlane& control, ZmqGroupOptions options)
-    : control_(control), options_(std::move(options)), server_(control_),
+    : NetGroup(control, options.first_seq, options.first_seqs), options_(std::move(options)),
       io_(std::make_shared<dataplane::GroupIo>(control_, options_)),
-      seqs_(std::make_shared<std::map<uint32_t, uint64_t>>(options_.first_seqs)), next_seq_((*seqs_)[0]) {
-  next_seq_ = options_.first_seq;
-  if (options_.star) {
-    StarClientOptions so;
-    so.first_seq = options_.first_seq;
-    so.bandwidth_mbps = options_.bandwidth_mbps;
-    so.timeout_slack = options_.timeout_slack;
-    so.latency_s = options_.latency_ms / 1e3;
-    star_ = std::make_unique<StarClient>(control_, so);
-  }
-}
+      star_(options_.star ? std::make_unique<StarClient>(control_, options_) : nullptr) {}
 
 ZmqGroup::ZmqGroup(const ZmqGroup& parent, uint32_t key, std::vector<int> ids)
-    : control_(parent.control_), options_(parent.options_), server_(control_), io_(parent.io_), seqs_(parent.seqs_),
-      next_seq_((*seqs_)[key]), key_(key), ids_(std::move(ids)) {}
+    : NetGroup(parent, key, std::move(ids)), options_(parent.options_), io_(parent.io_) {}
 
 ZmqGroup::~ZmqGroup() = default;
 
@@ -65,22 +54,10 @@ std::unique_ptr<Handle> ZmqGroup::broadcast(int root, at::Tensor buffer, const c
   return submit(root, std::move(buffer), codec);
 }
 
-std::unique_ptr<Handle> ZmqGroup::push(uint64_t tag, at::Tensor buffer, const compression::Pipeline& codec,
-                                       double weight, at::Tensor transmitted) {
-  return server_.push(tag, buffer, codec, weight, std::move(transmitted));
-}
-
-std::unique_ptr<Handle> ZmqGroup::pull(uint64_t tag, at::Tensor out, const compression::Pipeline& codec) {
-  return server_.pull(tag, std::move(out), codec);
-}
-
 ByteCounters ZmqGroup::bytes() const {
   ByteCounters c = io_->counters();
-  for (const ByteCounters& b : {server_.bytes(), star_ ? star_->bytes() : ByteCounters{}}) {
-    c.sent += b.sent;
-    c.received += b.received;
-    c.raw_sent += b.raw_sent;
-  }
+  c += server_.bytes();
+  if (star_) c += star_->bytes();
   return c;
 }
 

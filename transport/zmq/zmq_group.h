@@ -78,7 +78,7 @@ struct ZmqGroupOptions {
                                   // star_client.h), not peer to peer; broadcasts stay peer to peer
 };
 
-class ZmqGroup final : public Group {
+class ZmqGroup final : public NetGroup {
  public:
   // Binds the data socket and starts the I/O thread. `control` must outlive the group.
   ZmqGroup(ControlPlane& control, ZmqGroupOptions options = {});
@@ -99,21 +99,9 @@ class ZmqGroup final : public Group {
   // (0 unless this island joined late), or the next one after those of an earlier sub-group
   // with this key.
   std::unique_ptr<Group> subgroup(uint32_t key, std::vector<int> ids) override;
-  // ServerLink::push (server_link.h): encodes `buffer` as InprocGroup does, hands the frame
-  // to ControlPlane::push and blocks until it answers. Counts the frame's bytes.
-  std::unique_ptr<Handle> push(uint64_t tag, at::Tensor buffer, const compression::Pipeline& codec,
-                               double weight, at::Tensor transmitted = {}) override;
-  // ServerLink::pull: ControlPlane::pull (blocks until the server answers), decoded into `out`.
-  std::unique_ptr<Handle> pull(uint64_t tag, at::Tensor out,
-                               const compression::Pipeline& codec) override;
+  // push / pull / next_seq / next_seqs: NetGroup (server_link.h).
   ByteCounters bytes() const override;
 
-  // The sequence number of the next collective issued here: a joiner handed this island's
-  // state takes part from it on (ZmqGroupOptions::first_seq). Island thread, like the calls.
-  uint64_t next_seq() const { return next_seq_; }
-  // next_seq() of this group (key 0) and of every sub-group made from it, by key: a joiner
-  // handed this island's state takes part in each from there (ZmqGroupOptions::first_seqs).
-  std::map<uint32_t, uint64_t> next_seqs() const { return *seqs_; }
   // The data endpoint as bound (a "*" port resolved). Thread-safe.
   std::string endpoint() const;
   // Messages dropped as invalid, stale or unexpected so far. Thread-safe.
@@ -126,15 +114,9 @@ class ZmqGroup final : public Group {
   template <typename... Args>
   std::unique_ptr<Handle> submit(Args&&... args);
 
-  ControlPlane& control_;
   ZmqGroupOptions options_;
-  ServerLink server_;  // push / pull
   std::shared_ptr<dataplane::GroupIo> io_;  // shared with the sub-groups
   std::unique_ptr<StarClient> star_;  // options.star only; stopped before io_
-  std::shared_ptr<std::map<uint32_t, uint64_t>> seqs_;  // next seqs by key, shared with the sub-groups
-  uint64_t& next_seq_;    // (*seqs_)[key_]
-  uint32_t key_ = 0;      // 0: the group of every island; else a sub-group's key
-  std::vector<int> ids_;  // a sub-group's islands (empty: every island)
 };
 
 }  // namespace atl::transport
