@@ -536,8 +536,8 @@ TEST(AllreduceOp, RestartedReceiverTakesOverAFinishedBroadcast) {
   const at::Tensor sent = at::randn({1001});
   at::Tensor root = sent.clone(), got = at::zeros({1001});
   std::vector<std::shared_ptr<Completion>> done = {std::make_shared<Completion>(), std::make_shared<Completion>()};
-  AllreduceOp a(0, 0, root, fp32, 1 << 20, done[0]);
-  AllreduceOp b(0, 0, got, fp32, 1 << 20, done[1]);
+  AllreduceOp a(0, 0, root, {}, fp32, 1 << 20, done[0]);
+  AllreduceOp b(0, 0, got, at::empty({1001}), fp32, 1 << 20, done[1]);
   FakeContext ca(0), cb(1);
   a.start(ca, 0, {0, 1});
   b.start(cb, 0, {0, 1});
@@ -558,6 +558,35 @@ TEST(AllreduceOp, RestartedReceiverTakesOverAFinishedBroadcast) {
   EXPECT_TRUE(r.status.is_ok()) << r.status.to_string();
   EXPECT_EQ(r.contributors, (std::vector<int>{0, 1}));
   EXPECT_TRUE(at::equal(got, sent));
+  EXPECT_TRUE(at::equal(root, sent));
+}
+
+// A broadcast whose root is lost mid-way produces nothing: the receiver that had taken some
+// of the root's pieces completes with kPeerLost and its buffer exactly as issued (it
+// receives into a tensor of its own, copied into the caller's buffer only at completion).
+TEST(AllreduceOp, ABroadcastThatLosesItsRootLeavesTheReceiverItsInput) {
+  const compression::Pipeline fp32;
+  at::manual_seed(5);
+  const int64_t n = 8000;
+  const at::Tensor sent = at::randn({n}), mine = at::randn({n});
+  at::Tensor root = sent.clone(), got = mine.clone();
+  std::vector<std::shared_ptr<Completion>> done = {std::make_shared<Completion>(), std::make_shared<Completion>()};
+  const int64_t chunk_bytes = 8192;  // pieces of 2048 floats
+  AllreduceOp a(0, 0, root, {}, fp32, chunk_bytes, done[0]);
+  AllreduceOp b(0, 0, got, at::empty({n}), fp32, chunk_bytes, done[1]);
+  FakeContext ca(0), cb(1);
+  a.start(ca, 0, {0, 1});
+  b.start(cb, 0, {0, 1});
+  int pieces = 0;
+  std::vector<Outbound> withheld = exchange_until_quiet(a, ca, b, cb, [&](const Header& h) {
+    return h.type == MsgType::kBroadcast && ++pieces > 2;  // island 1 takes two pieces of four
+  });
+  ASSERT_EQ(pieces, 4) << "the root sent another number of pieces";
+  ASSERT_FALSE(b.done());
+  b.on_membership(cb, 1, {1});  // the root is gone
+  ASSERT_TRUE(b.done());
+  EXPECT_EQ(done[1]->wait(std::nullopt).status.code(), StatusCode::kPeerLost);
+  EXPECT_TRUE(at::equal(got, mine)) << "the receiver's buffer changed";
   EXPECT_TRUE(at::equal(root, sent));
 }
 

@@ -267,7 +267,8 @@ Program attempt(Wire& wire, Request& req, Attempt a, CollectiveResult* out) {
     }
     if (parts.size() > 1) {
       wire.data_phase(static_cast<double>(req.codec->max_encoded_size(req.buffer.numel())));
-      BroadcastSetup b{parts, mine.root, req.buffer, req.codec, static_cast<int64_t>(mine.piece_elems)};
+      const at::Tensor& dst = self != mine.root && req.result.defined() ? req.result : req.buffer;
+      BroadcastSetup b{parts, mine.root, dst, req.codec, static_cast<int64_t>(mine.piece_elems)};
       for (Program inner = broadcast(wire, std::move(b)); !inner.resume();) co_await pending{wire};
     }
     *out = {std::move(status), parts, count};

@@ -97,10 +97,11 @@ Status unpack_gathered(const at::Tensor& words, std::vector<std::vector<uint8_t>
 struct Request {
   uint64_t seq = 0;
   Hello hello;                 // what this member announces
-  at::Tensor buffer;           // all-reduce, broadcast: [n] float32, the input (restored by the
-                               // transport before each attempt), then the result
-  at::Tensor result;           // all-reduce, optional [n] float32: where the result goes instead;
-                               // `buffer` then stays the input (no restore before a restart)
+  at::Tensor buffer;           // all-reduce, broadcast: [n] float32, the input, then the result
+  at::Tensor result;           // all-reduce, a broadcast's receivers: [n] float32 where the result
+                               // goes instead, so that `buffer` stays the input until the transport
+                               // copies the result there at completion (ZeroMQ and gloo: a
+                               // collective that ends without a result leaves the caller its input)
   at::Tensor transmitted;      // all-reduce, optional [n]: this member's input as others decode it
   const compression::Pipeline* codec = nullptr;  // all-reduce, broadcast
   const std::vector<uint8_t>* gather_in = nullptr;          // allgather: this member's bytes

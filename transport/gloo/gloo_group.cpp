@@ -52,9 +52,7 @@ struct GlooGroup::Op {
   collectives::Request req;
   compression::Pipeline codec;
   std::vector<uint8_t> gather_in;   // allgather: this member's bytes
-  at::Tensor input;                 // broadcast: the caller's input, for restarts (worker: taken at start)
   std::shared_ptr<Completion> done;
-  bool dirty = false;               // req.buffer may no longer equal input
 };
 
 struct GlooGroup::Retained {
@@ -188,20 +186,14 @@ void GlooGroup::run(Op& op) {
   const uint64_t seq = op.req.seq;
   op.req.codec = &op.codec;
   op.req.result_piece_elems = INT64_MAX;  // a hand-over is one gloo message
-  // An all-reduce computes into a tensor of its own (kept for the hand-over) and leaves the
-  // caller's input untouched until it completes; a broadcast's receivers write in place.
-  if (op.req.hello.kind == collectives::kHelloAllreduce) {
+  // An all-reduce, and a broadcast's receivers, compute into a tensor of their own (kept for
+  // the hand-over): the caller's buffer stays the input until the collective completes, so a
+  // restart begins from it and a collective that ends without a result leaves it unchanged.
+  const auto kind = op.req.hello.kind;
+  if (kind == collectives::kHelloAllreduce || (kind == collectives::kHelloBroadcast && op.req.hello.root != self)) {
     op.req.result = pool_.take(op.req.buffer.numel());
-  } else if (op.req.buffer.defined()) {
-    op.input = pool_.take(op.req.buffer.numel());
-    op.input.copy_(op.req.buffer);
   }
-  auto restore = [&] {
-    if (op.dirty) op.req.buffer.copy_(op.input);
-    op.dirty = false;
-  };
   auto fail = [&](Status st, std::vector<int> contributors = {}, double weight = 0) {
-    restore();
     complete(op, {std::move(st), std::move(contributors), weight});
   };
   op.req.first_members = collective_members(control_.membership(), ids_);  // one missing from the final mesh was lost
@@ -223,8 +215,6 @@ void GlooGroup::run(Op& op) {
         if (p == donor) a.known[p] = collectives::Tag::kResultInfo;
         else if (p != self && (donor >= 0 || !contains(parts, p))) a.known[p] = collectives::Tag::kAbsent;
       }
-      restore();
-      op.dirty = op.input.defined();
       gloo_mesh::GlooWire gw(*mesh_, *waits_, *counters_, seq);
       // The data phase's timeout for `bytes` received: slack * (latency + bytes / bandwidth) + 1 s.
       gw.on_data_phase = [this](double bytes) {
@@ -342,20 +332,19 @@ void GlooGroup::complete(Op& op, CollectiveResult result) {
   const StatusCode code = result.status.code();
   if ((code == StatusCode::kOk || code == StatusCode::kPeerLost) && !result.contributors.empty()) {
     // Kept until the next collective finishes: by then every member has finished this one
-    // (it issued the next), so no restart can ask for it any more. A broadcast's input copy
-    // takes it.
+    // (it issued the next), so no restart can ask for it any more.
     if (retained_) pool_.give(std::move(retained_->kept.values));
     if (op.req.gather_out) {
       retained_ = std::make_unique<Retained>(Retained{op.req.seq, {result, collectives::pack_gathered(*op.req.gather_out)}});
     } else if (op.req.result.defined()) {
       op.req.buffer.copy_(op.req.result);  // before the caller is woken
       retained_ = std::make_unique<Retained>(Retained{op.req.seq, {result, std::move(op.req.result)}});
-    } else {
-      op.input.copy_(op.req.buffer);
-      retained_ = std::make_unique<Retained>(Retained{op.req.seq, {result, std::move(op.input)}});
+    } else {  // a broadcast's root
+      at::Tensor copy = pool_.take(op.req.buffer.numel());
+      copy.copy_(op.req.buffer);
+      retained_ = std::make_unique<Retained>(Retained{op.req.seq, {result, std::move(copy)}});
     }
   } else {
-    pool_.give(std::move(op.input));
     pool_.give(std::move(op.req.result));
   }
   op.done->finish(std::move(result));

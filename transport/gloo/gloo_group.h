@@ -161,7 +161,7 @@ class GlooGroup final : public NetGroup {
   uint64_t built_generation_ = 0;
   bool donations_served_ = false;
   std::unique_ptr<Retained> retained_;   // the last finished collective's result
-  TensorPool pool_{2};                   // recycled input copies and results
+  TensorPool pool_{2};                   // recycled result tensors
 
   mutable std::mutex mu_;  // guards the queue, stop_, the suspect deadline, meshes_built_, closed_key_
   std::condition_variable cv_;

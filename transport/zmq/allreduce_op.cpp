@@ -56,10 +56,11 @@ AllreduceOp::AllreduceOp(uint64_t seq, std::vector<uint8_t> bytes, std::vector<s
   req_.hello = {collectives::kHelloAllgather, gather_in_.size(), 1.0, 0, 1};
 }
 
-AllreduceOp::AllreduceOp(uint64_t seq, int root, at::Tensor buffer, const compression::Pipeline& codec,
-                         int64_t chunk_bytes, std::shared_ptr<Completion> completion)
+AllreduceOp::AllreduceOp(uint64_t seq, int root, at::Tensor buffer, at::Tensor result,
+                         const compression::Pipeline& codec, int64_t chunk_bytes, std::shared_ptr<Completion> completion)
     : AllreduceOp(seq, codec, chunk_bytes, std::move(completion)) {
   req_.buffer = std::move(buffer);
+  req_.result = std::move(result);
   req_.codec = &codec_;
   req_.hello = {collectives::kHelloBroadcast, static_cast<uint64_t>(req_.buffer.numel()), 1.0,
                 collectives::codec_fingerprint(codec_), static_cast<uint64_t>(piece_elements(codec_, chunk_bytes)),
@@ -175,7 +176,7 @@ void AllreduceOp::complete(OpContext& ctx, CollectiveResult result) {
   wire_.reset();
   if (keep && req_.gather_out) {
     retained_ = std::make_unique<Retained>(Retained{{result, collectives::pack_gathered(*req_.gather_out)}, {}});
-  } else if (keep && !req_.result.defined()) {  // a broadcast
+  } else if (keep && !req_.result.defined()) {  // a broadcast's root
     retained_ = std::make_unique<Retained>(Retained{{result, req_.buffer.clone()}, {}});
   } else if (keep) {
     retained_ = std::make_unique<Retained>(Retained{{result, std::move(req_.result)}, std::move(pieces)});

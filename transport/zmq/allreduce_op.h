@@ -50,9 +50,10 @@ class AllreduceOp final {
   AllreduceOp(uint64_t seq, std::vector<uint8_t> bytes, std::vector<std::vector<uint8_t>>* out,
               int64_t chunk_bytes, std::shared_ptr<Completion> completion);
   // A broadcast of the root's `buffer` (Group::broadcast), with the same attempts, restarts
-  // and hand-over; a receiver's buffer needs no backup (the result overwrites it whole).
-  AllreduceOp(uint64_t seq, int root, at::Tensor buffer, const compression::Pipeline& codec, int64_t chunk_bytes,
-              std::shared_ptr<Completion> completion);
+  // and hand-over. A receiver receives into `result` ([n] float32) and copies it into `buffer`
+  // at completion; the root passes none.
+  AllreduceOp(uint64_t seq, int root, at::Tensor buffer, at::Tensor result, const compression::Pipeline& codec,
+              int64_t chunk_bytes, std::shared_ptr<Completion> completion);
 
   uint64_t seq() const { return req_.seq; }
   // Its group (Header::group: 0 = every island, else a sub-group's key) and, for a

@@ -51,7 +51,9 @@ std::unique_ptr<Handle> ZmqGroup::allreduce_mean(at::Tensor buffer, const compre
 
 std::unique_ptr<Handle> ZmqGroup::broadcast(int root, at::Tensor buffer, const compression::Pipeline& codec) {
   check_buffer(buffer);
-  return submit(root, std::move(buffer), codec);
+  // A receiver receives into a tensor of its own, as an all-reduce computes into one.
+  at::Tensor result = root == control_.self() ? at::Tensor() : io_->tensors().take(buffer.numel());
+  return submit(root, std::move(buffer), std::move(result), codec);
 }
 
 ByteCounters ZmqGroup::bytes() const {
