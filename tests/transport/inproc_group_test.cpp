@@ -3,7 +3,11 @@
 #include "transport/inproc/inproc_group.h"
 
 #include <ATen/ATen.h>
+#include <c10/util/Exception.h>
 #include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
 
 #include "compression/frame.h"
 #include "transport/ring.h"
@@ -72,6 +76,22 @@ TEST(InprocGroup, WeightedMean) {
     EXPECT_DOUBLE_EQ(r.weight_sum, 4.0);
   });
   for (auto& t : b) EXPECT_TRUE(at::allclose(t, at::full({10}, 11.0 / 4)));
+}
+
+// The in-process group checks its arguments as the networked groups do (group.h
+// check_allreduce): a caller's bug is refused at once, before anything is posted.
+TEST(InprocGroup, RefusesTheArgumentsTheNetworkedGroupsRefuse) {
+  Fixture f(1);
+  Group& g = *f.groups[0];
+  const at::Tensor ok = at::ones({4});
+  for (double w : {0.0, -1.0, std::nan(""), std::numeric_limits<double>::infinity()}) {
+    EXPECT_THROW(g.allreduce_mean(ok.clone(), f.codec, w), c10::Error) << "weight " << w;
+  }
+  EXPECT_THROW(g.allreduce_mean(at::ones({4}, at::kDouble), f.codec), c10::Error);
+  EXPECT_THROW(g.allreduce_mean(at::ones({4, 2}).t(), f.codec), c10::Error);  // not contiguous
+  EXPECT_THROW(g.allreduce_mean(ok.clone(), f.codec, 1.0, at::ones({3})), c10::Error);
+  EXPECT_THROW(g.allreduce_mean(ok.clone(), f.codec, 1.0, at::ones({4}, at::kDouble)), c10::Error);
+  EXPECT_THROW(g.broadcast(0, at::Tensor(), f.codec), c10::Error);
 }
 
 TEST(InprocGroup, BroadcastFromRoot) {
