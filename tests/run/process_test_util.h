@@ -7,6 +7,8 @@
 #include <signal.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -38,11 +40,21 @@ inline std::filesystem::path make_test_dir(const std::string& prefix) {
 // span): below the kernel's ephemeral range (32768 and up by default), where the local ports
 // of outgoing connections come from, so that no connection of a concurrent test can hold it
 // (each test binary has its own range), and free when chosen: slots of 20 from one picked by
-// the pid on, the first whose 20 ports all bind on 127.0.0.1 now.
+// the pid on, the first not held by a concurrent test (a lock file per slot, held until this
+// process exits) whose 20 ports all bind on 127.0.0.1 now.
 inline int test_port(int base, int span = 4000) {
   const int slots = span / 20;
   for (int k = 0; k < slots; ++k) {
     const int p = base + static_cast<int>((getpid() + k) % slots) * 20;
+    // The block is this process's while it holds the block's lock file: a test started at
+    // the same moment (ctest -j) cannot pick it before this one's processes bind it (two
+    // runs sharing a coordinator port exchange islands).
+    const std::string lock = (std::filesystem::temp_directory_path() / ("atoll-test-ports-" + std::to_string(p))).string();
+    const int lock_fd = ::open(lock.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0666);
+    if (lock_fd < 0 || ::flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
+      if (lock_fd >= 0) ::close(lock_fd);
+      continue;
+    }
     bool free = true;
     for (int q = p; q < p + 20 && free; ++q) {
       const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -53,7 +65,8 @@ inline int test_port(int base, int span = 4000) {
       free = fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
       if (fd >= 0) ::close(fd);
     }
-    if (free) return p;
+    if (free) return p;  // the lock is kept until this process exits
+    ::close(lock_fd);
   }
   return base + static_cast<int>(getpid() % slots) * 20;
 }
