@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -199,6 +200,12 @@ class Algorithm {
   virtual double checkpoint_position(int64_t step) const { return static_cast<double>(step); }
   virtual AlgorithmCheckpoint state() const { return {}; }
   virtual void load(IslandContext& ctx, const AlgorithmCheckpoint& state) {}
+  // Real runs, before state(): waits until the exchange that state() saves as in flight
+  // (posted by every island, collected later: diloco with overlap) is complete here, and
+  // returns its result, which the process saves and its resumed group's resume_in_flight()
+  // hands back (in the simulator the hub saves its own). nullopt: nothing is in flight.
+  // Default: nothing ever is at a checkpoint.
+  virtual std::optional<transport::CollectiveResult> wait_in_flight() { return std::nullopt; }
 };
 
 // Registry (algorithms/registry.cpp). Throws atl::UserError for an unknown name, listing

@@ -99,8 +99,9 @@ class DiLoCo final : public Algorithm {
   // {anchor, outer state (2, undefined until used), error-feedback residual (undefined until
   // a lossy round)}. Without overlap checkpoints fall between rounds, where nothing is in
   // flight. With overlap the exchange of the last round is always in flight there; every
-  // island has posted it, so it is complete in the simulator and saved with the run
-  // (Group::resume_in_flight() hands its result back): then counters add {1, the round's
+  // island has posted it, so it is complete in the simulator and saved with the run (in
+  // real runs each island waits for it first: wait_in_flight()), and
+  // Group::resume_in_flight() hands its result back: then counters add {1, the round's
   // byte counters at its start (sent, received, raw_sent), its members, error feedback
   // active (0/1)} and tensors add {the average in flight, this island's contribution in
   // flight (eager; else undefined), the compensated contribution and what the others decoded
@@ -124,6 +125,10 @@ class DiLoCo final : public Algorithm {
     s.tensors.push_back(feedback_.active() ? feedback_.sent() : at::Tensor());
     s.tensors.push_back(feedback_.active() ? feedback_.transmitted() : at::Tensor());
     return s;
+  }
+  std::optional<transport::CollectiveResult> wait_in_flight() override {
+    if (!handle_) return std::nullopt;
+    return handle_->wait();  // its result stays: the round collects it at its boundary
   }
   void load(IslandContext& ctx, const AlgorithmCheckpoint& state) override {
     const bool overlap = options_.overlap != Overlap::kNone;

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "transport/control_plane.h"
@@ -58,13 +59,22 @@ class NetGroup : public Group {
   // a checkpoint, takes part in each from there (the options' first_seq / first_seqs).
   uint64_t next_seq() const { return next_seq_; }
   std::map<uint32_t, uint64_t> next_seqs() const { return *seqs_; }
+  // A real run resumed from a checkpoint: the result of the collective that was in flight at
+  // the cut (the options' in_flight; its data came back with the algorithm's own state), once.
+  std::unique_ptr<Handle> resume_in_flight() override {
+    if (!in_flight_) return nullptr;
+    auto handle = std::make_unique<DoneHandle>(std::move(*in_flight_));
+    in_flight_.reset();
+    return handle;
+  }
 
  protected:
   // The group of every island: its first collective is number `first_seq`, sub-group
-  // `key`'s first_seqs[key] (absent: 0).
-  NetGroup(ControlPlane& control, uint64_t first_seq, const std::map<uint32_t, uint64_t>& first_seqs)
+  // `key`'s first_seqs[key] (absent: 0); `in_flight` for resume_in_flight().
+  NetGroup(ControlPlane& control, uint64_t first_seq, const std::map<uint32_t, uint64_t>& first_seqs,
+           std::optional<CollectiveResult> in_flight)
       : control_(control), server_(control), seqs_(std::make_shared<std::map<uint32_t, uint64_t>>(first_seqs)),
-        next_seq_((*seqs_)[0]) {
+        next_seq_((*seqs_)[0]), in_flight_(std::move(in_flight)) {
     next_seq_ = first_seq;
   }
   // Sub-group `key` of `parent`'s islands `ids`, numbered on from an earlier one with this key.
@@ -78,6 +88,7 @@ class NetGroup : public Group {
   uint64_t& next_seq_;          // (*seqs_)[key_]
   const uint32_t key_ = 0;      // 0: the group of every island; else a sub-group's key
   const std::vector<int> ids_;  // a sub-group's islands (empty: every island)
+  std::optional<CollectiveResult> in_flight_;
 };
 
 }  // namespace atl::transport

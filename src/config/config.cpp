@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <sstream>
 #include <type_traits>
 
 #include "compression/stage.h"
@@ -689,6 +690,35 @@ std::string to_yaml(const Config& config) {
   out << YAML::EndMap;
   // Only fields, not `source`: to_yaml(parse_config(to_yaml(c))) is then byte-identical.
   return std::string("# atoll config, fully resolved\n") + out.c_str() + "\n";
+}
+
+std::map<std::string, std::string> flatten_yaml(const std::string& yaml_text) {
+  std::map<std::string, std::string> out;
+  std::istringstream in(yaml_text);
+  std::string line, section;
+  auto unquote = [](std::string v) {
+    if (v.size() >= 2 && v.front() == '"' && v.back() == '"') v = v.substr(1, v.size() - 2);
+    return v;
+  };
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    const size_t indent = line.find_first_not_of(' ');
+    if (indent == std::string::npos) continue;
+    const std::string body = line.substr(indent);
+    if (indent == 0) {
+      const size_t colon = body.find(':');
+      section = body.substr(0, colon);
+      const std::string rest = colon == std::string::npos ? "" : body.substr(colon + 1);
+      if (rest.find_first_not_of(' ') != std::string::npos) out[section] = rest.substr(rest.find_first_not_of(' '));
+    } else if (body.rfind("- ", 0) == 0) {
+      std::string& list = out[section];
+      list += (list.empty() ? "" : ", ") + body.substr(2);
+    } else {
+      const size_t colon = body.find(": ");
+      if (colon != std::string::npos) out[section + "." + body.substr(0, colon)] = unquote(body.substr(colon + 2));
+    }
+  }
+  return out;
 }
 
 std::string origin(const Config& config, const std::string& key) { return origin_of(config, key); }

@@ -482,6 +482,12 @@ Config parse_config(const std::string& yaml_text, const std::string& source_name
 // (except `source` and `origins`), and to_yaml of that is byte-identical.
 std::string to_yaml(const Config& config);
 
+// A resolved config's text (to_yaml's layout: sections of "  key: value" lines, the
+// compression list as "  - {...}" items) as "section.key" -> value, quotes removed; list
+// items are joined with ", " under their section ("compression"). Reads the text only, so a
+// config.yaml written by another version of atoll, with other keys, still reads.
+std::map<std::string, std::string> flatten_yaml(const std::string& yaml_text);
+
 // Where `key` ("section.key", "islands.events", "compression") was set: "FILE:LINE" or
 // "--set key=value"; the config's source name when the text left it at its default.
 std::string origin(const Config& config, const std::string& key);

@@ -113,10 +113,7 @@ void put_settled(ByteWriter& w, const std::vector<transport::InprocHub::Settled>
     w.u8(p.kind);
     w.i64(p.root);
     w.i64s({p.ids.begin(), p.ids.end()});
-    w.u8(static_cast<uint8_t>(p.result.status.code()));
-    w.str(p.result.status.message());
-    w.i64s({p.result.contributors.begin(), p.result.contributors.end()});
-    w.f64(p.result.weight_sum);
+    put_result(w, p.result);
     w.f64(p.start);
     w.f64(p.done_at);
     w.u64(p.holders.size());
@@ -136,12 +133,8 @@ std::vector<transport::InprocHub::Settled> get_settled(ByteReader& r) {
     p.kind = r.u8();
     p.root = static_cast<int>(r.i64());
     for (int64_t id : r.i64s()) p.ids.push_back(static_cast<int>(id));
-    const uint8_t code = r.u8();
-    std::string message = r.str();
-    if (code > static_cast<uint8_t>(StatusCode::kInternal) || p.kind > 2) r.fail();
-    p.result.status = Status(static_cast<StatusCode>(code), std::move(message));
-    for (int64_t id : r.i64s()) p.result.contributors.push_back(static_cast<int>(id));
-    p.result.weight_sum = r.f64();
+    p.result = get_result(r);
+    if (p.kind > 2) r.fail();
     p.start = r.f64();
     p.done_at = r.f64();
     for (uint64_t j = 0, m = r.u64(); j < m && r.ok(); ++j) {
@@ -155,6 +148,24 @@ std::vector<transport::InprocHub::Settled> get_settled(ByteReader& r) {
 }
 
 }  // namespace
+
+void put_result(ByteWriter& w, const transport::CollectiveResult& result) {
+  w.u8(static_cast<uint8_t>(result.status.code()));
+  w.str(result.status.message());
+  w.i64s({result.contributors.begin(), result.contributors.end()});
+  w.f64(result.weight_sum);
+}
+
+transport::CollectiveResult get_result(ByteReader& r) {
+  transport::CollectiveResult out;
+  const uint8_t code = r.u8();
+  std::string message = r.str();
+  if (code > static_cast<uint8_t>(StatusCode::kInternal)) r.fail();
+  out.status = Status(static_cast<StatusCode>(code), std::move(message));
+  for (int64_t id : r.i64s()) out.contributors.push_back(static_cast<int>(id));
+  out.weight_sum = r.f64();
+  return out;
+}
 
 void put_tensor(ByteWriter& w, const at::Tensor& t) {
   if (!t.defined()) {

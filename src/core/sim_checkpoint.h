@@ -85,6 +85,11 @@ at::Tensor get_tensor(checkpoint::ByteReader& r);  // undefined (and r not ok())
 void put_tensors(checkpoint::ByteWriter& w, const std::vector<at::Tensor>& ts);
 std::vector<at::Tensor> get_tensors(checkpoint::ByteReader& r);  // r not ok() on bad input
 
+// A collective's result (the simulator's "inflight" section, a real run's in-flight
+// exchange): u8 status code, str status message, i64s contributors, f64 weight sum.
+void put_result(checkpoint::ByteWriter& w, const transport::CollectiveResult& result);
+transport::CollectiveResult get_result(checkpoint::ByteReader& r);  // r not ok() on bad input
+
 // A server role's state (the "server" section of the simulator's checkpoints and of a real
 // run's coordinator running state, docs/checkpoints.md): f64 its clock at the save, i64 the
 // latest round it reported, i64s counters, u64 count + f64 reals, tensors.

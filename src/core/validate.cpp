@@ -118,15 +118,12 @@ void check_checkpoint(const config::Config& c, Target target) {
   const auto& k = c.checkpoint;
   if (real_run(target)) {
     // Real runs (docs/checkpoints.md "Real runs"): every island process checkpoints at the
-    // same step, where nothing of its own is in flight; the algorithms covered so far.
-    // The global model in the coordinator's server role: not saved at a cut the islands agree on.
+    // same step, once the exchange in flight there (if any) has completed. The global model
+    // in the coordinator's server role: not saved at a cut the islands agree on.
     const bool server_role = k.every > 0 && algorithms::make_algorithm(algorithm_options(c, {}), 0)->global_on_server();
-    const bool covered = !server_role && !(c.algorithm.name == "diloco" && c.algorithm.overlap != algorithms::Overlap::kNone);
-    if (k.every > 0 && !covered)
+    if (server_role)
       config::fail_key(c, "checkpoint.every", "real runs (launch, island, coordinator) checkpoint every algorithm "
-                                              "but fedavg, async_local_sgd and diloco with algorithm.overlap, not " +
-                                              c.algorithm.name +
-                                              (c.algorithm.name == "diloco" ? " with algorithm.overlap" : "") +
+                                              "but fedavg and async_local_sgd, not " + c.algorithm.name +
                                               " (set it to 0)");
     if (c.run.resume && k.every == 0)
       config::fail_key(c, "run.resume", "there is nothing to resume from: checkpoints are off (set checkpoint.every)");

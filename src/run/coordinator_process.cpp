@@ -23,6 +23,7 @@
 #include "src/checkpoint/checkpoint_dir.h"
 #include "src/run/process_checkpoint.h"
 #include "src/run/processes.h"
+#include "src/run/run_identity.h"
 #include "src/run/run_totals.h"
 #include "src/run/start_gate.h"
 #include "src/core/components.h"
@@ -219,6 +220,7 @@ int run_coordinator(const config::Config& config, const ProcessOptions& options)
   transport::CoordinatorOptions co;
   co.endpoint = t.coordinator;
   co.expected_islands = k;
+  co.run = run_identity(config);
   co.heartbeat_ms = t.heartbeat_ms;
   co.heartbeat_timeout_ms = t.heartbeat_timeout_ms;
   co.server = server.get();

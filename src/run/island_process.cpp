@@ -21,6 +21,7 @@
 #include "src/run/handover.h"
 #include "src/run/process_checkpoint.h"
 #include "src/run/processes.h"
+#include "src/run/run_identity.h"
 #include "src/run/start_gate.h"
 #include "src/run/wan_routes.h"
 #include "src/core/components.h"
@@ -125,6 +126,7 @@ StatusOr<IslandEnd> run_island_once(const config::Config& config, int island, co
   transport::ControlClientOptions cc;
   cc.coordinator = t.coordinator;
   cc.island = island;
+  cc.run = run_identity(config);
   // Joined without a data endpoint, the island takes part in no collective until it holds
   // the state it starts from (the initial model, or a hand-over) and publishes it.
   const std::string endpoint = data_endpoint(t, island);
@@ -231,6 +233,7 @@ StatusOr<IslandEnd> run_island_once(const config::Config& config, int island, co
     go.first_seqs = resumed->group_seqs;
     go.first_seq = go.first_seqs[0];
     go.first_seqs.erase(0);
+    go.in_flight = resumed->in_flight;
   }
   go.star = t.collective == "star";
   go.chunk_bytes = t.chunk_bytes;
@@ -247,6 +250,7 @@ StatusOr<IslandEnd> run_island_once(const config::Config& config, int island, co
     transport::GlooGroupOptions gopt = gloo_options(t);
     gopt.first_seq = go.first_seq;
     gopt.first_seqs = go.first_seqs;
+    gopt.in_flight = go.in_flight;
     data_plane = std::make_unique<transport::GlooGroup>(control, std::move(gopt));
   }
   else data_plane = std::make_unique<transport::ZmqGroup>(control, go);
@@ -352,6 +356,8 @@ StatusOr<IslandEnd> run_island_once(const config::Config& config, int island, co
   if (handover) ckpt_due = (handover->step / std::max<int64_t>(ckpt_every, 1) + 1) * ckpt_every;
   auto checkpoint_at = [&](int64_t step) {
     IslandProcessCheckpoint c;
+    // First: the exchange in flight completes (its bytes and its result belong to the cut).
+    c.in_flight = parts.algorithm->wait_in_flight();
     c.step = step;
     c.config_hash = ckpt_hash;
     c.island = island;

@@ -180,6 +180,11 @@ std::vector<checkpoint::Section> encode_island(const IslandProcessCheckpoint& c)
     w.u64(seq);
   }
   out.push_back({"island", std::move(w).bytes()});
+  if (c.in_flight) {
+    ByteWriter f;
+    core::put_result(f, *c.in_flight);
+    out.push_back({"inflight", std::move(f).bytes()});
+  }
   return out;
 }
 
@@ -205,6 +210,11 @@ StatusOr<IslandProcessCheckpoint> decode_island(const checkpoint::Checkpoint& fi
     c.group_seqs[key] = r.u64();
   }
   if (!r.done() || !c.params.defined()) return corrupt(what + ": malformed section 'island'");
+  if (const std::string* inflight = file.find("inflight")) {
+    ByteReader f(*inflight);
+    c.in_flight = core::get_result(f);
+    if (!f.done()) return corrupt(what + ": malformed section 'inflight'");
+  }
   return c;
 }
 

@@ -62,6 +62,9 @@ struct IslandProcessCheckpoint {
   // sub-group, DiPaCo): the resumed group continues the numbering (lossy direct-exchange
   // seeds depend on it).
   std::map<uint32_t, uint64_t> group_seqs;
+  // The result of the exchange in flight at S (Algorithm::wait_in_flight: diloco with
+  // overlap), handed back by the resumed group's resume_in_flight(); section "inflight".
+  std::optional<transport::CollectiveResult> in_flight;
 };
 
 // The coordinator at checkpoint S: every island of `members` had written S.

@@ -83,6 +83,11 @@ class WatchedGroup final : public transport::Group {
                                           double weight, at::Tensor transmitted) override;
   std::unique_ptr<transport::Handle> pull(uint64_t tag, at::Tensor out,
                                           const compression::Pipeline& codec) override;
+  // The inner group's (a run resumed from a checkpoint: the exchange in flight at the cut).
+  std::unique_ptr<transport::Handle> resume_in_flight() override {
+    auto handle = inner_.resume_in_flight();
+    return handle ? watched(transport::Clock::now(), std::move(handle)) : nullptr;
+  }
   // The inner group's counters plus those of earlier lives of the island (set_bytes_base).
   transport::ByteCounters bytes() const override {
     transport::ByteCounters b = inner_.bytes();

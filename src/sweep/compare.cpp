@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "src/base/status.h"
+#include "src/config/config.h"
 #include "src/core/progress.h"
 #include "src/sweep/results.h"
 
@@ -28,36 +29,13 @@ struct Entry {
   std::map<std::string, std::string> config;  // "section.key" -> value text
 };
 
-// A resolved config.yaml (config::to_yaml's layout: sections of "  key: value" lines, the
-// compression list as "  - {...}" items) as "section.key" -> value. Read as text, so that a
-// run written by another version of atoll, with other keys, still compares.
+// A run's config.yaml as "section.key" -> value (config::flatten_yaml), read as text so that
+// a run written by another version of atoll, with other keys, still compares.
 std::map<std::string, std::string> flatten_config(const std::string& path) {
-  std::map<std::string, std::string> out;
   std::ifstream in(path);
-  std::string line, section;
-  auto unquote = [](std::string v) {
-    if (v.size() >= 2 && v.front() == '"' && v.back() == '"') v = v.substr(1, v.size() - 2);
-    return v;
-  };
-  while (std::getline(in, line)) {
-    if (line.empty() || line[0] == '#') continue;
-    const size_t indent = line.find_first_not_of(' ');
-    if (indent == std::string::npos) continue;
-    const std::string body = line.substr(indent);
-    if (indent == 0) {
-      const size_t colon = body.find(':');
-      section = body.substr(0, colon);
-      const std::string rest = colon == std::string::npos ? "" : body.substr(colon + 1);
-      if (rest.find_first_not_of(' ') != std::string::npos) out[section] = rest.substr(rest.find_first_not_of(' '));
-    } else if (body.rfind("- ", 0) == 0) {
-      std::string& list = out[section];
-      list += (list.empty() ? "" : ", ") + body.substr(2);
-    } else {
-      const size_t colon = body.find(": ");
-      if (colon != std::string::npos) out[section + "." + body.substr(0, colon)] = unquote(body.substr(colon + 2));
-    }
-  }
-  return out;
+  std::stringstream text;
+  text << in.rdbuf();
+  return config::flatten_yaml(text.str());
 }
 
 Entry entry_for_run(const std::string& name, const std::string& dir) {

@@ -371,18 +371,21 @@ TEST_F(SimResume, RefusalsAreOneLine) {
                            "algorithm.client_fraction=1"});
   EXPECT_EQ(e, "");
   // (kill, rejoin and add events are saved: SimResume.RunWithKillRejoinAndAddEventsResumesBitwise.)
-  // Real runs checkpoint every algorithm but those with a server role and diloco with overlap
-  // (tests/run/resume_test.cpp); those are refused at checkpoint.every.
-  atl::config::Config real = atl::config::load_config(cfg, {"algorithm.overlap=delayed"});
+  // Real runs checkpoint every algorithm but those with a server role, diloco with overlap
+  // included (tests/run/resume_test.cpp); those are refused at checkpoint.every.
+  atl::config::Config real = atl::config::load_config(cfg, {"algorithm.name=async_local_sgd"});
   try {
     atl::core::validate_config(real, atl::core::Target::kLaunch);
-    ADD_FAILURE() << "launch with checkpoint.every and diloco's overlap accepted";
+    ADD_FAILURE() << "launch with checkpoint.every and async_local_sgd's server role accepted";
   } catch (const atl::UserError& u) {
     EXPECT_NE(std::string(u.what()).find("checkpoint.every"), std::string::npos) << u.what();
-    EXPECT_NE(std::string(u.what()).find("checkpoint every algorithm but fedavg, async_local_sgd and diloco with algorithm.overlap"), std::string::npos)
+    EXPECT_NE(std::string(u.what()).find("checkpoint every algorithm but fedavg and async_local_sgd, not async_local_sgd"),
+              std::string::npos)
         << u.what();
   }
   EXPECT_NO_THROW(atl::core::validate_config(atl::config::load_config(cfg), atl::core::Target::kLaunch));
+  EXPECT_NO_THROW(atl::core::validate_config(atl::config::load_config(cfg, {"algorithm.overlap=delayed"}),
+                                             atl::core::Target::kLaunch));
   // A resume with another config.
   ASSERT_EQ(simulate(cfg, "c"), "");
   e = simulate(cfg, "c", {"train.lr=0.01", "run.resume=true"});

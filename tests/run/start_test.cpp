@@ -254,6 +254,39 @@ TEST_F(Start, NeverConnectedIslandFailsARunThatNeedsEveryIsland) {
   EXPECT_FALSE(contains(read(metrics()), "\"event\":\"train\""));
 }
 
+// An island started with another config (here another outer learning rate) is refused at its
+// JOIN: it exits 1 with one error line naming the first key where its config and the coordinator's
+// differ, and the run goes on without it (min_islands 2), losing nothing.
+TEST_F(Start, IslandOfAnotherConfigIsRefusedNamingTheKey) {
+  const std::string cfg = config(20);
+  const std::vector<std::string> more = {"transport.min_islands=2", "transport.join_timeout_s=4"};
+  std::vector<std::string> other = more;
+  other.push_back("algorithm.outer_lr=0.5");
+  const pid_t coord = spawn_atoll(args({"coordinator", cfg, "--quiet"}, more), dir_ / "coordinator.log");
+  const pid_t i0 = spawn_atoll(args({"island", cfg, "--id", "0", "--quiet"}, more), dir_ / "island0.log");
+  const pid_t i1 = spawn_atoll(args({"island", cfg, "--id", "1", "--quiet"}, more), dir_ / "island1.log");
+  const pid_t i2 = spawn_atoll(args({"island", cfg, "--id", "2", "--quiet"}, other), dir_ / "island2.log");
+  ASSERT_GT(coord, 0);
+  const int rc2 = wait_exit(i2, 60);
+  const int rc0 = wait_exit(i0, 90), rc1 = wait_exit(i1, 30), rcc = wait_exit(coord, 30);
+  const std::string log2 = read(dir_ / "island2.log");
+  EXPECT_EQ(rc2, 1) << log2;
+  const auto said = lines_of(log2, "[atoll] error: ");
+  ASSERT_EQ(said.size(), 1u) << log2;
+  EXPECT_TRUE(contains(said[0], "island 2: cannot join tcp://127.0.0.1:" + std::to_string(port_) +
+                                    ": coordinator: it is of another run: its config has 'algorithm.outer_lr: 0.5' "
+                                    "where this coordinator's has 'algorithm.outer_lr: 0.7'"))
+      << said[0];
+  EXPECT_TRUE(contains(read(dir_ / "coordinator.log"), "refused JOIN of island 2: it is of another run"))
+      << read(dir_ / "coordinator.log");
+  EXPECT_EQ(rc0, 0) << read(dir_ / "island0.log");
+  EXPECT_EQ(rc1, 0) << read(dir_ / "island1.log");
+  EXPECT_EQ(rcc, 0) << read(dir_ / "coordinator.log");
+  const std::string summary = read(dir_ / "runs/r/summary.json");
+  EXPECT_EQ(json_find_number(summary, "islands_finished"), 2) << summary;
+  EXPECT_EQ(json_find_number(summary, "steps"), 20) << summary;
+}
+
 // Over gloo (same coordinator): the run starts at the join timeout with islands 0 and 1 and
 // finishes with them; island 2 coming after the start cannot rejoin a gloo run and exits 1
 // with one line.

@@ -122,6 +122,40 @@ TEST_F(StateTest, JoinOfTheLiveSessionWithAnEndpointPublishesIt) {
   EXPECT_EQ(feed(publish, 0, 1, 30, 8).at(0).membership.epoch, 2u);  // resent: no change
 }
 
+// A JOIN that names another run (an island started with another config, or another run's
+// island on this port) is refused with one line naming the first line where the two run
+// texts differ, and the membership does not change; the same island naming this run joins.
+TEST_F(StateTest, JoinOfAnotherRunIsRefusedNamingWhereItDiffers) {
+  options_.run = "algorithm.name: diloco\nalgorithm.outer_lr: 0.7\nrun.name: r\n";
+  auto refused = [&](const std::string& run, int64_t at_ms) {
+    Message join = of(MsgType::kJoin);
+    join.run = run;
+    std::vector<Message> r = feed(join, 2, 1, at_ms);
+    EXPECT_EQ(r.size(), 1u);
+    EXPECT_EQ(r.at(0).header.type, MsgType::kError);
+    EXPECT_EQ(r.at(0).error, proto::ErrorCode::kRejected);
+    EXPECT_TRUE(state_.membership().members.empty());
+    return r.at(0).text;
+  };
+  std::string why = refused("algorithm.name: diloco\nalgorithm.outer_lr: 0.5\nrun.name: r\n", 0);
+  EXPECT_NE(why.find("it is of another run: its config has 'algorithm.outer_lr: 0.5' where this coordinator's has "
+                     "'algorithm.outer_lr: 0.7'"),
+            std::string::npos)
+      << why;
+  why = refused("", 10);
+  EXPECT_NE(why.find("it names no run"), std::string::npos) << why;
+  why = refused(options_.run + "run.seed: 3\n", 20);
+  EXPECT_NE(why.find("its config has 'run.seed: 3' where this coordinator's has (nothing)"), std::string::npos) << why;
+  why = refused("algorithm.name: " + std::string(2000, 'x') + "\n", 30);  // clipped to the ERROR bound
+  EXPECT_NE(why.find("'algorithm.name: xxx"), std::string::npos) << why;
+  Message join = of(MsgType::kJoin);
+  join.run = options_.run;
+  std::vector<Message> r = feed(join, 2, 1, 40);
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].header.type, MsgType::kJoinAck);
+  EXPECT_EQ(state_.membership().members.size(), 1u);
+}
+
 TEST_F(StateTest, SuspicionNeedsSilenceAndPendingRequestsExpire) {
   feed(of(MsgType::kJoin), 0, 1, 0);
   feed(of(MsgType::kJoin), 1, 2, 0);

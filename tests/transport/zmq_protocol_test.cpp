@@ -40,6 +40,7 @@ std::vector<Message> samples(const std::vector<uint8_t>& bytes, const std::strin
   Message& join = add(MsgType::kJoin);
   join.endpoint = "tcp://10.0.0.3:29513";
   join.public_key = std::string(40, 'k');
+  join.run = "algorithm.name: diloco\nrun.name: r\n";
   add(MsgType::kJoinAck).membership = m;
   add(MsgType::kHeartbeat);
   add(MsgType::kLeave);
@@ -89,6 +90,7 @@ TEST(ZmqProtocol, EveryTypeRoundTrips) {
     EXPECT_EQ(back.header.session, 0xDEADBEEFCAFEull);
     EXPECT_EQ(back.endpoint, m.endpoint);
     EXPECT_EQ(back.public_key, m.public_key);
+    EXPECT_EQ(back.run, m.run);
     EXPECT_EQ(back.peer, m.peer);
     EXPECT_EQ(back.tag, m.tag);
     EXPECT_EQ(back.weight, m.weight);
@@ -114,7 +116,7 @@ TEST(ZmqProtocol, GoldenHeaderLayout) {
   m.wait_ms = 0x41424344;
   const std::vector<uint8_t> w = encode_or_throw(m);
   const std::vector<uint8_t> want_head = {
-      'A', 'T', 'L', 'C', 1, 11, 0, 0,                // magic, version, type STORE_GET, flags
+      'A', 'T', 'L', 'C', 2, 11, 0, 0,                // magic, version, type STORE_GET, flags
       0x03, 0x02, 0x01, 0x00, 8, 0, 0, 0,             // island, body length
       0x18, 0x17, 0x16, 0x15, 0x14, 0x13, 0x12, 0x11,  // epoch
       0x28, 0x27, 0x26, 0x25, 0x24, 0x23, 0x22, 0x21,  // request id
@@ -183,7 +185,10 @@ TEST(ZmqProtocol, HostileFieldsAreBoundedAndNamed) {
   rejected(with_body(MsgType::kMembership, {0xFF, 0xFF, 0xFF, 0xFF}), "member count");
   rejected(with_body(MsgType::kMembership, {2, 0, 0, 0, 0, 0, 0, 0}), "member count");
   rejected(with_body(MsgType::kJoin, {0xFF, 0xFF}), "endpoint");
-  rejected(with_body(MsgType::kJoin, {1, 0, 'x', 5, 'k', 'k', 'k', 'k', 'k'}), "public key");
+  rejected(with_body(MsgType::kJoin, {1, 0, 'x', 5, 'k', 'k', 'k', 'k', 'k', 0, 0, 0, 0}), "public key");
+  rejected(with_body(MsgType::kJoin, {1, 0, 'x', 0}), "run");  // version 1's JOIN: no run text
+  rejected(with_body(MsgType::kJoin, {1, 0, 'x', 0, 0xFF, 0xFF, 0xFF, 0xFF}), "run");
+  rejected(with_body(MsgType::kJoin, {1, 0, 'x', 0, 2, 0, 0, 0, 'r'}), "run");
   rejected(with_body(MsgType::kStoreGet, {0xFF, 0x7F}), "key");
   rejected(with_body(MsgType::kStoreGet, {0, 0, 1, 0, 0, 0}), "store key");
   rejected(with_body(MsgType::kError, {99, 0, 0}), "error code");
@@ -199,7 +204,9 @@ TEST(ZmqProtocol, HostileFieldsAreBoundedAndNamed) {
   rejected(with_body(MsgType::kMembership, {2, 0, 0, 0, 5, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0}), "ascending");
 
   std::vector<uint8_t> w = with_body(MsgType::kAck, {});
-  w[4] = 2;
+  w[4] = 1;  // before JOIN carried the run text
+  rejected(w, "version");
+  w[4] = 3;
   rejected(w, "version");
   w = with_body(MsgType::kAck, {});
   w[0] = 'X';
@@ -239,6 +246,13 @@ TEST(ZmqProtocol, EncodeRefusesWhatParseWouldReject) {
   const std::string two_lines = "{\"a\":1}\n{\"b\":2}";
   m.bytes = std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(two_lines.data()), two_lines.size());
   EXPECT_EQ(encode(m, &out).code(), StatusCode::kInvalidArgument);
+  m = Message{};
+  m.header.type = MsgType::kJoin;
+  m.run = std::string(kMaxRunBytes + 1, 'r');
+  EXPECT_EQ(encode(m, &out).code(), StatusCode::kInvalidArgument);
+  m.run.pop_back();  // at the bound: fine
+  std::vector<uint8_t> join;
+  EXPECT_TRUE(encode(m, &join).is_ok());
   m = Message{};
   m.header.island = -5;
   EXPECT_EQ(encode(m, &out).code(), StatusCode::kInvalidArgument);

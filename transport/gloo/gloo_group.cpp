@@ -61,7 +61,7 @@ struct GlooGroup::Retained {
 };
 
 GlooGroup::GlooGroup(ControlPlane& control, GlooGroupOptions options)
-    : NetGroup(control, options.first_seq, options.first_seqs), options_(std::move(options)),
+    : NetGroup(control, options.first_seq, options.first_seqs, options.in_flight), options_(std::move(options)),
       waits_(std::make_unique<gloo_mesh::Waits>()), counters_(std::make_shared<gloo_mesh::Counters>()) {
   TORCH_CHECK(options_.chunk_bytes >= 4, "GlooGroupOptions::chunk_bytes must hold one float");
   ignore_sigpipe();

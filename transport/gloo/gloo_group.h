@@ -102,6 +102,9 @@ struct GlooGroupOptions {
   uint64_t first_seq = 0;           // sequence number of this group's first collective (an island
                                     // that joins late does not take part in earlier ones)
   std::map<uint32_t, uint64_t> first_seqs;  // the same for the sub-groups by key (absent: 0)
+  // A run resumed from a checkpoint: the result of the collective in flight at the cut
+  // (NetGroup::resume_in_flight).
+  std::optional<CollectiveResult> in_flight;
 };
 
 class GlooGroup final : public NetGroup {

@@ -25,6 +25,7 @@ Status check_options(const ControlClientOptions& o) {
   if (o.data_endpoint.size() > proto::kMaxEndpointBytes) {
     return invalid_argument("control client: data endpoint longer than 256 bytes");
   }
+  if (o.run.size() > proto::kMaxRunBytes) return invalid_argument("control client: run text above 64 KiB");
   if (o.curve) {
     if (Status st = curve::available(); !st.is_ok()) return st;
     if (!curve::valid_key_text(o.curve_server_key) || !curve::valid_key_text(o.curve_keys.public_key) ||

@@ -44,6 +44,9 @@ struct ControlClientOptions {
   std::string coordinator = "tcp://127.0.0.1:29500";  // the coordinator's endpoint
   int island = -1;                   // this island's id, >= 0
   std::string data_endpoint;         // published to the peers in the membership ("" = none)
+  // Which run this island belongs to, in JOIN: the coordinator refuses an island whose text
+  // is not its own (CoordinatorOptions::run). Opaque here, at most 64 KiB.
+  std::string run;
   int64_t heartbeat_ms = 500;        // heartbeat period
   // ZeroMQ-level keepalive: a connection silent for this long is dropped and redialled (a
   // half-open TCP connection after a partition is noticed). Same value as the coordinator's.

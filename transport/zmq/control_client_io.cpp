@@ -187,7 +187,8 @@ void ZmqControlClient::send_join() {
   // Under mu_. The epoch we know travels along: a restarted coordinator continues after it.
   const Message m{.header = header(MsgType::kJoin, next_rid_++),
                   .endpoint = endpoint_,
-                  .public_key = options_.curve ? options_.curve_keys.public_key : ""};
+                  .public_key = options_.curve ? options_.curve_keys.public_key : "",
+                  .run = options_.run};
   io_->dealer.send(to_message(proto::encode_or_throw(m)), zmq::send_flags::dontwait);
 }
 

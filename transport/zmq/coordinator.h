@@ -76,6 +76,10 @@ struct CoordinatorOptions {
   // > 0: island ids must lie in [0, expected_islands) (others are refused) and the
   // coordinator logs when all of them are present. 0: any id, no such log.
   int expected_islands = 0;
+  // Which run this coordinator holds: an island whose JOIN names another one is refused
+  // (ERROR rejected, naming the first line where the two texts differ). Opaque here; the
+  // processes of a real run send run::run_identity of their config (src/run/run_identity.h).
+  std::string run;
   // The islands' heartbeat period; only used to time suspicions (below).
   int64_t heartbeat_ms = 500;
   // Silence after which an island is declared dead.

@@ -13,6 +13,25 @@ using proto::MsgType;
 
 namespace {
 constexpr int64_t kRestoreGraceMs = 3000;
+
+// Why an island's run text (JOIN) is not `mine`: the first line where the two differ, each
+// clipped so that the ERROR text stays within its bound.
+std::string run_difference(const std::string& mine, const std::string& theirs) {
+  if (theirs.empty()) return "it names no run, and this coordinator holds one";
+  size_t a = 0, b = 0;
+  auto line = [](const std::string& s, size_t at) {
+    if (at >= s.size()) return std::string("(nothing)");
+    const std::string l = s.substr(at, s.find('\n', at) - at);
+    return "'" + (l.size() > 300 ? l.substr(0, 300) + "..." : l) + "'";
+  };
+  while (a < mine.size() && b < theirs.size()) {
+    const size_t ea = std::min(mine.find('\n', a), mine.size()), eb = std::min(theirs.find('\n', b), theirs.size());
+    if (mine.compare(a, ea - a, theirs, b, eb - b) != 0) break;
+    a = ea + 1, b = eb + 1;
+  }
+  return "it is of another run: its config has " + line(theirs, b) + " where this coordinator's has " + line(mine, a) +
+         " (every process of a run starts from the same config)";
+}
 }  // namespace
 
 CoordinatorState::CoordinatorState(const CoordinatorOptions& options)
@@ -188,6 +207,7 @@ void CoordinatorState::on_join(const std::string& routing_id, const std::string&
     return refuse("island id " + std::to_string(id) + " outside [0, " +
                   std::to_string(options_.expected_islands) + ") (islands.count)");
   }
+  if (m.run != options_.run) return refuse(run_difference(options_.run, m.run));
   if (options_.curve && m.public_key != user_id) {
     return refuse("the public key in JOIN is not the key of the CURVE connection");
   }

@@ -15,9 +15,10 @@ static_assert(sizeof(MsgType) == 1 && sizeof(ErrorCode) == 1, "wire ids are one 
 static_assert(sizeof(double) == 8, "IEEE-754 binary64 weights");
 // magic 4 + version 1 + type 1 + flags 2 + island 4 + body length 4 + epoch 8 + request id 8
 // + session 8 = 40 bytes covered by the checksum, then the 8-byte checksum.
-static_assert(4 + 1 + 1 + 2 + 4 + 4 + 8 + 8 + 8 == kChecksumOffset, "header v1 layout changed");
-static_assert(kChecksumOffset + 8 == kHeaderBytes, "header v1 layout changed");
+static_assert(4 + 1 + 1 + 2 + 4 + 4 + 8 + 8 + 8 == kChecksumOffset, "header layout changed");
+static_assert(kChecksumOffset + 8 == kHeaderBytes, "header layout changed");
 static_assert(kMaxBodyBytes <= 0xFFFFFFFFu, "body length is a u32");
+static_assert(kMaxRunBytes <= 0xFFFFFFFFu, "the run text's length is a u32");
 
 const char* msg_type_name(MsgType type) {
   static constexpr const char* kNames[kMaxMsgType + 1] = {
@@ -150,7 +151,8 @@ Status body(IO& io, M& m) {
   switch (m.header.type) {
     case MsgType::kJoin:
       ATOLL_TRY(io.template str<uint16_t>("endpoint", kMaxEndpointBytes, m.endpoint));
-      return io.template str<uint8_t>("public key", kPublicKeyBytes, m.public_key);
+      ATOLL_TRY(io.template str<uint8_t>("public key", kPublicKeyBytes, m.public_key));
+      return io.template str<uint32_t>("run", kMaxRunBytes, m.run);
     case MsgType::kJoinAck:
     case MsgType::kMembership: {
       uint32_t count = static_cast<uint32_t>(m.membership.members.size());
@@ -227,6 +229,7 @@ std::string check_body(const Message& m) {
   switch (h.type) {
     case MsgType::kJoin:
       if (m.endpoint.size() > kMaxEndpointBytes) return "endpoint too long";
+      if (m.run.size() > kMaxRunBytes) return "run text above " + std::to_string(kMaxRunBytes) + " bytes";
       return check_public_key(m.public_key);
     case MsgType::kJoinAck:
     case MsgType::kMembership: return check_membership(m.membership);

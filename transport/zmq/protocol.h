@@ -5,7 +5,7 @@
 // Every message is one ZeroMQ frame: a fixed 48-byte little-endian header, then a body whose
 // layout depends on the type.
 //
-//   magic "ATLC" | version u8 = 1 | type u8 | flags u16 = 0 | island i32 | body length u32
+//   magic "ATLC" | version u8 = 2 | type u8 | flags u16 = 0 | island i32 | body length u32
 //   | epoch u64 | request id u64 | session u64
 //   | checksum u64 (xxhash64, seed 0, over header bytes [0, 40) and then the body) | body
 //
@@ -28,7 +28,7 @@
 namespace atl::transport::proto {
 
 constexpr uint8_t kMagic[4] = {'A', 'T', 'L', 'C'};
-constexpr uint8_t kVersion = 1;
+constexpr uint8_t kVersion = 2;  // 2: JOIN carries the run text
 constexpr size_t kHeaderBytes = 48;
 constexpr size_t kChecksumOffset = 40;
 
@@ -42,11 +42,12 @@ constexpr size_t kMaxStoreKeyBytes = 1024;
 constexpr size_t kMaxStoreValueBytes = size_t{64} << 20;
 constexpr size_t kMaxRecordBytes = size_t{1} << 20;
 constexpr size_t kMaxErrorTextBytes = 1024;
+constexpr size_t kMaxRunBytes = size_t{64} << 10;     // JOIN's run text
 constexpr uint32_t kWaitForever = 0xFFFFFFFFu;        // wait_ms of PULL / STORE_GET
 
 // Frozen wire ids.
 enum class MsgType : uint8_t {
-  kJoin = 1,        // island -> coordinator: endpoint, public key        reply JOIN_ACK | ERROR
+  kJoin = 1,        // island -> coordinator: endpoint, public key, run   reply JOIN_ACK | ERROR
   kJoinAck = 2,     // coordinator -> island: membership (header epoch)
   kHeartbeat = 3,   // island -> coordinator: empty; header epoch = the island's view
   kLeave = 4,       // island -> coordinator: empty; no reply
@@ -68,7 +69,7 @@ const char* msg_type_name(MsgType type);
 // Frozen wire ids of ERROR.
 enum class ErrorCode : uint8_t {
   kUnknownIsland = 1,  // the coordinator has no live island with this id: JOIN again
-  kRejected = 2,       // JOIN refused (id out of range, key mismatch)
+  kRejected = 2,       // JOIN refused (id out of range, key mismatch, another run)
   kTimeout = 3,        // PULL / STORE_GET waited wait_ms without an answer
   kCorrupt = 4,        // the PUSH frame did not decode with the coordinator's pipeline
   kNoServer = 5,       // PUSH / PULL but the coordinator hosts no server role
@@ -95,6 +96,7 @@ struct Message {
   Header header{};
   std::string endpoint{};           // JOIN: the island's data-plane endpoint
   std::string public_key{};         // JOIN: Z85 CURVE public key or ""
+  std::string run{};                // JOIN: the run the island belongs to (CoordinatorOptions::run)
   Membership membership{};          // JOIN_ACK, MEMBERSHIP (its epoch = header.epoch)
   int32_t peer = -1;                // SUSPECT
   uint64_t tag = 0;                 // PUSH, PULL, PULL_REPLY

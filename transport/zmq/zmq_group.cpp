@@ -10,7 +10,7 @@
 namespace atl::transport {
 
 ZmqGroup::ZmqGroup(ControlPlane& control, ZmqGroupOptions options)
-    : NetGroup(control, options.first_seq, options.first_seqs), options_(std::move(options)),
+    : NetGroup(control, options.first_seq, options.first_seqs, options.in_flight), options_(std::move(options)),
       io_(std::make_shared<dataplane::GroupIo>(control_, options_)),
       star_(options_.star ? std::make_unique<StarClient>(control_, options_) : nullptr) {}
 

@@ -42,6 +42,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "transport/control_plane.h"
@@ -68,6 +69,9 @@ struct ZmqGroupOptions {
   uint64_t first_seq = 0;         // sequence number of this group's first collective (an island
                                   // that joins late: earlier ones are answered ABSENT)
   std::map<uint32_t, uint64_t> first_seqs;  // the same for the sub-groups by key (absent: 0)
+  // A run resumed from a checkpoint: the result of the collective in flight at the cut
+  // (NetGroup::resume_in_flight).
+  std::optional<CollectiveResult> in_flight;
   bool retain_results = true;     // keep a copy of each finished all-reduce for peers that restart it
   int max_retained = 4;           // most finished results kept at once (oldest dropped first)
   int64_t max_stash_bytes = int64_t{2} << 30;  // payload kept for collectives not issued here yet
