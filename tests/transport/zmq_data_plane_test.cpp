@@ -15,6 +15,7 @@
 #include "transport/zmq/allreduce_op.h"
 #include "transport/zmq/data_wire.h"
 #include "transport/zmq/peer_links.h"
+#include "transport/zmq/zmq_wire.h"
 
 namespace atl::transport::dataplane {
 namespace {
@@ -452,6 +453,55 @@ TEST(AllreduceOp, AHandOverLeavesThePiecesSentWithoutACopyUnchanged) {
   EXPECT_TRUE(t.kept[0] || t.kept[1]) << "no hand-over";
   for (int i = 1; i < 3; ++i) EXPECT_TRUE(at::equal(t.buf[i], t.buf[0])) << i;
   t.expect_pieces_unchanged();
+}
+
+// A whole frame arriving for a receive that pieces of a split frame have started (a broken or
+// hostile peer) is dropped: it neither completes the receive with a half-filled frame nor
+// replaces it; the split frame completes from its remaining pieces, byte for byte.
+TEST(ZmqWire, AWholeFrameAfterPiecesOfASplitFrameIsDropped) {
+  FakeContext ctx(0);
+  ZmqWire wire(/*group=*/0, /*seq=*/5, /*epoch=*/0, /*chunk_bytes=*/1024, {0, 1});
+  wire.bind(ctx);
+  const size_t total = 2500;  // three pieces: 1024, 1024, 452 bytes
+  const collectives::RecvId id =
+      wire.post_recv(1, {collectives::Tag::kDirect, 0, 0, 0, 1}, nullptr, total, /*raw=*/false);
+  std::vector<uint8_t> frame(total);
+  for (size_t i = 0; i < total; ++i) frame[i] = static_cast<uint8_t>(i * 31 + 7);
+  auto message = [](Header h, const uint8_t* data, size_t size) {
+    h.type = MsgType::kDirect;
+    h.sender = 1;
+    h.seq = 5;
+    h.payload_len = static_cast<uint32_t>(size);
+    return Inbound{h, zmq::message_t(data, size)};
+  };
+  auto piece = [&](uint32_t k) {
+    Header h;
+    h.flags = kFlagSplit;
+    h.pieces = 3;
+    h.piece = k;
+    h.total = total;
+    h.offset = uint64_t{k} * 1024;
+    return message(h, frame.data() + h.offset, std::min<size_t>(1024, total - h.offset));
+  };
+  for (uint32_t k : {0u, 1u}) {
+    Inbound m = piece(k);
+    wire.deliver(m);
+  }
+  EXPECT_FALSE(wire.ready(id));
+  const std::vector<uint8_t> other(100, 0xAB);
+  Header h;
+  h.pieces = 1;
+  h.total = other.size();
+  Inbound whole = message(h, other.data(), other.size());
+  wire.deliver(whole);
+  EXPECT_FALSE(wire.ready(id)) << "a whole frame completed the receive of a split frame";
+  EXPECT_EQ(ctx.drops().total(), 1u);
+  Inbound last = piece(2);
+  wire.deliver(last);
+  ASSERT_TRUE(wire.ready(id));
+  const collectives::Payload got = wire.take(id);
+  ASSERT_EQ(got.size, total);
+  EXPECT_EQ(std::memcmp(got.data, frame.data(), total), 0);
 }
 
 // A collective that ends without a result leaves the caller its input, however far its data
