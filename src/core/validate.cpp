@@ -118,13 +118,12 @@ void check_checkpoint(const config::Config& c, Target target) {
   const auto& k = c.checkpoint;
   if (real_run(target)) {
     // Real runs (docs/checkpoints.md "Real runs"): every island process checkpoints at the
-    // same step, once the exchange in flight there (if any) has completed. The global model
-    // in the coordinator's server role: not saved at a cut the islands agree on.
-    const bool server_role = k.every > 0 && algorithms::make_algorithm(algorithm_options(c, {}), 0)->global_on_server();
-    if (server_role)
+    // same step once the exchange in flight there (if any) has completed, fedavg's clients at
+    // server rounds. async_local_sgd's cut is in virtual time, which real runs do not have.
+    if (k.every > 0 && algorithms::make_algorithm(algorithm_options(c, {}), 0)->checkpoint_cut() ==
+                           algorithms::CheckpointCut::kServerTime)
       config::fail_key(c, "checkpoint.every", "real runs (launch, island, coordinator) checkpoint every algorithm "
-                                              "but fedavg and async_local_sgd, not " + c.algorithm.name +
-                                              " (set it to 0)");
+                                              "but async_local_sgd, not " + c.algorithm.name + " (set it to 0)");
     if (c.run.resume && k.every == 0)
       config::fail_key(c, "run.resume", "there is nothing to resume from: checkpoints are off (set checkpoint.every)");
     return;

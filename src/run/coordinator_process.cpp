@@ -162,6 +162,10 @@ int run_coordinator(const config::Config& config, const ProcessOptions& options)
   std::mutex marks_mu;
   std::map<int64_t, std::set<int>> marks;
   std::map<int, std::vector<int64_t>> have;
+  std::set<int> finished;  // islands that have finished their steps (finished_key)
+  // The server role's state and latest round as last persisted (on the loop thread, after
+  // every change): what a checkpoint cut holds (every island waits at the cut meanwhile).
+  std::pair<int64_t, transport::OuterServer::State> latest_server;
   // Picked up: a checkpoint the previous coordinator had not finished is skipped (the
   // records of its islands may still be on their way back, so no cut is made there): its
   // islands are released, and marks up to it are ignored.
@@ -211,7 +215,7 @@ int run_coordinator(const config::Config& config, const ProcessOptions& options)
       server_round = pickup->server_round;
       evals->resume(server_round);
       if (server_round > 0) server_global = *server->on_pull(0, 0);
-    } else {
+    } else if (!resuming) {
       server_eval(0, init.model->params());  // step 0, the initial model, as simulate does
     }
   }
@@ -248,6 +252,8 @@ int run_coordinator(const config::Config& config, const ProcessOptions& options)
       st.has_server = true;
       st.server = server->state();
       st.server_round = server_round;
+      std::lock_guard<std::mutex> lock(marks_mu);
+      latest_server = {st.server_round, st.server};  // what a checkpoint cut now holds
     }
     if (Status s = checkpoint::write_checkpoint(state_path, encode_run_state(st)); !s.is_ok())
       ATOLL_WARN("coordinator: running state not saved: " << s.to_string());
@@ -256,6 +262,10 @@ int run_coordinator(const config::Config& config, const ProcessOptions& options)
     std::lock_guard<std::mutex> lock(marks_mu);
     if (key == resume_have_key(island)) {
       have[island] = parse_steps(std::string(value.begin(), value.end()));
+      return;
+    }
+    if (key == finished_key(island)) {
+      finished.insert(island);
       return;
     }
     const std::string prefix = "atoll/checkpoint/";
@@ -352,6 +362,14 @@ int run_coordinator(const config::Config& config, const ProcessOptions& options)
     }
     const CoordinatorCheckpoint& at = *std::find_if(resumable.begin(), resumable.end(),
                                                     [&](const CoordinatorCheckpoint& c) { return c.step == point->step; });
+    // The server role as it was at the cut (fedavg); the islands pull from it once started.
+    // Before the run directory is set: the loop thread's persist reads the server only after.
+    if (server && at.has_server) {
+      server->load(at.server);
+      server_round = at.server_round;
+      evals->resume(server_round);
+      if (server_round > 0) server_global = *server->on_pull(0, 0);
+    }
     {
       std::lock_guard<std::mutex> lock(dir_mu);
       dir.emplace(config, core::RunDir::Continue{at.metrics_bytes});
@@ -365,9 +383,16 @@ int run_coordinator(const config::Config& config, const ProcessOptions& options)
       }
       held.clear();
     }
-    // Islands of the start set the checkpoint does not list (dead at the cut) come in as
-    // rejoiners do; the others resume.
+    // Islands of the start set the checkpoint does not list come in as rejoiners do (dead at
+    // the cut), or run nothing (finished before it: fedavg clients whose plan had ended);
+    // the others resume.
     d.islands = point->members;
+    const std::string done = steps_text({at.finished.begin(), at.finished.end()});
+    coord.store_set(kFinishedKey, {done.begin(), done.end()});
+    {
+      std::lock_guard<std::mutex> lock(marks_mu);
+      finished.insert(at.finished.begin(), at.finished.end());  // later cuts list them too
+    }
     ATOLL_INFO("coordinator: resuming after step " << point->step << " (islands " << steps_text({d.islands.begin(), d.islands.end()})
                                                    << ")");
     const std::string value = "step:" + std::to_string(point->step);
@@ -393,6 +418,12 @@ int run_coordinator(const config::Config& config, const ProcessOptions& options)
       c.islands = k;
       c.epoch = now.epoch;
       c.members = required;
+      for (int id : finished)
+        if (!std::binary_search(required.begin(), required.end(), id)) c.finished.push_back(id);
+      if (server) {
+        c.has_server = true;
+        std::tie(c.server_round, c.server) = latest_server;
+      }
       {
         std::lock_guard<std::mutex> dlock(dir_mu);
         c.metrics_bytes = dir->metrics_bytes();
@@ -415,6 +446,8 @@ int run_coordinator(const config::Config& config, const ProcessOptions& options)
       ever_joined.insert(m.id);
       seen.insert(m.id);
     }
+    for (int id = 0; id < k; ++id)
+      if (store.count(finished_key(id))) finished.insert(id);
     for (int64_t step : skipped) {
       ATOLL_WARN("coordinator: the checkpoint of step " << step << " was not finished before the restart; skipped");
       coord.store_set(checkpoint_done_key(step), {1});

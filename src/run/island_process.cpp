@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <limits>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -179,6 +180,19 @@ StatusOr<IslandEnd> run_island_once(const config::Config& config, int island, co
     }
     start_set = decision->islands;
     late = std::find(start_set.begin(), start_set.end(), island) == start_set.end();
+    if (late && config.run.resume) {
+      // A fedavg client whose plan had ended before the checkpoint resumed from runs nothing
+      // again (its records are in metrics.jsonl up to the cut).
+      auto finished = joined.store_peek(kFinishedKey);
+      if (!finished.is_ok()) return failed(island, finished.status());
+      const std::vector<int64_t> ids =
+          finished.value() ? parse_steps(std::string(finished.value()->begin(), finished.value()->end()))
+                           : std::vector<int64_t>{};
+      if (std::find(ids.begin(), ids.end(), island) != ids.end()) {
+        ATOLL_INFO("island " << island << ": it had finished before the checkpoint resumed from; nothing to run");
+        return IslandEnd::kFinished;
+      }
+    }
   }
   // Whether island `d` holds the state island `j` needs: DiPaCo's islands hold their path's
   // parameters (island i trains path i mod paths), every other algorithm's the one model.
@@ -351,6 +365,8 @@ StatusOr<IslandEnd> run_island_once(const config::Config& config, int island, co
   // its own file, then marks it in the store (after its records up to the step, on the same
   // connection) and waits until the coordinator has written its own: every island then holds
   // the same step, and metrics.jsonl is cut at it.
+  // fedavg cuts at server rounds instead (docs/checkpoints.md "fedavg: a cut at a server round").
+  const bool cut_at_rounds = parts.algorithm->checkpoint_cut() == algorithms::CheckpointCut::kServerRound;
   int64_t ckpt_due = ckpt_every;
   if (resumed) ckpt_due = (resumed->step / std::max<int64_t>(ckpt_every, 1) + 1) * ckpt_every;
   if (handover) ckpt_due = (handover->step / std::max<int64_t>(ckpt_every, 1) + 1) * ckpt_every;
@@ -389,6 +405,27 @@ StatusOr<IslandEnd> run_island_once(const config::Config& config, int island, co
       auto done = joined.store_get(checkpoint_done_key(step), Clock::now() + std::chrono::seconds(5));
       if (done.is_ok()) break;
       retry(done.status());
+    }
+  };
+
+  // The checkpoints due at the boundary after `step` (of `total`): at a multiple of
+  // checkpoint.every where the algorithm can checkpoint, or (fedavg) every cut up to the round
+  // this client pulls next, at the boundary where that pull is its next action (as the
+  // simulator's core::CheckpointGathering; the file of cut c is step-c).
+  auto at_boundary = [&](int64_t step, int64_t total) {
+    if (ckpt_every <= 0) return;
+    if (cut_at_rounds) {
+      const double round = parts.algorithm->checkpoint_position(step);
+      while (round >= 0 && static_cast<int64_t>(round) >= ckpt_due) {
+        const int64_t cut = ckpt_due;
+        ckpt_due += ckpt_every;
+        checkpoint_at(cut);
+      }
+      return;
+    }
+    if (step >= ckpt_due && step < total && parts.algorithm->can_checkpoint()) {
+      ckpt_due = (step / ckpt_every + 1) * ckpt_every;
+      checkpoint_at(step);
     }
   };
 
@@ -437,12 +474,12 @@ StatusOr<IslandEnd> run_island_once(const config::Config& config, int island, co
     if (!options.quiet && is_lead()) progress.update(state);
     // A due checkpoint, before any hand-over of this boundary: a joiner served here starts
     // after it and is not waited for.
-    if (ckpt_every > 0 && step >= ckpt_due && step < total && parts.algorithm->can_checkpoint()) {
-      ckpt_due = (step / ckpt_every + 1) * ckpt_every;
-      checkpoint_at(step);
-    }
+    at_boundary(step, total);
     if (donor && parts.algorithm->can_hand_over()) donor->at_step_boundary();
   };
+  // A fedavg client whose first pull (after a resume: its next) is at or past a cut arrives
+  // there before its first step.
+  if (cut_at_rounds) host.after_setup = [&](int64_t step) { at_boundary(step, std::numeric_limits<int64_t>::max()); };
   core::IslandRuntime runtime(island, parts, config.train, &timed, &codec, data.shard_sizes[island], evaluator.get(),
                              data.classifier, std::move(host));
   runtime_ptr = &runtime;
@@ -512,6 +549,13 @@ StatusOr<IslandEnd> run_island_once(const config::Config& config, int island, co
   }
   // Steps kept for a lead that may have died are recorded by someone before island_end.
   runtime.finish();
+  // After island_end, on the same connection: a checkpoint cut after this lists the island as
+  // finished, and a run resumed from it does not run it again (a fedavg client whose plan
+  // ended before the cut).
+  if (ckpt_every > 0) {
+    if (Status st = joined.store_set(finished_key(island), {1}); !st.is_ok())
+      ATOLL_WARN("island " << island << ": " << st.to_string());
+  }
   const bool lead = is_lead();
   if (lead) progress.finish(state);
   // The lowest island that finishes writes the final global model (every finishing island

@@ -52,6 +52,7 @@ std::string checkpoint_mark_key(int64_t step, int island) {
 }
 std::string checkpoint_done_key(int64_t step) { return "atoll/checkpoint/" + std::to_string(step) + "/done"; }
 std::string resume_have_key(int island) { return "atoll/resume/have/" + std::to_string(island); }
+std::string finished_key(int island) { return "atoll/finished/" + std::to_string(island); }
 
 std::string checkpoints_root(const config::Config& config) {
   if (!config.checkpoint.dir.empty()) return config.checkpoint.dir;
@@ -224,7 +225,13 @@ std::vector<checkpoint::Section> encode_coordinator(const CoordinatorCheckpoint&
   ByteWriter w;
   w.u64(c.epoch);
   w.i64s({c.members.begin(), c.members.end()});
+  w.i64s({c.finished.begin(), c.finished.end()});
   out.push_back({"coordinator", std::move(w).bytes()});
+  if (c.has_server) {
+    ByteWriter sw;
+    core::put_server_state(sw, 0, c.server_round, c.server);
+    out.push_back({"server", std::move(sw).bytes()});
+  }
   return out;
 }
 
@@ -236,8 +243,18 @@ StatusOr<CoordinatorCheckpoint> decode_coordinator(const checkpoint::Checkpoint&
   ByteReader r(*coord);
   c.epoch = r.u64();
   for (int64_t m : r.i64s()) c.members.push_back(static_cast<int>(m));
-  if (!r.done() || !std::is_sorted(c.members.begin(), c.members.end()))
+  if (r.remaining() > 0)  // absent in the files of builds before fedavg's real-run checkpoints
+    for (int64_t m : r.i64s()) c.finished.push_back(static_cast<int>(m));
+  if (!r.done() || !std::is_sorted(c.members.begin(), c.members.end()) ||
+      !std::is_sorted(c.finished.begin(), c.finished.end()))
     return corrupt(what + ": malformed section 'coordinator'");
+  if (const std::string* server = file.find("server")) {
+    ByteReader sr(*server);
+    double clock_s = 0;
+    c.has_server = true;
+    core::get_server_state(sr, clock_s, c.server_round, c.server);
+    if (!sr.done()) return corrupt(what + ": malformed section 'server'");
+  }
   return c;
 }
 

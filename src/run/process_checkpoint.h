@@ -37,6 +37,11 @@ std::string checkpoint_done_key(int64_t step);
 std::string resume_have_key(int island);
 // --resume: the coordinator's decision, "fresh" or "step:S"; set before atoll/run/start.
 inline constexpr char kResumeKey[] = "atoll/run/resume";
+// --resume: the islands that had finished before the checkpoint resumed from ("0,2"; fedavg
+// clients whose plan ended before the cut): they run nothing again. Set before kResumeKey.
+inline constexpr char kFinishedKey[] = "atoll/run/finished";
+// Island K has finished its steps (set after its island_end record, on the same connection).
+std::string finished_key(int island);
 
 // Where the processes of `config` keep their checkpoints.
 std::string checkpoints_root(const config::Config& config);  // checkpoint.dir or runs/<name>/checkpoints
@@ -75,6 +80,11 @@ struct CoordinatorCheckpoint {
   int islands = 0;
   uint64_t epoch = 0;            // membership epoch at the cut
   std::vector<int> members;      // ascending
+  std::vector<int> finished;     // islands that had finished before the cut (ascending)
+  // The server role (fedavg) at the cut: its state and the latest round it reported.
+  bool has_server = false;
+  int64_t server_round = 0;
+  transport::OuterServer::State server;
 };
 
 // The coordinator's running state (docs/checkpoints.md "Coordinator restart"), saved while
