@@ -158,7 +158,7 @@ Status write_checkpoint(const std::string& path, const std::vector<Section>& sec
   const std::string bytes = encode(sections);
   const std::filesystem::path p(path);
   const std::string dir = p.has_parent_path() ? p.parent_path().string() : ".";
-  const std::string tmp = (p.parent_path() / ("." + p.filename().string() + ".tmp")).string();
+  const std::string tmp = (p.parent_path() / std::string(".").append(p.filename().string()).append(".tmp")).string();
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return io_error("create", tmp);
   const int64_t n = ++writes;

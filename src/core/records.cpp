@@ -150,7 +150,7 @@ std::string rejoin_record(const Rejoin& r, const RecordTime& t) {
 
 std::string membership_record(const MembershipChange& m, const RecordTime& t) {
   std::string ids;
-  for (int id : m.members) ids += (ids.empty() ? "" : ",") + std::to_string(id);
+  for (int id : m.members) ids.append(ids.empty() ? "" : ",").append(std::to_string(id));
   JsonObject o;
   o.add("event", "membership").add("island", m.island).add("change", m.change).add("reason", m.reason);
   if (m.step >= 0) {

@@ -52,7 +52,7 @@ std::vector<HostCommand> host_commands(const config::Config& config, const Proce
     HostCommand c{std::move(role), std::move(host), std::move(args), ""};
     if (!c.host.empty()) {
       c.remote = "cd " + shell_quote(hosts.workdir) + " && exec " + shell_quote(hosts.binary);
-      for (const auto& a : c.atoll) c.remote += " " + shell_quote(a);
+      for (const auto& a : c.atoll) c.remote.append(" ").append(shell_quote(a));
     }
     return c;
   };

@@ -226,7 +226,7 @@ int launch(const config::Config& config, const ProcessOptions& options) {
       std::printf("# run these, coordinator first (or: atoll launch --ssh %s)\n", options.config_path.c_str());
       for (const auto& c : commands) {
         std::string line = c.host.empty() ? config.hosts.binary : "ssh " + c.host + " " + shell_quote(c.remote);
-        if (c.host.empty()) for (const auto& a : c.atoll) line += " " + shell_quote(a);
+        if (c.host.empty()) for (const auto& a : c.atoll) line.append(" ").append(shell_quote(a));
         std::printf("%s  # %s\n", line.c_str(), c.role.c_str());
       }
       return 0;

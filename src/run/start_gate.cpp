@@ -11,7 +11,7 @@ namespace {
 
 std::string id_list(const std::vector<int>& ids) {
   std::string out;
-  for (int id : ids) out += (out.empty() ? "" : ",") + std::to_string(id);
+  for (int id : ids) out.append(out.empty() ? "" : ",").append(std::to_string(id));
   return out;
 }
 

@@ -259,7 +259,9 @@ TEST_F(Processes, IslandRecordsHaveTheSameKeysInLaunchAndSimulate) {
     EXPECT_EQ(sim[event], real[event]) << event;
   }
   for (const auto& l : lines(dir_ / "runs/real/metrics.jsonl")) {
-    if (json_find_string(l, "event") == "round") EXPECT_NE(l.find("\"sim_time_s\":null"), std::string::npos) << l;
+    if (json_find_string(l, "event") == "round") {
+      EXPECT_NE(l.find("\"sim_time_s\":null"), std::string::npos) << l;
+    }
   }
 }
 
