@@ -44,6 +44,25 @@ Status read_run(const checkpoint::Checkpoint& file, const std::string& what, int
   return Status::ok();
 }
 
+// Section "server" (a server role's state and latest round, the simulator's layout), in the
+// coordinator's running state and in its checkpoints: written with a server role only.
+void write_server(std::vector<checkpoint::Section>& out, double clock_s, int64_t round,
+                  const transport::OuterServer::State& state) {
+  ByteWriter w;
+  core::put_server_state(w, clock_s, round, state);
+  out.push_back({"server", std::move(w).bytes()});
+}
+Status read_server(const checkpoint::Checkpoint& file, const std::string& what, bool& has, int64_t& round,
+                   transport::OuterServer::State& state) {
+  const std::string* server = file.find("server");
+  if (server == nullptr) return Status::ok();
+  ByteReader r(*server);
+  double clock_s = 0;
+  has = true;
+  core::get_server_state(r, clock_s, round, state);
+  return r.done() ? Status::ok() : corrupt(what + ": malformed section 'server'");
+}
+
 
 }  // namespace
 
@@ -103,11 +122,7 @@ std::vector<checkpoint::Section> encode_run_state(const CoordinatorRunState& s) 
   }
   w.f64(t.server_clock_s);
   out.push_back({"coordinator.state", std::move(w).bytes()});
-  if (s.has_server) {
-    ByteWriter sw;
-    core::put_server_state(sw, t.server_clock_s, s.server_round, s.server);
-    out.push_back({"server", std::move(sw).bytes()});
-  }
+  if (s.has_server) write_server(out, t.server_clock_s, s.server_round, s.server);
   return out;
 }
 
@@ -150,13 +165,7 @@ StatusOr<CoordinatorRunState> decode_run_state(const checkpoint::Checkpoint& fil
   }
   t.server_clock_s = r.f64();
   if (!r.done()) return corrupt(what + ": malformed section 'coordinator.state'");
-  if (const std::string* server = file.find("server")) {
-    ByteReader sr(*server);
-    double clock_s = 0;
-    s.has_server = true;
-    core::get_server_state(sr, clock_s, s.server_round, s.server);
-    if (!sr.done()) return corrupt(what + ": malformed section 'server'");
-  }
+  ATOLL_TRY(read_server(file, what, s.has_server, s.server_round, s.server));
   return s;
 }
 
@@ -227,11 +236,7 @@ std::vector<checkpoint::Section> encode_coordinator(const CoordinatorCheckpoint&
   w.i64s({c.members.begin(), c.members.end()});
   w.i64s({c.finished.begin(), c.finished.end()});
   out.push_back({"coordinator", std::move(w).bytes()});
-  if (c.has_server) {
-    ByteWriter sw;
-    core::put_server_state(sw, 0, c.server_round, c.server);
-    out.push_back({"server", std::move(sw).bytes()});
-  }
+  if (c.has_server) write_server(out, 0, c.server_round, c.server);
   return out;
 }
 
@@ -248,13 +253,7 @@ StatusOr<CoordinatorCheckpoint> decode_coordinator(const checkpoint::Checkpoint&
   if (!r.done() || !std::is_sorted(c.members.begin(), c.members.end()) ||
       !std::is_sorted(c.finished.begin(), c.finished.end()))
     return corrupt(what + ": malformed section 'coordinator'");
-  if (const std::string* server = file.find("server")) {
-    ByteReader sr(*server);
-    double clock_s = 0;
-    c.has_server = true;
-    core::get_server_state(sr, clock_s, c.server_round, c.server);
-    if (!sr.done()) return corrupt(what + ": malformed section 'server'");
-  }
+  ATOLL_TRY(read_server(file, what, c.has_server, c.server_round, c.server));
   return c;
 }
 
