@@ -9,6 +9,7 @@
 
 #include <filesystem>
 
+#include "src/checkpoint/bytes.h"
 #include "src/checkpoint/checkpoint_dir.h"
 
 namespace atl::run {
@@ -65,6 +66,24 @@ TEST(ProcessCheckpoint, IslandSectionsRoundTrip) {
   EXPECT_EQ(back->bytes.received, 2000u);
   EXPECT_EQ(back->bytes.raw_sent, 4000u);
   EXPECT_TRUE(back->torch_rng.equal(c.torch_rng));
+  EXPECT_FALSE(back->in_flight) << "no exchange was in flight";
+
+  // With an exchange in flight (diloco with overlap): its result, in section 'inflight'.
+  IslandProcessCheckpoint overlap = c;
+  overlap.in_flight = transport::CollectiveResult{Status(StatusCode::kPeerLost, "island 1 left"), {0, 2}, 2.5};
+  auto flight = decode_island(file_of(encode_island(overlap)), "f");
+  ASSERT_TRUE(flight.is_ok()) << flight.status().to_string();
+  ASSERT_TRUE(flight->in_flight);
+  EXPECT_EQ(flight->in_flight->status.code(), StatusCode::kPeerLost);
+  EXPECT_EQ(flight->in_flight->status.message(), "island 1 left");
+  EXPECT_EQ(flight->in_flight->contributors, (std::vector<int>{0, 2}));
+  EXPECT_EQ(flight->in_flight->weight_sum, 2.5);
+  auto torn = encode_island(overlap);
+  ASSERT_EQ(torn.back().name, "inflight");
+  torn.back().data.pop_back();
+  auto torn_back = decode_island(file_of(torn), "f");
+  ASSERT_FALSE(torn_back.is_ok());
+  EXPECT_EQ(torn_back.status().message(), "f: malformed section 'inflight'");
 
   // A section cut short (re-sealed, so only the payload is wrong) is refused with one line.
   auto sections = encode_island(c);
@@ -89,6 +108,38 @@ TEST(ProcessCheckpoint, CoordinatorAndRunStateRoundTrip) {
   EXPECT_EQ(back->metrics_bytes, 12345u);
   EXPECT_EQ(back->epoch, 9u);
   EXPECT_EQ(back->members, (std::vector<int>{0, 2}));
+  EXPECT_TRUE(back->finished.empty());
+  EXPECT_FALSE(back->has_server);
+
+  // fedavg's cut: the islands finished before it and the server role's state.
+  CoordinatorCheckpoint fed = c;
+  fed.finished = {1};
+  fed.has_server = true;
+  fed.server_round = 6;
+  fed.server.counters = {6, 2};
+  fed.server.reals = {0.5};
+  fed.server.tensors = {at::arange(4, at::kFloat)};
+  auto fed_back = decode_coordinator(file_of(encode_coordinator(fed)), "f");
+  ASSERT_TRUE(fed_back.is_ok()) << fed_back.status().to_string();
+  EXPECT_EQ(fed_back->finished, (std::vector<int>{1}));
+  ASSERT_TRUE(fed_back->has_server);
+  EXPECT_EQ(fed_back->server_round, 6);
+  EXPECT_EQ(fed_back->server.counters, (std::vector<int64_t>{6, 2}));
+  EXPECT_EQ(fed_back->server.reals, (std::vector<double>{0.5}));
+  ASSERT_EQ(fed_back->server.tensors.size(), 1u);
+  EXPECT_TRUE(fed_back->server.tensors[0].equal(fed.server.tensors[0]));
+  // A file of a build before the finished list: its 'coordinator' section ends after the
+  // members, and it reads with none finished.
+  auto old = encode_coordinator(c);
+  checkpoint::ByteWriter w;
+  w.u64(c.epoch);
+  w.i64s({0, 2});
+  for (auto& section : old)
+    if (section.name == "coordinator") section.data = std::move(w).bytes();
+  auto old_back = decode_coordinator(file_of(old), "f");
+  ASSERT_TRUE(old_back.is_ok()) << old_back.status().to_string();
+  EXPECT_EQ(old_back->members, (std::vector<int>{0, 2}));
+  EXPECT_TRUE(old_back->finished.empty());
 
   CoordinatorRunState s;
   s.metrics_bytes = 777;
