@@ -123,6 +123,8 @@ int main(int argc, char** argv) {
   coordinator->add_flag("--force", force, "overwrite an existing run directory");
   bool no_pickup = false;  // launch's first start of the coordinator (restarts pick the run up)
   coordinator->add_flag("--no-pickup", no_pickup, "never pick up a running run of this run directory")->group("");
+  bool supervised = false;  // started by launch: island processes that exited are reported on stdin
+  coordinator->add_flag("--supervised", supervised, "read 'exited ID HOW' lines from stdin (atoll launch)")->group("");
   launch->add_flag("--force", force, "overwrite an existing run directory");
   bool ssh = false;
   launch->add_flag("--ssh", ssh, "with a hosts: section, start the processes on their hosts over ssh "
@@ -237,6 +239,7 @@ int main(int argc, char** argv) {
     atl::run::ProcessOptions popts;
     popts.force = force;
     popts.no_pickup = no_pickup;
+    popts.supervised = supervised;
     popts.quiet = quiet;
     popts.config_path = config_path;
     popts.overrides = sets;
@@ -273,12 +276,16 @@ int main(int argc, char** argv) {
                    s.diverged_island, static_cast<long long>(s.diverged_step), s.run_dir.c_str());
       return kExitRuntime;
     }
-    std::printf("run %s: final val loss %.4f, %llu bytes sent, %.1f s\n", s.run_dir.c_str(),
-                s.final_val_loss, static_cast<unsigned long long>(s.bytes_sent_total), s.wall_time_s);
+    std::printf("run %s: final val loss %.4f, %llu bytes sent, %.1f s%s\n", s.run_dir.c_str(),
+                s.final_val_loss, static_cast<unsigned long long>(s.bytes_sent_total), s.wall_time_s,
+                atl::core::outcome_note(s.outcome).c_str());
     return 0;
   } catch (const atl::UserError& e) {
     std::fprintf(stderr, "atoll: error: %s\n", e.what());
     return kExitUsage;
+  } catch (const atl::core::OutputError& e) {  // an output the run could not write (docs/errors.md)
+    std::fprintf(stderr, "atoll: run failed: %s\n", e.what());
+    return kExitRuntime;
   } catch (const c10::Error& e) {  // libtorch's checks: the message without its backtrace
     std::fprintf(stderr, "atoll: runtime failure: %s\n", e.what_without_backtrace());
     return kExitRuntime;

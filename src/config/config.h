@@ -22,6 +22,11 @@ struct RunConfig {
   int threads = 0;              // libtorch intra-op threads; 0 = all cores of this machine
   std::string device = "cpu";   // torch device string: "cpu", "cuda", "cuda:1"
   bool resume = false;          // allow writing into an existing run directory
+  // A record that cannot be appended to metrics.jsonl (disk full, I/O error): "stop" ends
+  // the run at once with one line and an error; "warn" says so once and goes on, dropping
+  // the records that cannot be written (their count is in the end line and summary.json).
+  // The file never ends in a torn line either way (docs/errors.md "Outputs").
+  std::string metrics_on_failure = "stop";
 
   template <class V>
   void fields(V& v) {
@@ -32,6 +37,7 @@ struct RunConfig {
     v.field("threads", threads, at_least(0));
     v.field("device", device);  // src/core/validate.cpp checks it exists here
     v.field("resume", resume);
+    v.field("metrics_on_failure", metrics_on_failure, one_of({"stop", "warn"}));
   }
 };
 
@@ -425,6 +431,10 @@ struct CheckpointConfig {
   int64_t every = 0;            // inner steps between checkpoints; 0 = no checkpoints
   int keep = 3;                 // how many of the newest checkpoints are kept
   std::string dir;              // "" = <run.out_dir>/<run.name>/checkpoints
+  // A checkpoint that cannot be written: "warn" logs one line and trains on (the run's end
+  // line and summary.json count the checkpoints asked for and written); "stop" ends the run
+  // with an error at the first one (docs/checkpoints.md "When a checkpoint cannot be written").
+  std::string on_failure = "warn";
 
   template <class V>
   void fields(V& v) {
@@ -432,6 +442,7 @@ struct CheckpointConfig {
     v.field("every", every, at_least(0));
     v.field("keep", keep, at_least(1));
     v.field("dir", dir);
+    v.field("on_failure", on_failure, one_of({"warn", "stop"}));
   }
 };
 

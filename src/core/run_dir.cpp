@@ -12,6 +12,7 @@
 #include <stdexcept>
 
 #include "src/base/hash.h"
+#include "src/base/log.h"
 #include "src/base/status.h"
 
 namespace fs = std::filesystem;
@@ -25,25 +26,51 @@ std::string config_hash(const config::Config& config) {
   return hex;
 }
 
-void write_file_atomic(const std::string& path, const std::string& content) {
-  const std::string tmp = path + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) throw std::runtime_error("cannot write " + tmp + ": " + std::strerror(errno));
+namespace {
+
+std::string errno_text() { return std::strerror(errno); }
+
+// Writes all of `data` to `fd`: "" or the reason it could not.
+std::string write_all(int fd, const char* data, size_t size) {
   size_t done = 0;
-  while (done < content.size()) {
-    ssize_t n = ::write(fd, content.data() + done, content.size() - done);
+  while (done < size) {
+    const ssize_t n = ::write(fd, data + done, size - done);
     if (n < 0) {
       if (errno == EINTR) continue;
-      ::close(fd);
-      throw std::runtime_error("cannot write " + tmp + ": " + std::strerror(errno));
+      return errno_text();
     }
+    if (n == 0) return "no progress writing";
     done += static_cast<size_t>(n);
   }
-  ::fsync(fd);
-  ::close(fd);
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    throw std::runtime_error("cannot rename " + tmp + ": " + std::strerror(errno));
+  return "";
+}
+
+}  // namespace
+
+void write_file_atomic(const std::string& path, const std::string& content) {
+  const std::string tmp = path + ".tmp";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw OutputError("cannot write " + path + ": " + errno_text());
+  std::string why = write_all(fd, content.data(), content.size());
+  if (why.empty() && ::fsync(fd) != 0) why = errno_text();
+  if (::close(fd) != 0 && why.empty()) why = errno_text();
+  if (why.empty() && std::rename(tmp.c_str(), path.c_str()) != 0) why = "rename: " + errno_text();
+  if (!why.empty()) {
+    ::unlink(tmp.c_str());  // a full disk keeps no half file
+    throw OutputError("cannot write " + path + ": " + why);
   }
+}
+
+RunDir::OnFailure metrics_on_failure(const config::Config& config) {
+  return config.run.metrics_on_failure == "warn" ? RunDir::OnFailure::kWarn : RunDir::OnFailure::kStop;
+}
+
+void RunDir::open_metrics(const std::string& file, bool append) {
+  metrics_fd_ = ::open(file.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | (append ? O_APPEND : O_TRUNC), 0644);
+  if (metrics_fd_ < 0) throw UserError("cannot write '" + file + "': " + errno_text());
+  struct stat st {};
+  if (::fstat(metrics_fd_, &st) != 0) throw UserError("cannot stat '" + file + "': " + errno_text());
+  metrics_size_ = static_cast<uint64_t>(st.st_size);
 }
 
 RunDir::RunDir(const config::Config& config, bool force) {
@@ -64,9 +91,8 @@ RunDir::RunDir(const config::Config& config, bool force) {
   fs::create_directories(path_, ec);
   if (ec) throw UserError("cannot create run directory '" + path_ + "': " + ec.message());
   write_file_atomic((fs::path(path_) / "config.yaml").string(), config::to_yaml(config));
-  const std::string metrics = (fs::path(path_) / "metrics.jsonl").string();
-  metrics_ = std::fopen(metrics.c_str(), "w");
-  if (!metrics_) throw UserError("cannot write '" + metrics + "': " + std::strerror(errno));
+  open_metrics((fs::path(path_) / "metrics.jsonl").string(), /*append=*/false);
+  on_failure_ = metrics_on_failure(config);
 }
 
 RunDir::RunDir(const config::Config& config, Continue at) {
@@ -84,27 +110,67 @@ RunDir::RunDir(const config::Config& config, Continue at) {
   fs::remove(fs::path(path_) / "summary.json", ec);
   fs::remove(fs::path(path_) / "final_params.bin", ec);
   write_file_atomic((fs::path(path_) / "config.yaml").string(), config::to_yaml(config));
-  metrics_ = std::fopen(metrics.c_str(), "a");
-  if (!metrics_) throw UserError("cannot write '" + metrics + "': " + std::strerror(errno));
+  open_metrics(metrics, /*append=*/true);
+  on_failure_ = metrics_on_failure(config);
 }
 
 uint64_t RunDir::metrics_bytes() {
   std::lock_guard<std::mutex> lock(mu_);
-  std::fflush(metrics_);
-  struct stat st {};
-  if (::fstat(::fileno(metrics_), &st) != 0) throw std::runtime_error("cannot stat metrics.jsonl: " + std::string(std::strerror(errno)));
-  return static_cast<uint64_t>(st.st_size);
+  return metrics_size_;
 }
 
 RunDir::~RunDir() {
-  if (metrics_) std::fclose(metrics_);
+  if (metrics_fd_ >= 0) ::close(metrics_fd_);
 }
 
 void RunDir::record(const std::string& json_line) {
   std::lock_guard<std::mutex> lock(mu_);
-  std::fputs(json_line.c_str(), metrics_);
-  std::fputc('\n', metrics_);
-  std::fflush(metrics_);
+  if (!failure_.empty() && on_failure_ == OnFailure::kStop) throw OutputError(failure_);
+  const std::string line = json_line + "\n";
+  std::string why = write_all(metrics_fd_, line.data(), line.size());
+  if (why.empty()) {
+    metrics_size_ += line.size();
+    return;
+  }
+  // Part of the line may be on disk: cut it off, so that the file ends on a whole record.
+  if (::ftruncate(metrics_fd_, static_cast<off_t>(metrics_size_)) != 0)
+    why += "; cutting the partial record off failed too: " + errno_text();
+  ++lost_;
+  if (failure_.empty()) {
+    failure_ = path_ + "/metrics.jsonl: cannot append a record (" + why + ") after " + std::to_string(metrics_size_) +
+               " bytes";
+    if (on_failure_ == OnFailure::kStop) failure_ += "; the run stops (run.metrics_on_failure: stop)";
+    else ATOLL_WARN(failure_ << "; the run goes on, dropping the records that cannot be written (run.metrics_on_failure: warn)");
+  }
+  if (on_failure_ == OnFailure::kStop) throw OutputError(failure_);
+}
+
+uint64_t RunDir::records_lost() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return lost_;
+}
+
+std::string RunDir::first_failure() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return failure_;
+}
+
+void add_outcome(JsonObject& summary, const RunOutcome& o) {
+  summary.add("status", o.status);
+  if (!o.error.empty()) summary.add("error", o.error);
+  if (o.checkpoints) summary.add("checkpoints_asked", o.checkpoints_asked).add("checkpoints_written", o.checkpoints_written);
+  if (o.records_lost > 0) summary.add("records_lost", o.records_lost).add("records_failure", o.records_failure);
+}
+
+std::string outcome_note(const RunOutcome& o) {
+  std::string note;
+  if (o.checkpoints)
+    note += "; checkpoints: " + std::to_string(o.checkpoints_written) + " of " + std::to_string(o.checkpoints_asked) +
+            " written";
+  if (o.records_lost > 0)
+    note += "; " + std::to_string(o.records_lost) + " record" + (o.records_lost == 1 ? "" : "s") +
+            " not written to metrics.jsonl (" + o.records_failure + ")";
+  return note;
 }
 
 void RunDir::write_summary(const std::string& json) {

@@ -208,6 +208,9 @@ std::string resume_hash(const config::Config& config) {
   c.run.resume = false;
   c.checkpoint.keep = 0;
   c.checkpoint.dir.clear();
+  // Policies for failed writes: a run may resume under another one.
+  c.checkpoint.on_failure = config::CheckpointConfig().on_failure;
+  c.run.metrics_on_failure = config::RunConfig().metrics_on_failure;
   return config_hash(c);
 }
 

@@ -66,8 +66,9 @@ struct SimCheckpoint {
   int64_t server_round = 0;
 };
 
-// The config's identity for resuming: config_hash() of the config with run.resume and the
-// checkpoint: section's keep and dir left out (they may differ between the two runs).
+// The config's identity for resuming: config_hash() of the config with run.resume, the
+// checkpoint: section's keep and dir, and the failed-write policies (checkpoint.on_failure,
+// run.metrics_on_failure) left out (they may differ between the two runs).
 std::string resume_hash(const config::Config& config);
 
 std::vector<checkpoint::Section> encode_sim_checkpoint(const SimCheckpoint& c);

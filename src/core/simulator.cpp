@@ -402,6 +402,9 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
     c.finished = is.finished;
     return c;
   };
+  // What checkpoint.every asked for and what was written (summary.json, the end line).
+  int64_t checkpoints_asked = 0, checkpoints_written = 0;
+  const bool stop_on_checkpoint_failure = config.checkpoint.on_failure == "stop";
   auto write_checkpoint = [&](int64_t step) {
     SimCheckpoint c;
     c.step = step;
@@ -435,10 +438,15 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
     const std::vector<checkpoint::Section> sections = encode_sim_checkpoint(c);
     size_t bytes = 0;
     for (const auto& sec : sections) bytes += sec.data.size();
-    if (Status st = checkpoints.save(step, sections); !st.is_ok())
-      ATOLL_WARN("checkpoint of step " << step << " not written: " << st.to_string());
-    else
+    ++checkpoints_asked;
+    if (Status st = checkpoints.save(step, sections); !st.is_ok()) {
+      const std::string what = "checkpoint of step " + std::to_string(step) + " not written: " + st.to_string();
+      if (stop_on_checkpoint_failure) throw OutputError(what + " (checkpoint.on_failure: stop)");
+      ATOLL_WARN(what);
+    } else {
+      ++checkpoints_written;
       ATOLL_DEBUG("checkpoint of step " << step << ": " << bytes / 1e6 << " MB in " << seconds_since(started) << " s");
+    }
   };
   CheckpointGathering::Hooks gather;
   gather.alive = [&](int j) { return islands[j].alive; };
@@ -754,12 +762,10 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
         .add("steps_to_target", target_step)
         .add("bytes_to_target", target_bytes);
   }
-  s.add("wall_time_s", summary.wall_time_s)
-      .add("wall_threads", threads)
-      .add("wall_peak_rss_mb", peak_rss_mb());
-  if (summary.diverged) s.add("diverged", true).add("diverged_step", summary.diverged_step);
-  dir.write_summary(s.str());
-  // The final global model (fedavg: the server's; otherwise island 0's global copy).
+  // The outputs in an order that never claims success falsely (docs/metrics.md
+  // "summary.json"): the final global model (fedavg: the server's; otherwise the lowest live
+  // island's global copy; DiPaCo: every path's), the end record, summary.json last. A write
+  // that fails throws OutputError and leaves no summary.json.
   int last = -1;  // the lowest island that is still a member at the end
   for (int j = n - 1; j >= 0; --j)
     if (islands[j].alive && islands[j].parts.algorithm) last = j;
@@ -775,6 +781,20 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
       if (paths_written.insert(p).second) islands[j].runtime->write_final_params(dir.path() + "/" + final_params_name(p), p);
   }
   dir.record(JsonObject().add("event", "end").add("final_val_loss", summary.final_val_loss).str());
+  RunOutcome& outcome = summary.outcome;
+  outcome.status = summary.diverged ? "diverged" : "finished";
+  outcome.checkpoints = config.checkpoint.every > 0;
+  outcome.checkpoints_asked = checkpoints_asked;
+  outcome.checkpoints_written = checkpoints_written;
+  outcome.records_lost = dir.records_lost();
+  outcome.records_failure = dir.first_failure();
+  summary.wall_time_s = seconds_since(t0);
+  s.add("wall_time_s", summary.wall_time_s)
+      .add("wall_threads", threads)
+      .add("wall_peak_rss_mb", peak_rss_mb());
+  if (summary.diverged) s.add("diverged", true).add("diverged_step", summary.diverged_step);
+  add_outcome(s, outcome);
+  dir.write_summary(s.str());
   return summary;
 }
 

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "src/config/config.h"
+#include "src/core/run_dir.h"
 
 namespace atl::core {
 
@@ -33,6 +34,8 @@ struct RunSummary {
   bool diverged = false;
   int diverged_island = -1;
   int64_t diverged_step = -1;
+  // How it ended, and what it asked of the disk (summary.json's "status" and counts).
+  RunOutcome outcome;
 };
 
 // Runs the simulation and writes runs/<name>/. Throws atl::UserError for problems with

@@ -111,13 +111,17 @@ void write_normalization(const Normalization& norm, int64_t features, const std:
     return;
   }
   const fs::path tmp = path.string() + ".tmp";
+  bool written = false;
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     out << normalization_json(norm, features) << "\n";
-    if (!out.flush()) throw std::runtime_error("cannot write " + tmp.string());
+    written = static_cast<bool>(out.flush());
   }
-  fs::rename(tmp, path, ec);
-  if (ec) throw std::runtime_error("cannot rename " + tmp.string() + ": " + ec.message());
+  if (written) fs::rename(tmp, path, ec);
+  if (!written || ec) {
+    fs::remove(tmp, ec);  // a full disk keeps no half file
+    throw std::runtime_error("cannot write " + path.string() + (written ? ": cannot rename its temporary file" : ""));
+  }
 }
 
 }  // namespace atl::data

@@ -3,6 +3,8 @@
 // (src/run/start_gate.h). Ends when the run has started and every island has left again
 // (finished, or declared dead), soon after a start that failed, or on SIGINT/SIGTERM.
 #include <ATen/ATen.h>
+#include <fcntl.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -84,6 +86,44 @@ void replay(const std::string& metrics, RunTotals& totals) {
   for (std::string line; std::getline(in, line);) totals.add(line);
 }
 
+// The supervisor's reports on stdin (--supervised; docs/protocol.md "Supervisor reports"),
+// read without blocking from the coordinator's loop: which islands' processes exited.
+class SupervisorReports {
+ public:
+  explicit SupervisorReports(bool enabled) : enabled_(enabled) {
+    if (enabled_) ::fcntl(STDIN_FILENO, F_SETFL, ::fcntl(STDIN_FILENO, F_GETFL) | O_NONBLOCK);
+  }
+  // Reads what has arrived; each whole line that is a report of island 0..islands-1 lands in
+  // `exited` (a later report of the same island replaces an earlier one).
+  void poll(int islands, std::map<int, std::string>& exited) {
+    if (!enabled_) return;
+    char buf[1024];
+    for (;;) {
+      const ssize_t n = ::read(STDIN_FILENO, buf, sizeof buf);
+      if (n <= 0) {
+        if (n == 0 || (errno != EAGAIN && errno != EINTR)) enabled_ = false;  // the supervisor is gone
+        break;
+      }
+      pending_.append(buf, static_cast<size_t>(n));
+      if (pending_.size() > 64 * 1024) pending_.erase(0, pending_.size() - 64 * 1024);
+    }
+    for (size_t nl; (nl = pending_.find('\n')) != std::string::npos;) {
+      const std::string line = pending_.substr(0, nl);
+      pending_.erase(0, nl + 1);
+      const std::optional<ExitReport> r = parse_exit_report(line);
+      if (!r || r->island < 0 || r->island >= islands) {
+        ATOLL_WARN("coordinator: ignoring a supervisor line that is not a report: '" << line.substr(0, 80) << "'");
+        continue;
+      }
+      exited[r->island] = r->how;
+    }
+  }
+
+ private:
+  bool enabled_;
+  std::string pending_;
+};
+
 }  // namespace
 
 int run_coordinator(const config::Config& config, const ProcessOptions& options) {
@@ -148,6 +188,20 @@ int run_coordinator(const config::Config& config, const ProcessOptions& options)
   std::filesystem::create_directories(run_path);
   std::filesystem::create_directories(ckpts.path());
   data::write_normalization(data.splits.normalization, data.splits.train->input_dim(), run_path);
+  // A failure that ends the run (run.metrics_on_failure or checkpoint.on_failure: stop):
+  // said at once, and the loop below stops the run (docs/errors.md "Outputs").
+  std::mutex failure_mu;
+  std::string run_failure;
+  auto fail_run = [&](const std::string& why) {
+    std::lock_guard<std::mutex> lock(failure_mu);
+    if (!run_failure.empty()) return;
+    run_failure = why;
+    ATOLL_ERROR("coordinator: " << why);
+  };
+  auto failure = [&] {
+    std::lock_guard<std::mutex> lock(failure_mu);
+    return run_failure;
+  };
   auto sink = [&](const std::string& json) {
     std::lock_guard<std::mutex> lock(dir_mu);
     if (!dir) {
@@ -155,14 +209,25 @@ int run_coordinator(const config::Config& config, const ProcessOptions& options)
       return;
     }
     std::string routed;  // DiPaCo: the routed eval once every path's record of a step is in
-    if (totals.add(json, &routed)) dir->record(json);
-    if (!routed.empty() && totals.add(routed)) dir->record(routed);
+    try {
+      if (totals.add(json, &routed)) dir->record(json);
+      if (!routed.empty() && totals.add(routed)) dir->record(routed);
+    } catch (const core::OutputError& e) {  // run.metrics_on_failure: stop
+      fail_run(e.what());
+    }
   };
   // The checkpoint protocol's marks (island K wrote step S) and the islands' --resume lists.
   std::mutex marks_mu;
   std::map<int64_t, std::set<int>> marks;
   std::map<int, std::vector<int64_t>> have;
   std::set<int> finished;  // islands that have finished their steps (finished_key)
+  // Checkpoints: islands whose file of step S was not written (their mark says why), and the
+  // counts for summary.json (a cut is written when the coordinator's file and every
+  // island's are).
+  std::map<int64_t, std::map<int, std::string>> mark_failures;
+  int64_t checkpoints_asked = 0, checkpoints_written = 0;
+  // The final parameter files the islands wrote (kFinalParamsKey and its per-path keys).
+  std::set<std::string> final_params_marks;
   // The server role's state and latest round as last persisted (on the loop thread, after
   // every change): what a checkpoint cut holds (every island waits at the cut meanwhile).
   std::pair<int64_t, transport::OuterServer::State> latest_server;
@@ -268,12 +333,19 @@ int run_coordinator(const config::Config& config, const ProcessOptions& options)
       finished.insert(island);
       return;
     }
+    if (key.rfind(kFinalParamsKey, 0) == 0) {
+      final_params_marks.insert(key);
+      return;
+    }
     const std::string prefix = "atoll/checkpoint/";
     const size_t slash = key.find('/', prefix.size());
     if (key.rfind(prefix, 0) != 0 || slash == std::string::npos) return;
     const std::vector<int64_t> step = parse_steps(key.substr(prefix.size(), slash - prefix.size()));
-    if (step.size() == 1 && step[0] > skip_through && key == checkpoint_mark_key(step[0], island))
+    if (step.size() == 1 && step[0] > skip_through && key == checkpoint_mark_key(step[0], island)) {
       marks[step[0]].insert(island);
+      // A mark with a value: the island's file of this step was not written, and why.
+      if (!value.empty()) mark_failures[step[0]][island] = std::string(value.begin(), value.end());
+    }
   };
   // One `membership` record per island whose membership changed (docs/metrics.md). An island
   // that joins again after it left or failed is `rejoined`; one beyond islands.count joining for
@@ -428,8 +500,20 @@ int run_coordinator(const config::Config& config, const ProcessOptions& options)
         std::lock_guard<std::mutex> dlock(dir_mu);
         c.metrics_bytes = dir->metrics_bytes();
       }
-      if (Status st = ckpts.save(step, encode_coordinator(c)); !st.is_ok())
-        ATOLL_WARN("coordinator: checkpoint of step " << step << " not written: " << st.to_string());
+      ++checkpoints_asked;
+      std::string not_written;
+      if (Status st = ckpts.save(step, encode_coordinator(c)); !st.is_ok()) not_written = "the coordinator's: " + st.to_string();
+      for (const auto& [id, why] : mark_failures[step])
+        not_written += (not_written.empty() ? "" : "; ") + ("island " + std::to_string(id) + "'s: " + why);
+      mark_failures.erase(step);
+      if (not_written.empty()) {
+        ++checkpoints_written;
+      } else if (config.checkpoint.on_failure == "stop") {
+        fail_run("checkpoint of step " + std::to_string(step) + " not written (" + not_written +
+                 "); the run stops (checkpoint.on_failure: stop)");
+      } else {
+        ATOLL_WARN("coordinator: checkpoint of step " << step << " not written (" << not_written << ")");
+      }
       coord.store_set(checkpoint_done_key(step), {1});
       marks.erase(marks.begin());
     }
@@ -448,15 +532,23 @@ int run_coordinator(const config::Config& config, const ProcessOptions& options)
     }
     for (int id = 0; id < k; ++id)
       if (store.count(finished_key(id))) finished.insert(id);
+    for (const auto& [key, value] : store)
+      if (key.rfind(kFinalParamsKey, 0) == 0) final_params_marks.insert(key);
     for (int64_t step : skipped) {
       ATOLL_WARN("coordinator: the checkpoint of step " << step << " was not finished before the restart; skipped");
       coord.store_set(checkpoint_done_key(step), {1});
     }
   }
+  // Islands whose process exited, as the supervisor reported them (launch --supervised).
+  SupervisorReports reports(options.supervised);
+  std::map<int, std::string> exited;
+  // When a failed start first became certain while islands were still expected (see below).
+  std::optional<Clock::time_point> certain_since;
   auto view = coord.membership();
-  while (!g_stop) {
+  while (!g_stop && failure().empty()) {
     view = coord.wait_for_change(view.epoch, Clock::now() + std::chrono::milliseconds(config.checkpoint.every > 0 ? 20 : 200));
     for (const auto& p : view.members) ever_joined.insert(p.id);
+    reports.poll(k, exited);
     if (!decision) {
       joins.joined.clear();
       for (const auto& p : view.members) joins.joined.push_back(p.id);
@@ -471,8 +563,22 @@ int run_coordinator(const config::Config& config, const ProcessOptions& options)
           joins.refused = refused_islands(t.keys_dir, k, keys);
         }
       }
+      // An island whose process exited before it ever joined is not coming (one that joined
+      // and died is the failure detector's, as before).
+      for (const auto& [id, how] : exited) {
+        if (ever_joined.count(id) || joins.gone.count(id)) continue;
+        joins.gone[id] = how;
+        ATOLL_WARN("coordinator: island " << id << "'s process ended with " << how << " before it joined");
+      }
       joins.timed_out = Clock::now() >= join_deadline;
       decision = decide_start(joins);
+      // A failure made certain by refused or gone islands waits for the islands still
+      // starting (a heartbeat timeout at most), so that its line names only the islands
+      // that cannot come or are truly absent.
+      if (decision && !decision->start && !joins.timed_out && !still_expected(joins).empty()) {
+        if (!certain_since) certain_since = Clock::now();
+        if (Clock::now() - *certain_since < std::chrono::milliseconds(t.heartbeat_timeout_ms)) decision.reset();
+      }
       if (decision) {
         if (resuming && decision->start) {
           awaiting_resume = decision;
@@ -490,7 +596,8 @@ int run_coordinator(const config::Config& config, const ProcessOptions& options)
     // left, or 10 s after the decision (30 s at most for islands that do not leave).
     if (failed_at) {
       bool all_heard = true;
-      for (int id = 0; id < k; ++id) all_heard = all_heard && (joins.refused.count(id) || ever_joined.count(id));
+      for (int id = 0; id < k; ++id)
+        all_heard = all_heard && (joins.refused.count(id) || joins.gone.count(id) || ever_joined.count(id));
       const auto since = Clock::now() - *failed_at;
       if ((view.members.empty() && (all_heard || since > std::chrono::seconds(10))) || since > std::chrono::seconds(30))
         break;
@@ -505,6 +612,29 @@ int run_coordinator(const config::Config& config, const ProcessOptions& options)
     if (!totals.evaluated(final_step)) server_eval(final_step, server_global);
   }
 
+  // How the run ended (docs/errors.md "Outputs"): the first reason it failed, if any.
+  std::string error = failure();
+  if (error.empty() && decision && !decision->start) error = "it could not start: " + decision->why;
+  if (error.empty() && g_stop) error = "stopped by a signal before the run finished";
+  if (error.empty() && totals.finished() == 0) error = "no island finished the run";
+  if (error.empty() && !server_global.defined()) {
+    // The lead island writes the final global model (DiPaCo: each path's lead, that path's)
+    // and marks it: an island that failed to write it leaves no mark.
+    const int paths = config.algorithm.name == "dipaco" ? core::dipaco_paths(config).paths() : 0;
+    for (int p = paths > 0 ? 0 : -1; p < paths && error.empty(); ++p) {
+      const std::string key = p < 0 ? kFinalParamsKey : std::string(kFinalParamsKey) + "/path" + std::to_string(p);
+      if (!final_params_marks.count(key)) error = "no island wrote " + core::final_params_name(p) + " (see the islands' errors)";
+    }
+  }
+  // The outputs in an order that never claims success falsely: the server's final model,
+  // then summary.json last, whose "status" says how the run ended.
+  if (server_global.defined() && error.empty()) {
+    try {
+      core::write_params(run_path + "/final_params.bin", server_global);
+    } catch (const core::OutputError& e) {
+      error = e.what();
+    }
+  }
   const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
   core::JsonObject s;
   s.add("algorithm", config.algorithm.name)
@@ -514,18 +644,38 @@ int run_coordinator(const config::Config& config, const ProcessOptions& options)
       .add("compression", codec.describe());
   totals.add_summary(s, final_step, data.classifier);
   s.add("wall_time_s", wall);
+  core::RunOutcome outcome;
+  outcome.status = error.empty() ? "finished" : "failed";
+  outcome.error = error;
+  outcome.checkpoints = config.checkpoint.every > 0;
+  {
+    std::lock_guard<std::mutex> lock(marks_mu);
+    outcome.checkpoints_asked = checkpoints_asked;
+    outcome.checkpoints_written = checkpoints_written;
+  }
   {
     std::lock_guard<std::mutex> lock(dir_mu);
-    // A resume that never started leaves the run directory as it was.
-    if (dir) dir->write_summary(s.str());
+    if (dir) {
+      outcome.records_lost = dir->records_lost();
+      outcome.records_failure = dir->first_failure();
+      add_outcome(s, outcome);
+      // A resume that never started leaves the run directory as it was.
+      try {
+        dir->write_summary(s.str());
+      } catch (const core::OutputError& e) {
+        if (error.empty()) error = e.what();
+        ATOLL_ERROR("coordinator: " << e.what());
+      }
+    }
   }
-  if (server_global.defined()) core::write_params(run_path + "/final_params.bin", server_global);
-  if (g_stop) {
-    ATOLL_WARN("coordinator stopped by a signal before the run finished");
+  if (!error.empty()) {
+    ATOLL_ERROR("coordinator: the run failed: " << error);
     return 1;
   }
+  if (!options.quiet)
+    ATOLL_INFO("coordinator: the run finished (" << totals.finished() << " of " << k << " islands)" << core::outcome_note(outcome));
   // A run that lost islands but finished with the survivors succeeded (summary says how many).
-  return totals.finished() > 0 ? 0 : 1;
+  return 0;
 }
 
 int keygen(const std::string& dir, const std::string& name) {

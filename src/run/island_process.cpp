@@ -73,8 +73,6 @@ const char kStartedKey[] = "atoll/run/started";
 std::string eval_key(int64_t step, int path) {
   return "atoll/eval/" + std::to_string(step) + (path < 0 ? "" : "/path" + std::to_string(path));
 }
-// Set by the island that wrote final_params.bin.
-const char kFinalParamsKey[] = "atoll/run/final_params";
 
 // Rejoining hands over the global model and Algorithm::export_state(); these setups keep more.
 Status check_rejoin(const config::Config& config, const algorithms::Algorithm& algorithm) {
@@ -389,18 +387,24 @@ StatusOr<IslandEnd> run_island_once(const config::Config& config, int island, co
     c.torch_rng = at::detail::getDefaultCPUGenerator().get_state();
     c.group_seqs = static_cast<transport::NetGroup&>(group).next_seqs();
     const auto started_at = Clock::now();
-    // A file that cannot be written is still marked: a resume finds it missing and falls back.
-    if (Status st = ckpt_dir.save(step, encode_island(c)); !st.is_ok())
-      ATOLL_WARN("island " << island << ": checkpoint of step " << step << " not written: " << st.to_string());
-    else
+    // A file that cannot be written is still marked, with why as the mark's value: the
+    // coordinator counts the cut as not written (and stops the run under
+    // checkpoint.on_failure: stop); a resume finds the file missing and falls back.
+    std::string not_written;
+    if (Status st = ckpt_dir.save(step, encode_island(c)); !st.is_ok()) {
+      not_written = st.to_string().substr(0, 400);
+      ATOLL_WARN("island " << island << ": checkpoint of step " << step << " not written: " << not_written);
+    } else {
       ATOLL_DEBUG("island " << island << ": checkpoint of step " << step << " in " << seconds_since(started_at) << " s");
+    }
     // Both wait out a coordinator that is away for a while (restarted: it picks the run up).
     const std::string what = "island " + std::to_string(island) + ": checkpoint of step " + std::to_string(step);
     auto retry = [&](const Status& st) {
       if (Status run = in_run(); !run.is_ok()) throw StatusError(what, run);
       if (st.code() != StatusCode::kTimeout) throw StatusError(what, st);
     };
-    for (Status st; !(st = joined.store_set(checkpoint_mark_key(step, island), {})).is_ok();) retry(st);
+    const std::vector<uint8_t> mark(not_written.begin(), not_written.end());
+    for (Status st; !(st = joined.store_set(checkpoint_mark_key(step, island), mark)).is_ok();) retry(st);
     for (;;) {
       auto done = joined.store_get(checkpoint_done_key(step), Clock::now() + std::chrono::seconds(5));
       if (done.is_ok()) break;

@@ -3,9 +3,13 @@
 // ("[coordinator] ", "[island 2] "). SIGINT/SIGTERM are forwarded to every child; children
 // die with us (PR_SET_PDEATHSIG), so nothing is left behind even if launch is killed.
 // A coordinator killed by a signal while islands run is started again (at most 5 times).
+// The coordinator reads launch's reports of island processes that exited on its stdin
+// (--supervised; docs/protocol.md "Supervisor reports"): an island that dies before it
+// joins is not waited for until transport.join_timeout_s.
 // Exit code: 0 when every child exited 0; kExitSurvivors (3) when the run finished without
 // some islands (the coordinator ended well and at least one island finished, but another
-// died, was refused or could not join), said in one line; 130 after Ctrl-C; else 1.
+// died, was refused or could not join); 130 after Ctrl-C; else 1. Every launch ends with one
+// closing line: finished, finished with survivors, interrupted or failed, and why.
 // With --emulate-wan every island's connections (to each peer and to the coordinator) pass
 // through a relay link (src/run/wan.h) that runs on a thread of launch itself, so relays
 // stop with the run; their counters go to <run dir>/relays.jsonl.
@@ -22,6 +26,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <optional>
@@ -31,6 +36,9 @@
 
 #include "src/base/log.h"
 #include "src/base/status.h"
+#include "src/core/json.h"
+#include "src/core/run_dir.h"
+#include "src/run/start_gate.h"
 #include "src/run/hosts.h"
 #include "src/run/processes.h"
 #include "src/run/wan.h"
@@ -43,6 +51,7 @@ struct Child {
   std::string prefix;
   pid_t pid = -1;
   int fd = -1;           // read end of the child's stdout+stderr
+  int report_fd = -1;    // the coordinator: write end of its stdin (supervisor reports)
   std::string pending;   // a partial line
   int status = 0;
   bool exited = false;
@@ -52,9 +61,12 @@ std::atomic<int> g_signal{0};
 void on_signal(int sig) { g_signal = sig; }
 
 // Runs `args` with this executable, or with `program` (looked up in PATH, e.g. ssh) when given.
-Child spawn(const std::string& prefix, const std::vector<std::string>& args, const std::string& program = "") {
-  int fds[2];
+// `reports`: the child's stdin is a pipe whose write end is Child::report_fd.
+Child spawn(const std::string& prefix, const std::vector<std::string>& args, const std::string& program = "",
+            bool reports = false) {
+  int fds[2], in[2] = {-1, -1};
   if (pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
+  if (reports && pipe2(in, O_CLOEXEC) != 0) throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
   const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
@@ -63,6 +75,7 @@ Child spawn(const std::string& prefix, const std::vector<std::string>& args, con
     if (getppid() != parent) _exit(1);  // launch died between fork and prctl
     dup2(fds[1], STDOUT_FILENO);
     dup2(fds[1], STDERR_FILENO);
+    if (reports) dup2(in[0], STDIN_FILENO);
     std::vector<char*> argv;
     for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
@@ -79,7 +92,19 @@ Child spawn(const std::string& prefix, const std::vector<std::string>& args, con
   c.prefix = prefix;
   c.pid = pid;
   c.fd = fds[0];
+  if (reports) {
+    close(in[0]);
+    c.report_fd = in[1];
+  }
   return c;
+}
+
+// Tells the coordinator that an island's process exited (a coordinator that is gone is
+// told again when it is restarted).
+void report_exit(const Child& coordinator, const ExitReport& r) {
+  if (coordinator.report_fd < 0) return;
+  const std::string line = encode_exit_report(r) + "\n";
+  (void)!write(coordinator.report_fd, line.data(), line.size());  // a short pipe message; EPIPE is ignored
 }
 
 void drain(Child& c, bool flush) {
@@ -160,14 +185,38 @@ std::string how_it_ended(const Child& c) {
                              : "signal " + std::to_string(WTERMSIG(c.status));
 }
 
+// The run's summary.json when this launch's coordinator wrote it (not older than `since`).
+std::string fresh_summary(const config::Config& config, std::filesystem::file_time_type since) {
+  namespace fs = std::filesystem;
+  const fs::path path = fs::path(config.run.out_dir) / config.run.name / "summary.json";
+  std::error_code ec;
+  const auto written = fs::last_write_time(path, ec);
+  if (ec || written < since - std::chrono::seconds(1)) return "";
+  std::ifstream in(path);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
 // The exit code of a finished launch from its children ([0] the coordinator, then `islands`
-// islands): 0 when all exited 0; kExitSurvivors, with one line naming the islands lost, when
-// the coordinator and at least one island exited 0 (the coordinator exits 0 only when an
-// island finished the run); 1 otherwise.
-int run_outcome(const std::vector<Child>& children, size_t islands) {
+// islands), said in one closing line: 0 when all exited 0; kExitSurvivors, naming the islands
+// lost, when the coordinator and at least one island exited 0 (the coordinator exits 0 only
+// when an island finished the run); 1 otherwise, with the coordinator's reason from
+// summary.json (`summary`, "" when it wrote none).
+int run_outcome(const std::vector<Child>& children, size_t islands, const std::string& summary) {
+  core::RunOutcome counts;  // what the summary says was not written
+  if (auto asked = core::json_find_number(summary, "checkpoints_asked")) {
+    counts.checkpoints = true;
+    counts.checkpoints_asked = static_cast<int64_t>(*asked);
+    counts.checkpoints_written = static_cast<int64_t>(core::json_find_number(summary, "checkpoints_written").value_or(0));
+  }
+  counts.records_lost = static_cast<uint64_t>(core::json_find_number(summary, "records_lost").value_or(0));
+  counts.records_failure = core::json_find_string(summary, "records_failure").value_or("");
+  const std::string note = core::outcome_note(counts);
   bool all_ok = true;
   for (const auto& c : children) all_ok = all_ok && exited_ok(c);
-  if (all_ok) return 0;
+  if (all_ok) {
+    ATOLL_INFO("launch: the run finished with all " << islands << " islands" << note << " (exit code 0)");
+    return 0;
+  }
   size_t finished = 0;
   std::string lost;
   for (size_t i = 1; i < children.size(); ++i) {
@@ -180,8 +229,15 @@ int run_outcome(const std::vector<Child>& children, size_t islands) {
     while (!name.empty() && name.back() == ' ') name.pop_back();
     lost += (lost.empty() ? "" : ", ") + name + " (" + how_it_ended(children[i]) + ")";
   }
-  if (!exited_ok(children.front()) || finished == 0) return 1;
-  ATOLL_WARN("launch: the run finished with " << finished << " of " << islands << " islands; lost: " << lost
+  if (!exited_ok(children.front()) || finished == 0) {
+    std::string why = core::json_find_string(summary, "error").value_or("");
+    if (why.empty() && !exited_ok(children.front()))
+      why = "the coordinator exited with " + how_it_ended(children.front()) + " (its lines above say why)";
+    if (why.empty()) why = "no island finished the run";
+    ATOLL_ERROR("launch: the run failed: " << why << (lost.empty() ? "" : "; lost: " + lost) << note << " (exit code 1)");
+    return 1;
+  }
+  ATOLL_WARN("launch: the run finished with " << finished << " of " << islands << " islands; lost: " << lost << note
                                               << " (exit code " << kExitSurvivors << ")");
   return kExitSurvivors;
 }
@@ -218,6 +274,7 @@ int launch(const config::Config& config, const ProcessOptions& options) {
   };
   std::vector<Start> starts;
   std::unique_ptr<Relays> relays;
+  bool supervised = false;  // the coordinator is told of island processes that exit (local runs)
   if (uses_hosts(config)) {
     if (options.emulate_wan)
       throw UserError("launch: --emulate-wan runs every process on this machine; it cannot be combined with hosts:");
@@ -239,11 +296,13 @@ int launch(const config::Config& config, const ProcessOptions& options) {
     }
   } else {
     if (options.emulate_wan) relays = std::make_unique<Relays>(config, options.wan);
-    // The first start never picks up an earlier run's state; a restart (below) does.
+    // The first start never picks up an earlier run's state; a restart (below) does. It reads
+    // launch's reports of island processes that exit.
     starts.push_back({"[coordinator] ",
-                      args("coordinator", options.force ? std::vector<std::string>{"--force", "--no-pickup"}
-                                                        : std::vector<std::string>{"--no-pickup"}),
+                      args("coordinator", options.force ? std::vector<std::string>{"--force", "--no-pickup", "--supervised"}
+                                                        : std::vector<std::string>{"--no-pickup", "--supervised"}),
                       ""});
+    supervised = true;
     for (int i = 0; i < config.islands.count; ++i) {
       std::vector<std::string> extra = {"--id", std::to_string(i)};
       if (relays) for (auto& a : relays->island_args(i)) extra.push_back(a);
@@ -255,8 +314,11 @@ int launch(const config::Config& config, const ProcessOptions& options) {
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
 
+  // Writing to a coordinator that has died must not kill launch.
+  signal(SIGPIPE, SIG_IGN);
+  const auto started_at = std::filesystem::file_time_type::clock::now();
   for (size_t s = 0; s < starts.size(); ++s) {
-    children.push_back(spawn(starts[s].prefix, starts[s].argv, starts[s].program));
+    children.push_back(spawn(starts[s].prefix, starts[s].argv, starts[s].program, s == 0 && supervised));
     if (s == 0) usleep(200 * 1000);  // let the coordinator bind before the islands dial (they retry anyway)
   }
   ATOLL_INFO("launch: coordinator + " << config.islands.count << " islands started (pids "
@@ -264,6 +326,7 @@ int launch(const config::Config& config, const ProcessOptions& options) {
 
   int forwarded = 0;
   size_t alive = children.size();
+  std::vector<ExitReport> reported;  // told to the coordinator (again after a restart)
   constexpr int kMaxCoordinatorRestarts = 5;
   int coordinator_restarts = 0;
   // Stragglers of a finished run, timed in seconds, not polls (an exited child's pipe stays
@@ -312,12 +375,14 @@ int launch(const config::Config& config, const ProcessOptions& options) {
           ATOLL_WARN("launch: the coordinator died (signal " << WTERMSIG(status) << "); restarting it ("
                                                             << coordinator_restarts << " of " << kMaxCoordinatorRestarts << ")");
           close(c.fd);
+          if (c.report_fd >= 0) close(c.report_fd);
           std::vector<std::string> argv;
           for (const auto& a : starts.front().argv)
             if (a != "--force" && a != "--no-pickup") argv.push_back(a);
           argv.push_back("--set");  // pick the run up, whatever --resume started it
           argv.push_back("run.resume=false");
-          c = spawn(starts.front().prefix, argv, starts.front().program);
+          c = spawn(starts.front().prefix, argv, starts.front().program, supervised);
+          for (const ExitReport& r : reported) report_exit(c, r);
           continue;
         }
         c.exited = true;
@@ -327,14 +392,26 @@ int launch(const config::Config& config, const ProcessOptions& options) {
           ATOLL_WARN("launch: " << c.prefix << "exited with "
                                 << (WIFEXITED(status) ? "code " + std::to_string(WEXITSTATUS(status))
                                                       : "signal " + std::to_string(WTERMSIG(status))));
+          // An island: the coordinator hears of it at once (one that had not joined yet is
+          // then not waited for).
+          if (supervised && &c != &children.front()) {
+            reported.push_back({static_cast<int>(&c - &children.front()) - 1, how_it_ended(c)});
+            report_exit(children.front(), reported.back());
+          }
         }
       }
     }
   }
   if (relays) relays->finish(config.run.out_dir + "/" + config.run.name + "/relays.jsonl");
-  for (auto& c : children) close(c.fd);
-  if (g_signal != 0) return 130;
-  return run_outcome(children, children.size() - 1);
+  for (auto& c : children) {
+    close(c.fd);
+    if (c.report_fd >= 0) close(c.report_fd);
+  }
+  if (g_signal != 0) {
+    ATOLL_WARN("launch: the run was interrupted (signal " << g_signal << "); stopped every process (exit code 130)");
+    return 130;
+  }
+  return run_outcome(children, children.size() - 1, uses_hosts(config) ? "" : fresh_summary(config, started_at));
 }
 
 }  // namespace atl::run

@@ -29,7 +29,8 @@
 namespace atl::run {
 
 // Store keys of the checkpoint and resume protocol (docs/protocol.md "Checkpoints").
-// Island K has written checkpoint S (set after its records up to S, on the same connection).
+// Island K has reached checkpoint S (set after its records up to S, on the same connection).
+// Its value is empty when K's file was written, else why it was not (one line).
 std::string checkpoint_mark_key(int64_t step, int island);
 // The coordinator has written checkpoint S: the islands waiting at S go on.
 std::string checkpoint_done_key(int64_t step);
@@ -42,6 +43,9 @@ inline constexpr char kResumeKey[] = "atoll/run/resume";
 inline constexpr char kFinishedKey[] = "atoll/run/finished";
 // Island K has finished its steps (set after its island_end record, on the same connection).
 std::string finished_key(int island);
+// Set by the island that wrote final_params.bin (DiPaCo: "<key>/pathP" for each path's file):
+// the coordinator's summary says the run failed when the file it expects has no mark.
+inline constexpr char kFinalParamsKey[] = "atoll/run/final_params";
 
 // Where the processes of `config` keep their checkpoints.
 std::string checkpoints_root(const config::Config& config);  // checkpoint.dir or runs/<name>/checkpoints

@@ -32,6 +32,8 @@ struct ProcessOptions {
   bool force = false;   // coordinator: overwrite an existing run directory
   bool no_pickup = false;  // coordinator: never pick up a running run (launch's first start;
                            // docs/checkpoints.md "Coordinator restart")
+  bool supervised = false;  // coordinator: read its supervisor's reports of island processes
+                            // that exited from stdin (docs/protocol.md "Supervisor reports")
   bool quiet = false;   // no progress output
   std::string config_path;            // launch: the config file the children read
   std::vector<std::string> overrides; // launch: --set overrides passed on to the children

@@ -20,6 +20,7 @@ std::string missing_text(const JoinView& v, const std::vector<int>& missing) {
   for (int id : missing) {
     std::string why = "never connected";
     if (auto r = v.refused.find(id); r != v.refused.end()) why = r->second;
+    else if (auto g = v.gone.find(id); g != v.gone.end()) why = "its process ended with " + g->second + " before it joined";
     else if (v.left.count(id)) why = "joined, then left or died before the start";
     out += (out.empty() ? "" : ", ") + ("island " + std::to_string(id) + " (" + why + ")");
   }
@@ -36,7 +37,7 @@ std::optional<StartDecision> decide_start(const JoinView& v) {
   for (int id = 0; id < v.islands; ++id) {
     if (std::binary_search(joined.begin(), joined.end(), id)) continue;
     missing.push_back(id);
-    if (!v.refused.count(id)) may_come.push_back(id);
+    if (!v.refused.count(id) && !v.gone.count(id)) may_come.push_back(id);
   }
   const int n = static_cast<int>(joined.size());
   const std::string counts = std::to_string(n) + " of " + std::to_string(v.islands) + " islands";
@@ -56,6 +57,30 @@ std::optional<StartDecision> decide_start(const JoinView& v) {
     return d;
   }
   return std::nullopt;
+}
+
+std::vector<int> still_expected(const JoinView& v) {
+  std::vector<int> out;
+  for (int id = 0; id < v.islands; ++id) {
+    if (std::find(v.joined.begin(), v.joined.end(), id) != v.joined.end()) continue;
+    if (!v.refused.count(id) && !v.gone.count(id)) out.push_back(id);
+  }
+  return out;
+}
+
+std::string encode_exit_report(const ExitReport& r) { return "exited " + std::to_string(r.island) + " " + r.how; }
+
+std::optional<ExitReport> parse_exit_report(const std::string& line) {
+  const std::string prefix = "exited ";
+  if (line.rfind(prefix, 0) != 0) return std::nullopt;
+  const size_t space = line.find(' ', prefix.size());
+  const std::string id = line.substr(prefix.size(), space == std::string::npos ? std::string::npos : space - prefix.size());
+  if (id.empty() || id.size() > 6 || id.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
+  ExitReport r;
+  r.island = std::stoi(id);
+  r.how = space == std::string::npos ? "" : line.substr(space + 1);
+  if (r.how.empty() || r.how.size() > 200) return std::nullopt;
+  return r;
 }
 
 std::vector<uint8_t> encode_start(const StartDecision& d) {

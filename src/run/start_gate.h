@@ -7,8 +7,13 @@
 //   - once transport.min_islands have and the others are not coming: join_timeout_s has
 //     passed since the coordinator started, or every island still missing was refused by
 //     the CURVE allow-list (a refused island exits at once; started again with its key
-//     allowed, it comes in as a rejoiner);
+//     allowed, it comes in as a rejoiner) or is gone: its supervisor (atoll launch) saw its
+//     process exit before it joined (docs/protocol.md "Supervisor reports");
 // and fails, naming the missing islands and why, when that many cannot have joined by then.
+// A failure that refused or gone islands make certain before the timeout is announced once
+// the islands still expected have joined, or a heartbeat timeout after it became certain
+// (the coordinator's part: still_expected()), so that its line names only islands that are
+// refused, gone or truly absent, not islands that were still starting.
 // An island in the start set publishes its data endpoint and trains from step 0; an island
 // that joins after the decision (not in the set) waits for a live island's state as a
 // rejoiner does (src/run/handover.h), where the transport and algorithm allow it.
@@ -43,10 +48,23 @@ struct JoinView {
   std::vector<int> joined;          // live members now
   std::set<int> left;               // joined earlier, gone now (left or declared dead)
   std::map<int, std::string> refused;  // id -> why its connection was refused
+  std::map<int, std::string> gone;     // id -> how its process ended (its supervisor's report)
 };
 
 // The decision, or nullopt to keep waiting. Pure.
 std::optional<StartDecision> decide_start(const JoinView& view);
+// The islands missing from `view` that may still join: neither refused nor gone. Ascending.
+std::vector<int> still_expected(const JoinView& view);
+
+// A supervisor's report on the coordinator's stdin (atoll coordinator --supervised): island
+// `island`'s process exited, `how` ("signal 9", "exit code 1"). One line "exited ID HOW".
+struct ExitReport {
+  int island = -1;
+  std::string how;
+};
+std::string encode_exit_report(const ExitReport& report);
+// nullopt for a line that is not a report (it is logged and ignored by the caller).
+std::optional<ExitReport> parse_exit_report(const std::string& line);
 
 // "start:0,1,2" / "fail:<why>".
 std::vector<uint8_t> encode_start(const StartDecision& decision);

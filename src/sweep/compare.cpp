@@ -41,6 +41,7 @@ std::map<std::string, std::string> flatten_config(const std::string& path) {
 Entry entry_for_run(const std::string& name, const std::string& dir) {
   Entry e{name, dir, "incomplete", "", read_run_metrics(dir), flatten_config(dir + "/config.yaml")};
   if (e.metrics.has_summary) e.status = summary_status(e.metrics, &e.reason);
+  if (!e.metrics.torn.empty()) e.reason += (e.reason.empty() ? "" : "; ") + e.metrics.torn;
   return e;
 }
 
@@ -145,7 +146,7 @@ std::string compare_table(const std::vector<std::string>& dirs) {
   std::string out = row([&](size_t c) { return columns[c].title; });
   for (size_t i = 0; i < entries.size(); ++i) out += row([&](size_t c) { return columns[c].cells[i]; });
   for (const auto& e : entries)
-    if (!e.reason.empty() && e.status != "ok") out += e.name + ": " + e.status + ": " + e.reason + "\n";
+    if (!e.reason.empty() && (e.status != "ok" || !e.metrics.torn.empty())) out += e.name + ": " + e.status + ": " + e.reason + "\n";
   return out;
 }
 

@@ -200,7 +200,9 @@ bool run_finished(const SweepPlan& plan, const PlannedRun& run) {
   if (!in) return false;
   std::stringstream text;
   text << in.rdbuf();
-  return core::json_find_string(text.str(), "config_hash") == run.hash;
+  // A summary that says the run failed (the coordinator's failed start, say) is no result.
+  return core::json_find_string(text.str(), "config_hash") == run.hash &&
+         core::json_find_string(text.str(), "status") != "failed";
 }
 
 std::string plan_text(const SweepPlan& plan) {

@@ -50,7 +50,8 @@ using ConfigCheck = std::function<void(const config::Config&)>;
 // two runs resolve to the same config.
 ExpandedSweep expand(const config::SweepSpec& spec, const std::string& root, const ConfigCheck& check);
 
-// True when runs/<id>/summary.json exists and carries the run's config hash.
+// True when runs/<id>/summary.json exists, carries the run's config hash and does not say
+// "status": "failed".
 bool run_finished(const SweepPlan& plan, const PlannedRun& run);
 
 // The plan as `--dry-run` prints it: one line per run with its state (done / to run).

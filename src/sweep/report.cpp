@@ -13,9 +13,13 @@ std::string write_report(const std::string& sweep_dir, bool plots) {
   const auto results = collect_results(plan);
   write_tables(plan, results);
   int ok = 0;
-  for (const auto& r : results) ok += r.status == "ok";
+  std::string torn;  // runs whose metrics.jsonl ends in a torn line: said, not hidden
+  for (const auto& r : results) {
+    ok += r.status == "ok";
+    if (!r.metrics.torn.empty()) torn += "\nwarning: run " + r.run.id + ": " + r.metrics.torn;
+  }
   const std::string counts = std::to_string(ok) + "/" + std::to_string(results.size()) + " runs ok";
-  if (!plots) return "tables " + sweep_dir + "/{summary,aggregate,curves}.csv: " + counts;
+  if (!plots) return "tables " + sweep_dir + "/{summary,aggregate,curves}.csv: " + counts + torn;
   // [impl choice] Plots and HTML come from a matplotlib script: Debian packages it, and a
   // native plotting stack would cost far more code than the report is worth. /usr/bin/python3
   // is named explicitly: python3-matplotlib installs into Debian's interpreter, which a
@@ -25,7 +29,7 @@ std::string write_report(const std::string& sweep_dir, bool plots) {
     throw std::runtime_error("the report script " + std::string(ATOLL_REPORT_SCRIPT) + " failed (exit code " +
                              std::to_string(rc) + ")");
   return "report " + sweep_dir + "/" + kReportHtml + ": " + counts + "; plots in " + sweep_dir + "/" +
-         kPlotsDir + "/, tables {summary,aggregate,curves}.csv";
+         kPlotsDir + "/, tables {summary,aggregate,curves}.csv" + torn;
 }
 
 }  // namespace atl::sweep

@@ -49,9 +49,15 @@ const std::vector<MetricColumn>& metric_columns() {
 
 RunMetrics read_run_metrics(const std::string& run_dir) {
   RunMetrics m;
-  std::istringstream metrics(read_file(run_dir + "/metrics.jsonl"));
+  const std::string text = read_file(run_dir + "/metrics.jsonl");
+  std::istringstream metrics(text);
   std::string line;
-  while (std::getline(metrics, line)) {
+  for (int64_t line_no = 1; std::getline(metrics, line); ++line_no) {
+    if (metrics.eof() && !line.empty()) {  // no newline after it: the writer was cut off
+      m.torn = "metrics.jsonl: line " + std::to_string(line_no) + " is torn (" + std::to_string(line.size()) +
+               " bytes without a newline, the run's writes were cut off); ignored";
+      break;
+    }
     if (core::json_find_string(line, "event") != "eval") continue;
     EvalPoint p;
     p.step = static_cast<int64_t>(number(line, "step"));
@@ -68,6 +74,8 @@ RunMetrics read_run_metrics(const std::string& run_dir) {
   if (summary.empty()) return m;
   m.has_summary = true;
   m.config_hash = core::json_find_string(summary, "config_hash").value_or("");
+  if (core::json_find_string(summary, "status") == "failed")
+    m.failed = core::json_find_string(summary, "error").value_or("summary.json says the run failed");
   m.steps = static_cast<int64_t>(core::json_find_number(summary, "steps").value_or(-1));
   m.final_val_loss = number(summary, "final_val_loss");
   m.last_eval_step = static_cast<int64_t>(core::json_find_number(summary, "last_eval_step").value_or(-1));
@@ -84,6 +92,10 @@ RunMetrics read_run_metrics(const std::string& run_dir) {
 }
 
 std::string summary_status(const RunMetrics& m, std::string* reason) {
+  if (!m.failed.empty()) {
+    *reason = m.failed;
+    return "failed";
+  }
   if (m.diverged_step >= 0) {
     *reason = "training loss is not finite at step " + std::to_string(m.diverged_step);
     return "diverged";
@@ -115,6 +127,7 @@ std::vector<RunResult> collect_results(const SweepPlan& plan) {
       r.status = "incomplete";
       r.reason = "started but not finished (sweep killed?)";
     }
+    if (!r.metrics.torn.empty()) r.reason += (r.reason.empty() ? "" : "; ") + r.metrics.torn;
     results.push_back(std::move(r));
   }
   return results;

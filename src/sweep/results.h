@@ -43,12 +43,18 @@ struct RunMetrics {
   double wall_time_s = kUnknown;
   int64_t diverged_step = -1;             // the simulator stopped at a non-finite loss (-1: no)
   int64_t last_eval_step = -1;            // the step of the latest eval (-1: none or unknown)
+  std::string failed;                     // summary.json says "status": "failed": its "error"
+  // metrics.jsonl ends in a torn line (its writer was cut off mid-record, by an older build
+  // on a full disk): what a reader says about it, e.g. "metrics.jsonl: line 12 is torn
+  // (31 bytes without a newline); ignored". Every whole line before it is read.
+  std::string torn;
   std::vector<EvalPoint> evals;
 };
 
-// How a run with a summary ended: "ok", "incomplete" (no eval at the final step: every island
-// died before it) or "diverged", with the reason (the simulator stopped at a non-finite
-// training loss, or the final validation loss is not finite).
+// How a run with a summary ended: "failed" (summary.json says so, with its error), "ok",
+// "incomplete" (no eval at the final step: every island died before it) or "diverged", with
+// the reason (the simulator stopped at a non-finite training loss, or the final validation
+// loss is not finite).
 std::string summary_status(const RunMetrics& m, std::string* reason);
 
 // The metrics in table order, with their summary.csv column names.

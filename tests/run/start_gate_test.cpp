@@ -79,6 +79,55 @@ TEST(StartGate, FailsAtTheTimeoutNamingEveryMissingIslandAndWhy) {
   EXPECT_FALSE(decide_start(w)->start);
 }
 
+TEST(StartGate, DoesNotWaitForIslandsWhoseProcessEndedBeforeJoining) {
+  JoinView v = view(3, 2, {0, 1});
+  v.gone[2] = "signal 9";
+  auto d = decide_start(v);
+  ASSERT_TRUE(d) << "island 2's process is gone: nothing to wait for";
+  EXPECT_TRUE(d->start);
+  EXPECT_EQ(d->islands, (std::vector<int>{0, 1}));
+  EXPECT_EQ(d->why, "starting with 2 of 3 islands (transport.min_islands 2); missing: island 2 (its process ended with "
+                    "signal 9 before it joined)");
+  v.min_islands = 3;
+  d = decide_start(v);
+  ASSERT_TRUE(d);
+  EXPECT_FALSE(d->start);
+  EXPECT_EQ(d->why, "2 of 3 islands joined and the others cannot, fewer than transport.min_islands 3; missing: island 2 "
+                    "(its process ended with signal 9 before it joined)");
+  // A refusal is the more precise reason when both are known.
+  v.refused[2] = "CURVE key refused: x";
+  EXPECT_NE(decide_start(v)->why.find("island 2 (CURVE key refused: x)"), std::string::npos);
+}
+
+TEST(StartGate, StillExpectedAreTheMissingIslandsThatMayJoin) {
+  JoinView v = view(5, 5, {3, 0});
+  v.refused[1] = "r";
+  v.gone[4] = "exit code 1";
+  EXPECT_EQ(still_expected(v), (std::vector<int>{2}));
+  // Failing is certain (at most 3 of 5 can come), but island 2 may still join: the coordinator
+  // waits for it before it announces the line (src/run/coordinator_process.cpp).
+  auto d = decide_start(v);
+  ASSERT_TRUE(d);
+  EXPECT_FALSE(d->start);
+  v.joined.push_back(2);
+  EXPECT_TRUE(still_expected(v).empty());
+  EXPECT_EQ(decide_start(v)->why, "3 of 5 islands joined and the others cannot, fewer than transport.min_islands 5; "
+                                  "missing: island 1 (r), island 4 (its process ended with exit code 1 before it joined)");
+}
+
+TEST(StartGate, ExitReportsReadBackAndOtherLinesAreNot) {
+  const std::string line = encode_exit_report({2, "signal 9"});
+  EXPECT_EQ(line, "exited 2 signal 9");
+  auto r = parse_exit_report(line);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->island, 2);
+  EXPECT_EQ(r->how, "signal 9");
+  for (const std::string bad : {"", "exited", "exited 2", "exited x signal 9", "exited -1 signal 9", "exited  signal",
+                                "exited 99999999 exit code 1", "joined 2 ok"}) {
+    EXPECT_FALSE(parse_exit_report(bad)) << bad;
+  }
+}
+
 TEST(StartGate, DecisionsReadBackAndGarbageIsRefused) {
   StartDecision go;
   go.start = true;
