@@ -60,6 +60,9 @@ std::vector<HostCommand> host_commands(const config::Config& config, const Proce
   std::vector<std::string> coord = {"coordinator"};
   coord.insert(coord.end(), common.begin(), common.end());
   if (options.force) coord.push_back("--force");
+  // launch --ssh reports island processes that exit on the coordinator's stdin (ssh forwards
+  // it); printed commands are run by hand, without a supervisor.
+  if (options.ssh) coord.push_back("--supervised");
   out.push_back(make("coordinator", hosts.coordinator, coord));
   for (int i = 0; i < config.islands.count; ++i) {
     const std::string host = hosts.islands.empty() ? "" : hosts.islands[static_cast<size_t>(i)];

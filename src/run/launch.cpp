@@ -274,7 +274,7 @@ int launch(const config::Config& config, const ProcessOptions& options) {
   };
   std::vector<Start> starts;
   std::unique_ptr<Relays> relays;
-  bool supervised = false;  // the coordinator is told of island processes that exit (local runs)
+  bool supervised = false;  // the coordinator is told of island processes that exit
   if (uses_hosts(config)) {
     if (options.emulate_wan)
       throw UserError("launch: --emulate-wan runs every process on this machine; it cannot be combined with hosts:");
@@ -288,6 +288,7 @@ int launch(const config::Config& config, const ProcessOptions& options) {
       }
       return 0;
     }
+    supervised = true;  // the coordinator's command has --supervised (host_commands)
     for (const auto& c : commands) {
       std::vector<std::string> argv = {"atoll"};
       argv.insert(argv.end(), c.atoll.begin(), c.atoll.end());
@@ -411,7 +412,8 @@ int launch(const config::Config& config, const ProcessOptions& options) {
     ATOLL_WARN("launch: the run was interrupted (signal " << g_signal << "); stopped every process (exit code 130)");
     return 130;
   }
-  return run_outcome(children, children.size() - 1, uses_hosts(config) ? "" : fresh_summary(config, started_at));
+  // The run directory is the coordinator's: here unless hosts.coordinator puts it elsewhere.
+  return run_outcome(children, children.size() - 1, config.hosts.coordinator.empty() ? fresh_summary(config, started_at) : "");
 }
 
 }  // namespace atl::run

@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/mount.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -69,6 +70,26 @@ std::vector<std::string> tmp_files(const fs::path& dir) {
   return out;
 }
 
+// SIGKILLs island `id` of `launch` as soon as its process runs atoll (long before it can have
+// joined: loading libtorch alone takes longer). False if it never appeared.
+bool kill_island_at_start(pid_t launch, int id) {
+  for (int i = 0; i < 1000; ++i) {
+    if (const pid_t victim = atl::testing::island_child(launch, id); victim > 0) return ::kill(victim, SIGKILL) == 0;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return false;
+}
+
+// `atoll ARGS`, stdout and stderr together.
+struct Output {
+  int code = -1;
+  std::string log;
+};
+Output atoll(const std::string& args, const fs::path& log) {
+  const int status = std::system((std::string(ATOLL_BINARY) + " " + args + " >" + log.string() + " 2>&1").c_str());
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read(log)};
+}
+
 class Faults : public ::testing::Test {
  public:
   void SetUp() override {
@@ -118,13 +139,7 @@ TEST_F(Faults, IslandKilledBeforeJoiningFailsTheRunAtOnce) {
       args({"launch", cfg, "--quiet"}, {"transport.join_timeout_s=60", "transport.heartbeat_timeout_ms=15000"}),
       dir_ / "launch.log");
   ASSERT_GT(launch, 0);
-  pid_t victim = -1;
-  for (int i = 0; i < 200 && victim < 0; ++i) {
-    victim = atl::testing::island_child(launch, 2);
-    if (victim < 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  ASSERT_GT(victim, 0) << read(dir_ / "launch.log");
-  ::kill(victim, SIGKILL);  // at once: libtorch alone takes longer to load than this
+  ASSERT_TRUE(kill_island_at_start(launch, 2)) << read(dir_ / "launch.log");
   const int rc = wait_exit(launch, 90);
   const double wall = seconds_since(t0);
   const std::string log = read(dir_ / "launch.log");
@@ -160,13 +175,7 @@ TEST_F(Faults, IslandKilledBeforeJoiningLeavesMinIslandsToStartAtOnce) {
                                                                    "transport.heartbeat_timeout_ms=15000"}),
                                    dir_ / "launch.log");
   ASSERT_GT(launch, 0);
-  pid_t victim = -1;
-  for (int i = 0; i < 200 && victim < 0; ++i) {
-    victim = atl::testing::island_child(launch, 2);
-    if (victim < 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  ASSERT_GT(victim, 0);
-  ::kill(victim, SIGKILL);
+  ASSERT_TRUE(kill_island_at_start(launch, 2)) << read(dir_ / "launch.log");
   const int rc = wait_exit(launch, 90);
   const double wall = seconds_since(t0);
   const std::string log = read(dir_ / "launch.log");
@@ -248,14 +257,13 @@ TEST_F(Faults, FullDiskAtTheEndIsOneLineNamingTheFile) {
   Tmpfs disk(mnt, 96 * 1024);
   if (!disk.ok()) GTEST_SKIP() << "cannot mount a tmpfs here (needs root)";
   const std::string cfg = config(2, 20);
-  const std::string out = dir_ / "out.log";
-  const int status = std::system((std::string(ATOLL_BINARY) + " simulate " + cfg + " --quiet --set run.out_dir=" +
-                                  mnt.string() + " --set model.dim=128 --set train.log_every=10 >" + out + " 2>&1")
-                                     .c_str());
-  EXPECT_EQ(WEXITSTATUS(status), 1);
-  EXPECT_TRUE(contains(read(out), "atoll: run failed: cannot write " + (mnt / "r/final_params.bin").string() +
-                                      ": No space left on device"))
-      << read(out);
+  const Output r = atoll("simulate " + cfg + " --quiet --set run.out_dir=" + mnt.string() +
+                             " --set model.dim=128 --set train.log_every=10",
+                         dir_ / "out.log");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(contains(r.log, "atoll: run failed: cannot write " + (mnt / "r/final_params.bin").string() +
+                                  ": No space left on device"))
+      << r.log;
 }
 
 // The third reproduction: a 16 KB disk under metrics.jsonl. The run stops at the first
@@ -266,12 +274,11 @@ TEST_F(Faults, FullDiskUnderMetricsStopsTheRunAndLeavesNoTornLine) {
   Tmpfs disk(mnt, 16 * 1024);
   if (!disk.ok()) GTEST_SKIP() << "cannot mount a tmpfs here (needs root)";
   const std::string cfg = config(2, 2000);
-  const std::string out = dir_ / "out.log";
-  const int status = std::system((std::string(ATOLL_BINARY) + " simulate " + cfg + " --quiet --set run.out_dir=" +
-                                  mnt.string() + " --set train.eval_every=20 --set train.eval_batches=2 >" + out + " 2>&1")
-                                     .c_str());
-  const std::string log = read(out);
-  EXPECT_EQ(WEXITSTATUS(status), 1) << log;
+  const Output r = atoll("simulate " + cfg + " --quiet --set run.out_dir=" + mnt.string() +
+                             " --set train.eval_every=20 --set train.eval_batches=2",
+                         dir_ / "out.log");
+  const std::string& log = r.log;
+  EXPECT_EQ(r.code, 1) << log;
   EXPECT_TRUE(contains(log, "atoll: run failed: " + (mnt / "r").string() +
                                 "/metrics.jsonl: cannot append a record (No space left on device) after "))
       << log;
@@ -297,12 +304,11 @@ TEST_F(Faults, ReadersNameATornMetricsLine) {
   const size_t records = lines(run_dir() / "metrics.jsonl").size();
   const std::string torn = "{\"event\":\"train\",\"island\":0,\"wall_time_s\":0.";
   std::ofstream(run_dir() / "metrics.jsonl", std::ios::app) << torn;
-  const std::string out = dir_ / "compare.log";
-  const int status = std::system((std::string(ATOLL_BINARY) + " compare " + run_dir().string() + " >" + out + " 2>&1").c_str());
-  EXPECT_EQ(WEXITSTATUS(status), 0) << read(out);
-  EXPECT_TRUE(contains(read(out), "metrics.jsonl: line " + std::to_string(records + 1) +
+  const Output r = atoll("compare " + run_dir().string(), dir_ / "compare.log");
+  EXPECT_EQ(r.code, 0) << r.log;
+  EXPECT_TRUE(contains(r.log, "metrics.jsonl: line " + std::to_string(records + 1) +
                                       " is torn (" + std::to_string(torn.size()) + " bytes without a newline, the run's writes were cut off); ignored"))
-      << read(out);
+      << r.log;
 }
 
 // The fifth reproduction: every checkpoint fails (its directory is a full disk). The
@@ -313,24 +319,19 @@ TEST_F(Faults, FailedCheckpointsAreCountedOrStopTheRun) {
   Tmpfs disk(mnt, 8 * 1024);
   if (!disk.ok()) GTEST_SKIP() << "cannot mount a tmpfs here (needs root)";
   const std::string cfg = config(2, 40, "checkpoint: {every: 10, dir: " + (mnt / "ckpt").string() + "}\n");
-  const std::string out = dir_ / "out.log";
-  int status = std::system((std::string(ATOLL_BINARY) + " simulate " + cfg + " >" + out + " 2>&1").c_str());
-  std::string log = read(out);
-  EXPECT_EQ(WEXITSTATUS(status), 0) << log;
-  EXPECT_TRUE(contains(log, "; checkpoints: 0 of 3 written")) << log;  // steps 10, 20, 30 (not the last)
+  Output r = atoll("simulate " + cfg, dir_ / "out.log");
+  EXPECT_EQ(r.code, 0) << r.log;
+  EXPECT_TRUE(contains(r.log, "; checkpoints: 0 of 3 written")) << r.log;  // steps 10, 20, 30 (not the last)
   const std::string summary = read(run_dir() / "summary.json");
   EXPECT_EQ(json_find_string(summary, "status"), "finished") << summary;
   EXPECT_EQ(json_find_number(summary, "checkpoints_asked"), 3) << summary;
   EXPECT_EQ(json_find_number(summary, "checkpoints_written"), 0) << summary;
   EXPECT_TRUE(tmp_files(mnt).empty());
 
-  status = std::system((std::string(ATOLL_BINARY) + " simulate " + cfg + " --force --set checkpoint.on_failure=stop >" +
-                        out + " 2>&1")
-                           .c_str());
-  log = read(out);
-  EXPECT_EQ(WEXITSTATUS(status), 1) << log;
-  EXPECT_TRUE(contains(log, "atoll: run failed: checkpoint of step 10 not written: ")) << log;
-  EXPECT_TRUE(contains(log, "(checkpoint.on_failure: stop)")) << log;
+  r = atoll("simulate " + cfg + " --force --set checkpoint.on_failure=stop", dir_ / "out.log");
+  EXPECT_EQ(r.code, 1) << r.log;
+  EXPECT_TRUE(contains(r.log, "atoll: run failed: checkpoint of step 10 not written: ")) << r.log;
+  EXPECT_TRUE(contains(r.log, "(checkpoint.on_failure: stop)")) << r.log;
   EXPECT_FALSE(fs::exists(run_dir() / "summary.json"));
 }
 

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -115,6 +116,35 @@ TEST_F(Hosts, SshStartsEveryProcessAndTheRunCompletes) {
   std::ifstream summary(dir_ / "runs/h/summary.json");
   std::string s((std::istreambuf_iterator<char>(summary)), std::istreambuf_iterator<char>());
   EXPECT_NE(s.find("\"islands_finished\":2"), std::string::npos) << s;
+}
+
+// An island whose ssh cannot reach its host (ssh exits 255 at once): launch reports it to the
+// coordinator through the coordinator's own ssh, which fails the run at once naming it,
+// instead of waiting transport.join_timeout_s (60 s here); launch ends with one closing line.
+TEST_F(Hosts, SshThatCannotReachAnIslandsHostFailsTheRunAtOnce) {
+  const fs::path bin = dir_ / "bin";
+  fs::create_directories(bin);
+  std::ofstream(bin / "ssh") << "#!/bin/sh\n"
+                                "while [ \"$1\" = -o ]; do shift 2; done\n"
+                                "if [ \"$1\" = down@127.0.0.2 ]; then\n"
+                                "  echo \"ssh: connect to host 127.0.0.2 port 22: Connection refused\" >&2; exit 255\n"
+                                "fi\n"
+                                "shift\nexec sh -c \"$1\"\n";
+  fs::permissions(bin / "ssh", fs::perms::owner_all);
+  // 127.0.0.2: a loopback address that does not read as one to the check above.
+  const std::string endpoint = "tcp://127.0.0.2:" + std::to_string(port_);
+  const std::string cfg = config("{coordinator: 127.0.0.1, islands: [127.0.0.1, down@127.0.0.2], workdir: " +
+                                     dir_.string() + ", binary: " + ATOLL_BINARY + "}",
+                                 endpoint);
+  const auto t0 = std::chrono::steady_clock::now();
+  const Result r = shell("PATH=" + bin.string() + ":$PATH timeout 120 " + ATOLL_BINARY + " launch --ssh " + cfg +
+                         " --set transport.join_timeout_s=60 --set transport.heartbeat_timeout_ms=15000");
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_LT(wall, 40) << r.output;
+  EXPECT_NE(r.output.find("missing: island 1 (its process ended with exit code 255 before it joined)"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("launch: the run failed: the coordinator exited with exit code 1"), std::string::npos) << r.output;
 }
 
 }  // namespace
