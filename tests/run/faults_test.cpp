@@ -124,6 +124,27 @@ class Faults : public ::testing::Test {
   }
   fs::path run_dir() const { return dir_ / "runs/r"; }
 
+  // `atoll launch` of three islands (40 steps) with `more` overrides, island 2 SIGKILLed as
+  // soon as it runs; the exit code (-1: still running after 90 s), wall seconds and output.
+  // The heartbeat timeout leaves islands 0 and 1 time to join on a loaded machine.
+  struct Launched {
+    int rc = -1;
+    double wall_s = 0;
+    std::string log;
+  };
+  Launched launch_killing_island_2(std::vector<std::string> more) {
+    more.insert(more.end(), {"transport.join_timeout_s=60", "transport.heartbeat_timeout_ms=15000"});
+    const auto t0 = Clock::now();
+    const pid_t launch = spawn_atoll(args({"launch", config(3, 40), "--quiet"}, more), dir_ / "launch.log");
+    Launched out;
+    if (launch <= 0) return out;
+    const bool killed = kill_island_at_start(launch, 2);
+    out.rc = wait_exit(launch, 90);
+    out.wall_s = seconds_since(t0);
+    out.log = (killed ? "" : "(island 2 never appeared)\n") + read(dir_ / "launch.log");
+    return out;
+  }
+
   fs::path dir_;
   int port_ = 0;
 };
@@ -132,20 +153,11 @@ class Faults : public ::testing::Test {
 // it from launch and fails the run at once, naming island 2 and how it ended; launch's last
 // line says the run failed and why; nothing waits for transport.join_timeout_s (60 s here).
 TEST_F(Faults, IslandKilledBeforeJoiningFailsTheRunAtOnce) {
-  const std::string cfg = config(3, 40);
-  const auto t0 = Clock::now();
-  // (a heartbeat timeout that leaves islands 0 and 1 time to join on a loaded machine)
-  const pid_t launch = spawn_atoll(
-      args({"launch", cfg, "--quiet"}, {"transport.join_timeout_s=60", "transport.heartbeat_timeout_ms=15000"}),
-      dir_ / "launch.log");
-  ASSERT_GT(launch, 0);
-  ASSERT_TRUE(kill_island_at_start(launch, 2)) << read(dir_ / "launch.log");
-  const int rc = wait_exit(launch, 90);
-  const double wall = seconds_since(t0);
-  const std::string log = read(dir_ / "launch.log");
-  ASSERT_NE(rc, -1) << log;
-  EXPECT_EQ(rc, 1) << log;
-  EXPECT_LT(wall, 30) << "the run waited for the dead island (join timeout 60 s)\n" << log;
+  const Launched run = launch_killing_island_2({});
+  const std::string& log = run.log;
+  ASSERT_NE(run.rc, -1) << log;
+  EXPECT_EQ(run.rc, 1) << log;
+  EXPECT_LT(run.wall_s, 30) << "the run waited for the dead island (join timeout 60 s)\n" << log;
   EXPECT_TRUE(contains(log, "coordinator: the run cannot start: 2 of 3 islands joined and the others cannot, fewer than "
                             "transport.min_islands 3; missing: island 2 (its process ended with signal 9 before it joined)"))
       << log;
@@ -169,19 +181,11 @@ TEST_F(Faults, IslandKilledBeforeJoiningFailsTheRunAtOnce) {
 // The same kill with transport.min_islands 2: the run starts with islands 0 and 1 at once and
 // finishes with survivors (exit code 3).
 TEST_F(Faults, IslandKilledBeforeJoiningLeavesMinIslandsToStartAtOnce) {
-  const std::string cfg = config(3, 40);
-  const auto t0 = Clock::now();
-  const pid_t launch = spawn_atoll(args({"launch", cfg, "--quiet"}, {"transport.join_timeout_s=60", "transport.min_islands=2",
-                                                                   "transport.heartbeat_timeout_ms=15000"}),
-                                   dir_ / "launch.log");
-  ASSERT_GT(launch, 0);
-  ASSERT_TRUE(kill_island_at_start(launch, 2)) << read(dir_ / "launch.log");
-  const int rc = wait_exit(launch, 90);
-  const double wall = seconds_since(t0);
-  const std::string log = read(dir_ / "launch.log");
-  ASSERT_NE(rc, -1) << log;
-  EXPECT_EQ(rc, 3) << log;
-  EXPECT_LT(wall, 40) << log;
+  const Launched run = launch_killing_island_2({"transport.min_islands=2"});
+  const std::string& log = run.log;
+  ASSERT_NE(run.rc, -1) << log;
+  EXPECT_EQ(run.rc, 3) << log;
+  EXPECT_LT(run.wall_s, 40) << log;
   EXPECT_TRUE(contains(log, "starting with 2 of 3 islands (transport.min_islands 2); missing: island 2 (its process ended "
                             "with signal 9 before it joined)"))
       << log;
