@@ -66,7 +66,9 @@ RunDir::OnFailure metrics_on_failure(const config::Config& config) {
 }
 
 void RunDir::open_metrics(const std::string& file, bool append) {
-  metrics_fd_ = ::open(file.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | (append ? O_APPEND : O_TRUNC), 0644);
+  // O_APPEND always: after a failed record is cut back off (ftruncate), the next one lands at
+  // the new end, not at the offset the partial write left.
+  metrics_fd_ = ::open(file.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_APPEND | (append ? 0 : O_TRUNC), 0644);
   if (metrics_fd_ < 0) throw UserError("cannot write '" + file + "': " + errno_text());
   struct stat st {};
   if (::fstat(metrics_fd_, &st) != 0) throw UserError("cannot stat '" + file + "': " + errno_text());
@@ -127,14 +129,19 @@ void RunDir::record(const std::string& json_line) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!failure_.empty() && on_failure_ == OnFailure::kStop) throw OutputError(failure_);
   const std::string line = json_line + "\n";
-  std::string why = write_all(metrics_fd_, line.data(), line.size());
+  std::string why = metrics_fd_ < 0 ? "an earlier partial record could not be cut off; nothing more is appended"
+                                    : write_all(metrics_fd_, line.data(), line.size());
   if (why.empty()) {
     metrics_size_ += line.size();
     return;
   }
-  // Part of the line may be on disk: cut it off, so that the file ends on a whole record.
-  if (::ftruncate(metrics_fd_, static_cast<off_t>(metrics_size_)) != 0)
+  // Part of the line may be on disk: cut it off, so that the file ends on a whole record. If
+  // that fails too, nothing more is appended (the file would not end on a whole record).
+  if (metrics_fd_ >= 0 && ::ftruncate(metrics_fd_, static_cast<off_t>(metrics_size_)) != 0) {
     why += "; cutting the partial record off failed too: " + errno_text();
+    ::close(metrics_fd_);
+    metrics_fd_ = -1;
+  }
   ++lost_;
   if (failure_.empty()) {
     failure_ = path_ + "/metrics.jsonl: cannot append a record (" + why + ") after " + std::to_string(metrics_size_) +

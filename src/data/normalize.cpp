@@ -5,7 +5,9 @@
 
 #include <ATen/ATen.h>
 
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -112,6 +114,7 @@ void write_normalization(const Normalization& norm, int64_t features, const std:
   }
   const fs::path tmp = path.string() + ".tmp";
   bool written = false;
+  errno = 0;
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     out << normalization_json(norm, features) << "\n";
@@ -120,7 +123,8 @@ void write_normalization(const Normalization& norm, int64_t features, const std:
   if (written) fs::rename(tmp, path, ec);
   if (!written || ec) {
     fs::remove(tmp, ec);  // a full disk keeps no half file
-    throw std::runtime_error("cannot write " + path.string() + (written ? ": cannot rename its temporary file" : ""));
+    const std::string why = written ? "cannot rename its temporary file" : errno != 0 ? std::strerror(errno) : "write failed";
+    throw std::runtime_error("cannot write " + path.string() + ": " + why);
   }
 }
 

@@ -226,8 +226,8 @@ int run_coordinator(const config::Config& config, const ProcessOptions& options)
   // island's are).
   std::map<int64_t, std::map<int, std::string>> mark_failures;
   int64_t checkpoints_asked = 0, checkpoints_written = 0;
-  // The final parameter files the islands wrote (kFinalParamsKey and its per-path keys).
-  std::set<std::string> final_params_marks;
+  // Why an island could not write a final parameter file ("" while none failed).
+  std::string final_params_failure;
   // The server role's state and latest round as last persisted (on the loop thread, after
   // every change): what a checkpoint cut holds (every island waits at the cut meanwhile).
   std::pair<int64_t, transport::OuterServer::State> latest_server;
@@ -333,8 +333,8 @@ int run_coordinator(const config::Config& config, const ProcessOptions& options)
       finished.insert(island);
       return;
     }
-    if (key.rfind(kFinalParamsKey, 0) == 0) {
-      final_params_marks.insert(key);
+    if (key == kFinalParamsFailedKey) {
+      if (final_params_failure.empty()) final_params_failure = "island " + std::to_string(island) + ": " + std::string(value.begin(), value.end());
       return;
     }
     const std::string prefix = "atoll/checkpoint/";
@@ -450,8 +450,12 @@ int run_coordinator(const config::Config& config, const ProcessOptions& options)
       for (std::string line; std::getline(in, line);) totals.add(line);
       for (const std::string& json : held) {
         std::string routed;
-        if (totals.add(json, &routed)) dir->record(json);
-        if (!routed.empty() && totals.add(routed)) dir->record(routed);
+        try {
+          if (totals.add(json, &routed)) dir->record(json);
+          if (!routed.empty() && totals.add(routed)) dir->record(routed);
+        } catch (const core::OutputError& e) {  // run.metrics_on_failure: stop
+          fail_run(e.what());
+        }
       }
       held.clear();
     }
@@ -530,10 +534,13 @@ int run_coordinator(const config::Config& config, const ProcessOptions& options)
       ever_joined.insert(m.id);
       seen.insert(m.id);
     }
-    for (int id = 0; id < k; ++id)
-      if (store.count(finished_key(id))) finished.insert(id);
-    for (const auto& [key, value] : store)
-      if (key.rfind(kFinalParamsKey, 0) == 0) final_params_marks.insert(key);
+    {
+      std::lock_guard<std::mutex> lock(marks_mu);  // the loop thread's on_store_set runs already
+      for (int id = 0; id < k; ++id)
+        if (store.count(finished_key(id))) finished.insert(id);
+      if (auto it = store.find(kFinalParamsFailedKey); it != store.end() && final_params_failure.empty())
+        final_params_failure = std::string(it->second.begin(), it->second.end());
+    }
     for (int64_t step : skipped) {
       ATOLL_WARN("coordinator: the checkpoint of step " << step << " was not finished before the restart; skipped");
       coord.store_set(checkpoint_done_key(step), {1});
@@ -617,15 +624,9 @@ int run_coordinator(const config::Config& config, const ProcessOptions& options)
   if (error.empty() && decision && !decision->start) error = "it could not start: " + decision->why;
   if (error.empty() && g_stop) error = "stopped by a signal before the run finished";
   if (error.empty() && totals.finished() == 0) error = "no island finished the run";
-  if (error.empty() && !server_global.defined()) {
-    // The lead island writes the final global model (DiPaCo: each path's lead, that path's)
-    // and marks it: an island that failed to write it leaves no mark.
-    const int paths = config.algorithm.name == "dipaco" ? core::dipaco_paths(config).paths() : 0;
-    for (int p = paths > 0 ? 0 : -1; p < paths && error.empty(); ++p) {
-      const std::string key = p < 0 ? kFinalParamsKey : std::string(kFinalParamsKey) + "/path" + std::to_string(p);
-      if (!final_params_marks.count(key)) error = "no island wrote " + core::final_params_name(p) + " (see the islands' errors)";
-    }
-  }
+  // The lead island writes the final global model (DiPaCo: each path's lead, that path's);
+  // one that could not says so before it fails.
+  if (error.empty() && !final_params_failure.empty()) error = final_params_failure;
   // The outputs in an order that never claims success falsely: the server's final model,
   // then summary.json last, whose "status" says how the run ended.
   if (server_global.defined() && error.empty()) {

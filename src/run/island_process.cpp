@@ -29,6 +29,7 @@
 #include "src/core/island_runtime.h"
 #include "src/core/island_parts.h"
 #include "src/core/progress.h"
+#include "src/core/run_dir.h"
 #include "src/core/sim_checkpoint.h"
 #include "src/core/validate.h"
 #include "src/core/wall_time.h"
@@ -562,10 +563,22 @@ StatusOr<IslandEnd> run_island_once(const config::Config& config, int island, co
   }
   const bool lead = is_lead();
   if (lead) progress.finish(state);
+  // A final parameter file that cannot be written (disk full) fails this island, and the
+  // coordinator is told first: its summary.json then says the run failed, and why.
+  auto write_final_params = [&](const std::string& name, int path) {
+    try {
+      runtime.write_final_params(config.run.out_dir + "/" + config.run.name + "/" + name, path);
+    } catch (const core::OutputError& e) {
+      const std::string why = std::string(e.what()).substr(0, 1000);
+      if (Status st = joined.store_set(kFinalParamsFailedKey, {why.begin(), why.end()}); !st.is_ok())
+        ATOLL_WARN("island " << island << ": " << st.to_string());
+      throw;
+    }
+  };
   // The lowest island that finishes writes the final global model (every finishing island
   // holds the same one); the coordinator writes the server's.
   if (lead && !parts.algorithm->global_on_server() && !in_store(kFinalParamsKey)) {
-    runtime.write_final_params(config.run.out_dir + "/" + config.run.name + "/final_params.bin");
+    write_final_params("final_params.bin", -1);
     if (Status st = joined.store_set(kFinalParamsKey, {1}); !st.is_ok()) {
       ATOLL_WARN("island " << island << ": " << st.to_string());
     }
@@ -575,7 +588,7 @@ StatusOr<IslandEnd> run_island_once(const config::Config& config, int island, co
   for (int p : runtime.held_paths()) {
     const std::string path_key = std::string(kFinalParamsKey) + "/path" + std::to_string(p);
     if (!runtime_path_lead() || in_store(path_key)) continue;
-    runtime.write_final_params(config.run.out_dir + "/" + config.run.name + "/" + core::final_params_name(p), p);
+    write_final_params(core::final_params_name(p), p);
     if (Status st = joined.store_set(path_key, {1}); !st.is_ok()) {
       ATOLL_WARN("island " << island << ": " << st.to_string());
     }

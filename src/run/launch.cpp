@@ -65,12 +65,26 @@ void on_signal(int sig) { g_signal = sig; }
 Child spawn(const std::string& prefix, const std::vector<std::string>& args, const std::string& program = "",
             bool reports = false) {
   int fds[2], in[2] = {-1, -1};
+  auto close_all = [&] {
+    for (int fd : {fds[0], fds[1], in[0], in[1]})
+      if (fd >= 0) close(fd);
+  };
   if (pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
-  if (reports && pipe2(in, O_CLOEXEC) != 0) throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
+  if (reports && pipe2(in, O_CLOEXEC) != 0) {
+    const std::string why = std::strerror(errno);
+    in[0] = in[1] = -1;
+    close_all();
+    throw std::runtime_error("pipe: " + why);
+  }
   const pid_t parent = getpid();
   const pid_t pid = fork();
-  if (pid < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
+  if (pid < 0) {
+    const std::string why = std::strerror(errno);
+    close_all();
+    throw std::runtime_error("fork: " + why);
+  }
   if (pid == 0) {
+    signal(SIGPIPE, SIG_DFL);  // launch ignores it; its children do not
     prctl(PR_SET_PDEATHSIG, SIGTERM);
     if (getppid() != parent) _exit(1);  // launch died between fork and prctl
     dup2(fds[1], STDOUT_FILENO);
@@ -95,6 +109,8 @@ Child spawn(const std::string& prefix, const std::vector<std::string>& args, con
   if (reports) {
     close(in[0]);
     c.report_fd = in[1];
+    // A coordinator that stops reading never blocks launch (a report is a few bytes).
+    fcntl(c.report_fd, F_SETFL, fcntl(c.report_fd, F_GETFL) | O_NONBLOCK);
   }
   return c;
 }

@@ -43,9 +43,11 @@ inline constexpr char kResumeKey[] = "atoll/run/resume";
 inline constexpr char kFinishedKey[] = "atoll/run/finished";
 // Island K has finished its steps (set after its island_end record, on the same connection).
 std::string finished_key(int island);
-// Set by the island that wrote final_params.bin (DiPaCo: "<key>/pathP" for each path's file):
-// the coordinator's summary says the run failed when the file it expects has no mark.
+// Set by the island that wrote final_params.bin (DiPaCo: "<key>/pathP" for each path's file).
 inline constexpr char kFinalParamsKey[] = "atoll/run/final_params";
+// Set by an island that could not write a final parameter file, to why (one line): the
+// coordinator's summary.json says the run failed, and why.
+inline constexpr char kFinalParamsFailedKey[] = "atoll/run/final_params_failed";
 
 // Where the processes of `config` keep their checkpoints.
 std::string checkpoints_root(const config::Config& config);  // checkpoint.dir or runs/<name>/checkpoints

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "src/core/json.h"
+#include "src/core/run_dir.h"
 #include "tests/run/process_test_util.h"
 
 namespace fs = std::filesystem;
@@ -270,6 +271,27 @@ TEST_F(Faults, FullDiskAtTheEndIsOneLineNamingTheFile) {
       << r.log;
 }
 
+// The same full disk in a real run: the lead island cannot write final_params.bin, tells the
+// coordinator, and the run fails with that reason in summary.json and launch's closing line.
+TEST_F(Faults, FullDiskAtTheEndOfARealRunFailsItNamingTheFile) {
+  const fs::path mnt = dir_ / "mnt";
+  Tmpfs disk(mnt, 96 * 1024);
+  if (!disk.ok()) GTEST_SKIP() << "cannot mount a tmpfs here (needs root)";
+  const std::string cfg = config(2, 20);
+  const pid_t launch = spawn_atoll(
+      args({"launch", cfg, "--quiet"}, {"run.out_dir=" + mnt.string(), "model.dim=128", "train.log_every=10"}),
+      dir_ / "launch.log");
+  const int rc = wait_exit(launch, 120);
+  const std::string log = read(dir_ / "launch.log");
+  EXPECT_EQ(rc, 1) << log;
+  const std::string file = (mnt / "r/final_params.bin").string();
+  EXPECT_TRUE(contains(log, "launch: the run failed: island 0: cannot write " + file + ": No space left on device")) << log;
+  const std::string summary = read(mnt / "r/summary.json");
+  EXPECT_EQ(json_find_string(summary, "status"), "failed") << summary;
+  EXPECT_FALSE(fs::exists(file));
+  EXPECT_TRUE(tmp_files(mnt).empty());
+}
+
 // The third reproduction: a 16 KB disk under metrics.jsonl. The run stops at the first
 // record that cannot be written (run.metrics_on_failure: stop, the default), saying so in one
 // line, instead of training to the end; metrics.jsonl ends on a whole record.
@@ -298,6 +320,40 @@ TEST_F(Faults, FullDiskUnderMetricsStopsTheRunAndLeavesNoTornLine) {
   EXPECT_LT(last_step, 2000);
   EXPECT_FALSE(fs::exists(mnt / "r/summary.json"));
   EXPECT_TRUE(tmp_files(mnt).empty());
+}
+
+// run.metrics_on_failure: warn on a disk that fills up and then frees space again: the records
+// that could not be written are counted, every line in the file is whole (no bytes of a cut
+// record, no hole of NULs where it was), and metrics_bytes() is the file's length.
+TEST_F(Faults, RecordsOnAFullDiskAreWholeOrNotThere) {
+  const fs::path mnt = dir_ / "mnt";
+  Tmpfs disk(mnt, 64 * 1024);
+  if (!disk.ok()) GTEST_SKIP() << "cannot mount a tmpfs here (needs root)";
+  atl::config::Config config;
+  config.run.out_dir = mnt.string();
+  config.run.name = "u";
+  config.run.metrics_on_failure = "warn";
+  atl::core::RunDir dir(config, /*force=*/false);
+  {  // leave about 20 KB free
+    std::ofstream filler(mnt / "filler", std::ios::binary);
+    filler << std::string(40 * 1024, 'x');
+  }
+  const std::string pad(10000, 'p');  // records across pages: a write is cut part-way
+  for (int i = 0; i < 100; ++i)
+    dir.record("{\"event\":\"train\",\"n\":" + std::to_string(i) + ",\"pad\":\"" + pad + "\"}");
+  const uint64_t lost = dir.records_lost();
+  EXPECT_GT(lost, 0u) << "the disk never filled";
+  EXPECT_NE(dir.first_failure().find("No space left on device"), std::string::npos) << dir.first_failure();
+  fs::remove(mnt / "filler");  // space again: later records land right after the last whole one
+  for (int i = 100; i < 110; ++i) dir.record("{\"event\":\"train\",\"n\":" + std::to_string(i) + "}");
+  EXPECT_EQ(dir.records_lost(), lost);
+  const std::string text = read(mnt / "u/metrics.jsonl");
+  EXPECT_EQ(text.find('\0'), std::string::npos) << "a hole of NULs where a cut record was";
+  EXPECT_EQ(dir.metrics_bytes(), text.size());
+  const auto records = lines(mnt / "u/metrics.jsonl");
+  EXPECT_EQ(records.size(), 110 - lost);
+  for (const auto& l : records) EXPECT_TRUE(l.front() == '{' && l.back() == '}') << l;
+  EXPECT_EQ(json_find_number(records.back(), "n"), 109);
 }
 
 // A metrics.jsonl that ends in a torn line (as older builds left on a full disk): `atoll
