@@ -43,6 +43,28 @@ layer(src/checkpoint "^src/(base|checkpoint)/" "^(ATen|torch|c10|zmq|gloo/|yaml-
       "src/checkpoint/ and src/base/, no libtorch, zmq, gloo or yaml-cpp")
 layer(algorithms "^(algorithms/|${interfaces}|compression/|src/base/)" "^(zmq|gloo/|yaml-cpp/)"
       "algorithms/, the transport interfaces (transport/*.h), compression/ and src/base/, no zmq, gloo or yaml-cpp")
+# The layers above: each src/ folder includes only the layers below it (the README's layout
+# table, bottom to top); only src/run reaches the networked transports, only src/config
+# yaml-cpp, and no layer under src/run zmq or gloo.
+layer(src/config "^(src/(base|config)/|algorithms/options[.]h|compression/stage[.]h)" "^(ATen|torch|c10|zmq|gloo/)"
+      "src/config/, src/base/, algorithms/options.h and compression/stage.h (the option and stage structs), no libtorch, zmq or gloo")
+layer(src/data "^src/(base|config|data)/" "^(zmq|gloo/|yaml-cpp/)"
+      "src/data/, src/config/ and src/base/, no zmq, gloo or yaml-cpp")
+layer(src/models "^src/(base|config|data|models)/" "^(zmq|gloo/|yaml-cpp/)"
+      "src/models/, src/data/, src/config/ and src/base/, no zmq, gloo or yaml-cpp")
+layer(src/train "^src/(base|config|train)/" "^(zmq|gloo/|yaml-cpp/)"
+      "src/train/, src/config/ and src/base/, no zmq, gloo or yaml-cpp")
+layer(src/dipaco "^src/(base|data|dipaco)/" "^(ATen|torch|c10|zmq|gloo/|yaml-cpp/)"
+      "src/dipaco/, src/data/ and src/base/, no libtorch, zmq, gloo or yaml-cpp")
+layer(src/core
+      "^(src/(base|checkpoint|config|core|data|dipaco|models|train)/|algorithms/|${interfaces}|transport/inproc/|compression/)"
+      "^(zmq|gloo/|yaml-cpp/)"
+      "the layers below src/run (src/base, checkpoint, config, data, dipaco, models, train), algorithms/, compression/, the transport interfaces and transport/inproc/, no zmq, gloo or yaml-cpp")
+layer(src/sweep "^src/(base|config|core|sweep)/" "^(zmq|gloo/|yaml-cpp/|ATen|torch|c10)"
+      "src/sweep/, src/core/, src/config/ and src/base/, no libtorch, zmq, gloo or yaml-cpp")
+layer(src/run "^(src/(base|checkpoint|config|core|data|dipaco|models|train|run)/|algorithms/|compression/|transport/)"
+      "^yaml-cpp/" "every layer but src/sweep and src/cli, no yaml-cpp")
+layer(src/cli "^(src/|algorithms/|compression/|transport/)" "^yaml-cpp/" "any layer, no yaml-cpp")
 
 set(violations 0)
 set(checked 0)
