@@ -762,10 +762,9 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
         .add("steps_to_target", target_step)
         .add("bytes_to_target", target_bytes);
   }
-  // The outputs in an order that never claims success falsely (docs/metrics.md
-  // "summary.json"): the final global model (fedavg: the server's; otherwise the lowest live
-  // island's global copy; DiPaCo: every path's), the end record, summary.json last. A write
-  // that fails throws OutputError and leaves no summary.json.
+  // The outputs in an order that never claims success falsely (docs/metrics.md "summary.json"):
+  // the final global model (fedavg: the server's; otherwise the lowest live island's global
+  // copy; DiPaCo: every path's), the end record, summary.json last (a failed write throws).
   int last = -1;  // the lowest island that is still a member at the end
   for (int j = n - 1; j >= 0; --j)
     if (islands[j].alive && islands[j].parts.algorithm) last = j;
@@ -788,7 +787,6 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
   outcome.checkpoints_written = checkpoints_written;
   outcome.records_lost = dir.records_lost();
   outcome.records_failure = dir.first_failure();
-  summary.wall_time_s = seconds_since(t0);
   s.add("wall_time_s", summary.wall_time_s)
       .add("wall_threads", threads)
       .add("wall_peak_rss_mb", peak_rss_mb());

@@ -31,8 +31,10 @@
 namespace fs = std::filesystem;
 using atl::core::json_find_number;
 using atl::core::json_find_string;
+using atl::testing::contains;
 using atl::testing::lines;
 using atl::testing::read;
+using atl::testing::seconds_since;
 using atl::testing::spawn_atoll;
 using atl::testing::wait_exit;
 
@@ -40,8 +42,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 // A tmpfs of `bytes` mounted at `dir` while this lives (root only: ok() says whether it is).
 class Tmpfs {

@@ -95,6 +95,12 @@ inline std::set<pid_t> children_of(pid_t pid) {
 
 inline bool alive(pid_t pid) { return kill(pid, 0) == 0; }
 
+inline double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+inline bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
 // The child of `launch` that runs `atoll island ... --id ID` (from /proc/PID/cmdline); -1 if none.
 inline pid_t island_child(pid_t launch, int id) {
   for (pid_t c : children_of(launch)) {

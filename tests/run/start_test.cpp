@@ -23,8 +23,10 @@
 namespace fs = std::filesystem;
 using atl::core::json_find_number;
 using atl::core::json_find_string;
+using atl::testing::contains;
 using atl::testing::lines;
 using atl::testing::read;
+using atl::testing::seconds_since;
 using atl::testing::spawn_atoll;
 using atl::testing::wait_exit;
 
@@ -32,7 +34,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 // The lines of `log` that start with `prefix` ("[island 2] ").
 std::vector<std::string> lines_of(const std::string& log, const std::string& prefix) {
@@ -44,7 +45,6 @@ std::vector<std::string> lines_of(const std::string& log, const std::string& pre
   return out;
 }
 
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 class Start : public ::testing::Test {
  public:
