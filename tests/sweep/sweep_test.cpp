@@ -238,6 +238,33 @@ TEST(SummaryStatus, NoEvalAtTheFinalStepIsIncomplete) {
   EXPECT_EQ(summary_status(m, &reason), "ok");
 }
 
+// A summary.json that says the run failed (a real run's coordinator writes one) is no result:
+// the sweep runs it again, its tables say failed with the error; a metrics.jsonl that ends in
+// a torn line is read up to it, and the reason names the line.
+TEST_F(SweepTest, AFailedSummaryIsNoResultAndATornLineIsNamed) {
+  const auto s = expand_text(kBase + "sweep:\n  name: failed\n  grid: {train.lr: [0.001, 0.002]}\n");
+  const SweepPlan& plan = s.plan;
+  write_plan(plan);
+  const auto& r = plan.runs;
+  for (const auto& run : r) fs::create_directories(plan.run_dir(run));
+  std::ofstream(fs::path(plan.run_dir(r[0])) / "summary.json")
+      << "{\"config_hash\":\"" << r[0].hash << "\",\"status\":\"failed\",\"error\":\"no island finished the run\"}";
+  std::ofstream(fs::path(plan.run_dir(r[1])) / "summary.json")
+      << "{\"config_hash\":\"" << r[1].hash << "\",\"status\":\"finished\",\"steps\":20,\"final_val_loss\":1.5}";
+  std::ofstream(fs::path(plan.run_dir(r[1])) / "metrics.jsonl")
+      << "{\"event\":\"eval\",\"step\":20,\"val_loss\":1.5}\n{\"event\":\"train\",\"wall_time_s\":0.";
+  EXPECT_FALSE(run_finished(plan, r[0]));
+  EXPECT_TRUE(run_finished(plan, r[1]));
+  const auto results = collect_results(plan);
+  ASSERT_EQ(results.size(), 2u);
+  EXPECT_EQ(results[0].status, "failed");
+  EXPECT_EQ(results[0].reason, "no island finished the run");
+  EXPECT_EQ(results[1].status, "ok");
+  ASSERT_EQ(results[1].metrics.evals.size(), 1u);
+  EXPECT_EQ(results[1].reason, "metrics.jsonl: line 2 is torn (33 bytes without a newline, the run's writes were cut "
+                               "off); ignored");
+}
+
 TEST_F(SweepTest, ResultsFollowSummaryHashAndOutcome) {
   const auto s = expand_text(kBase + "sweep:\n  name: res\n  grid: {train.lr: [0.001, 0.002, 0.003, 0.004]}\n");
   const SweepPlan& plan = s.plan;
