@@ -212,6 +212,23 @@ class Algorithm {
 // the valid names.
 std::unique_ptr<Algorithm> make_algorithm(const AlgorithmOptions& options, int island);
 std::vector<std::string> algorithm_names();
+
+// What validation and the run ask of an algorithm, from its registry row, so that they never
+// compare names. An algorithm's `algorithm:` keys are its row of algorithm_keys()
+// (algorithms/options.h, where the torch-free config layer reads them).
+struct AlgorithmTraits {
+  // Rejoin and add events: nullptr when the algorithm takes joiners, else why it does not
+  // (validation's message: "rejoin and add events are not available with NAME (WHY)").
+  const char* refuses_joiners = nullptr;
+  // Full-size fp32 buffers an island holds beyond its parameters, gradients and inner
+  // optimizer state, and what they are (validate's memory estimate).
+  int extra_buffers = 1;
+  const char* extra_buffers_text = "global model";
+  // Why `codec` cannot carry this algorithm's exchange, or nullopt; null: every pipeline can.
+  std::optional<std::string> (*codec_problem)(const compression::Pipeline& codec) = nullptr;
+};
+// The row of `name`; throws atl::UserError for an unknown name, listing the valid names.
+const AlgorithmTraits& algorithm_traits(const std::string& name);
 // A round the server role closed, as its on_round callback sees it.
 struct ServerRound {
   int64_t round = 0;   // fedavg: rounds closed so far (1-based); async_local_sgd: local steps

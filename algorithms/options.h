@@ -132,6 +132,49 @@ struct AlgorithmOptions {
   std::vector<std::vector<int>> path_modules;
 };
 
+// The `algorithm:` keys each algorithm reads, besides `name`, in fields() order. A config that
+// sets another key of the section for that algorithm is refused (src/config names the key's
+// file and line and these keys): a key the algorithm never reads would be a silent no-op. The
+// resolved config writes only these. A new algorithm adds its row here and its entry in
+// algorithms/registry.cpp (a test checks that the two lists name the same algorithms).
+struct AlgorithmKeys {
+  const char* name;
+  std::vector<const char*> keys;
+};
+
+inline const std::vector<AlgorithmKeys>& algorithm_keys() {
+  static const std::vector<AlgorithmKeys> table = [] {
+    const std::vector<const char*> outer = {"outer_optimizer", "outer_lr",    "outer_momentum",
+                                            "outer_beta1",     "outer_beta2", "outer_eps"};
+    auto with_outer = [&](std::vector<const char*> before, std::vector<const char*> after) {
+      before.insert(before.end(), outer.begin(), outer.end());
+      before.insert(before.end(), after.begin(), after.end());
+      return before;
+    };
+    return std::vector<AlgorithmKeys>{
+        {"ddp", {}},
+        {"diloco", with_outer({"inner_steps"}, {"weighting", "error_feedback", "overlap"})},
+        {"fedavg", with_outer({}, {"client_fraction", "rounds", "local_steps", "local_epochs",
+                                   "round_timeout_s", "min_clients", "error_feedback"})},
+        {"streaming_diloco", with_outer({"inner_steps"}, {"weighting", "error_feedback", "fragments",
+                                                          "fragment_mode", "overlap_steps", "mix_alpha"})},
+        {"async_local_sgd", with_outer({"inner_steps"}, {"error_feedback", "async_update", "buffer_size",
+                                                         "dn_c", "dynamic_local_updates", "min_local_steps",
+                                                         "grace_s"})},
+        {"demo", {"topk", "chunk", "decay"}},
+        {"dipaco", with_outer({"inner_steps"}, {"weighting", "error_feedback"})},
+    };
+  }();
+  return table;
+}
+
+// The keys of algorithm `name` (see algorithm_keys()); null for a name no row has.
+inline const std::vector<const char*>* keys_of_algorithm(const std::string& name) {
+  for (const auto& row : algorithm_keys())
+    if (name == row.name) return &row.keys;
+  return nullptr;
+}
+
 // A rule of the options that does not hold ("algorithm.fragments", what is wrong).
 using OptionProblem = KeyProblem;
 

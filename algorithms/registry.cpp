@@ -4,6 +4,7 @@
 
 #include "algorithms/async_local_sgd.h"
 #include "algorithms/builtin.h"
+#include "algorithms/demo.h"
 #include "algorithms/fedavg.h"
 #include "algorithms/streaming_diloco.h"
 #include "src/base/status.h"
@@ -22,22 +23,39 @@ std::optional<OptionProblem> dipaco_rules(const AlgorithmOptions& o) {
   return std::nullopt;
 }
 
+using ServerFactory = std::unique_ptr<transport::OuterServer> (*)(const AlgorithmOptions&, const at::Tensor&,
+                                                                  std::function<void(const ServerRound&)>);
+
 struct Entry {
   const char* name;
   std::unique_ptr<Algorithm> (*make)(const AlgorithmOptions&, int);
   // The rules `make` (and make_server) enforce, checked before anything is built.
   std::optional<OptionProblem> (*check)(const AlgorithmOptions&);
+  ServerFactory make_server;  // null: no server role
+  AlgorithmTraits traits;
 };
 
-constexpr Entry kAlgorithms[] = {
-    {"ddp", make_ddp, no_rules},
-    {"diloco", make_diloco, no_rules},
-    {"fedavg", make_fedavg, fedavg::check},
-    {"streaming_diloco", make_streaming_diloco, streaming_rules},
-    {"async_local_sgd", make_async_local_sgd, async_local_sgd::check_dn_c},
-    {"demo", make_demo, no_rules},
-    {"dipaco", make_dipaco, dipaco_rules},
+constexpr const char* kFedavgJoiners =
+    "its clients follow a plan of rounds fixed at the start; a killed client is dropped from its rounds";
+
+const Entry kAlgorithms[] = {
+    {"ddp", make_ddp, no_rules, nullptr, {.extra_buffers = 0, .extra_buffers_text = ""}},
+    {"diloco", make_diloco, no_rules, nullptr, {}},
+    {"fedavg", make_fedavg, fedavg::check, make_fedavg_server,
+     {.refuses_joiners = kFedavgJoiners}},
+    {"streaming_diloco", make_streaming_diloco, streaming_rules, nullptr, {}},
+    {"async_local_sgd", make_async_local_sgd, async_local_sgd::check_dn_c, make_async_local_sgd_server, {}},
+    {"demo", make_demo, no_rules, nullptr,
+     {.extra_buffers = 3, .extra_buffers_text = "demo residual and DCT buffers x3",  // algorithms/demo.h
+      .codec_problem = demo::codec_problem}},
+    {"dipaco", make_dipaco, dipaco_rules, nullptr, {}},
 };
+
+const Entry* find(const std::string& name) {
+  for (const auto& e : kAlgorithms)
+    if (name == e.name) return &e;
+  return nullptr;
+}
 
 std::string joined_names() {
   std::string out;
@@ -54,27 +72,25 @@ std::vector<std::string> algorithm_names() {
 }
 
 std::optional<OptionProblem> check_options(const AlgorithmOptions& options) {
-  for (const auto& e : kAlgorithms) {
-    if (options.name == e.name) return e.check(options);
-  }
+  if (const Entry* e = find(options.name)) return e->check(options);
   return OptionProblem{"algorithm.name", "unknown algorithm '" + options.name + "' (valid: " +
                                              joined_names() + ")"};
 }
 
 std::unique_ptr<Algorithm> make_algorithm(const AlgorithmOptions& options, int island) {
-  for (const auto& e : kAlgorithms) {
-    if (options.name == e.name) return e.make(options, island);
-  }
+  if (const Entry* e = find(options.name)) return e->make(options, island);
   throw UserError("unknown algorithm '" + options.name + "' (valid: " + joined_names() + ")");
+}
+
+const AlgorithmTraits& algorithm_traits(const std::string& name) {
+  if (const Entry* e = find(name)) return e->traits;
+  throw UserError("unknown algorithm '" + name + "' (valid: " + joined_names() + ")");
 }
 
 std::unique_ptr<transport::OuterServer> make_server(const AlgorithmOptions& options, const at::Tensor& initial,
                                                     std::function<void(const ServerRound&)> on_round) {
-  if (options.name == "fedavg") return make_fedavg_server(options, initial, std::move(on_round));
-  if (options.name == "async_local_sgd") {
-    return make_async_local_sgd_server(options, initial, std::move(on_round));
-  }
-  return nullptr;
+  const Entry* e = find(options.name);
+  return e && e->make_server ? e->make_server(options, initial, std::move(on_round)) : nullptr;
 }
 
 }  // namespace atl::algorithms

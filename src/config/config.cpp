@@ -19,6 +19,7 @@
 #include <sstream>
 #include <type_traits>
 
+#include "algorithms/options.h"
 #include "compression/stage.h"
 #include "src/base/status.h"
 #include "src/config/schema.h"
@@ -450,6 +451,36 @@ void parse_document(const std::string& text, const std::string& source, Config& 
   }
 }
 
+// "algorithm={name: ddp}": the section as the mapping says, every key it leaves out at its
+// default (what the file set under that section is dropped, its origins with it).
+void replace_section(Config& cfg, const Section& section, const std::string& text, const std::string& where) {
+  YAML::Node body;
+  try {
+    body = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    fail(where, section.name, "YAML syntax error in the value: " + e.msg);
+  }
+  if (!body.IsNull() && !body.IsMap())
+    fail(where, section.name, "expected a mapping of the section's keys, e.g. {name: ddp}, got " + describe(body));
+  Config defaults;
+  for (const Field& field : section.fields) {
+    std::visit(Overloaded{[&](const schema::ChoiceRef& mine) { mine.set(std::get<schema::ChoiceRef>(field.ref(defaults)).get()); },
+                          [&](auto* mine) { *mine = *std::get<std::remove_pointer_t<decltype(mine)>*>(field.ref(defaults)); }},
+               field.ref(cfg));
+    cfg.origins.erase(section.name + "." + field.name);
+  }
+  if (body.IsNull()) return;
+  std::map<std::string, std::string> seen;
+  for (auto it = body.begin(); it != body.end(); ++it) {
+    const std::string name = key_name(it->first, where);
+    const std::string key = section.name + "." + name;
+    check_unique(seen, key, where, "key");
+    const Field* field = schema::find_field(section, name);
+    if (!field) fail(where, key, "unknown key" + suggest(&section, name));
+    set(cfg, section, *field, it->second, where);
+  }
+}
+
 // "train.lr=3e-4": the value is read as YAML, so lists are written [64, 64].
 void apply_override(const std::string& text, Config& cfg) {
   const std::string where = "--set " + text;
@@ -469,7 +500,13 @@ void apply_override(const std::string& text, Config& cfg) {
     return;
   }
   const size_t dot = key.find('.');
-  if (dot == std::string::npos) fail(where, key, "expected section.key" + suggest(nullptr, key));
+  if (dot == std::string::npos) {
+    if (const Section* whole = schema::find_section(key)) {
+      replace_section(cfg, *whole, text.substr(eq + 1), where);
+      return;
+    }
+    fail(where, key, "expected section.key" + suggest(nullptr, key));
+  }
   const std::string section_name = key.substr(0, dot), field_name = key.substr(dot + 1);
   const Section* section = schema::find_section(section_name);
   if (!section) {
@@ -488,8 +525,31 @@ void apply_override(const std::string& text, Config& cfg) {
   set(cfg, *section, *field, value, where);
 }
 
+// Every `algorithm.KEY` the text set must be one the chosen algorithm reads
+// (algorithms::algorithm_keys). An unknown name is left to the registry's own check.
+void check_algorithm_keys(const Config& c) {
+  const auto* keys = algorithms::keys_of_algorithm(c.algorithm.name);
+  if (!keys) return;
+  const std::string prefix = "algorithm.";
+  for (const auto& [key, where] : c.origins) {
+    if (key.rfind(prefix, 0) != 0 || key == "algorithm.name") continue;
+    const std::string field = key.substr(prefix.size());
+    if (std::find_if(keys->begin(), keys->end(), [&](const char* k) { return field == k; }) != keys->end())
+      continue;
+    std::vector<std::string> valid = {"name"};
+    valid.insert(valid.end(), keys->begin(), keys->end());
+    const auto named = c.origins.find("algorithm.name");
+    const bool renamed = named != c.origins.end() && named->second.rfind("--set ", 0) == 0 && where.rfind("--set ", 0) != 0;
+    fail(where, key, "is not a key of algorithm '" + c.algorithm.name + "' (its keys: " + join_list(valid) + ")" +
+                         (renamed ? "; to replace the file's algorithm section, --set 'algorithm={name: " +
+                                        c.algorithm.name + "}'"
+                                  : ""));
+  }
+}
+
 // Rules that tie two keys together; checked once the file and every override are applied.
 void check_cross_field(const Config& c) {
+  check_algorithm_keys(c);
   if (c.model.dim % c.model.heads != 0) {
     const std::string where = c.origins.count("model.heads") ? origin_of(c, "model.heads")
                                                              : origin_of(c, "model.dim");
@@ -657,13 +717,21 @@ void emit(YAML::Emitter& out, FieldRef ref) {
              ref);
 }
 
-std::string to_yaml(const Config& config) {
+std::string to_yaml(const Config& config, YamlKeys which) {
   Config c = config;  // the schema hands out mutable references; read them from a copy
+  const auto* algorithm_keys =
+      which == YamlKeys::kUsed ? algorithms::keys_of_algorithm(c.algorithm.name) : nullptr;
+  auto written = [&](const Section& section, const Field& field) {
+    if (!algorithm_keys || section.name != "algorithm" || field.name == "name") return true;
+    return std::find_if(algorithm_keys->begin(), algorithm_keys->end(),
+                        [&](const char* k) { return field.name == k; }) != algorithm_keys->end();
+  };
   YAML::Emitter out;
   out << YAML::BeginMap;
   for (const auto& section : schema::sections()) {
     out << YAML::Key << section.name << YAML::Value << YAML::BeginMap;
     for (const auto& field : section.fields) {
+      if (!written(section, field)) continue;
       out << YAML::Key << field.name << YAML::Value;
       emit(out, field.ref(c));
     }

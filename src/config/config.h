@@ -481,17 +481,27 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
 //   whatever yaml-cpp reads as one (true/false/yes/no/on/off).
 // - Each override is "section.key=value", the value read as YAML (model.hidden=[64,64];
 //   "run.name=" gives ""), applied after the file with the same checks; its errors start
-//   with "--set section.key=value:" instead of FILE:LINE.
+//   with "--set section.key=value:" instead of FILE:LINE. "section={key: value, ...}" replaces
+//   the whole section: the keys it leaves out are back at their defaults, whatever the file
+//   set (e.g. algorithm={name: ddp} on a DiLoCo config).
 // - Cross-key rule checked after all overrides: model.dim % model.heads == 0.
+// - Every `algorithm.KEY` set must be a key of the chosen algorithm (algorithms::algorithm_keys):
+//   "FILE:LINE: key 'algorithm.topk': is not a key of algorithm 'diloco' (its keys: ...)".
 // - algorithm.name and model.name are not checked here: their registries own the names.
 // Pure function; safe to call from several threads.
 Config parse_config(const std::string& yaml_text, const std::string& source_name,
                     const std::vector<std::string>& overrides = {});
 
+// Which keys of the `algorithm:` section to_yaml writes: kUsed, those the chosen algorithm
+// reads (algorithms::algorithm_keys; every key when the name is unknown), so that the text
+// reads back under the strict key check; kAll, every key of the section, for identities that
+// must not change with that choice (core::config_hash).
+enum class YamlKeys { kUsed, kAll };
+
 // Fully resolved config as YAML (every field, defaults included; doubles in the shortest
 // form that reads back exactly; strings double-quoted). parse_config(to_yaml(c)) gives back c
 // (except `source` and `origins`), and to_yaml of that is byte-identical.
-std::string to_yaml(const Config& config);
+std::string to_yaml(const Config& config, YamlKeys which = YamlKeys::kUsed);
 
 // A resolved config's text (to_yaml's layout: sections of "  key: value" lines, the
 // compression list as "  - {...}" items) as "section.key" -> value, quotes removed; list

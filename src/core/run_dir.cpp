@@ -20,7 +20,7 @@ namespace fs = std::filesystem;
 namespace atl::core {
 
 std::string config_hash(const config::Config& config) {
-  const std::string yaml = config::to_yaml(config);
+  const std::string yaml = config::to_yaml(config, config::YamlKeys::kAll);  // stable across atoll versions
   char hex[17];
   std::snprintf(hex, sizeof hex, "%016" PRIx64, static_cast<uint64_t>(xxh64(yaml.data(), yaml.size())));
   return hex;

@@ -85,7 +85,8 @@ void add_outcome(JsonObject& summary, const RunOutcome& outcome);
 // records not written to metrics.jsonl"; the checkpoint count whenever checkpoints were asked.
 std::string outcome_note(const RunOutcome& outcome);
 
-// Identity of a resolved config: 16 hex digits of xxh64(to_yaml(config)). summary.json
+// Identity of a resolved config: 16 hex digits of xxh64(to_yaml(config, YamlKeys::kAll)), so
+// that it did not change when config.yaml began to leave out other algorithms' keys. summary.json
 // carries it as "config_hash"; `atoll sweep` skips a run whose summary has its hash.
 std::string config_hash(const config::Config& config);
 

@@ -16,7 +16,6 @@
 #include <vector>
 
 #include "algorithms/algorithm.h"
-#include "algorithms/demo.h"
 #include "algorithms/options.h"
 #include "src/data/partition_rules.h"
 #include "src/models/model.h"
@@ -89,11 +88,10 @@ void check_events(const config::Config& c, Target target) {
     const auto& e = c.islands.events[i];
     const std::string key = "islands.events[" + std::to_string(i) + "]";
     if (e.kill < 0 && e.rejoin < 0 && e.add <= 0) continue;  // a partition
-    // fedavg drops a killed client from its rounds (docs/algorithms.md §7); a client that
-    // joins would need a place in the server's plan of rounds, which it does not have.
-    if (c.algorithm.name == "fedavg" && (e.rejoin >= 0 || e.add > 0))
-      config::fail_key(c, key, "rejoin and add events are not available with fedavg (its clients follow a plan "
-                               "of rounds fixed at the start; a killed client is dropped from its rounds)",
+    // e.g. fedavg drops a killed client from its rounds (docs/algorithms.md §7); a client
+    // that joins would need a place in the server's plan of rounds, which it does not have.
+    if (const char* why = algorithms::algorithm_traits(c.algorithm.name).refuses_joiners; why && (e.rejoin >= 0 || e.add > 0))
+      config::fail_key(c, key, "rejoin and add events are not available with " + c.algorithm.name + " (" + why + ")",
                        "islands.events");
     if (real_run(target))
       config::fail_key(c, key, "kill, rejoin and add events are applied by atoll simulate only; a real run "
@@ -192,12 +190,10 @@ MemoryEstimate estimate_memory(const config::Config& c, Target target) {
       m.copies_text += ", " + c.train.optimizer + " state x" + std::to_string(inner);
       m.copies += inner;
     }
-    if (c.algorithm.name == "demo") {
-      m.copies_text += ", demo residual and DCT buffers x3";  // algorithms/demo.h
-      m.copies += 3;
-    } else if (c.algorithm.name != "ddp") {
-      m.copies_text += ", global model";
-      m.copies += 1;
+    const algorithms::AlgorithmTraits& traits = algorithms::algorithm_traits(c.algorithm.name);
+    if (traits.extra_buffers > 0) {
+      m.copies_text += std::string(", ") + traits.extra_buffers_text;
+      m.copies += traits.extra_buffers;
     }
     m.islands = c.islands.count;
     if (target == Target::kIsland) m.islands = 1;
@@ -219,8 +215,8 @@ void validate_config(const config::Config& c, Target target) {
   const bool shape_known = static_shape(c.data, shape);
   if (auto p = models::check_model(c.model, shape, shape_known); p && p->key == "model.name") fail(c, *p);
   const compression::Pipeline codec = make_pipeline(c);
-  if (c.algorithm.name == "demo") {
-    if (auto p = algorithms::demo::codec_problem(codec)) config::fail_key(c, "compression", *p);
+  if (const auto problem = algorithms::algorithm_traits(c.algorithm.name).codec_problem) {
+    if (auto p = problem(codec)) config::fail_key(c, "compression", *p);
   }
   if (target == Target::kRelay) {
     check_events(c, target);

@@ -366,7 +366,7 @@ TEST_F(SimResume, RefusalsAreOneLine) {
   EXPECT_EQ(e, "");
   // fedavg is saved now (cut at server rounds: SimResume.*Resumes* with fedavg), and so are
   // its deadline and min_clients.
-  e = simulate(cfg, "fa", {"algorithm.name=fedavg", "algorithm.rounds=4", "algorithm.local_steps=5",
+  e = simulate(cfg, "fa", {"algorithm={name: fedavg}", "algorithm.rounds=4", "algorithm.local_steps=5",
                            "algorithm.round_timeout_s=0.5", "algorithm.min_clients=2",
                            "algorithm.client_fraction=1"});
   EXPECT_EQ(e, "");

@@ -212,17 +212,55 @@ TEST_F(ConfigTest, RoundTripOfEveryField) {
   c.algorithm.local_epochs = 2;
   c.algorithm.round_timeout_s = 2.5;
   c.algorithm.min_clients = 3;
+  c.algorithm.error_feedback = false;
+  c.algorithm.overlap = algorithms::Overlap::kDelayed;
+  c.algorithm.fragments = 5;
+  c.algorithm.fragment_mode = algorithms::FragmentMode::kSequential;
+  c.algorithm.overlap_steps = 4;
+  c.algorithm.mix_alpha = 0.25;
+  c.algorithm.async_update = algorithms::AsyncUpdate::kNaive;
+  c.algorithm.buffer_size = 6;
+  c.algorithm.dn_c = 0.125;
+  c.algorithm.dynamic_local_updates = false;
+  c.algorithm.min_local_steps = 9;
+  c.algorithm.grace_s = 0.5;
+  c.algorithm.topk = 11;
+  c.algorithm.chunk = 17;
+  c.algorithm.decay = 0.5;
 
-  const std::string text = to_yaml(c);
-  const Config back = parse_config(text, "resolved.yaml");
-  expect_same(back, c);
-  EXPECT_EQ(to_yaml(back), text);
-  // Also through a real file, as the run directory stores it.
-  expect_same(load_config(write("resolved.yaml", text)), c);
+  // The resolved text holds the `algorithm:` keys of the chosen algorithm only, so every
+  // algorithm is round-tripped: its keys come back as set, the others at their defaults (the
+  // oracle: the flattened every-key text of the set config, or of a default one).
+  const auto all_set = flatten_yaml(to_yaml(c, YamlKeys::kAll));
+  const auto defaults = flatten_yaml(to_yaml(Config{}, YamlKeys::kAll));
+  for (const auto& row : algorithms::algorithm_keys()) {
+    c.algorithm.name = row.name;
+    const std::string text = to_yaml(c);
+    const Config back = parse_config(text, "resolved.yaml");
+    EXPECT_EQ(to_yaml(back), text) << row.name;
+    const auto got = flatten_yaml(to_yaml(back, YamlKeys::kAll));
+    for (const auto& field : schema::find_section("algorithm")->fields) {
+      const std::string key = "algorithm." + field.name;
+      const bool used = field.name == "name" ||
+                        std::find_if(row.keys.begin(), row.keys.end(),
+                                     [&](const char* k) { return field.name == k; }) != row.keys.end();
+      if (field.name == "name") EXPECT_EQ(got.at(key), row.name);
+      else EXPECT_EQ(got.at(key), used ? all_set.at(key) : defaults.at(key)) << row.name << " " << key;
+    }
+    Config expected = c;
+    expected.algorithm = back.algorithm;  // checked key by key above
+    expect_same(back, expected);
+    // Also through a real file, as the run directory stores it.
+    EXPECT_EQ(to_yaml(load_config(write("resolved.yaml", text))), text) << row.name;
+  }
+  // The every-key text holds every value as set (the identity core::config_hash hashes).
+  for (const auto& field : schema::find_section("algorithm")->fields)
+    if (field.name != "name")
+      EXPECT_NE(all_set.at("algorithm." + field.name), defaults.at("algorithm." + field.name)) << field.name;
 }
 
 TEST_F(ConfigTest, ToYamlWritesEveryKey) {
-  const std::string text = to_yaml(Config{});
+  const std::string text = to_yaml(Config{}, YamlKeys::kAll);
   for (const auto& section : schema::sections()) {
     EXPECT_NE(text.find(section.name + ":"), std::string::npos) << section.name;
     for (const auto& field : section.fields)
@@ -230,6 +268,84 @@ TEST_F(ConfigTest, ToYamlWritesEveryKey) {
   }
   EXPECT_NE(text.find("lr: 0.001\n"), std::string::npos) << text;
   EXPECT_NE(text.find("hidden: [200, 200]"), std::string::npos) << text;
+}
+
+// The resolved config writes every key of every section but `algorithm:`, where it writes the
+// keys of the chosen algorithm: each section's keys outside `algorithm:` as ToYamlWritesEveryKey,
+// and under it exactly name plus algorithms::algorithm_keys()'s row.
+TEST_F(ConfigTest, ToYamlWritesTheChosenAlgorithmsKeys) {
+  for (const auto& row : algorithms::algorithm_keys()) {
+    Config c;
+    c.algorithm.name = row.name;
+    std::vector<std::string> written;
+    for (const auto& [key, value] : flatten_yaml(to_yaml(c)))
+      if (key.rfind("algorithm.", 0) == 0) written.push_back(key.substr(10));
+    std::vector<std::string> expected = {"name"};
+    expected.insert(expected.end(), row.keys.begin(), row.keys.end());
+    std::sort(written.begin(), written.end());
+    std::sort(expected.begin(), expected.end());
+    EXPECT_EQ(written, expected) << row.name;
+    const auto every = flatten_yaml(to_yaml(c, YamlKeys::kAll));
+    for (const auto& [key, value] : flatten_yaml(to_yaml(c)))
+      if (key.rfind("algorithm.", 0) != 0) EXPECT_EQ(every.count(key), 1u) << key;
+  }
+}
+
+// A key of the `algorithm:` section that the chosen algorithm does not read is refused with
+// its file and line and the keys that algorithm has, from the file and from --set alike; every
+// algorithm's own keys are accepted.
+TEST_F(ConfigTest, AKeyOfAnotherAlgorithmIsRefused) {
+  const std::string path = write("c.yaml", "algorithm:\n  name: diloco\n  topk: 8\n");
+  EXPECT_EQ(load_error(path), path + ":3: key 'algorithm.topk': is not a key of algorithm 'diloco' (its keys: "
+                                     "name, inner_steps, outer_optimizer, outer_lr, outer_momentum, outer_beta1, "
+                                     "outer_beta2, outer_eps, weighting, error_feedback, overlap)");
+  const std::string demo = write("d.yaml", "algorithm: {name: demo, outer_lr: 0.7}\n");
+  EXPECT_EQ(load_error(demo), demo + ":1: key 'algorithm.outer_lr': is not a key of algorithm 'demo' "
+                                     "(its keys: name, topk, chunk, decay)");
+  try {
+    parse_config("algorithm: {name: diloco}\n", "c.yaml", {"algorithm.name=ddp"});
+    const Config ok = parse_config("algorithm: {name: diloco, inner_steps: 5}\n", "c.yaml", {"algorithm.name=diloco"});
+    EXPECT_EQ(ok.algorithm.inner_steps, 5);
+    parse_config("algorithm: {name: diloco, inner_steps: 5}\n", "c.yaml", {"algorithm.name=ddp"});
+    ADD_FAILURE() << "ddp with inner_steps was accepted";
+  } catch (const UserError& e) {
+    EXPECT_EQ(std::string(e.what()), "c.yaml:1: key 'algorithm.inner_steps': is not a key of algorithm 'ddp' (its keys: "
+                                     "name); to replace the file's algorithm section, --set 'algorithm={name: ddp}'");
+  }
+  // What that hint says: the section replaced, the file's keys of it back at their defaults.
+  const Config ddp = parse_config("algorithm: {name: diloco, inner_steps: 5}\ntrain: {steps: 7}\n", "c.yaml",
+                                  {"algorithm={name: ddp}"});
+  EXPECT_EQ(ddp.algorithm.name, "ddp");
+  EXPECT_EQ(ddp.algorithm.inner_steps, algorithms::AlgorithmOptions{}.inner_steps);
+  EXPECT_EQ(ddp.origins.count("algorithm.inner_steps"), 0u);
+  EXPECT_EQ(ddp.origins.at("algorithm.name"), "--set algorithm={name: ddp}");
+  EXPECT_EQ(ddp.train.steps, 7);  // other sections untouched
+  const Config demo_set = parse_config("algorithm: {name: diloco, inner_steps: 5, outer_optimizer: adam}\n", "c.yaml",
+                                       {"algorithm={name: demo, topk: 4}"});
+  EXPECT_EQ(demo_set.algorithm.topk, 4);
+  EXPECT_EQ(demo_set.algorithm.outer.kind, algorithms::OuterKind::kNesterov);
+  for (const char* bad : {"algorithm=[1, 2]", "algorithm={name: demo, tpok: 4}", "algorithm={name: demo, outer_lr: 1}"}) {
+    try {
+      parse_config("", "c.yaml", {bad});
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const UserError& e) {
+      EXPECT_EQ(std::string(e.what()).rfind(std::string("--set ") + bad + ": key 'algorithm", 0), 0u) << e.what();
+    }
+  }
+  try {
+    parse_config("algorithm: {name: demo}\n", "c.yaml", {"algorithm.inner_steps=5"});
+    ADD_FAILURE() << "demo with --set inner_steps was accepted";
+  } catch (const UserError& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("--set algorithm.inner_steps=5: key 'algorithm.inner_steps': is not a key", 0), 0u)
+        << e.what();
+  }
+  // Every key of each row is accepted for its algorithm (a value of the key's own default).
+  const auto defaults = flatten_yaml(to_yaml(Config{}, YamlKeys::kAll));
+  for (const auto& row : algorithms::algorithm_keys()) {
+    std::string yaml = "algorithm:\n  name: " + std::string(row.name) + "\n";
+    for (const char* k : row.keys) yaml += std::string("  ") + k + ": " + defaults.at(std::string("algorithm.") + k) + "\n";
+    EXPECT_NO_THROW(parse_config(yaml, "c.yaml")) << yaml;
+  }
 }
 
 TEST_F(ConfigTest, MisspeltKeySuggestsClosest) {
@@ -324,7 +440,7 @@ TEST_F(ConfigTest, RangesAreChecked) {
   }
   // The closed ends are allowed.
   const Config ok = load_config(write(
-      "ok.yaml", "algorithm:\n  client_fraction: 1\ntrain:\n  min_lr_ratio: 0\n  beta1: 0\n"));
+      "ok.yaml", "algorithm:\n  name: fedavg\n  client_fraction: 1\ntrain:\n  min_lr_ratio: 0\n  beta1: 0\n"));
   EXPECT_EQ(ok.algorithm.client_fraction, 1.0);
   EXPECT_EQ(ok.train.min_lr_ratio, 0.0);
 }
@@ -335,13 +451,15 @@ TEST_F(ConfigTest, RangesAreChecked) {
 TEST_F(ConfigTest, AlgorithmOptionsAreReadIntoTheAlgorithmsStruct) {
   const Config c = load_config(write("c.yaml",
                                      "algorithm:\n  outer_optimizer: adam\n  weighting: shard_size\n"
-                                     "  overlap: eager\n  fragment_mode: sequential\n  async_update: naive\n"));
+                                     "  overlap: eager\n"));
+  const Config streaming = load_config(write("s.yaml", "algorithm:\n  name: streaming_diloco\n  fragment_mode: sequential\n"));
+  const Config async = load_config(write("a.yaml", "algorithm:\n  name: async_local_sgd\n  async_update: naive\n"));
   EXPECT_EQ(c.algorithm.outer.kind, algorithms::OuterKind::kAdam);
   EXPECT_TRUE(c.algorithm.weight_by_shard);
   EXPECT_EQ(c.algorithm.overlap, algorithms::Overlap::kEager);
-  EXPECT_EQ(c.algorithm.fragment_mode, algorithms::FragmentMode::kSequential);
-  EXPECT_EQ(c.algorithm.async_update, algorithms::AsyncUpdate::kNaive);
-  const std::string text = to_yaml(c);
+  EXPECT_EQ(streaming.algorithm.fragment_mode, algorithms::FragmentMode::kSequential);
+  EXPECT_EQ(async.algorithm.async_update, algorithms::AsyncUpdate::kNaive);
+  const std::string text = to_yaml(c) + to_yaml(streaming) + to_yaml(async);
   for (const char* line : {"outer_optimizer: \"adam\"", "weighting: \"shard_size\"", "overlap: \"eager\"",
                            "fragment_mode: \"sequential\"", "async_update: \"naive\""})
     EXPECT_NE(text.find(line), std::string::npos) << line << "\n" << text;

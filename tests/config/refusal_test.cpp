@@ -83,6 +83,13 @@ std::vector<Row> rows() {
        "a stage needs one of dct, topk, randk, quantize, zstd (did you mean 'quantize'?)", "quantise"},
       {"codec stages out of order", synthetic() + "compression:\n  - {zstd: 3}\n  - {quantize: int8}\n",
        "compression", "", "compression:"},
+      {"a key of another algorithm", synthetic("{name: mlp, hidden: [8]}", "{name: diloco, topk: 8}"),
+       "algorithm.topk",
+       "is not a key of algorithm 'diloco' (its keys: name, inner_steps, outer_optimizer, outer_lr, outer_momentum, "
+       "outer_beta1, outer_beta2, outer_eps, weighting, error_feedback, overlap)",
+       "algorithm:"},
+      {"an outer learning rate for demo", synthetic("{name: mlp, hidden: [8]}", "{name: demo, outer_lr: 0.7}"),
+       "algorithm.outer_lr", "is not a key of algorithm 'demo' (its keys: name, topk, chunk, decay)", "algorithm:"},
       {"out-of-range option", synthetic("{name: mlp, hidden: [8]}", "{name: diloco, outer_lr: -1}"),
        "algorithm.outer_lr", "must be > 0 (got -1)", "algorithm:"},
       {"out-of-range network option", synthetic("{name: mlp, hidden: [8]}", "{name: diloco}", "{count: 2}",

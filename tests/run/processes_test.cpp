@@ -704,14 +704,14 @@ TEST_F(Processes, RestartedIslandRejoinsADiPaCoRun) {
 // and gloo, a real run ends on the same parameters as the simulator, bit for bit (every
 // island decodes the same gathered bytes; the tensor work is on the CPU in both); with
 // fp16 values too.
-const char* const kDemo = " --set algorithm.name=demo --set algorithm.chunk=16 --set algorithm.topk=8";
+const char* const kDemo = " --set 'algorithm={name: demo, chunk: 16, topk: 8}'";
 
 TEST_F(Processes, DemoLaunchMatchesSimulateBitwise) {
   const std::string cfg = config(3, 12);
   ASSERT_EQ(run("simulate " + cfg + " --quiet --set run.name=sim" + kDemo), 0);
   ASSERT_EQ(run("launch " + cfg + " --quiet --set run.name=real" + kDemo), 0);
   ASSERT_EQ(run("launch " + cfg + " --quiet --set run.name=gloo --set transport.kind=gloo" + kDemo), 0);
-  ASSERT_EQ(run("simulate " + cfg + " --quiet --set run.name=ddp --set algorithm.name=ddp"), 0);
+  ASSERT_EQ(run("simulate " + cfg + " --quiet --set run.name=ddp --set 'algorithm={name: ddp}'"), 0);
   const std::string sim = read(dir_ / "runs/sim/final_params.bin");
   ASSERT_GT(sim.size(), 100u);
   EXPECT_TRUE(sim == read(dir_ / "runs/real/final_params.bin")) << "zmq: final parameters differ from simulate";
@@ -734,17 +734,17 @@ TEST_F(Processes, DemoLaunchMatchesSimulateBitwiseWithFp16Values) {
 }
 
 TEST_F(Processes, DemoKilledIslandRunCompletesWithSurvivors) {
-  killed_island_run_completes_with_survivors(*this, "algorithm.name=demo");
+  killed_island_run_completes_with_survivors(*this, "algorithm={name: demo}");
 }
 
 TEST_F(Processes, DemoKilledIslandRunCompletesWithSurvivorsOverGloo) {
-  killed_island_run_completes_with_survivors(*this, "algorithm.name=demo", "transport.kind=gloo");
+  killed_island_run_completes_with_survivors(*this, "algorithm={name: demo}", "transport.kind=gloo");
 }
 
 // A restarted DeMo island rejoins with the global model and the step count; its residual
 // starts at zero ([impl choice], algorithms/demo.h), and it ends on the same model.
 TEST_F(Processes, RestartedIslandRejoinsADemoRun) {
-  restarted_island_rejoins(*this, {"algorithm.name=demo", "algorithm.chunk=16", "algorithm.topk=8"});
+  restarted_island_rejoins(*this, {"algorithm={name: demo, chunk: 16, topk: 8}"});
 }
 
 }  // namespace

@@ -202,7 +202,7 @@ TEST_F(Resume, LaunchKilledAndResumedEndsAsTheUninterruptedRun) {
 // ddp checkpoints every step's state as well: stopped and resumed, the same end.
 TEST_F(Resume, DdpResumedFromACheckpointEndsTheSame) {
   const std::string cfg = config(30, "");
-  const std::string ddp = " --quiet --set algorithm.name=ddp";
+  const std::string ddp = " --quiet --set 'algorithm={name: ddp}'";
   ASSERT_EQ(run("launch " + cfg + ddp + " --set run.name=whole", dir_ / "whole.log"), 0) << read(dir_ / "whole.log");
   // A finished run resumed redoes the steps after its newest common checkpoint (20).
   ASSERT_EQ(run("launch " + cfg + ddp + " --resume --set run.name=whole", dir_ / "again.log"), 0) << read(dir_ / "again.log");

@@ -43,17 +43,21 @@ int count(const std::string& text, const std::string& what) {
 }
 
 // A base config with synthetic data and a small MLP: runs take about a second.
-std::string spec(const std::string& name, int steps, const std::string& sweep) {
+// `algorithm`: the base's algorithm section; a sweep over algorithm.name names only keys every
+// swept algorithm reads there (kThreeRuns: "{name: diloco}", H under per_algorithm).
+std::string spec(const std::string& name, int steps, const std::string& sweep,
+                 const std::string& algorithm = "{name: diloco, inner_steps: 5}") {
   return "run: {name: x, threads: 1}\n"
          "model: {name: mlp, hidden: [16]}\n"
          "data: {kind: synthetic, synthetic_examples: 512, synthetic_dim: 8, synthetic_classes: 3}\n"
          "train: {steps: " + std::to_string(steps) + ", eval_every: 10, batch_size: 16, warmup_steps: 0, log_every: 5}\n"
          "islands: {count: 2}\n"
-         "algorithm: {name: diloco, inner_steps: 5}\n"
+         "algorithm: " + algorithm + "\n"
          "sweep:\n  name: " + name + "\n" + sweep;
 }
 
 // ddp once, diloco with two values of H: three runs.
+const std::string kNames = "{name: diloco}";  // the base of kThreeRuns
 const std::string kThreeRuns =
     "  grid: {algorithm.name: [ddp, diloco]}\n"
     "  per_algorithm:\n"
@@ -78,7 +82,7 @@ class SweepCli : public ::testing::Test {
 };
 
 TEST_F(SweepCli, SecondRunSkipsFinishedRuns) {
-  const std::string path = write("s.yaml", spec("resume", 20, kThreeRuns));
+  const std::string path = write("s.yaml", spec("resume", 20, kThreeRuns, kNames));
   Result first = run("sweep " + path + out() + " --no-report -j 2");
   ASSERT_EQ(first.code, 0) << first.output;
   EXPECT_NE(first.output.find("3 ok"), std::string::npos) << first.output;
@@ -102,7 +106,7 @@ TEST_F(SweepCli, SecondRunSkipsFinishedRuns) {
   // A summary of another config does not count as finished: changing the base re-runs all.
   Result dry = run("sweep " + path + out() + " --dry-run");
   EXPECT_NE(dry.output.find("3 already done"), std::string::npos) << dry.output;
-  write("s.yaml", spec("resume", 30, kThreeRuns));
+  write("s.yaml", spec("resume", 30, kThreeRuns, kNames));
   dry = run("sweep " + path + out() + " --dry-run");
   EXPECT_EQ(dry.code, 0) << dry.output;
   EXPECT_NE(dry.output.find("0 already done"), std::string::npos) << dry.output;
@@ -146,7 +150,7 @@ int processes_mentioning(const std::string& needle) {
 }
 
 TEST_F(SweepCli, InterruptedSweepFinishesOnTheNextRun) {
-  const std::string path = write("s.yaml", spec("stop", 3000, kThreeRuns));
+  const std::string path = write("s.yaml", spec("stop", 3000, kThreeRuns, kNames));
   const std::string log = (dir_ / "sweep.log").string();
   const pid_t pid = start_and_wait_for_first_run(path, dir_ / "sweeps", "stop", log);
   ASSERT_GT(pid, 0) << read(log);
@@ -169,7 +173,7 @@ TEST_F(SweepCli, InterruptedSweepFinishesOnTheNextRun) {
 }
 
 TEST_F(SweepCli, KilledSweepTakesItsRunsAlong) {
-  const std::string path = write("s.yaml", spec("kill", 3000, kThreeRuns));
+  const std::string path = write("s.yaml", spec("kill", 3000, kThreeRuns, kNames));
   const std::string log = (dir_ / "sweep.log").string();
   const pid_t pid = start_and_wait_for_first_run(path, dir_ / "sweeps", "kill", log);
   ASSERT_GT(pid, 0) << read(log);
@@ -214,7 +218,7 @@ TEST_F(SweepCli, TypoInASweptKeyFailsBeforeRunningAnything) {
 }
 
 TEST_F(SweepCli, ReportAndCompare) {
-  const std::string path = write("s.yaml", spec("rep", 20, "  seeds: [1, 2]\n" + kThreeRuns));
+  const std::string path = write("s.yaml", spec("rep", 20, "  seeds: [1, 2]\n" + kThreeRuns, kNames));
   ASSERT_EQ(run("sweep " + path + out() + " --no-report").code, 0);
   const fs::path dir = sweep_dir("rep");
   Result r = run("report " + dir.string());

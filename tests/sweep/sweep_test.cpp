@@ -30,6 +30,10 @@ const std::string kBase =
     "train: {steps: 20, eval_every: 10}\n"
     "islands: {count: 2}\n"
     "algorithm: {name: diloco, inner_steps: 5}\n";
+// The same for sweeps over algorithm.name: a key in the base must be one every swept
+// algorithm reads, so H = 5 is diloco's, under per_algorithm (same lines as kBase).
+const std::string kNamesBase = kBase.substr(0, kBase.find("algorithm:")) + "algorithm: {name: diloco}\n";
+const std::string kDilocoH5 = "  per_algorithm:\n    diloco: {set: {algorithm.inner_steps: 5}}\n";
 
 class SweepTest : public ::testing::Test {
  protected:
@@ -62,13 +66,13 @@ class SweepTest : public ::testing::Test {
 };
 
 TEST_F(SweepTest, GridIsACartesianProductTimesSeeds) {
-  const auto s = expand_text(kBase +
+  const auto s = expand_text(kNamesBase +
                              "sweep:\n"
                              "  name: demo\n"
                              "  seeds: [1, 2]\n"
                              "  grid:\n"
                              "    algorithm.name: [ddp, diloco]\n"
-                             "    train.lr: [0.001, 0.01]\n");
+                             "    train.lr: [0.001, 0.01]\n" + kDilocoH5);
   EXPECT_EQ(s.plan.name, "demo");
   EXPECT_EQ(s.plan.dir, (dir_ / "demo").string());
   EXPECT_EQ(s.plan.keys, (std::vector<std::string>{"algorithm.name", "train.lr"}));
@@ -83,6 +87,7 @@ TEST_F(SweepTest, GridIsACartesianProductTimesSeeds) {
   EXPECT_EQ(last.run.name, s.plan.runs[7].id);
   EXPECT_EQ(last.run.out_dir, (dir_ / "demo" / "runs").string());
   EXPECT_EQ(last.model.hidden, std::vector<int>{8});  // from the base
+  EXPECT_EQ(last.algorithm.inner_steps, 5);            // per_algorithm
   // Every run resolves to its own config, and its hash is that config's.
   std::set<std::string> hashes;
   for (size_t i = 0; i < s.plan.runs.size(); ++i) {
@@ -111,7 +116,7 @@ TEST_F(SweepTest, ZipVariesKeysTogetherAndLabelsCompression) {
 }
 
 TEST_F(SweepTest, PerAlgorithmKeysApplyOnlyToThatAlgorithm) {
-  const auto s = expand_text(kBase +
+  const auto s = expand_text(kNamesBase +
                              "sweep:\n"
                              "  grid:\n"
                              "    algorithm.name: [ddp, diloco]\n"
@@ -150,7 +155,7 @@ TEST_F(SweepTest, InvalidCombinationsAreRejectedBeforeRunning) {
   msg = error_of(kBase + "sweep:\n  zip: {train.lr: [0.1, 0.2], train.steps: [5]}\n");
   EXPECT_NE(msg.find("train.steps"), std::string::npos) << msg;
   // A per_algorithm entry for an algorithm no run uses.
-  msg = error_of(kBase + "sweep:\n  grid: {algorithm.name: [ddp, fedavg]}\n"
+  msg = error_of(kNamesBase + "sweep:\n  grid: {algorithm.name: [ddp, fedavg]}\n"
                          "  per_algorithm:\n    diloco: {set: {train.lr: 0.1}}\n");
   EXPECT_NE(msg.find("sweep.per_algorithm.diloco"), std::string::npos) << msg;
   // The same key varied in the grid and set per algorithm.
@@ -166,8 +171,21 @@ TEST_F(SweepTest, InvalidCombinationsAreRejectedBeforeRunning) {
   EXPECT_NE(error_of(kBase).find("no 'sweep:' section"), std::string::npos);
 }
 
+// A key of the base that an algorithm of the grid does not read is refused like in a config
+// file, naming the run, the base's line and the keys of that algorithm.
+TEST_F(SweepTest, ABaseKeyThatASweptAlgorithmDoesNotReadIsRefused) {
+  const std::string msg = error_of(kBase + "sweep:\n  grid: {algorithm.name: [diloco, ddp]}\n");
+  EXPECT_NE(msg.find("sweep run 'algorithm=ddp,seed=0': s.yaml:6: key 'algorithm.inner_steps': is not a key of "
+                     "algorithm 'ddp' (its keys: name)"),
+            std::string::npos)
+      << msg;
+  const std::string per = error_of(kNamesBase + "sweep:\n  grid: {algorithm.name: [diloco, demo]}\n"
+                                                "  per_algorithm:\n    demo: {set: {algorithm.outer_lr: 0.5}}\n");
+  EXPECT_NE(per.find("key 'algorithm.outer_lr': is not a key of algorithm 'demo'"), std::string::npos) << per;
+}
+
 TEST_F(SweepTest, TheCheckRunsOnEveryResolvedConfig) {
-  const auto spec = config::parse_sweep_spec(kBase + "sweep:\n  grid: {algorithm.name: [ddp, nope]}\n", "s.yaml");
+  const auto spec = config::parse_sweep_spec(kNamesBase + "sweep:\n  grid: {algorithm.name: [ddp, nope]}\n", "s.yaml");
   int checked = 0;
   auto check = [&](const config::Config& c) {
     ++checked;
@@ -205,7 +223,7 @@ TEST_F(SweepTest, CsvQuotesWhatNeedsIt) {
 }
 
 TEST_F(SweepTest, PlanRoundTripsThroughPlanCsv) {
-  const auto s = expand_text(kBase + "sweep:\n  name: rt\n  seeds: [3, 4]\n  grid: {algorithm.name: [ddp, diloco]}\n"
+  const auto s = expand_text(kNamesBase + "sweep:\n  name: rt\n  seeds: [3, 4]\n  grid: {algorithm.name: [ddp, diloco]}\n"
                                      "  per_algorithm:\n    diloco: {grid: {algorithm.inner_steps: [5, 10]}}\n");
   write_plan(s.plan);
   const SweepPlan back = read_plan(s.plan.dir);
