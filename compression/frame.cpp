@@ -4,76 +4,33 @@
 #include <cstring>
 #include <string>
 
+#include "src/base/bytes.h"
 #include "src/base/hash.h"
 
 namespace atl::compression {
 
-static_assert(std::endian::native == std::endian::little,
-              "atoll's frames are little-endian; a big-endian host needs byte swaps here");
 static_assert(sizeof(StageId) == 1 && sizeof(DType) == 1 && sizeof(Rounding) == 1,
               "wire ids are one byte");
-static_assert(sizeof(double) == 8 && sizeof(float) == 4, "IEEE-754 binary64/binary32");
 
 namespace {
 
-// ---- little-endian writing ---------------------------------------------------------------
-void put_u8(std::vector<uint8_t>& out, uint8_t v) { out.push_back(v); }
-void put_u32(std::vector<uint8_t>& out, uint32_t v) {
-  for (int i = 0; i < 4; ++i) out.push_back(static_cast<uint8_t>(v >> (8 * i)));
-}
-void put_u64(std::vector<uint8_t>& out, uint64_t v) {
-  for (int i = 0; i < 8; ++i) out.push_back(static_cast<uint8_t>(v >> (8 * i)));
-}
-void store_u64(uint8_t* p, uint64_t v) {
-  for (int i = 0; i < 8; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
-}
-uint64_t load_u64(const uint8_t* p) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
-  return v;
-}
-
-// ---- bounds-checked little-endian reading ------------------------------------------------
-// Every read names its field, so a truncated frame says where it ended.
-class Reader {
- public:
-  Reader(const uint8_t* p, size_t size) : p_(p), size_(size) {}
-  size_t pos() const { return pos_; }
-  Status need(size_t n, const char* field) const {
-    if (size_ - pos_ >= n) return Status::ok();
-    return corrupt("truncated frame: field '" + std::string(field) + "' needs bytes [" +
-                   std::to_string(pos_) + ", " + std::to_string(pos_ + n) + ") but the frame has " +
-                   std::to_string(size_) + " bytes");
-  }
-  uint8_t u8() { return p_[pos_++]; }
-  uint32_t u32() {
-    uint32_t v = 0;
-    for (int i = 0; i < 4; ++i) v |= static_cast<uint32_t>(p_[pos_++]) << (8 * i);
-    return v;
-  }
-  uint64_t u64() {
-    const uint64_t v = load_u64(p_ + pos_);
-    pos_ += 8;
-    return v;
+// The cursor is src/base/bytes.h. A field that does not fit ends the parse with its name.
+#define ATOLL_NEED(reader, n, field)          \
+  if ((reader).remaining() < (n)) {          \
+    (reader).take((n), (field));             \
+    return corrupt((reader).error());        \
   }
 
- private:
-  const uint8_t* p_;
-  size_t size_;
-  size_t pos_ = 0;
-};
+using Writer = bytes::Writer<std::vector<uint8_t>>;
 
-#define ATOLL_NEED(reader, n, field) \
-  if (Status st_ = (reader).need((n), (field)); !st_.is_ok()) return st_
-
-void put_stage(std::vector<uint8_t>& out, const StageConfig& st) {
-  put_u8(out, static_cast<uint8_t>(st.id));
+void put_stage(Writer& w, const StageConfig& st) {
+  w.u8(static_cast<uint8_t>(st.id));
   switch (st.id) {
-    case StageId::kDct: put_u32(out, static_cast<uint32_t>(st.chunk)); break;
+    case StageId::kDct: w.u32(static_cast<uint32_t>(st.chunk)); break;
     case StageId::kTopK:
     case StageId::kRandK:
-      put_u64(out, static_cast<uint64_t>(st.count));
-      put_u64(out, std::bit_cast<uint64_t>(st.fraction));
+      w.u64(static_cast<uint64_t>(st.count));
+      w.u64(std::bit_cast<uint64_t>(st.fraction));
       break;
     case StageId::kFp16:
     case StageId::kBf16: break;
@@ -81,15 +38,15 @@ void put_stage(std::vector<uint8_t>& out, const StageConfig& st) {
     case StageId::kInt4:
     case StageId::kFp4:
     case StageId::kFp8:
-      put_u32(out, static_cast<uint32_t>(st.block));
-      put_u8(out, static_cast<uint8_t>(st.rounding));
+      w.u32(static_cast<uint32_t>(st.block));
+      w.u8(static_cast<uint8_t>(st.rounding));
       break;
-    case StageId::kZstd: put_u8(out, static_cast<uint8_t>(st.level)); break;
+    case StageId::kZstd: w.u8(static_cast<uint8_t>(st.level)); break;
   }
 }
 
 // Reads stage `i`'s id and parameters. Range checks are validate_chain's job.
-Status read_stage(Reader& r, int i, StageConfig* st) {
+Status read_stage(bytes::Reader& r, int i, StageConfig* st) {
   ATOLL_NEED(r, 1, "stage id");
   const uint8_t raw = r.u8();
   if (!is_known_stage(raw)) {
@@ -124,7 +81,7 @@ Status read_stage(Reader& r, int i, StageConfig* st) {
 
 // Parses and validates every header field (not the checksum's value, not the payload).
 Status parse_header(const uint8_t* bytes, size_t size, FrameHeader* h, size_t* header_size) {
-  Reader r(bytes, size);
+  bytes::Reader r(bytes, size, "frame");
   ATOLL_NEED(r, 4, "magic");
   if (std::memcmp(bytes, kFrameMagic, 4) != 0) return corrupt("bad magic: not an atoll frame");
   r.u32();
@@ -236,17 +193,18 @@ size_t stage_wire_bytes(StageId id) {
 size_t begin_frame(const FrameHeader& h, std::vector<uint8_t>& out) {
   const size_t start = out.size();
   out.insert(out.end(), kFrameMagic, kFrameMagic + 4);
-  put_u8(out, kFrameVersion);
-  put_u8(out, h.flags);
-  put_u8(out, static_cast<uint8_t>(h.dtype));
-  put_u8(out, static_cast<uint8_t>(h.chain.size));
-  for (int i = 0; i < h.chain.size; ++i) put_stage(out, h.chain.stages[i]);
-  put_u64(out, h.elements);
-  put_u8(out, static_cast<uint8_t>(h.ndim));
-  for (int d = 0; d < h.ndim; ++d) put_u64(out, h.dims[d]);
-  put_u64(out, h.seed);
-  put_u64(out, 0);  // payload length, set by finish_frame
-  put_u64(out, 0);  // checksum, set by finish_frame
+  Writer w(out);
+  w.u8(kFrameVersion);
+  w.u8(h.flags);
+  w.u8(static_cast<uint8_t>(h.dtype));
+  w.u8(static_cast<uint8_t>(h.chain.size));
+  for (int i = 0; i < h.chain.size; ++i) put_stage(w, h.chain.stages[i]);
+  w.u64(h.elements);
+  w.u8(static_cast<uint8_t>(h.ndim));
+  for (int d = 0; d < h.ndim; ++d) w.u64(h.dims[d]);
+  w.u64(h.seed);
+  w.u64(0);  // payload length, set by finish_frame
+  w.u64(0);  // checksum, set by finish_frame
   return start;
 }
 
@@ -260,8 +218,8 @@ void finish_frame(std::vector<uint8_t>& out, size_t start) {
   pos += 8;                            // seed
   const size_t header_size = pos + 16;
   const size_t payload_size = out.size() - start - header_size;
-  store_u64(f + pos, payload_size);
-  store_u64(f + pos + 8, frame_checksum(f, header_size, f + header_size, payload_size));
+  bytes::put_at<uint64_t>(f, pos, payload_size);
+  bytes::put_at<uint64_t>(f, pos + 8, frame_checksum(f, header_size, f + header_size, payload_size));
 }
 
 Status parse_frame(const uint8_t* bytes, size_t size, FrameView* view) {
@@ -280,7 +238,7 @@ Status parse_frame(const uint8_t* bytes, size_t size, FrameView* view) {
   }
   v.payload = bytes + v.header_size;
   v.frame_size = v.header_size + declared;
-  const uint64_t want = load_u64(bytes + v.header_size - 8);
+  const uint64_t want = bytes::get_at<uint64_t>(bytes, v.header_size - 8);
   const uint64_t got = frame_checksum(bytes, v.header_size, v.payload, declared);
   if (want != got) return corrupt("checksum mismatch: the frame was damaged in transit");
   *view = v;
@@ -292,7 +250,7 @@ bool reseal_frame(uint8_t* bytes, size_t size) {
   size_t header_size = 0;
   if (!parse_header(bytes, size, &h, &header_size).is_ok()) return false;
   const size_t payload = size - header_size;
-  store_u64(bytes + header_size - 8, frame_checksum(bytes, header_size, bytes + header_size, payload));
+  bytes::put_at<uint64_t>(bytes, header_size - 8, frame_checksum(bytes, header_size, bytes + header_size, payload));
   return true;
 }
 

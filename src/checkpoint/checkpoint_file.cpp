@@ -15,7 +15,7 @@
 #include <stdexcept>
 
 #include "src/base/hash.h"
-#include "src/checkpoint/bytes.h"
+#include "src/base/bytes.h"
 
 namespace atl::checkpoint {
 namespace {
@@ -25,11 +25,11 @@ uint64_t section_checksum(std::string_view head_and_name, std::string_view paylo
 }
 
 uint64_t read_u64(std::string_view b, size_t at) {
-  ByteReader r(b.substr(at, 8));
+  bytes::Reader r(b.substr(at, 8));
   return r.u64();
 }
 uint32_t read_u32(std::string_view b, size_t at) {
-  ByteReader r(b.substr(at, 4));
+  bytes::Reader r(b.substr(at, 4));
   return r.u32();
 }
 
@@ -79,16 +79,16 @@ const std::string* Checkpoint::find(std::string_view name) const {
 
 std::string encode(const std::vector<Section>& sections) {
   std::set<std::string> names;
-  ByteWriter out;
+  bytes::ByteWriter out;
   out.raw(kMagic, 8);
   out.u32(kVersion);
   out.u32(static_cast<uint32_t>(sections.size()));
   out.u64(xxh3_64(out.bytes().data(), 16));
-  ByteWriter sums;
+  bytes::ByteWriter sums;
   for (const auto& s : sections) {
     if (!valid_name(s.name)) throw std::invalid_argument("checkpoint section name '" + s.name + "' is not valid");
     if (!names.insert(s.name).second) throw std::invalid_argument("duplicate checkpoint section '" + s.name + "'");
-    ByteWriter head;
+    bytes::ByteWriter head;
     head.u32(static_cast<uint32_t>(s.name.size()));
     head.u32(0);
     head.u64(s.data.size());
@@ -130,7 +130,7 @@ StatusOr<Checkpoint> decode(std::string_view b, const std::string& what) {
   const size_t end = b.size() - kFooterBytes;
   size_t at = kHeaderBytes;
   std::vector<Section> sections;
-  ByteWriter sums;
+  bytes::ByteWriter sums;
   for (uint32_t i = 0; i < count; ++i) {
     if (end - at < kSectionHeadBytes) return bad("section " + std::to_string(i) + " runs past the footer");
     const uint32_t name_len = read_u32(b, at);

@@ -11,34 +11,8 @@
 namespace atl::core {
 namespace {
 
-using checkpoint::ByteReader;
-using checkpoint::ByteWriter;
 
-// Dtype codes of stored tensors (docs/checkpoints.md "Tensors"); never renumber.
-enum class TensorCode : uint8_t { kFloat32 = 1, kFloat64 = 2, kInt64 = 3, kUInt8 = 4 };
-
-bool code_of(at::ScalarType t, TensorCode& code) {
-  switch (t) {
-    case at::kFloat: code = TensorCode::kFloat32; return true;
-    case at::kDouble: code = TensorCode::kFloat64; return true;
-    case at::kLong: code = TensorCode::kInt64; return true;
-    case at::kByte: code = TensorCode::kUInt8; return true;
-    default: return false;
-  }
-}
-
-bool type_of(uint8_t code, at::ScalarType& t) {
-  switch (static_cast<TensorCode>(code)) {
-    case TensorCode::kFloat32: t = at::kFloat; return true;
-    case TensorCode::kFloat64: t = at::kDouble; return true;
-    case TensorCode::kInt64: t = at::kLong; return true;
-    case TensorCode::kUInt8: t = at::kByte; return true;
-  }
-  return false;
-}
-
-
-void put_hub(ByteWriter& w, const transport::InprocHub::Snapshot& h) {
+void put_hub(bytes::ByteWriter& w, const transport::InprocHub::Snapshot& h) {
   w.i64s({h.members.begin(), h.members.end()});
   w.u64(h.epoch);
   w.u64(h.counters.size());
@@ -68,7 +42,7 @@ void put_hub(ByteWriter& w, const transport::InprocHub::Snapshot& h) {
   w.str(h.rng);
 }
 
-transport::InprocHub::Snapshot get_hub(ByteReader& r) {
+transport::InprocHub::Snapshot get_hub(bytes::Reader& r) {
   transport::InprocHub::Snapshot h;
   for (int64_t m : r.i64s()) h.members.push_back(static_cast<int>(m));
   h.epoch = r.u64();
@@ -105,7 +79,7 @@ std::string island_section(size_t i) { return "island." + std::to_string(i); }
 
 // Section "inflight" (docs/checkpoints.md): the hub's collectives complete but not yet
 // collected by every member (InprocHub::Settled); written only when there is one.
-void put_settled(ByteWriter& w, const std::vector<transport::InprocHub::Settled>& settled) {
+void put_settled(bytes::ByteWriter& w, const std::vector<transport::InprocHub::Settled>& settled) {
   w.u64(settled.size());
   for (const auto& p : settled) {
     w.u32(p.key);
@@ -124,7 +98,7 @@ void put_settled(ByteWriter& w, const std::vector<transport::InprocHub::Settled>
   }
 }
 
-std::vector<transport::InprocHub::Settled> get_settled(ByteReader& r) {
+std::vector<transport::InprocHub::Settled> get_settled(bytes::Reader& r) {
   std::vector<transport::InprocHub::Settled> out;
   for (uint64_t i = 0, n = r.u64(); i < n && r.ok(); ++i) {
     transport::InprocHub::Settled p;
@@ -149,14 +123,14 @@ std::vector<transport::InprocHub::Settled> get_settled(ByteReader& r) {
 
 }  // namespace
 
-void put_result(ByteWriter& w, const transport::CollectiveResult& result) {
+void put_result(bytes::ByteWriter& w, const transport::CollectiveResult& result) {
   w.u8(static_cast<uint8_t>(result.status.code()));
   w.str(result.status.message());
   w.i64s({result.contributors.begin(), result.contributors.end()});
   w.f64(result.weight_sum);
 }
 
-transport::CollectiveResult get_result(ByteReader& r) {
+transport::CollectiveResult get_result(bytes::Reader& r) {
   transport::CollectiveResult out;
   const uint8_t code = r.u8();
   std::string message = r.str();
@@ -165,42 +139,6 @@ transport::CollectiveResult get_result(ByteReader& r) {
   for (int64_t id : r.i64s()) out.contributors.push_back(static_cast<int>(id));
   out.weight_sum = r.f64();
   return out;
-}
-
-void put_tensor(ByteWriter& w, const at::Tensor& t) {
-  if (!t.defined()) {
-    w.u8(0);
-    return;
-  }
-  TensorCode code{};
-  TORCH_CHECK(code_of(t.scalar_type(), code), "checkpoint: tensors of dtype ", t.scalar_type(), " are not stored");
-  const at::Tensor c = t.detach().to(at::kCPU).contiguous();
-  w.u8(1);
-  w.u8(static_cast<uint8_t>(code));
-  w.i64s(c.sizes().vec());
-  w.u64(c.nbytes());
-  w.raw(c.data_ptr(), c.nbytes());
-}
-
-at::Tensor get_tensor(ByteReader& r) {
-  if (r.u8() == 0) return {};
-  at::ScalarType type{};
-  const uint8_t code = r.u8();
-  const std::vector<int64_t> sizes = r.i64s();
-  const uint64_t nbytes = r.u64();
-  int64_t numel = 1;
-  bool sane = type_of(code, type);
-  for (int64_t s : sizes) {
-    sane = sane && s >= 0 && (s == 0 || numel <= (int64_t{1} << 40) / s);
-    if (sane) numel *= s;
-  }
-  if (!r.ok() || !sane || nbytes != static_cast<uint64_t>(numel) * c10::elementSize(type) || nbytes > r.remaining()) {
-    r.fail();
-    return {};
-  }
-  at::Tensor t = at::empty(sizes, at::TensorOptions().dtype(type));
-  r.raw(t.data_ptr(), nbytes);
-  return t;
 }
 
 std::string resume_hash(const config::Config& config) {
@@ -214,22 +152,7 @@ std::string resume_hash(const config::Config& config) {
   return config_hash(c);
 }
 
-void put_tensors(ByteWriter& w, const std::vector<at::Tensor>& ts) {
-  w.u64(ts.size());
-  for (const auto& t : ts) put_tensor(w, t);
-}
-std::vector<at::Tensor> get_tensors(ByteReader& r) {
-  const uint64_t n = r.u64();
-  std::vector<at::Tensor> out;
-  if (n > r.remaining()) {  // every tensor takes at least one byte
-    r.fail();
-    return out;
-  }
-  for (uint64_t i = 0; i < n && r.ok(); ++i) out.push_back(get_tensor(r));
-  return out;
-}
-
-void put_server_state(ByteWriter& w, double time_s, int64_t round, const transport::OuterServer::State& s) {
+void put_server_state(bytes::ByteWriter& w, double time_s, int64_t round, const transport::OuterServer::State& s) {
   w.f64(time_s);
   w.i64(round);
   w.i64s(s.counters);
@@ -238,7 +161,7 @@ void put_server_state(ByteWriter& w, double time_s, int64_t round, const transpo
   put_tensors(w, s.tensors);
 }
 
-void get_server_state(ByteReader& r, double& time_s, int64_t& round, transport::OuterServer::State& s) {
+void get_server_state(bytes::Reader& r, double& time_s, int64_t& round, transport::OuterServer::State& s) {
   time_s = r.f64();
   round = r.i64();
   s.counters = r.i64s();
@@ -251,7 +174,7 @@ void get_server_state(ByteReader& r, double& time_s, int64_t& round, transport::
 std::vector<checkpoint::Section> encode_sim_checkpoint(const SimCheckpoint& c) {
   std::vector<checkpoint::Section> out;
   {
-    ByteWriter w;
+    bytes::ByteWriter w;
     w.i64(c.step);
     w.u64(c.metrics_bytes);
     w.str(c.config_hash);
@@ -259,12 +182,12 @@ std::vector<checkpoint::Section> encode_sim_checkpoint(const SimCheckpoint& c) {
     out.push_back({"run", std::move(w).bytes()});
   }
   {
-    ByteWriter w;
+    bytes::ByteWriter w;
     put_tensor(w, c.global);
     out.push_back({"global", std::move(w).bytes()});
   }
   {
-    ByteWriter w;
+    bytes::ByteWriter w;
     put_hub(w, c.hub);
     w.str(c.cost_model);
     const ProgressState& p = c.progress;
@@ -286,22 +209,22 @@ std::vector<checkpoint::Section> encode_sim_checkpoint(const SimCheckpoint& c) {
     out.push_back({"simulator", std::move(w).bytes()});
   }
   if (!c.hub.settled.empty()) {
-    ByteWriter w;
+    bytes::ByteWriter w;
     put_settled(w, c.hub.settled);
     out.push_back({"inflight", std::move(w).bytes()});
   }
   if (!c.kills_fired.empty()) {
-    ByteWriter w;
+    bytes::ByteWriter w;
     w.i64s(c.kills_fired);
     out.push_back({"events", std::move(w).bytes()});
   }
   if (c.has_server) {
-    ByteWriter w;
+    bytes::ByteWriter w;
     put_server_state(w, c.server_time, c.server_round, c.server);
     out.push_back({"server", std::move(w).bytes()});
   }
   if (!c.evals.path_results.empty()) {  // DiPaCo: the path_eval results taken so far
-    ByteWriter w;
+    bytes::ByteWriter w;
     w.u64(c.evals.path_results.size());
     for (const auto& [step, r] : c.evals.path_results) {
       w.i64(step);
@@ -316,7 +239,7 @@ std::vector<checkpoint::Section> encode_sim_checkpoint(const SimCheckpoint& c) {
   }
   for (size_t i = 0; i < c.islands.size(); ++i) {
     const IslandCheckpoint& is = c.islands[i];
-    ByteWriter w;
+    bytes::ByteWriter w;
     put_island_training(w, is);
     for (double d : {is.time_s, is.compute_s, is.slept_s, is.last_compute_s, is.last_comm_s, is.last_waited_s,
                      is.last_slept_s, is.member_since_s, is.member_s, is.end_time_s})
@@ -337,13 +260,13 @@ Status decode_head(const checkpoint::Checkpoint& file, const std::string& what, 
   const std::string* run = file.find("run");
   const std::string* global = file.find("global");
   if (run == nullptr || global == nullptr) return corrupt(what + ": not a simulator checkpoint (no run or global section)");
-  ByteReader r(*run);
+  bytes::Reader r(*run);
   c.step = r.i64();
   c.metrics_bytes = r.u64();
   c.config_hash = r.str();
   islands = r.u64();
   if (!r.done()) return corrupt(what + ": malformed section 'run'");
-  ByteReader g(*global);
+  bytes::Reader g(*global);
   c.global = get_tensor(g);
   if (!g.done() || !c.global.defined()) return corrupt(what + ": malformed section 'global'");
   return Status::ok();
@@ -367,7 +290,7 @@ StatusOr<SimCheckpoint> decode_sim_checkpoint(const checkpoint::Checkpoint& file
   const std::string* sim = file.find("simulator");
   if (sim == nullptr) return corrupt(what + ": no section 'simulator'");
   {
-    ByteReader r(*sim);
+    bytes::Reader r(*sim);
     c.hub = get_hub(r);
     c.cost_model = r.str();
     ProgressState& p = c.progress;
@@ -389,24 +312,24 @@ StatusOr<SimCheckpoint> decode_sim_checkpoint(const checkpoint::Checkpoint& file
     if (!r.done()) return corrupt(what + ": malformed section 'simulator'");
   }
   if (const std::string* inflight = file.find("inflight")) {
-    ByteReader r(*inflight);
+    bytes::Reader r(*inflight);
     c.hub.settled = get_settled(r);
     if (!r.done()) return corrupt(what + ": malformed section 'inflight'");
   }
   if (const std::string* events = file.find("events")) {
-    ByteReader r(*events);
+    bytes::Reader r(*events);
     c.kills_fired = r.i64s();
     if (!r.done() || !std::is_sorted(c.kills_fired.begin(), c.kills_fired.end()))
       return corrupt(what + ": malformed section 'events'");
   }
   if (const std::string* server = file.find("server")) {
-    ByteReader r(*server);
+    bytes::Reader r(*server);
     c.has_server = true;
     get_server_state(r, c.server_time, c.server_round, c.server);
     if (!r.done()) return corrupt(what + ": malformed section 'server'");
   }
   if (const std::string* paths = file.find("path_evals")) {
-    ByteReader r(*paths);
+    bytes::Reader r(*paths);
     const uint64_t n = r.u64();
     for (uint64_t i = 0; i < n && r.ok(); ++i) {
       EvalResult e;
@@ -425,7 +348,7 @@ StatusOr<SimCheckpoint> decode_sim_checkpoint(const checkpoint::Checkpoint& file
     const std::string name = island_section(i);
     const std::string* bytes = file.find(name);
     if (bytes == nullptr) return corrupt(what + ": no section '" + name + "'");
-    ByteReader r(*bytes);
+    bytes::Reader r(*bytes);
     IslandCheckpoint is;
     get_island_training(r, is);
     for (double* d : {&is.time_s, &is.compute_s, &is.slept_s, &is.last_compute_s, &is.last_comm_s, &is.last_waited_s,

@@ -17,7 +17,8 @@
 
 #include "algorithms/algorithm.h"
 #include "src/base/status.h"
-#include "src/checkpoint/bytes.h"
+#include "src/base/bytes.h"
+#include "src/core/tensor_codec.h"
 #include "src/checkpoint/checkpoint_file.h"
 #include "src/core/eval_summary.h"
 #include "src/core/island_runtime.h"
@@ -77,25 +78,18 @@ StatusOr<SimCheckpoint> decode_sim_checkpoint(const checkpoint::Checkpoint& file
 // Only the "run" and "global" sections (atoll export): step and global model.
 StatusOr<SimCheckpoint> decode_global(const checkpoint::Checkpoint& file, const std::string& what);
 
-// Tensors in section payloads (docs/checkpoints.md "Tensors"): u8 defined; then u8 dtype
-// code (TensorCode), u64 ndim, ndim i64 sizes, u64 byte count, the bytes of the contiguous
-// CPU tensor. Undefined tensors are one byte 0.
-void put_tensor(checkpoint::ByteWriter& w, const at::Tensor& t);
-at::Tensor get_tensor(checkpoint::ByteReader& r);  // undefined (and r not ok()) on bad input
-// A u64 count, then that many tensors.
-void put_tensors(checkpoint::ByteWriter& w, const std::vector<at::Tensor>& ts);
-std::vector<at::Tensor> get_tensors(checkpoint::ByteReader& r);  // r not ok() on bad input
+// Tensors in section payloads: src/core/tensor_codec.h.
 
 // A collective's result (the simulator's "inflight" section, a real run's in-flight
 // exchange): u8 status code, str status message, i64s contributors, f64 weight sum.
-void put_result(checkpoint::ByteWriter& w, const transport::CollectiveResult& result);
-transport::CollectiveResult get_result(checkpoint::ByteReader& r);  // r not ok() on bad input
+void put_result(bytes::ByteWriter& w, const transport::CollectiveResult& result);
+transport::CollectiveResult get_result(bytes::Reader& r);  // r not ok() on bad input
 
 // A server role's state (the "server" section of the simulator's checkpoints and of a real
 // run's coordinator running state, docs/checkpoints.md): f64 its clock at the save, i64 the
 // latest round it reported, i64s counters, u64 count + f64 reals, tensors.
-void put_server_state(checkpoint::ByteWriter& w, double time_s, int64_t round, const transport::OuterServer::State& s);
-void get_server_state(checkpoint::ByteReader& r, double& time_s, int64_t& round, transport::OuterServer::State& s);
+void put_server_state(bytes::ByteWriter& w, double time_s, int64_t round, const transport::OuterServer::State& s);
+void get_server_state(bytes::Reader& r, double& time_s, int64_t& round, transport::OuterServer::State& s);
 
 // An island's training state, the first fields of both the simulator's "island.K" section and
 // a real run's "island" section (docs/checkpoints.md): tensor params; i64 inner-optimizer
@@ -103,7 +97,7 @@ void get_server_state(checkpoint::ByteReader& r, double& time_s, int64_t& round,
 // tensors; runtime i64 steps, f64 loss sum, i64 losses. T: IslandCheckpoint or
 // run::IslandProcessCheckpoint (the same field names).
 template <class T>
-void put_island_training(checkpoint::ByteWriter& w, const T& s) {
+void put_island_training(bytes::ByteWriter& w, const T& s) {
   put_tensor(w, s.params);
   w.i64(s.optimizer_steps);
   put_tensors(w, s.optimizer_state);
@@ -116,7 +110,7 @@ void put_island_training(checkpoint::ByteWriter& w, const T& s) {
   w.i64(s.runtime.loss_n);
 }
 template <class T>
-void get_island_training(checkpoint::ByteReader& r, T& s) {
+void get_island_training(bytes::Reader& r, T& s) {
   s.params = get_tensor(r);
   s.optimizer_steps = r.i64();
   s.optimizer_state = get_tensors(r);

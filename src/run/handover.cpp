@@ -7,13 +7,13 @@
 #include <cstring>
 #include <thread>
 
+#include "src/base/bytes.h"
 #include "src/base/hash.h"
 #include "src/base/log.h"
 #include "src/core/json.h"
+#include "src/core/tensor_codec.h"
 
 namespace atl::run {
-
-static_assert(std::endian::native == std::endian::little, "the hand-over is written little-endian");
 
 using transport::Clock;
 
@@ -21,100 +21,20 @@ namespace {
 
 constexpr char kBlobMagic[4] = {'A', 'T', 'H', 'B'};
 constexpr char kIndexMagic[4] = {'A', 'T', 'H', 'I'};
-constexpr uint32_t kVersion = 2;  // the blob's; the index's is kIndexVersion
+constexpr uint32_t kVersion = 3;  // the blob's (3: tensors as core/tensor_codec.h); the index's is kIndexVersion
 constexpr uint32_t kIndexVersion = 1;
 constexpr size_t kPartBytes = size_t{16} << 20;  // below the store's 64 MiB value limit
-constexpr int kMaxDims = 8;
 
-// Frozen dtype ids of the blob.
-constexpr std::pair<uint8_t, at::ScalarType> kDtypes[] = {
-    {1, at::kFloat}, {2, at::kDouble}, {3, at::kLong}, {4, at::kInt}, {5, at::kBFloat16}, {6, at::kHalf}};
-
-template <typename T>
-void put(std::vector<uint8_t>& out, T v) {
-  const size_t at = out.size();
-  out.resize(at + sizeof v);
-  std::memcpy(out.data() + at, &v, sizeof v);
+// Appends `magic`: the first four bytes of the blob and of the index.
+void put_magic(bytes::ByteWriter& w, const char (&magic)[4]) { w.raw(magic, 4); }
+bool has_magic(bytes::Reader& r, const char (&magic)[4]) {
+  const uint8_t* at = r.take(4, "magic");
+  return at && std::memcmp(at, magic, 4) == 0;
 }
 
-std::vector<uint8_t> with_magic(const char (&magic)[4]) {
-  std::vector<uint8_t> out(4);
-  std::memcpy(out.data(), magic, 4);
-  return out;
-}
-
-// Reads little-endian values from a byte range; every read is bounds-checked.
-class Reader {
- public:
-  Reader(const uint8_t* data, size_t size) : p_(data), left_(size) {}
-  template <typename T>
-  bool get(T* v) {
-    if (left_ < sizeof(T)) return false;
-    std::memcpy(v, p_, sizeof(T));
-    p_ += sizeof(T);
-    left_ -= sizeof(T);
-    return true;
-  }
-  const uint8_t* take(size_t n) {
-    if (left_ < n) return nullptr;
-    const uint8_t* at = p_;
-    p_ += n;
-    left_ -= n;
-    return at;
-  }
-  size_t left() const { return left_; }
-
- private:
-  const uint8_t* p_;
-  size_t left_;
-};
-
-void put_tensor(std::vector<uint8_t>& out, const at::Tensor& t) {
-  put<uint8_t>(out, t.defined() ? 1 : 0);
-  if (!t.defined()) return;
-  const at::Tensor c = t.detach().to(at::kCPU).contiguous();
-  uint8_t id = 0;
-  for (const auto& [wire, type] : kDtypes) {
-    if (type == c.scalar_type()) id = wire;
-  }
-  TORCH_CHECK(id != 0, "hand-over: tensors of dtype ", c.scalar_type(), " are not supported");
-  TORCH_CHECK(c.dim() <= kMaxDims, "hand-over: tensors have at most ", kMaxDims, " dimensions");
-  put<uint8_t>(out, id);
-  put<uint8_t>(out, static_cast<uint8_t>(c.dim()));
-  for (int64_t d : c.sizes()) put<int64_t>(out, d);
-  const size_t at = out.size();
-  out.resize(at + c.nbytes());
-  if (c.nbytes() > 0) std::memcpy(out.data() + at, c.data_ptr(), c.nbytes());
-}
-
-Status get_tensor(Reader& r, at::Tensor* t) {
-  uint8_t defined = 0, id = 0, ndim = 0;
-  if (!r.get(&defined) || defined > 1) return corrupt("hand-over: bad tensor flag");
-  if (!defined) {
-    *t = at::Tensor();
-    return Status::ok();
-  }
-  if (!r.get(&id) || !r.get(&ndim)) return corrupt("hand-over: truncated tensor header");
-  std::optional<at::ScalarType> type;
-  for (const auto& [wire, st] : kDtypes) {
-    if (wire == id) type = st;
-  }
-  if (!type) return corrupt("hand-over: unknown dtype id " + std::to_string(id));
-  if (ndim > kMaxDims) return corrupt("hand-over: " + std::to_string(ndim) + " dimensions");
-  std::vector<int64_t> sizes(ndim);
-  uint64_t numel = 1;
-  const uint64_t limit = r.left();
-  for (int64_t& d : sizes) {
-    if (!r.get(&d) || d < 0) return corrupt("hand-over: bad tensor size");
-    if (d > 0 && numel > limit / static_cast<uint64_t>(d)) return corrupt("hand-over: tensor larger than the blob");
-    numel *= static_cast<uint64_t>(d);
-  }
-  const uint64_t nbytes = numel * c10::elementSize(*type);
-  const uint8_t* bytes = nbytes <= limit ? r.take(nbytes) : nullptr;
-  if (bytes == nullptr) return corrupt("hand-over: truncated tensor values");
-  *t = at::empty(sizes, at::TensorOptions().dtype(*type));
-  std::memcpy(t->data_ptr(), bytes, nbytes);
-  return Status::ok();
+std::vector<uint8_t> to_vector(bytes::ByteWriter&& w) {
+  const std::string s = std::move(w).bytes();
+  return {s.begin(), s.end()};
 }
 
 std::string index_key(int joiner) { return "atoll/handover/" + std::to_string(joiner); }
@@ -133,24 +53,28 @@ struct Index {
 };
 
 std::vector<uint8_t> encode_index(const Index& x) {
-  std::vector<uint8_t> out = with_magic(kIndexMagic);
-  put(out, kIndexVersion);
-  put(out, x.donor);
-  put(out, x.epoch);
-  put(out, x.step);
-  put(out, x.parts);
-  put(out, x.bytes);
-  put(out, x.checksum);
-  return out;
+  bytes::ByteWriter w;
+  put_magic(w, kIndexMagic);
+  w.u32(kIndexVersion);
+  w.i32(x.donor);
+  w.u64(x.epoch);
+  w.i64(x.step);
+  w.u32(x.parts);
+  w.u64(x.bytes);
+  w.u64(x.checksum);
+  return to_vector(std::move(w));
 }
 
 bool decode_index(const std::vector<uint8_t>& v, Index* x) {
-  Reader r(v.data(), v.size());
-  const uint8_t* magic = r.take(4);
-  uint32_t version = 0;
-  return magic && std::memcmp(magic, kIndexMagic, 4) == 0 && r.get(&version) && version == kIndexVersion &&
-         r.get(&x->donor) && r.get(&x->epoch) && r.get(&x->step) && r.get(&x->parts) && r.get(&x->bytes) && r.get(&x->checksum) &&
-         r.left() == 0;
+  bytes::Reader r(v.data(), v.size(), "hand-over index");
+  if (!has_magic(r, kIndexMagic) || r.u32("version") != kIndexVersion) return false;
+  x->donor = r.i32("donor");
+  x->epoch = r.u64("epoch");
+  x->step = r.i64("step");
+  x->parts = r.u32("parts");
+  x->bytes = r.u64("bytes");
+  x->checksum = r.u64("checksum");
+  return r.done();
 }
 
 bool takes_part(const transport::Membership& m, int id) {
@@ -163,59 +87,58 @@ bool takes_part(const transport::Membership& m, int id) {
 }  // namespace
 
 std::vector<uint8_t> encode_handover(const Handover& h) {
-  std::vector<uint8_t> out = with_magic(kBlobMagic);
-  put(out, kVersion);
-  put<int32_t>(out, h.donor);
-  put(out, h.epoch);
-  put(out, h.step);
-  put(out, h.first_seq);
-  put(out, h.state.rounds);
-  put(out, static_cast<uint32_t>(1 + h.state.tensors.size()));
+  bytes::ByteWriter w;
+  put_magic(w, kBlobMagic);
+  w.u32(kVersion);
+  w.i32(h.donor);
+  w.u64(h.epoch);
+  w.i64(h.step);
+  w.u64(h.first_seq);
+  w.i64(h.state.rounds);
   TORCH_CHECK(h.global.defined() && h.global.scalar_type() == at::kFloat && h.global.dim() == 1,
               "hand-over: the global model must be a [N] float32 tensor");
-  put_tensor(out, h.global);
-  for (const at::Tensor& t : h.state.tensors) put_tensor(out, t);
-  put(out, static_cast<uint32_t>(h.subgroup_seqs.size()));
+  core::put_tensor(w, h.global);
+  core::put_tensors(w, h.state.tensors);
+  w.u32(static_cast<uint32_t>(h.subgroup_seqs.size()));
   for (const auto& [key, seq] : h.subgroup_seqs) {
-    put(out, key);
-    put(out, seq);
+    w.u32(key);
+    w.u64(seq);
   }
-  return out;
+  return to_vector(std::move(w));
 }
 
 Status decode_handover(const uint8_t* data, size_t size, Handover* h) {
-  Reader r(data, size);
-  const uint8_t* magic = r.take(4);
-  if (!magic || std::memcmp(magic, kBlobMagic, 4) != 0) return corrupt("hand-over: bad magic");
-  uint32_t version = 0, count = 0;
-  int32_t donor = -1;
-  if (!r.get(&version)) return corrupt("hand-over: truncated header");
-  if (version != kVersion) return corrupt("hand-over: unsupported version " + std::to_string(version));
-  if (!r.get(&donor) || !r.get(&h->epoch) || !r.get(&h->step) || !r.get(&h->first_seq) ||
-      !r.get(&h->state.rounds) || !r.get(&count)) {
-    return corrupt("hand-over: truncated header");
-  }
-  if (count < 1 || count > r.left()) return corrupt("hand-over: bad tensor count " + std::to_string(count));
-  h->donor = donor;
-  ATOLL_TRY(get_tensor(r, &h->global));
+  bytes::Reader r(data, size, "hand-over");
+  auto bad = [&](const std::string& why) { return corrupt("hand-over: " + (r.ok() ? why : r.error())); };
+  if (!has_magic(r, kBlobMagic)) return bad("bad magic");
+  const uint32_t version = r.u32("version");
+  if (!r.ok()) return bad("");
+  if (version != kVersion) return bad("unsupported version " + std::to_string(version));
+  h->donor = r.i32("donor");
+  h->epoch = r.u64("epoch");
+  h->step = r.i64("step");
+  h->first_seq = r.u64("first_seq");
+  h->state.rounds = r.i64("rounds");
+  h->global = core::get_tensor(r);
+  if (!r.ok()) return bad("");
   if (!h->global.defined() || h->global.scalar_type() != at::kFloat || h->global.dim() != 1) {
-    return corrupt("hand-over: the global model is not a [N] float32 tensor");
+    return bad("the global model is not a [N] float32 tensor");
   }
-  h->state.tensors.assign(count - 1, at::Tensor());
-  for (at::Tensor& t : h->state.tensors) ATOLL_TRY(get_tensor(r, &t));
-  uint32_t subgroups = 0;
-  if (!r.get(&subgroups) || subgroups > r.left() / 12) return corrupt("hand-over: bad sub-group count");
+  h->state.tensors = core::get_tensors(r);
+  const uint32_t subgroups = r.u32("sub-group count");
+  if (!r.ok()) return bad("");
+  if (subgroups > r.remaining() / 12) return bad("bad sub-group count");
   h->subgroup_seqs.clear();
   for (uint32_t i = 0; i < subgroups; ++i) {
-    uint32_t key = 0;
-    uint64_t seq = 0;
-    if (!r.get(&key) || !r.get(&seq)) return corrupt("hand-over: truncated sub-groups");
+    const uint32_t key = r.u32("sub-group key");
+    const uint64_t seq = r.u64("sub-group seq");
+    if (!r.ok()) return bad("");
     if (key == 0 || (!h->subgroup_seqs.empty() && key <= h->subgroup_seqs.rbegin()->first)) {
-      return corrupt("hand-over: sub-group keys not ascending and > 0");
+      return bad("sub-group keys not ascending and > 0");
     }
     h->subgroup_seqs[key] = seq;
   }
-  if (r.left() != 0) return corrupt("hand-over: " + std::to_string(r.left()) + " trailing bytes");
+  if (r.remaining() != 0) return bad(std::to_string(r.remaining()) + " trailing bytes");
   return Status::ok();
 }
 

@@ -44,12 +44,10 @@ struct Handover {
   algorithms::AlgorithmState state;  // Algorithm::export_state() (undefined tensors allowed)
 };
 
-// The hand-over's bytes (little-endian): "ATHB", u32 version = 2, i32 donor, u64 epoch,
-// i64 step, u64 first_seq, i64 rounds, u32 tensor count (the global model first, then the
-// state's tensors), and per tensor: u8 defined, u8 dtype (1 f32, 2 f64, 3 i64, 4 i32, 5 bf16,
-// 6 f16), u8 ndim (<= 8), ndim x i64 sizes, then the values; then (version 2) u32 sub-group
-// count and (u32 key > 0, u64 next seq) x count in ascending key order. Tensors are copied to
-// the CPU.
+// The hand-over's bytes (on src/base/bytes.h): "ATHB", u32 version = 3, i32 donor, u64 epoch,
+// i64 step, u64 first_seq, i64 rounds, the global model (one tensor, src/core/tensor_codec.h),
+// the state's tensors (u64 count, then each as the codec writes it), then u32 sub-group count
+// and (u32 key > 0, u64 next seq) x count in ascending key order. Tensors are copied to the CPU.
 std::vector<uint8_t> encode_handover(const Handover& h);
 // kCorrupt naming the field for bytes that are truncated, have trailing bytes, a wrong magic,
 // version or dtype, or sizes that do not add up. Never reads outside `data`.

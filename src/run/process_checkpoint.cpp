@@ -6,15 +6,13 @@
 #include <filesystem>
 #include <set>
 
-#include "src/checkpoint/bytes.h"
+#include "src/base/bytes.h"
 #include "src/checkpoint/checkpoint_dir.h"
 #include "src/core/sim_checkpoint.h"
 
 namespace atl::run {
 namespace {
 
-using checkpoint::ByteReader;
-using checkpoint::ByteWriter;
 using core::get_tensor;
 using core::put_tensor;
 using core::get_tensors;
@@ -22,7 +20,7 @@ using core::put_tensors;
 
 // Section "run", the simulator's layout: i64 step, u64 metrics bytes, str config hash, u64 islands.
 checkpoint::Section run_section(int64_t step, uint64_t metrics_bytes, const std::string& hash, int islands) {
-  ByteWriter w;
+  bytes::ByteWriter w;
   w.i64(step);
   w.u64(metrics_bytes);
   w.str(hash);
@@ -34,7 +32,7 @@ Status read_run(const checkpoint::Checkpoint& file, const std::string& what, int
                 std::string& hash, int& islands) {
   const std::string* run = file.find("run");
   if (run == nullptr) return corrupt(what + ": no section 'run'");
-  ByteReader r(*run);
+  bytes::Reader r(*run);
   step = r.i64();
   metrics_bytes = r.u64();
   hash = r.str();
@@ -48,7 +46,7 @@ Status read_run(const checkpoint::Checkpoint& file, const std::string& what, int
 // coordinator's running state and in its checkpoints: written with a server role only.
 void write_server(std::vector<checkpoint::Section>& out, double clock_s, int64_t round,
                   const transport::OuterServer::State& state) {
-  ByteWriter w;
+  bytes::ByteWriter w;
   core::put_server_state(w, clock_s, round, state);
   out.push_back({"server", std::move(w).bytes()});
 }
@@ -56,7 +54,7 @@ Status read_server(const checkpoint::Checkpoint& file, const std::string& what, 
                    transport::OuterServer::State& state) {
   const std::string* server = file.find("server");
   if (server == nullptr) return Status::ok();
-  ByteReader r(*server);
+  bytes::Reader r(*server);
   double clock_s = 0;
   has = true;
   core::get_server_state(r, clock_s, round, state);
@@ -92,7 +90,7 @@ std::vector<checkpoint::Section> encode_run_state(const CoordinatorRunState& s) 
   std::vector<checkpoint::Section> out;
   out.push_back(run_section(-1, s.metrics_bytes, s.config_hash, s.islands));
   const transport::CoordinatorSnapshot& t = s.snapshot;
-  ByteWriter w;
+  bytes::ByteWriter w;
   w.u64(t.epoch);
   w.u64(t.members.size());
   for (const auto& m : t.members) {
@@ -132,7 +130,7 @@ StatusOr<CoordinatorRunState> decode_run_state(const checkpoint::Checkpoint& fil
   if (Status st = read_run(file, what, step, s.metrics_bytes, s.config_hash, s.islands); !st.is_ok()) return st;
   const std::string* state = file.find("coordinator.state");
   if (state == nullptr) return corrupt(what + ": no section 'coordinator.state'");
-  ByteReader r(*state);
+  bytes::Reader r(*state);
   transport::CoordinatorSnapshot& t = s.snapshot;
   t.epoch = r.u64();
   for (uint64_t i = 0, n = r.u64(); i < n && r.ok(); ++i) {
@@ -173,11 +171,11 @@ std::vector<checkpoint::Section> encode_island(const IslandProcessCheckpoint& c)
   std::vector<checkpoint::Section> out;
   out.push_back(run_section(c.step, 0, c.config_hash, c.islands));
   {
-    ByteWriter w;
+    bytes::ByteWriter w;
     put_tensor(w, c.global);
     out.push_back({"global", std::move(w).bytes()});
   }
-  ByteWriter w;
+  bytes::ByteWriter w;
   w.i64(c.island);
   core::put_island_training(w, c);
   w.u64(c.bytes.sent);
@@ -191,7 +189,7 @@ std::vector<checkpoint::Section> encode_island(const IslandProcessCheckpoint& c)
   }
   out.push_back({"island", std::move(w).bytes()});
   if (c.in_flight) {
-    ByteWriter f;
+    bytes::ByteWriter f;
     core::put_result(f, *c.in_flight);
     out.push_back({"inflight", std::move(f).bytes()});
   }
@@ -205,10 +203,10 @@ StatusOr<IslandProcessCheckpoint> decode_island(const checkpoint::Checkpoint& fi
   const std::string* global = file.find("global");
   const std::string* island = file.find("island");
   if (global == nullptr || island == nullptr) return corrupt(what + ": not an island's checkpoint (no global or island section)");
-  ByteReader g(*global);
+  bytes::Reader g(*global);
   c.global = get_tensor(g);
   if (!g.done() || !c.global.defined()) return corrupt(what + ": malformed section 'global'");
-  ByteReader r(*island);
+  bytes::Reader r(*island);
   c.island = static_cast<int>(r.i64());
   core::get_island_training(r, c);
   c.bytes.sent = r.u64();
@@ -221,7 +219,7 @@ StatusOr<IslandProcessCheckpoint> decode_island(const checkpoint::Checkpoint& fi
   }
   if (!r.done() || !c.params.defined()) return corrupt(what + ": malformed section 'island'");
   if (const std::string* inflight = file.find("inflight")) {
-    ByteReader f(*inflight);
+    bytes::Reader f(*inflight);
     c.in_flight = core::get_result(f);
     if (!f.done()) return corrupt(what + ": malformed section 'inflight'");
   }
@@ -231,7 +229,7 @@ StatusOr<IslandProcessCheckpoint> decode_island(const checkpoint::Checkpoint& fi
 std::vector<checkpoint::Section> encode_coordinator(const CoordinatorCheckpoint& c) {
   std::vector<checkpoint::Section> out;
   out.push_back(run_section(c.step, c.metrics_bytes, c.config_hash, c.islands));
-  ByteWriter w;
+  bytes::ByteWriter w;
   w.u64(c.epoch);
   w.i64s({c.members.begin(), c.members.end()});
   w.i64s({c.finished.begin(), c.finished.end()});
@@ -245,7 +243,7 @@ StatusOr<CoordinatorCheckpoint> decode_coordinator(const checkpoint::Checkpoint&
   if (Status s = read_run(file, what, c.step, c.metrics_bytes, c.config_hash, c.islands); !s.is_ok()) return s;
   const std::string* coord = file.find("coordinator");
   if (coord == nullptr) return corrupt(what + ": not a coordinator's checkpoint (no section 'coordinator')");
-  ByteReader r(*coord);
+  bytes::Reader r(*coord);
   c.epoch = r.u64();
   for (int64_t m : r.i64s()) c.members.push_back(static_cast<int>(m));
   if (r.remaining() > 0)  // absent in the files of builds before fedavg's real-run checkpoints

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "src/base/hash.h"
-#include "src/checkpoint/bytes.h"
+#include "src/base/bytes.h"
 #include "src/checkpoint/checkpoint_dir.h"
 #include "src/checkpoint/checkpoint_file.h"
 
@@ -44,7 +44,7 @@ void spit(const fs::path& p, const std::string& bytes) {
 
 // Sections whose payloads depend on `step`, so that a checkpoint says which step it holds.
 std::vector<Section> sections_of(int64_t step, size_t big = 1000) {
-  ByteWriter meta;
+  bytes::ByteWriter meta;
   meta.i64(step);
   meta.f64(0.5 * static_cast<double>(step));
   meta.str("hello");
@@ -55,12 +55,12 @@ std::vector<Section> sections_of(int64_t step, size_t big = 1000) {
 int64_t step_in(const Checkpoint& c) {
   const std::string* meta = c.find("meta");
   if (meta == nullptr) return -1;
-  ByteReader r(*meta);
+  bytes::Reader r(*meta);
   return r.i64();
 }
 
 TEST(CheckpointBytes, RoundTripAndOverrun) {
-  ByteWriter w;
+  bytes::ByteWriter w;
   w.u8(7);
   w.u32(0xdeadbeef);
   w.u64(1ULL << 60);
@@ -72,7 +72,7 @@ TEST(CheckpointBytes, RoundTripAndOverrun) {
   w.f64s({0.25, 1e300});
   // Little-endian on the page, whatever the host.
   EXPECT_EQ(w.bytes().substr(1, 4), std::string("\xef\xbe\xad\xde", 4));
-  ByteReader r(w.bytes());
+  bytes::Reader r(w.bytes());
   EXPECT_EQ(r.u8(), 7);
   EXPECT_EQ(r.u32(), 0xdeadbeefu);
   EXPECT_EQ(r.u64(), 1ULL << 60);
@@ -86,7 +86,7 @@ TEST(CheckpointBytes, RoundTripAndOverrun) {
   EXPECT_TRUE(r.done());
   EXPECT_EQ(r.u64(), 0u);  // past the end: zero, and remembered
   EXPECT_FALSE(r.ok());
-  ByteReader huge(std::string("\xff\xff\xff\xff\xff\xff\xff\x7f", 8));
+  bytes::Reader huge(std::string("\xff\xff\xff\xff\xff\xff\xff\x7f", 8));
   EXPECT_TRUE(huge.str().empty());
   EXPECT_FALSE(huge.ok());
 }
@@ -98,19 +98,19 @@ TEST(CheckpointFile, RoundTripAndLayout) {
   ASSERT_GE(bytes.size(), kHeaderBytes + kFooterBytes);
   EXPECT_EQ(bytes.substr(0, 8), "ATOLLCKP");
   EXPECT_EQ(bytes.substr(8, 8), std::string("\x01\0\0\0\x03\0\0\0", 8));
-  ByteReader h(std::string_view(bytes).substr(16, 8));
+  bytes::Reader h(std::string_view(bytes).substr(16, 8));
   EXPECT_EQ(h.u64(), xxh3_64(bytes.data(), 16));
   // First section: u32 4, u32 0, u64 payload size, "meta", payload, checksum.
-  ByteReader s(std::string_view(bytes).substr(24));
+  bytes::Reader s(std::string_view(bytes).substr(24));
   EXPECT_EQ(s.u32(), 4u);
   EXPECT_EQ(s.u32(), 0u);
   EXPECT_EQ(s.u64(), secs[0].data.size());
   EXPECT_EQ(bytes.substr(40, 4), "meta");
-  ByteReader sum(std::string_view(bytes).substr(44 + secs[0].data.size(), 8));
+  bytes::Reader sum(std::string_view(bytes).substr(44 + secs[0].data.size(), 8));
   EXPECT_EQ(sum.u64(), xxh3_64(secs[0].data.data(), secs[0].data.size(), xxh3_64(bytes.data() + 24, 20)));
   // Footer: magic and the file's size.
   EXPECT_EQ(bytes.substr(bytes.size() - 24, 8), "ATOLLEND");
-  ByteReader f(std::string_view(bytes).substr(bytes.size() - 16, 8));
+  bytes::Reader f(std::string_view(bytes).substr(bytes.size() - 16, 8));
   EXPECT_EQ(f.u64(), bytes.size());
 
   StatusOr<Checkpoint> c = decode(bytes, "x");
@@ -159,7 +159,7 @@ TEST(CheckpointFile, RefusesEveryDamageWithOneLine) {
   bad = good;
   bad[8] = 2;  // version 2 (the header checksum is then wrong too: fix it up)
   {
-    ByteWriter w;
+    bytes::ByteWriter w;
     w.u64(xxh3_64(bad.data(), 16));
     bad.replace(16, 8, w.bytes());
   }

@@ -71,7 +71,7 @@ TEST(Handover, TruncatedExtendedOrAlteredBytesAreRejected) {
   magic[0] = 'X';
   EXPECT_EQ(decode_handover(magic.data(), magic.size(), &h).code(), StatusCode::kCorrupt);
   std::vector<uint8_t> dtype = bytes;
-  dtype[4 + 4 + 4 + 8 + 8 + 8 + 8 + 4 + 1] = 99;  // the global model's dtype id
+  dtype[4 + 4 + 4 + 8 + 8 + 8 + 8 + 1] = 99;  // the global model's dtype id (after its defined byte)
   const Status st = decode_handover(dtype.data(), dtype.size(), &h);
   EXPECT_EQ(st.code(), StatusCode::kCorrupt);
   EXPECT_NE(st.message().find("dtype"), std::string::npos) << st.message();

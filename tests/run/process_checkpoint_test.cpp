@@ -9,7 +9,7 @@
 
 #include <filesystem>
 
-#include "src/checkpoint/bytes.h"
+#include "src/base/bytes.h"
 #include "src/checkpoint/checkpoint_dir.h"
 
 namespace atl::run {
@@ -131,7 +131,7 @@ TEST(ProcessCheckpoint, CoordinatorAndRunStateRoundTrip) {
   // A file of a build before the finished list: its 'coordinator' section ends after the
   // members, and it reads with none finished.
   auto old = encode_coordinator(c);
-  checkpoint::ByteWriter w;
+  bytes::ByteWriter w;
   w.u64(c.epoch);
   w.i64s({0, 2});
   for (auto& section : old)

@@ -10,7 +10,7 @@
 #include <functional>
 
 #include "src/base/hash.h"
-#include "transport/collectives/le.h"
+#include "src/base/bytes.h"
 #include "transport/inproc/inproc_group.h"
 #include "transport/zmq/allreduce_op.h"
 #include "transport/zmq/data_wire.h"
@@ -122,7 +122,7 @@ TEST(DataWire, HeaderFieldsSitAtTheirDocumentedOffsets) {
       0xb4, 0xb3, 0xb2, 0xb1,                          // group @80
   };
   for (size_t i = 0; i < kChecksumOffset; ++i) EXPECT_EQ(b[i], want[i]) << "byte " << i;
-  EXPECT_EQ(le::get<uint64_t>(b, kChecksumOffset), xxh3_64(b, kChecksumOffset, xxh3_64(payload, sizeof payload)));
+  EXPECT_EQ(bytes::get_at<uint64_t>(b, kChecksumOffset), xxh3_64(b, kChecksumOffset, xxh3_64(payload, sizeof payload)));
   Header p;
   ASSERT_TRUE(parse_header(b, kHeaderBytes, payload, sizeof payload, &p).is_ok());
   EXPECT_EQ(p.type, MsgType::kDirect);

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "src/base/log.h"
-#include "transport/collectives/le.h"
+#include "src/base/bytes.h"
 #include "transport/collectives/schedules.h"
 
 namespace atl::transport::collectives {
@@ -18,8 +18,8 @@ namespace {
 
 using Bytes = std::vector<uint8_t>;
 
-using le::get;
-using le::put;
+using bytes::get_at;
+using bytes::put_at;
 
 Status bad(const std::string& what) { return corrupt("data message: " + what); }
 
@@ -46,11 +46,11 @@ Status lost_status(const Request& req, const std::vector<int>& members) {
 std::vector<uint8_t> encode_hello(const Hello& h) {
   Bytes out(kHelloBytes, 0);
   out[0] = h.kind;
-  if (h.kind == kHelloBroadcast) put<int32_t>(out.data(), 4, h.root);
-  put<uint64_t>(out.data(), 8, h.numel);
-  put<double>(out.data(), 16, h.weight);
-  put<uint64_t>(out.data(), 24, h.codec);
-  put<uint64_t>(out.data(), 32, h.piece_elems);
+  if (h.kind == kHelloBroadcast) put_at<int32_t>(out.data(), 4, h.root);
+  put_at<uint64_t>(out.data(), 8, h.numel);
+  put_at<double>(out.data(), 16, h.weight);
+  put_at<uint64_t>(out.data(), 24, h.codec);
+  put_at<uint64_t>(out.data(), 32, h.piece_elems);
   return out;
 }
 
@@ -64,11 +64,11 @@ Status parse_hello(const uint8_t* p, size_t n, Hello* h) {
   for (int i = 1; i < padding; ++i) {
     if (p[i] != 0) return bad("HELLO padding set");
   }
-  h->root = h->kind == kHelloBroadcast ? get<int32_t>(p, 4) : -1;
-  h->numel = get<uint64_t>(p, 8);
-  h->weight = get<double>(p, 16);
-  h->codec = get<uint64_t>(p, 24);
-  h->piece_elems = get<uint64_t>(p, 32);
+  h->root = h->kind == kHelloBroadcast ? get_at<int32_t>(p, 4) : -1;
+  h->numel = get_at<uint64_t>(p, 8);
+  h->weight = get_at<double>(p, 16);
+  h->codec = get_at<uint64_t>(p, 24);
+  h->piece_elems = get_at<uint64_t>(p, 32);
   if (h->kind == kHelloBroadcast && (h->root < 0 || h->root > kMaxIslandId)) return bad("HELLO root out of range");
   if (!std::isfinite(h->weight) || h->weight <= 0) return bad("HELLO weight not finite and > 0");
   if (h->piece_elems == 0) return bad("HELLO piece length 0");
@@ -78,30 +78,30 @@ Status parse_hello(const uint8_t* p, size_t n, Hello* h) {
 std::vector<uint8_t> encode_result_info(const ResultInfo& r) {
   Bytes out(24 + 4 * r.contributors.size(), 0);
   out[0] = static_cast<uint8_t>(r.status);
-  put<uint32_t>(out.data(), 4, static_cast<uint32_t>(r.contributors.size()));
-  put<double>(out.data(), 8, r.weight_sum);
-  put<uint64_t>(out.data(), 16, r.numel);
-  for (size_t i = 0; i < r.contributors.size(); ++i) put<int32_t>(out.data(), 24 + 4 * i, r.contributors[i]);
+  put_at<uint32_t>(out.data(), 4, static_cast<uint32_t>(r.contributors.size()));
+  put_at<double>(out.data(), 8, r.weight_sum);
+  put_at<uint64_t>(out.data(), 16, r.numel);
+  for (size_t i = 0; i < r.contributors.size(); ++i) put_at<int32_t>(out.data(), 24 + 4 * i, r.contributors[i]);
   return out;
 }
 
 size_t result_info_size(const uint8_t* p, size_t n) {
   if (n < 24) return 0;
-  const uint32_t count = get<uint32_t>(p, 4);
+  const uint32_t count = get_at<uint32_t>(p, 4);
   return count == 0 || count > kMaxMembers ? 0 : 24 + 4 * size_t{count};
 }
 
 Status parse_result_info(const uint8_t* p, size_t n, ResultInfo* r) {
   if (n < 24) return bad("RESULT_INFO body truncated");
   if (p[0] > static_cast<uint8_t>(StatusCode::kInternal) || p[1] || p[2] || p[3]) return bad("RESULT_INFO status");
-  const uint32_t count = get<uint32_t>(p, 4);
+  const uint32_t count = get_at<uint32_t>(p, 4);
   if (count == 0 || count > kMaxMembers || n != 24 + 4 * size_t{count}) return bad("RESULT_INFO contributor count");
   r->status = static_cast<StatusCode>(p[0]);
-  r->weight_sum = get<double>(p, 8);
-  r->numel = get<uint64_t>(p, 16);
+  r->weight_sum = get_at<double>(p, 8);
+  r->numel = get_at<uint64_t>(p, 16);
   r->contributors.clear();
   for (uint32_t i = 0; i < count; ++i) {
-    const int32_t id = get<int32_t>(p, 24 + 4 * size_t{i});
+    const int32_t id = get_at<int32_t>(p, 24 + 4 * size_t{i});
     if (id < 0 || id > kMaxIslandId || (i > 0 && id <= r->contributors.back())) {
       return bad("RESULT_INFO contributors not ascending ids");
     }
@@ -116,10 +116,10 @@ at::Tensor pack_gathered(const std::vector<std::vector<uint8_t>>& gathered) {
   for (const auto& g : gathered) bytes += g.size();
   at::Tensor words = at::zeros({static_cast<int64_t>((bytes + 3) / 4)}, at::kFloat);
   auto* out = static_cast<uint8_t*>(words.data_ptr());
-  put<uint64_t>(out, 0, gathered.size());
+  put_at<uint64_t>(out, 0, gathered.size());
   size_t at = 8 + 8 * gathered.size();
   for (size_t i = 0; i < gathered.size(); ++i) {
-    put<uint64_t>(out, 8 + 8 * i, gathered[i].size());
+    put_at<uint64_t>(out, 8 + 8 * i, gathered[i].size());
     if (!gathered[i].empty()) std::memcpy(out + at, gathered[i].data(), gathered[i].size());
     at += gathered[i].size();
   }
@@ -130,12 +130,12 @@ Status unpack_gathered(const at::Tensor& words, std::vector<std::vector<uint8_t>
   const auto* in = static_cast<const uint8_t*>(words.data_ptr());
   const uint64_t size = static_cast<uint64_t>(words.numel()) * 4;
   if (size < 8) return corrupt("packed allgather result shorter than its count");
-  const uint64_t count = get<uint64_t>(in, 0);
+  const uint64_t count = get_at<uint64_t>(in, 0);
   if (count > kMaxMembers || 8 + 8 * count > size) return corrupt("packed allgather result: bad count");
   uint64_t at = 8 + 8 * count;
   std::vector<std::vector<uint8_t>> out(count);
   for (uint64_t i = 0; i < count; ++i) {
-    const uint64_t n = get<uint64_t>(in, 8 + 8 * i);
+    const uint64_t n = get_at<uint64_t>(in, 8 + 8 * i);
     if (n > size - at) return corrupt("packed allgather result: sizes beyond its end");
     out[i].assign(in + at, in + at + n);
     at += n;

@@ -8,7 +8,7 @@
 #include <cstring>
 #include <stdexcept>
 
-#include "transport/collectives/le.h"
+#include "src/base/bytes.h"
 #include "transport/collectives/schedules.h"
 #include "transport/gloo/control_store.h"
 
@@ -23,15 +23,15 @@ constexpr std::chrono::milliseconds kForever = std::chrono::hours(24 * 365);
 // A MemberState under its store key: next_seq u64 | retained_seq u64.
 std::vector<char> encode_state(const MemberState& s) {
   std::vector<char> out(16);
-  le::put(reinterpret_cast<uint8_t*>(out.data()), 0, s.next_seq);
-  le::put(reinterpret_cast<uint8_t*>(out.data()), 8, s.retained_seq);
+  bytes::put_at(reinterpret_cast<uint8_t*>(out.data()), 0, s.next_seq);
+  bytes::put_at(reinterpret_cast<uint8_t*>(out.data()), 8, s.retained_seq);
   return out;
 }
 
 MemberState decode_state(const std::vector<char>& bytes, const std::string& key) {
   if (bytes.size() != 16) throw RendezvousError("malformed mesh state under '" + key + "'");
   const auto* p = reinterpret_cast<const uint8_t*>(bytes.data());
-  return {le::get<uint64_t>(p, 0), le::get<uint64_t>(p, 8)};
+  return {bytes::get_at<uint64_t>(p, 0), bytes::get_at<uint64_t>(p, 8)};
 }
 
 // The slot of message `key` of collective `seq` in group `group`: group (low 12 bits) | seq
@@ -198,7 +198,7 @@ void GlooWire::send(int to, const collectives::MsgKey& key, const uint8_t* data,
   void* ptr = const_cast<uint8_t*>(data);
   if (!raw) {
     std::vector<uint8_t>& out = framed_sends_.emplace_back(8 + size);
-    le::put<uint64_t>(out.data(), 0, uint64_t{static_cast<uint8_t>(key.tag)} << 56 | size);
+    bytes::put_at<uint64_t>(out.data(), 0, uint64_t{static_cast<uint8_t>(key.tag)} << 56 | size);
     if (size > 0) std::memcpy(out.data() + 8, data, size);
     ptr = out.data();
     size = out.size();
@@ -234,7 +234,7 @@ collectives::Payload GlooWire::take(collectives::RecvId id) {
   uint64_t len = r.capacity;
   collectives::Tag tag = r.tag;
   if (!r.raw) {
-    const uint64_t prefix = le::get<uint64_t>(r.framed.data(), 0);
+    const uint64_t prefix = bytes::get_at<uint64_t>(r.framed.data(), 0);
     len = prefix & ((uint64_t{1} << 56) - 1);
     tag = static_cast<collectives::Tag>(prefix >> 56);
     if (collectives::receive_tag(tag) != collectives::receive_tag(r.tag)) {

@@ -6,7 +6,7 @@
 
 #include "src/base/hash.h"
 #include "src/base/log.h"
-#include "transport/collectives/le.h"
+#include "src/base/bytes.h"
 
 namespace atl::transport::dataplane {
 
@@ -15,8 +15,8 @@ static_assert(sizeof(double) == 8 && sizeof(int32_t) == 4);
 
 namespace {
 
-using le::get;
-using le::put;
+using bytes::get_at;
+using bytes::put_at;
 
 Status bad(const std::string& what) { return corrupt("data message: " + what); }
 
@@ -66,8 +66,8 @@ void encode_header_hashed(const Header& h, uint64_t payload_hash, uint8_t out[kH
   out[5] = static_cast<uint8_t>(h.type);
   out[6] = h.flags;
   out[7] = 0;
-  each_field(h, [&](size_t at, auto v) { put(out, at, v); });
-  put<uint64_t>(out, kChecksumOffset, message_checksum(out, payload_hash));
+  each_field(h, [&](size_t at, auto v) { put_at(out, at, v); });
+  put_at<uint64_t>(out, kChecksumOffset, message_checksum(out, payload_hash));
 }
 
 Status parse_header(const uint8_t* b, size_t size, const uint8_t* payload, size_t payload_size,
@@ -83,7 +83,7 @@ Status parse_header(const uint8_t* b, size_t size, const uint8_t* payload, size_
   if (b[7] != 0) return bad("reserved byte set");
   h->type = static_cast<MsgType>(b[5]);
   h->flags = b[6];
-  each_field(*h, [&]<typename T>(size_t at, T& v) { v = get<T>(b, at); });
+  each_field(*h, [&]<typename T>(size_t at, T& v) { v = get_at<T>(b, at); });
   if (h->sender < 0 || h->sender > collectives::kMaxIslandId) return bad("sender id out of range");
   if (h->payload_len > kMaxPayloadBytes || h->payload_len != payload_size) {
     return bad("payload length " + std::to_string(h->payload_len) + " but a payload frame of " +
@@ -117,7 +117,7 @@ Status parse_header(const uint8_t* b, size_t size, const uint8_t* payload, size_
     case MsgType::kResultInfo:
       break;
   }
-  if (get<uint64_t>(b, kChecksumOffset) != message_checksum(b, checksum_payload(payload, payload_size))) {
+  if (get_at<uint64_t>(b, kChecksumOffset) != message_checksum(b, checksum_payload(payload, payload_size))) {
     return bad("checksum mismatch");
   }
   return Status::ok();

@@ -5,12 +5,11 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "src/base/bytes.h"
 #include "src/base/hash.h"
 
 namespace atl::transport::proto {
 
-static_assert(std::endian::native == std::endian::little,
-              "the control protocol is little-endian; a big-endian host needs byte swaps here");
 static_assert(sizeof(MsgType) == 1 && sizeof(ErrorCode) == 1, "wire ids are one byte");
 static_assert(sizeof(double) == 8, "IEEE-754 binary64 weights");
 // magic 4 + version 1 + type 1 + flags 2 + island 4 + body length 4 + epoch 8 + request id 8
@@ -49,14 +48,6 @@ std::string describe(const Header& h) {
 
 namespace {
 
-// ---- writing -----------------------------------------------------------------------------
-template <typename T>
-void put(std::vector<uint8_t>& out, T v) {
-  uint8_t b[sizeof(T)];
-  std::memcpy(b, &v, sizeof(T));  // little-endian host (static_assert above)
-  out.insert(out.end(), b, b + sizeof(T));
-}
-
 uint64_t checksum(const uint8_t* msg, size_t size) {
   return xxh64(msg, kChecksumOffset, msg + kHeaderBytes, size > kHeaderBytes ? size - kHeaderBytes : 0);
 }
@@ -66,43 +57,22 @@ uint64_t checksum(const uint8_t* msg, size_t size) {
 // read names its field, so an error says where the message went wrong), a Writer appends them.
 class Reader {
  public:
-  Reader(const uint8_t* p, size_t size) : p_(p), size_(size) {}
-  size_t left() const { return size_ - pos_; }
-  Status need(size_t n, const char* field) const {
-    if (left() >= n) return Status::ok();
-    return corrupt(std::string("truncated body: field '") + field + "' needs " + std::to_string(n) +
-                   " bytes, " + std::to_string(left()) + " left");
-  }
-  template <typename T>
-  T get() {
-    T v;
-    std::memcpy(&v, p_ + pos_, sizeof(T));
-    pos_ += sizeof(T);
-    return v;
-  }
+  Reader(const uint8_t* p, size_t size) : r_(p, size, "body") {}
+  size_t left() const { return r_.remaining(); }
   template <typename T>
   Status num(const char* field, T& v) {
-    ATOLL_TRY(need(sizeof(T), field));
-    v = get<T>();
-    return Status::ok();
+    v = r_.num<T>(field);
+    return status();
   }
-  // A u16/u8-prefixed string of at most `max` bytes.
+  // A Len-prefixed string of at most `max` bytes.
   template <typename Len>
   Status str(const char* field, size_t max, std::string& s) {
-    ATOLL_TRY(need(sizeof(Len), field));
-    const size_t n = get<Len>();
-    if (n > max) {
-      return corrupt(std::string("field '") + field + "' is " + std::to_string(n) +
-                     " bytes, above the bound " + std::to_string(max));
-    }
-    ATOLL_TRY(need(n, field));
-    s.assign(reinterpret_cast<const char*>(p_ + pos_), n);
-    pos_ += n;
-    return Status::ok();
+    s = r_.str_as<Len>(field, max);
+    return status();
   }
   Status rest(std::span<const uint8_t>& s) {
-    s = std::span<const uint8_t>(p_ + pos_, size_ - pos_);
-    pos_ = size_;
+    const std::string_view v = r_.rest();
+    s = std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(v.data()), v.size());
     return Status::ok();
   }
   // Bounds the member count and sizes the list. Each member takes at least 7 bytes: no
@@ -115,28 +85,26 @@ class Reader {
   }
 
  private:
-  const uint8_t* p_;
-  size_t size_;
-  size_t pos_ = 0;
+  Status status() const { return r_.ok() ? Status::ok() : corrupt(r_.error()); }
+  bytes::Reader r_;
 };
 
 struct Writer {
-  std::vector<uint8_t>& out;
+  bytes::Writer<std::vector<uint8_t>> w;
   size_t body_start;
   template <typename T>
   Status num(const char*, T v) {
-    put<T>(out, v);
+    w.num(v);
     return Status::ok();
   }
   template <typename Len>  // check_body bounds the length
   Status str(const char*, size_t, const std::string& s) {
-    put<Len>(out, static_cast<Len>(s.size()));
-    out.insert(out.end(), s.begin(), s.end());
+    w.str_as<Len>(s);
     return Status::ok();
   }
   Status rest(std::span<const uint8_t> s) {
-    if (out.size() - body_start + s.size() > kMaxBodyBytes) return invalid_argument("encode: body above kMaxBodyBytes");
-    out.insert(out.end(), s.begin(), s.end());
+    if (w.size() - body_start + s.size() > kMaxBodyBytes) return invalid_argument("encode: body above kMaxBodyBytes");
+    w.raw(s.data(), s.size());
     return Status::ok();
   }
   Status members(uint32_t, const std::vector<Peer>&) { return Status::ok(); }  // the count says it all
@@ -270,16 +238,17 @@ Status encode(const Message& m, std::vector<uint8_t>* out) {
   const Header& h = m.header;
   const size_t start = out->size();
   out->insert(out->end(), kMagic, kMagic + 4);
-  put<uint8_t>(*out, kVersion);
-  put<uint8_t>(*out, type);
-  put<uint16_t>(*out, 0);
-  put<int32_t>(*out, h.island);
-  put<uint32_t>(*out, 0);  // body length: reseal() below
-  put<uint64_t>(*out, h.epoch);
-  put<uint64_t>(*out, h.request_id);
-  put<uint64_t>(*out, h.session);
-  put<uint64_t>(*out, 0);  // checksum: reseal() below
-  Writer w{*out, out->size()};
+  bytes::Writer<std::vector<uint8_t>> head(*out);
+  head.u8(kVersion);
+  head.u8(type);
+  head.u16(0);
+  head.i32(h.island);
+  head.u32(0);  // body length: reseal() below
+  head.u64(h.epoch);
+  head.u64(h.request_id);
+  head.u64(h.session);
+  head.u64(0);  // checksum: reseal() below
+  Writer w{head, out->size()};
   if (Status st = body(w, m); !st.is_ok()) {
     out->resize(start);
     return st;
@@ -306,18 +275,18 @@ Status parse(const uint8_t* data, size_t size, Message* m) {
   }
   const uint8_t type = data[5];
   if (type < 1 || type > kMaxMsgType) return corrupt("unknown message type " + std::to_string(type));
-  Reader r(data + 6, kHeaderBytes - 6);
-  if (const uint16_t flags = r.get<uint16_t>(); flags != 0) {
+  bytes::Reader r(data + 6, kHeaderBytes - 6, "header");  // size checked above: every read fits
+  if (const uint16_t flags = r.u16(); flags != 0) {
     return corrupt("unknown flags " + std::to_string(flags));
   }
   Message out;
   out.header.type = static_cast<MsgType>(type);
-  out.header.island = r.get<int32_t>();
-  const uint32_t body_len = r.get<uint32_t>();
-  out.header.epoch = r.get<uint64_t>();
-  out.header.request_id = r.get<uint64_t>();
-  out.header.session = r.get<uint64_t>();
-  uint64_t want = r.get<uint64_t>();
+  out.header.island = r.i32();
+  const uint32_t body_len = r.u32();
+  out.header.epoch = r.u64();
+  out.header.request_id = r.u64();
+  out.header.session = r.u64();
+  uint64_t want = r.u64();
   if (body_len > kMaxBodyBytes) return corrupt("body length " + std::to_string(body_len) + " above the bound");
   if (size - kHeaderBytes != body_len) {
     return corrupt(std::string(size - kHeaderBytes < body_len ? "truncated" : "trailing bytes in") +
@@ -339,9 +308,8 @@ Status parse(const uint8_t* data, size_t size, Message* m) {
 bool reseal(uint8_t* data, size_t size) {
   if (data == nullptr || size < kHeaderBytes || size - kHeaderBytes > kMaxBodyBytes) return false;
   const uint32_t body = static_cast<uint32_t>(size - kHeaderBytes);
-  std::memcpy(data + 12, &body, 4);
-  const uint64_t sum = checksum(data, size);
-  std::memcpy(data + kChecksumOffset, &sum, 8);
+  bytes::put_at(data, 12, body);
+  bytes::put_at(data, kChecksumOffset, checksum(data, size));
   return true;
 }
 
