@@ -204,4 +204,129 @@ class Reader {
   std::string error_;
 };
 
+// ---- symmetric layouts -----------------------------------------------------------------
+// A structure states its layout once, for both directions:
+//
+//   template <class Io, class T>  // T: Thing or const Thing
+//   void layout(Io& io, T& t) {
+//     io.u64("epoch", t.epoch);               // the call names the wire type; the member is
+//     io.i64s("members", t.members);          // any integer / real / container of integers
+//     io.list("records", t.records, [&](auto& r) { io.i64("island", r.island); });
+//   }
+//
+// layout(out, thing) with an Out writes it; layout(in, thing) with an In reads it back (a read
+// past the end or io.fail() leaves the In failed, as Reader). Io::kReads tells a layout that
+// must check what it read (`if constexpr (Io::kReads)`).
+template <class Buffer>
+class Out {
+ public:
+  static constexpr bool kReads = false;
+  explicit Out(Writer<Buffer>& w) : w_(&w) {}
+
+  template <class T>
+  void u8(const char*, const T& v) { w_->u8(static_cast<uint8_t>(v)); }
+  template <class T>
+  void u32(const char*, const T& v) { w_->u32(static_cast<uint32_t>(v)); }
+  template <class T>
+  void u64(const char*, const T& v) { w_->u64(static_cast<uint64_t>(v)); }
+  template <class T>
+  void i64(const char*, const T& v) { w_->i64(static_cast<int64_t>(v)); }
+  template <class T>
+  void f64(const char*, const T& v) { w_->f64(static_cast<double>(v)); }
+  void str(const char*, const std::string& s) { w_->str(s); }
+  // A u64 length, then the bytes (the same bytes as str).
+  template <class C>
+  void blob(const char*, const C& bytes) {
+    w_->u64(bytes.size());
+    w_->raw(bytes.data(), bytes.size());
+  }
+  // A u64 count, then each value as i64 (Writer::i64s).
+  template <class C>
+  void i64s(const char*, const C& c) {
+    w_->u64(c.size());
+    for (const auto& x : c) w_->i64(static_cast<int64_t>(x));
+  }
+  // A u64 count, then each element as `each` lays it out.
+  template <class C, class F>
+  void list(const char*, C& c, F&& each) {
+    w_->u64(c.size());
+    for (auto& x : c) each(x);
+  }
+  // A u64 count, then each (key, value) as `each(key, value)` lays them out.
+  template <class M, class F>
+  void map(const char*, M& m, F&& each) {
+    w_->u64(m.size());
+    for (auto& [k, v] : m) each(k, v);
+  }
+  void fail() {}
+  bool ok() const { return true; }
+  Writer<Buffer>& writer() { return *w_; }
+
+ private:
+  Writer<Buffer>* w_;
+};
+
+class In {
+ public:
+  static constexpr bool kReads = true;
+  explicit In(Reader& r) : r_(&r) {}
+
+  template <class T>
+  void u8(const char* f, T& v) { v = static_cast<T>(r_->u8(f)); }
+  template <class T>
+  void u32(const char* f, T& v) { v = static_cast<T>(r_->u32(f)); }
+  template <class T>
+  void u64(const char* f, T& v) { v = static_cast<T>(r_->u64(f)); }
+  template <class T>
+  void i64(const char* f, T& v) { v = static_cast<T>(r_->i64(f)); }
+  template <class T>
+  void f64(const char* f, T& v) { v = static_cast<T>(r_->f64(f)); }
+  void str(const char* f, std::string& s) { s = r_->str(f); }
+  template <class C>
+  void blob(const char* f, C& bytes) {
+    const std::string s = r_->str(f);
+    bytes.assign(s.begin(), s.end());
+  }
+  template <class C>
+  void i64s(const char* f, C& c) {
+    c.clear();
+    for (int64_t x : r_->i64s(f)) c.insert(c.end(), static_cast<typename C::value_type>(x));
+  }
+  template <class C, class F>
+  void list(const char* f, C& c, F&& each) {
+    const uint64_t n = count(f);
+    c.clear();
+    for (uint64_t i = 0; i < n && r_->ok(); ++i) {
+      typename C::value_type x{};
+      each(x);
+      c.push_back(std::move(x));
+    }
+  }
+  template <class M, class F>
+  void map(const char* f, M& m, F&& each) {
+    const uint64_t n = count(f);
+    m.clear();
+    for (uint64_t i = 0; i < n && r_->ok(); ++i) {
+      typename M::key_type k{};
+      typename M::mapped_type v{};
+      each(k, v);
+      m.insert_or_assign(std::move(k), std::move(v));
+    }
+  }
+  void fail() { r_->fail(); }
+  bool ok() const { return r_->ok(); }
+  Reader& reader() { return *r_; }
+
+ private:
+  // A u64 element count; every element takes at least one byte, so a count above what is
+  // left fails at once (no allocation from a hostile count).
+  uint64_t count(const char* f) {
+    const uint64_t n = r_->u64(f);
+    if (n > r_->remaining()) r_->fail("field '" + std::string(f) + "' counts " + std::to_string(n) +
+                                      " elements, more than the bytes left");
+    return r_->ok() ? n : 0;
+  }
+  Reader* r_;
+};
+
 }  // namespace atl::bytes

@@ -78,49 +78,88 @@ StatusOr<SimCheckpoint> decode_sim_checkpoint(const checkpoint::Checkpoint& file
 // Only the "run" and "global" sections (atoll export): step and global model.
 StatusOr<SimCheckpoint> decode_global(const checkpoint::Checkpoint& file, const std::string& what);
 
-// Tensors in section payloads: src/core/tensor_codec.h.
+// Tensors in section payloads: src/core/tensor_codec.h. The layouts below state each shared
+// structure once for both directions (bytes::Out writes, bytes::In reads; src/base/bytes.h);
+// the simulator's sections and a real run's (src/run/process_checkpoint.cpp) are made of them.
+
+// Section "run" of every checkpoint (the simulator's, an island's, the coordinator's): i64 step,
+// u64 metrics.jsonl bytes, str config hash, u64 islands.
+template <class Io, class Step, class Bytes, class Hash, class Count>
+void run_layout(Io& io, Step& step, Bytes& metrics_bytes, Hash& config_hash, Count& islands) {
+  io.i64("step", step);
+  io.u64("metrics bytes", metrics_bytes);
+  io.str("config hash", config_hash);
+  io.u64("islands", islands);
+}
 
 // A collective's result (the simulator's "inflight" section, a real run's in-flight
 // exchange): u8 status code, str status message, i64s contributors, f64 weight sum.
-void put_result(bytes::ByteWriter& w, const transport::CollectiveResult& result);
-transport::CollectiveResult get_result(bytes::Reader& r);  // r not ok() on bad input
+template <class Io, class R>
+void result_layout(Io& io, R& result) {
+  uint8_t code = static_cast<uint8_t>(result.status.code());
+  std::string message = result.status.message();
+  io.u8("status code", code);
+  io.str("status message", message);
+  if constexpr (Io::kReads) {
+    if (code > static_cast<uint8_t>(StatusCode::kInternal)) io.fail();
+    result.status = Status(static_cast<StatusCode>(code), std::move(message));
+  }
+  io.i64s("contributors", result.contributors);
+  io.f64("weight sum", result.weight_sum);
+}
 
 // A server role's state (the "server" section of the simulator's checkpoints and of a real
 // run's coordinator running state, docs/checkpoints.md): f64 its clock at the save, i64 the
 // latest round it reported, i64s counters, u64 count + f64 reals, tensors.
-void put_server_state(bytes::ByteWriter& w, double time_s, int64_t round, const transport::OuterServer::State& s);
-void get_server_state(bytes::Reader& r, double& time_s, int64_t& round, transport::OuterServer::State& s);
+template <class Io, class Time, class Round, class S>
+void server_layout(Io& io, Time& time_s, Round& round, S& s) {
+  io.f64("server clock", time_s);
+  io.i64("server round", round);
+  io.i64s("counters", s.counters);
+  io.list("reals", s.reals, [&](auto& d) { io.f64("real", d); });
+  tensors_field(io, s.tensors);
+}
 
 // An island's training state, the first fields of both the simulator's "island.K" section and
 // a real run's "island" section (docs/checkpoints.md): tensor params; i64 inner-optimizer
 // steps; tensors optimizer state; sampler i64 epoch, u64 position; algorithm i64s counters and
 // tensors; runtime i64 steps, f64 loss sum, i64 losses. T: IslandCheckpoint or
-// run::IslandProcessCheckpoint (the same field names).
-template <class T>
-void put_island_training(bytes::ByteWriter& w, const T& s) {
-  put_tensor(w, s.params);
-  w.i64(s.optimizer_steps);
-  put_tensors(w, s.optimizer_state);
-  w.i64(s.sampler.epoch);
-  w.u64(s.sampler.pos);
-  w.i64s(s.algorithm.counters);
-  put_tensors(w, s.algorithm.tensors);
-  w.i64(s.runtime.steps);
-  w.f64(s.runtime.loss_acc);
-  w.i64(s.runtime.loss_n);
+// run::IslandProcessCheckpoint (the same field names), const when written.
+template <class Io, class T>
+void island_training_layout(Io& io, T& s) {
+  tensor_field(io, s.params);
+  io.i64("optimizer steps", s.optimizer_steps);
+  tensors_field(io, s.optimizer_state);
+  io.i64("sampler epoch", s.sampler.epoch);
+  io.u64("sampler position", s.sampler.pos);
+  io.i64s("algorithm counters", s.algorithm.counters);
+  tensors_field(io, s.algorithm.tensors);
+  io.i64("runtime steps", s.runtime.steps);
+  io.f64("runtime loss sum", s.runtime.loss_acc);
+  io.i64("runtime losses", s.runtime.loss_n);
 }
-template <class T>
-void get_island_training(bytes::Reader& r, T& s) {
-  s.params = get_tensor(r);
-  s.optimizer_steps = r.i64();
-  s.optimizer_state = get_tensors(r);
-  s.sampler.epoch = r.i64();
-  s.sampler.pos = r.u64();
-  s.algorithm.counters = r.i64s();
-  s.algorithm.tensors = get_tensors(r);
-  s.runtime.steps = r.i64();
-  s.runtime.loss_acc = r.f64();
-  s.runtime.loss_n = r.i64();
+
+// A section named `name` holding `layout(out, args...)`.
+template <class Layout, class... Args>
+checkpoint::Section write_section(std::string name, Layout&& layout, Args&... args) {
+  bytes::ByteWriter w;
+  bytes::Out<std::string> out(w);
+  layout(out, args...);
+  return {std::move(name), std::move(w).bytes()};
+}
+
+// Reads section `name` of `file` with `layout(in, args...)`: kCorrupt "WHAT: malformed section
+// 'NAME'" when it is malformed, has bytes left over or `valid()` says no; "WHAT: no section
+// 'NAME'" when it is missing.
+template <class Layout, class... Args>
+Status read_section(const checkpoint::Checkpoint& file, const std::string& what, const std::string& name,
+                    Layout&& layout, Args&... args) {
+  const std::string* bytes = file.find(name);
+  if (bytes == nullptr) return corrupt(what + ": no section '" + name + "'");
+  bytes::Reader r(*bytes, "section");
+  bytes::In in(r);
+  layout(in, args...);
+  return r.done() ? Status::ok() : corrupt(what + ": malformed section '" + name + "'");
 }
 
 }  // namespace atl::core

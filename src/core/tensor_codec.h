@@ -37,4 +37,17 @@ at::Tensor get_tensor(bytes::Reader& r);  // undefined (and r not ok()) on bad i
 void put_tensors(bytes::Writer<std::string>& w, const std::vector<at::Tensor>& ts);
 std::vector<at::Tensor> get_tensors(bytes::Reader& r);  // r not ok() on bad input
 
+// A tensor (or a u64-counted list of them) as a field of a symmetric layout (bytes::Out over
+// a std::string, or bytes::In).
+template <class Io, class T>
+void tensor_field(Io& io, T& t) {
+  if constexpr (Io::kReads) t = get_tensor(io.reader());
+  else put_tensor(io.writer(), t);
+}
+template <class Io, class V>
+void tensors_field(Io& io, V& ts) {
+  if constexpr (Io::kReads) ts = get_tensors(io.reader());
+  else put_tensors(io.writer(), ts);
+}
+
 }  // namespace atl::core

@@ -13,54 +13,97 @@
 namespace atl::run {
 namespace {
 
-using core::get_tensor;
-using core::put_tensor;
-using core::get_tensors;
-using core::put_tensors;
+using core::read_section;
+using core::write_section;
 
-// Section "run", the simulator's layout: i64 step, u64 metrics bytes, str config hash, u64 islands.
+// Section "run" (core::run_layout, the simulator's layout).
 checkpoint::Section run_section(int64_t step, uint64_t metrics_bytes, const std::string& hash, int islands) {
-  bytes::ByteWriter w;
-  w.i64(step);
-  w.u64(metrics_bytes);
-  w.str(hash);
-  w.u64(static_cast<uint64_t>(islands));
-  return {"run", std::move(w).bytes()};
+  return write_section("run", [](auto& io, auto&... a) { core::run_layout(io, a...); }, step, metrics_bytes, hash,
+                       islands);
 }
 
 Status read_run(const checkpoint::Checkpoint& file, const std::string& what, int64_t& step, uint64_t& metrics_bytes,
                 std::string& hash, int& islands) {
-  const std::string* run = file.find("run");
-  if (run == nullptr) return corrupt(what + ": no section 'run'");
-  bytes::Reader r(*run);
-  step = r.i64();
-  metrics_bytes = r.u64();
-  hash = r.str();
-  const uint64_t n = r.u64();
-  if (!r.done() || n > (1u << 20)) return corrupt(what + ": malformed section 'run'");
+  uint64_t n = 0;
+  ATOLL_TRY(read_section(file, what, "run", [](auto& io, auto&... a) { core::run_layout(io, a...); }, step,
+                         metrics_bytes, hash, n));
+  if (n > (1u << 20)) return corrupt(what + ": malformed section 'run'");
   islands = static_cast<int>(n);
   return Status::ok();
 }
 
-// Section "server" (a server role's state and latest round, the simulator's layout), in the
-// coordinator's running state and in its checkpoints: written with a server role only.
+// Section "server" (core::server_layout, the simulator's layout), in the coordinator's running
+// state and in its checkpoints: written with a server role only.
 void write_server(std::vector<checkpoint::Section>& out, double clock_s, int64_t round,
                   const transport::OuterServer::State& state) {
-  bytes::ByteWriter w;
-  core::put_server_state(w, clock_s, round, state);
-  out.push_back({"server", std::move(w).bytes()});
+  out.push_back(write_section("server", [](auto& io, auto&... a) { core::server_layout(io, a...); }, clock_s, round,
+                              state));
 }
 Status read_server(const checkpoint::Checkpoint& file, const std::string& what, bool& has, int64_t& round,
                    transport::OuterServer::State& state) {
-  const std::string* server = file.find("server");
-  if (server == nullptr) return Status::ok();
-  bytes::Reader r(*server);
+  if (file.find("server") == nullptr) return Status::ok();
   double clock_s = 0;
   has = true;
-  core::get_server_state(r, clock_s, round, state);
-  return r.done() ? Status::ok() : corrupt(what + ": malformed section 'server'");
+  return read_section(file, what, "server", [](auto& io, auto&... a) { core::server_layout(io, a...); }, clock_s,
+                      round, state);
 }
 
+// Section "coordinator.state": the coordinator's snapshot (members, store, record and applied
+// ledgers, the server's clock).
+template <class Io, class T>
+void snapshot_layout(Io& io, T& t) {
+  io.u64("epoch", t.epoch);
+  io.list("members", t.members, [&](auto& m) {
+    io.i64("id", m.id);
+    io.u64("session", m.session);
+    io.str("endpoint", m.endpoint);
+    io.str("public key", m.public_key);
+  });
+  io.map("store", t.store, [&](auto& key, auto& value) {
+    io.str("key", key);
+    io.blob("value", value);
+  });
+  io.list("records", t.records, [&](auto& r) {
+    io.i64("island", r.island);
+    io.u64("session", r.session);
+    io.u64("floor", r.floor);
+    io.i64s("above", r.above);
+  });
+  io.list("applied", t.applied, [&](auto& a) {
+    io.i64("island", a.island);
+    io.u64("session", a.session);
+    io.i64s("ids", a.ids);
+  });
+  io.f64("server clock", t.server_clock_s);
+}
+
+// Section "island" of a real run's island checkpoint: its id, its training state, its byte
+// counters, libtorch's generator and the next seq of each sub-group.
+template <class Io, class C>
+void island_layout(Io& io, C& c) {
+  io.i64("island", c.island);
+  core::island_training_layout(io, c);
+  io.u64("bytes sent", c.bytes.sent);
+  io.u64("bytes received", c.bytes.received);
+  io.u64("raw bytes sent", c.bytes.raw_sent);
+  core::tensor_field(io, c.torch_rng);
+  io.map("group seqs", c.group_seqs, [&](auto& key, auto& seq) {
+    io.i64("key", key);
+    io.u64("seq", seq);
+  });
+}
+
+// Section "coordinator" of the coordinator's checkpoints: epoch, members, finished islands
+// (the last absent in the files of builds before fedavg's real-run checkpoints).
+template <class Io, class C>
+void coordinator_layout(Io& io, C& c) {
+  io.u64("epoch", c.epoch);
+  io.i64s("members", c.members);
+  if constexpr (Io::kReads) {
+    if (io.reader().remaining() == 0) return;
+  }
+  io.i64s("finished", c.finished);
+}
 
 }  // namespace
 
@@ -89,80 +132,17 @@ std::string coordinator_state_path(const config::Config& config) {
 std::vector<checkpoint::Section> encode_run_state(const CoordinatorRunState& s) {
   std::vector<checkpoint::Section> out;
   out.push_back(run_section(-1, s.metrics_bytes, s.config_hash, s.islands));
-  const transport::CoordinatorSnapshot& t = s.snapshot;
-  bytes::ByteWriter w;
-  w.u64(t.epoch);
-  w.u64(t.members.size());
-  for (const auto& m : t.members) {
-    w.i64(m.id);
-    w.u64(m.session);
-    w.str(m.endpoint);
-    w.str(m.public_key);
-  }
-  w.u64(t.store.size());
-  for (const auto& [key, value] : t.store) {
-    w.str(key);
-    w.u64(value.size());
-    w.raw(value.data(), value.size());
-  }
-  w.u64(t.records.size());
-  for (const auto& r : t.records) {
-    w.i64(r.island);
-    w.u64(r.session);
-    w.u64(r.floor);
-    w.i64s({r.above.begin(), r.above.end()});
-  }
-  w.u64(t.applied.size());
-  for (const auto& a : t.applied) {
-    w.i64(a.island);
-    w.u64(a.session);
-    w.i64s({a.ids.begin(), a.ids.end()});
-  }
-  w.f64(t.server_clock_s);
-  out.push_back({"coordinator.state", std::move(w).bytes()});
-  if (s.has_server) write_server(out, t.server_clock_s, s.server_round, s.server);
+  out.push_back(write_section("coordinator.state", [](auto& io, auto& t) { snapshot_layout(io, t); }, s.snapshot));
+  if (s.has_server) write_server(out, s.snapshot.server_clock_s, s.server_round, s.server);
   return out;
 }
 
 StatusOr<CoordinatorRunState> decode_run_state(const checkpoint::Checkpoint& file, const std::string& what) {
   CoordinatorRunState s;
   int64_t step = 0;
-  if (Status st = read_run(file, what, step, s.metrics_bytes, s.config_hash, s.islands); !st.is_ok()) return st;
-  const std::string* state = file.find("coordinator.state");
-  if (state == nullptr) return corrupt(what + ": no section 'coordinator.state'");
-  bytes::Reader r(*state);
-  transport::CoordinatorSnapshot& t = s.snapshot;
-  t.epoch = r.u64();
-  for (uint64_t i = 0, n = r.u64(); i < n && r.ok(); ++i) {
-    transport::CoordinatorSnapshot::Member m;
-    m.id = static_cast<int>(r.i64());
-    m.session = r.u64();
-    m.endpoint = r.str();
-    m.public_key = r.str();
-    t.members.push_back(std::move(m));
-  }
-  for (uint64_t i = 0, n = r.u64(); i < n && r.ok(); ++i) {
-    std::string key = r.str();
-    std::string value = r.str();  // u64 length + bytes, as written
-    t.store[std::move(key)].assign(value.begin(), value.end());
-  }
-  for (uint64_t i = 0, n = r.u64(); i < n && r.ok(); ++i) {
-    transport::CoordinatorSnapshot::Records rec;
-    rec.island = static_cast<int>(r.i64());
-    rec.session = r.u64();
-    rec.floor = r.u64();
-    for (int64_t v : r.i64s()) rec.above.push_back(static_cast<uint64_t>(v));
-    t.records.push_back(std::move(rec));
-  }
-  for (uint64_t i = 0, n = r.u64(); i < n && r.ok(); ++i) {
-    transport::CoordinatorSnapshot::Applied a;
-    a.island = static_cast<int>(r.i64());
-    a.session = r.u64();
-    for (int64_t v : r.i64s()) a.ids.push_back(static_cast<uint64_t>(v));
-    t.applied.push_back(std::move(a));
-  }
-  t.server_clock_s = r.f64();
-  if (!r.done()) return corrupt(what + ": malformed section 'coordinator.state'");
+  ATOLL_TRY(read_run(file, what, step, s.metrics_bytes, s.config_hash, s.islands));
+  ATOLL_TRY(read_section(file, what, "coordinator.state", [](auto& io, auto& t) { snapshot_layout(io, t); },
+                         s.snapshot));
   ATOLL_TRY(read_server(file, what, s.has_server, s.server_round, s.server));
   return s;
 }
@@ -170,58 +150,27 @@ StatusOr<CoordinatorRunState> decode_run_state(const checkpoint::Checkpoint& fil
 std::vector<checkpoint::Section> encode_island(const IslandProcessCheckpoint& c) {
   std::vector<checkpoint::Section> out;
   out.push_back(run_section(c.step, 0, c.config_hash, c.islands));
-  {
-    bytes::ByteWriter w;
-    put_tensor(w, c.global);
-    out.push_back({"global", std::move(w).bytes()});
-  }
-  bytes::ByteWriter w;
-  w.i64(c.island);
-  core::put_island_training(w, c);
-  w.u64(c.bytes.sent);
-  w.u64(c.bytes.received);
-  w.u64(c.bytes.raw_sent);
-  put_tensor(w, c.torch_rng);
-  w.u64(c.group_seqs.size());
-  for (const auto& [key, seq] : c.group_seqs) {
-    w.i64(key);
-    w.u64(seq);
-  }
-  out.push_back({"island", std::move(w).bytes()});
-  if (c.in_flight) {
-    bytes::ByteWriter f;
-    core::put_result(f, *c.in_flight);
-    out.push_back({"inflight", std::move(f).bytes()});
-  }
+  out.push_back(write_section("global", [](auto& io, auto& t) { core::tensor_field(io, t); }, c.global));
+  out.push_back(write_section("island", [](auto& io, auto& x) { island_layout(io, x); }, c));
+  if (c.in_flight)
+    out.push_back(write_section("inflight", [](auto& io, auto& r) { core::result_layout(io, r); }, *c.in_flight));
   return out;
 }
 
 StatusOr<IslandProcessCheckpoint> decode_island(const checkpoint::Checkpoint& file, const std::string& what) {
   IslandProcessCheckpoint c;
   uint64_t metrics_bytes = 0;
-  if (Status s = read_run(file, what, c.step, metrics_bytes, c.config_hash, c.islands); !s.is_ok()) return s;
-  const std::string* global = file.find("global");
-  const std::string* island = file.find("island");
-  if (global == nullptr || island == nullptr) return corrupt(what + ": not an island's checkpoint (no global or island section)");
-  bytes::Reader g(*global);
-  c.global = get_tensor(g);
-  if (!g.done() || !c.global.defined()) return corrupt(what + ": malformed section 'global'");
-  bytes::Reader r(*island);
-  c.island = static_cast<int>(r.i64());
-  core::get_island_training(r, c);
-  c.bytes.sent = r.u64();
-  c.bytes.received = r.u64();
-  c.bytes.raw_sent = r.u64();
-  c.torch_rng = get_tensor(r);
-  for (uint64_t i = 0, n = r.u64(); i < n && r.ok(); ++i) {
-    const auto key = static_cast<uint32_t>(r.i64());
-    c.group_seqs[key] = r.u64();
-  }
-  if (!r.done() || !c.params.defined()) return corrupt(what + ": malformed section 'island'");
-  if (const std::string* inflight = file.find("inflight")) {
-    bytes::Reader f(*inflight);
-    c.in_flight = core::get_result(f);
-    if (!f.done()) return corrupt(what + ": malformed section 'inflight'");
+  ATOLL_TRY(read_run(file, what, c.step, metrics_bytes, c.config_hash, c.islands));
+  if (file.find("global") == nullptr || file.find("island") == nullptr)
+    return corrupt(what + ": not an island's checkpoint (no global or island section)");
+  ATOLL_TRY(read_section(file, what, "global", [](auto& io, auto& t) { core::tensor_field(io, t); }, c.global));
+  if (!c.global.defined()) return corrupt(what + ": malformed section 'global'");
+  ATOLL_TRY(read_section(file, what, "island", [](auto& io, auto& x) { island_layout(io, x); }, c));
+  if (!c.params.defined()) return corrupt(what + ": malformed section 'island'");
+  if (file.find("inflight")) {
+    transport::CollectiveResult r;
+    ATOLL_TRY(read_section(file, what, "inflight", [](auto& io, auto& x) { core::result_layout(io, x); }, r));
+    c.in_flight = std::move(r);
   }
   return c;
 }
@@ -229,27 +178,18 @@ StatusOr<IslandProcessCheckpoint> decode_island(const checkpoint::Checkpoint& fi
 std::vector<checkpoint::Section> encode_coordinator(const CoordinatorCheckpoint& c) {
   std::vector<checkpoint::Section> out;
   out.push_back(run_section(c.step, c.metrics_bytes, c.config_hash, c.islands));
-  bytes::ByteWriter w;
-  w.u64(c.epoch);
-  w.i64s({c.members.begin(), c.members.end()});
-  w.i64s({c.finished.begin(), c.finished.end()});
-  out.push_back({"coordinator", std::move(w).bytes()});
+  out.push_back(write_section("coordinator", [](auto& io, auto& x) { coordinator_layout(io, x); }, c));
   if (c.has_server) write_server(out, 0, c.server_round, c.server);
   return out;
 }
 
 StatusOr<CoordinatorCheckpoint> decode_coordinator(const checkpoint::Checkpoint& file, const std::string& what) {
   CoordinatorCheckpoint c;
-  if (Status s = read_run(file, what, c.step, c.metrics_bytes, c.config_hash, c.islands); !s.is_ok()) return s;
-  const std::string* coord = file.find("coordinator");
-  if (coord == nullptr) return corrupt(what + ": not a coordinator's checkpoint (no section 'coordinator')");
-  bytes::Reader r(*coord);
-  c.epoch = r.u64();
-  for (int64_t m : r.i64s()) c.members.push_back(static_cast<int>(m));
-  if (r.remaining() > 0)  // absent in the files of builds before fedavg's real-run checkpoints
-    for (int64_t m : r.i64s()) c.finished.push_back(static_cast<int>(m));
-  if (!r.done() || !std::is_sorted(c.members.begin(), c.members.end()) ||
-      !std::is_sorted(c.finished.begin(), c.finished.end()))
+  ATOLL_TRY(read_run(file, what, c.step, c.metrics_bytes, c.config_hash, c.islands));
+  if (file.find("coordinator") == nullptr)
+    return corrupt(what + ": not a coordinator's checkpoint (no section 'coordinator')");
+  ATOLL_TRY(read_section(file, what, "coordinator", [](auto& io, auto& x) { coordinator_layout(io, x); }, c));
+  if (!std::is_sorted(c.members.begin(), c.members.end()) || !std::is_sorted(c.finished.begin(), c.finished.end()))
     return corrupt(what + ": malformed section 'coordinator'");
   ATOLL_TRY(read_server(file, what, c.has_server, c.server_round, c.server));
   return c;

@@ -171,6 +171,185 @@ TEST(SimCheckpoint, RoundTripsExactly) {
   EXPECT_TRUE(same(g->global, c.global));
 }
 
+// The bytes of every section, against the layout docs/checkpoints.md "Simulator sections"
+// documents, written here field by field with the cursor's primitives: the layouts in
+// src/core/sim_checkpoint.* state it once for both directions, and this oracle holds them to
+// the bytes that checkpoints of earlier builds contain (so those still load).
+TEST(SimCheckpoint, SectionsHoldTheDocumentedBytes) {
+  SimCheckpoint c = sample();
+  EvalResult path_result;
+  path_result.loss = 3.5;
+  path_result.count = 40;
+  path_result.path = 1;
+  path_result.paths = 2;
+  path_result.sequences = 6;
+  path_result.train_sequences = 9;
+  c.evals.path_results = {{7, path_result}};
+  c.kills_fired = {0, 3};
+  c.islands[1].params = at::Tensor();  // a dead island
+  c.islands[1].alive = false;
+  c.islands[1].optimizer_state.clear();
+  std::map<std::string, std::string> expected;
+  auto i64s = [](bytes::ByteWriter& w, const auto& v) {
+    w.u64(v.size());
+    for (auto x : v) w.i64(static_cast<int64_t>(x));
+  };
+  {
+    bytes::ByteWriter w;
+    w.i64(c.step);
+    w.u64(c.metrics_bytes);
+    w.str(c.config_hash);
+    w.u64(c.islands.size());
+    expected["run"] = std::move(w).bytes();
+  }
+  {
+    bytes::ByteWriter w;
+    put_tensor(w, c.global);
+    expected["global"] = std::move(w).bytes();
+  }
+  {
+    bytes::ByteWriter w;
+    const auto& h = c.hub;
+    i64s(w, h.members);
+    w.u64(h.epoch);
+    w.u64(h.counters.size());
+    for (const auto& x : h.counters) {
+      w.u64(x.sent);
+      w.u64(x.received);
+      w.u64(x.raw_sent);
+    }
+    w.u64(h.waits.size());
+    for (const auto& x : h.waits) {
+      w.f64(x.comm_s);
+      w.f64(x.idle_s);
+    }
+    i64s(w, h.first_seq);
+    i64s(w, h.next_seq);
+    for (const auto* m : {&h.sub_next_seq, &h.sub_first_seq}) {
+      w.u64(m->size());
+      for (const auto& [k, v] : *m) {
+        w.u32(k.first);
+        w.i64(k.second);
+        w.u64(v);
+      }
+    }
+    i64s(w, h.joiners);
+    w.f64(h.detected_at);
+    w.f64(h.last_push_arrival);
+    w.str(h.rng);
+    w.str(c.cost_model);
+    const auto& p = c.progress;
+    w.i64(p.steps_done);
+    w.i64(p.steps_total);
+    w.f64(p.last_loss);
+    w.f64(p.val_loss);
+    w.i64(p.rounds);
+    w.u64(p.bytes);
+    i64s(w, c.evals.steps);
+    w.i64(c.evals.last_step);
+    w.f64(c.evals.last_loss);
+    w.f64(c.evals.last_accuracy);
+    w.f64(c.evals.best_loss);
+    w.f64(c.target_time);
+    w.f64(c.target_bytes);
+    w.i64(c.target_step);
+    put_tensor(w, c.torch_rng);
+    expected["simulator"] = std::move(w).bytes();
+  }
+  auto result = [&](bytes::ByteWriter& w, const transport::CollectiveResult& r) {
+    w.u8(static_cast<uint8_t>(r.status.code()));
+    w.str(r.status.message());
+    i64s(w, r.contributors);
+    w.f64(r.weight_sum);
+  };
+  {
+    bytes::ByteWriter w;
+    w.u64(c.hub.settled.size());
+    for (const auto& x : c.hub.settled) {
+      w.u32(x.key);
+      w.u64(x.seq);
+      w.u8(x.kind);
+      w.i64(x.root);
+      i64s(w, x.ids);
+      result(w, x.result);
+      w.f64(x.start);
+      w.f64(x.done_at);
+      w.u64(x.holders.size());
+      for (const auto& [island, at] : x.holders) {
+        w.i64(island);
+        w.f64(at);
+      }
+    }
+    expected["inflight"] = std::move(w).bytes();
+  }
+  {
+    bytes::ByteWriter w;
+    i64s(w, c.kills_fired);
+    expected["events"] = std::move(w).bytes();
+  }
+  {
+    bytes::ByteWriter w;
+    w.f64(c.server_time);
+    w.i64(c.server_round);
+    i64s(w, c.server.counters);
+    w.u64(c.server.reals.size());
+    for (double d : c.server.reals) w.f64(d);
+    put_tensors(w, c.server.tensors);
+    expected["server"] = std::move(w).bytes();
+  }
+  {
+    bytes::ByteWriter w;
+    w.u64(c.evals.path_results.size());
+    for (const auto& [step, r] : c.evals.path_results) {
+      w.i64(step);
+      w.i64(r.path);
+      w.i64(r.paths);
+      w.f64(r.loss);
+      w.i64(r.count);
+      w.i64(r.sequences);
+      w.i64(r.train_sequences);
+    }
+    expected["path_evals"] = std::move(w).bytes();
+  }
+  for (size_t i = 0; i < c.islands.size(); ++i) {
+    const IslandCheckpoint& is = c.islands[i];
+    bytes::ByteWriter w;
+    put_tensor(w, is.params);
+    w.i64(is.optimizer_steps);
+    put_tensors(w, is.optimizer_state);
+    w.i64(is.sampler.epoch);
+    w.u64(is.sampler.pos);
+    i64s(w, is.algorithm.counters);
+    put_tensors(w, is.algorithm.tensors);
+    w.i64(is.runtime.steps);
+    w.f64(is.runtime.loss_acc);
+    w.i64(is.runtime.loss_n);
+    for (double d : {is.time_s, is.compute_s, is.slept_s, is.last_compute_s, is.last_comm_s, is.last_waited_s,
+                     is.last_slept_s, is.member_since_s, is.member_s, is.end_time_s})
+      w.f64(d);
+    w.i64(is.rounds);
+    w.u8(is.planned);
+    w.u8(is.alive);
+    w.u8(is.finished);
+    expected["island." + std::to_string(i)] = std::move(w).bytes();
+  }
+  const auto sections = encode_sim_checkpoint(c);
+  ASSERT_EQ(sections.size(), expected.size());
+  for (const auto& s : sections) {
+    ASSERT_EQ(expected.count(s.name), 1u) << s.name;
+    EXPECT_TRUE(s.data == expected[s.name]) << "section '" << s.name << "' differs from the documented layout";
+  }
+  // And the documented bytes read back.
+  std::vector<checkpoint::Section> documented;
+  for (const auto& [name, payload] : expected) documented.push_back({name, payload});
+  const checkpoint::Checkpoint file(std::move(documented));
+  auto back = decode_sim_checkpoint(file, "oracle");
+  ASSERT_TRUE(back.is_ok()) << back.status().message();
+  EXPECT_EQ(back->islands.size(), 2u);
+  EXPECT_FALSE(back->islands[1].alive);
+  EXPECT_EQ(back->kills_fired, c.kills_fired);
+}
+
 TEST(SimCheckpoint, MalformedSectionsAreRefusedWithOneLine) {
   auto sections = encode_sim_checkpoint(sample());
   auto refused = [](std::vector<checkpoint::Section> s, const std::string& why) {

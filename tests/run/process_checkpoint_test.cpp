@@ -42,6 +42,19 @@ IslandProcessCheckpoint island_checkpoint(int island, int64_t step) {
   return c;
 }
 
+CoordinatorRunState sample_run_state() {
+  CoordinatorRunState s;
+  s.metrics_bytes = 777;
+  s.config_hash = "h";
+  s.islands = 3;
+  s.snapshot.epoch = 11;
+  s.snapshot.members = {{0, 42, "tcp://a:1", ""}, {2, 43, "", "KEY"}};
+  s.snapshot.store["atoll/run/start"] = {'s', 't'};
+  s.snapshot.store["empty"] = {};
+  s.snapshot.records = {{0, 42, 10, {12, 15}}};
+  return s;
+}
+
 TEST(ProcessCheckpoint, IslandSectionsRoundTrip) {
   const IslandProcessCheckpoint c = island_checkpoint(2, 40);
   auto back = decode_island(file_of(encode_island(c)), "f");
@@ -141,15 +154,7 @@ TEST(ProcessCheckpoint, CoordinatorAndRunStateRoundTrip) {
   EXPECT_EQ(old_back->members, (std::vector<int>{0, 2}));
   EXPECT_TRUE(old_back->finished.empty());
 
-  CoordinatorRunState s;
-  s.metrics_bytes = 777;
-  s.config_hash = "h";
-  s.islands = 3;
-  s.snapshot.epoch = 11;
-  s.snapshot.members = {{0, 42, "tcp://a:1", ""}, {2, 43, "", "KEY"}};
-  s.snapshot.store["atoll/run/start"] = {'s', 't'};
-  s.snapshot.store["empty"] = {};
-  s.snapshot.records = {{0, 42, 10, {12, 15}}};
+  const CoordinatorRunState s = sample_run_state();
   auto st = decode_run_state(file_of(encode_run_state(s)), "f");
   ASSERT_TRUE(st.is_ok()) << st.status().to_string();
   EXPECT_EQ(st->metrics_bytes, 777u);
@@ -162,6 +167,61 @@ TEST(ProcessCheckpoint, CoordinatorAndRunStateRoundTrip) {
   ASSERT_EQ(st->snapshot.records.size(), 1u);
   EXPECT_EQ(st->snapshot.records[0].floor, 10u);
   EXPECT_EQ(st->snapshot.records[0].above, (std::vector<uint64_t>{12, 15}));
+}
+
+// The coordinator's running state against the layout docs/checkpoints.md documents, written
+// here with the cursor's primitives (the layout in process_checkpoint.cpp states it once for
+// both directions; this holds it to the bytes earlier builds wrote).
+TEST(ProcessCheckpoint, RunStateHoldsTheDocumentedBytes) {
+  CoordinatorRunState s = sample_run_state();
+  s.snapshot.applied = {{2, 43, {7, 9}}};
+  s.snapshot.server_clock_s = 2.5;
+  bytes::ByteWriter w;
+  const auto& t = s.snapshot;
+  w.u64(t.epoch);
+  w.u64(t.members.size());
+  for (const auto& m : t.members) {
+    w.i64(m.id);
+    w.u64(m.session);
+    w.str(m.endpoint);
+    w.str(m.public_key);
+  }
+  w.u64(t.store.size());
+  for (const auto& [key, value] : t.store) {
+    w.str(key);
+    w.u64(value.size());
+    w.raw(value.data(), value.size());
+  }
+  w.u64(t.records.size());
+  for (const auto& r : t.records) {
+    w.i64(r.island);
+    w.u64(r.session);
+    w.u64(r.floor);
+    w.i64s({r.above.begin(), r.above.end()});
+  }
+  w.u64(t.applied.size());
+  for (const auto& a : t.applied) {
+    w.i64(a.island);
+    w.u64(a.session);
+    w.i64s({a.ids.begin(), a.ids.end()});
+  }
+  w.f64(t.server_clock_s);
+  bytes::ByteWriter run;
+  run.i64(-1);
+  run.u64(s.metrics_bytes);
+  run.str(s.config_hash);
+  run.u64(3);
+  const auto sections = encode_run_state(s);
+  ASSERT_EQ(sections.size(), 2u);
+  EXPECT_EQ(sections[0].name, "run");
+  EXPECT_TRUE(sections[0].data == run.bytes());
+  EXPECT_EQ(sections[1].name, "coordinator.state");
+  EXPECT_TRUE(sections[1].data == w.bytes());
+  auto back = decode_run_state(checkpoint::Checkpoint({{"run", run.bytes()}, {"coordinator.state", w.bytes()}}), "f");
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  ASSERT_EQ(back->snapshot.applied.size(), 1u);
+  EXPECT_EQ(back->snapshot.applied[0].ids, (std::vector<uint64_t>{7, 9}));
+  EXPECT_EQ(back->snapshot.server_clock_s, 2.5);
 }
 
 TEST(ProcessCheckpoint, ResumesFromTheNewestCommonCheckpoint) {
