@@ -1,24 +1,18 @@
 #include "compression/chain.h"
 
-#include <zstd.h>
-
 #include <bit>
 #include <cmath>
 #include <sstream>
 #include <stdexcept>
 
-#include "compression/quantize.h"
+#include "compression/stage_ops.h"
 
 namespace atl::compression {
 
-bool is_known_stage(uint8_t raw_id) {
-  return raw_id >= static_cast<uint8_t>(StageId::kDct) &&
-         raw_id <= static_cast<uint8_t>(StageId::kZstd);
-}
+bool is_known_stage(uint8_t raw_id) { return find_stage_info(static_cast<StageId>(raw_id)) != nullptr; }
 
 Slot slot_of(StageId id) {
-  for (const auto& s : kStageInfo)
-    if (s.id == id) return s.slot;
+  if (const StageInfo* s = find_stage_info(id)) return s->slot;
   throw std::invalid_argument("unknown stage id " + std::to_string(static_cast<int>(id)));
 }
 
@@ -62,41 +56,22 @@ std::string stage_label(size_t i, StageId id) {
   return "stage " + std::to_string(i + 1) + " '" + stage_name(id) + "'";
 }
 
-// Parameter ranges of one known stage; empty when fine.
+// Parameter ranges of one known stage, by the parameter families it reads; empty when fine.
 std::string check_params(const StageConfig& st) {
   std::ostringstream why;
-  switch (st.id) {
-    case StageId::kDct:
-      if (st.chunk < 1 || st.chunk > kMaxDctChunk) {
-        why << "chunk must be in [1, " << kMaxDctChunk << "], got " << st.chunk;
-      }
-      break;
-    case StageId::kTopK:
-    case StageId::kRandK:
-      if (st.count < 0 || st.count > kMaxElements) {
-        why << "count must be in [1, " << kMaxElements << "] (or 0 to use fraction), got " << st.count;
-      } else if (st.count == 0 && !(st.fraction > 0.0 && st.fraction <= 1.0)) {
-        why << "fraction must be in (0, 1] when count is 0, got " << st.fraction;
-      }
-      break;
-    case StageId::kInt8:
-    case StageId::kInt4:
-    case StageId::kFp4:
-    case StageId::kFp8:
-      if (st.block < 1 || st.block > kMaxBlock) {
-        why << "block must be in [1, " << kMaxBlock << "], got " << st.block;
-      } else if (st.rounding != Rounding::kNearest && st.rounding != Rounding::kStochastic) {
-        why << "unknown rounding " << static_cast<int>(st.rounding);
-      }
-      break;
-    case StageId::kFp16:
-    case StageId::kBf16:
-      break;
-    case StageId::kZstd:
-      if (st.level < kMinZstdLevel || st.level > kMaxZstdLevel) {
-        why << "level must be in [" << kMinZstdLevel << ", " << kMaxZstdLevel << "], got " << st.level;
-      }
-      break;
+  const uint8_t p = stage_params(st.id);
+  if ((p & kChunkParam) && (st.chunk < 1 || st.chunk > kMaxDctChunk)) {
+    why << "chunk must be in [1, " << kMaxDctChunk << "], got " << st.chunk;
+  } else if ((p & kKeepParams) && (st.count < 0 || st.count > kMaxElements)) {
+    why << "count must be in [1, " << kMaxElements << "] (or 0 to use fraction), got " << st.count;
+  } else if ((p & kKeepParams) && st.count == 0 && !(st.fraction > 0.0 && st.fraction <= 1.0)) {
+    why << "fraction must be in (0, 1] when count is 0, got " << st.fraction;
+  } else if ((p & kBlockParams) && (st.block < 1 || st.block > kMaxBlock)) {
+    why << "block must be in [1, " << kMaxBlock << "], got " << st.block;
+  } else if ((p & kBlockParams) && st.rounding != Rounding::kNearest && st.rounding != Rounding::kStochastic) {
+    why << "unknown rounding " << static_cast<int>(st.rounding);
+  } else if ((p & kLevelParam) && (st.level < kMinZstdLevel || st.level > kMaxZstdLevel)) {
+    why << "level must be in [" << kMinZstdLevel << ", " << kMaxZstdLevel << "], got " << st.level;
   }
   return why.str();
 }
@@ -106,20 +81,17 @@ std::string check_params(const StageConfig& st) {
 StageConfig canonical_stage(const StageConfig& st) {
   StageConfig c;
   c.id = st.id;
-  switch (slot_of(st.id)) {
-    case Slot::kTransform: c.chunk = st.chunk; break;
-    case Slot::kSparsify:
-      c.count = st.count;
-      c.fraction = st.count > 0 ? 0.0 : st.fraction;
-      break;
-    case Slot::kQuantize:
-      if (st.id != StageId::kFp16 && st.id != StageId::kBf16) {
-        c.block = st.block;
-        c.rounding = st.rounding;
-      }
-      break;
-    case Slot::kLossless: c.level = st.level; break;
+  const uint8_t p = stage_params(st.id);
+  if (p & kChunkParam) c.chunk = st.chunk;
+  if (p & kKeepParams) {
+    c.count = st.count;
+    c.fraction = st.count > 0 ? 0.0 : st.fraction;
   }
+  if (p & kBlockParams) {
+    c.block = st.block;
+    c.rounding = st.rounding;
+  }
+  if (p & kLevelParam) c.level = st.level;
   return c;
 }
 
@@ -139,7 +111,7 @@ Status validate_chain(const StageConfig* stages, size_t count) {
     }
     if (i == 0) continue;
     const StageId prev = stages[i - 1].id;
-    if (prev == StageId::kZstd) {
+    if (slot_of(prev) == Slot::kLossless) {
       return invalid_argument(stage_label(i - 1, prev) + " must be last");
     }
     const Slot s = slot_of(id), p = slot_of(prev);
@@ -170,18 +142,12 @@ std::string describe_chain(const Chain& chain) {
     const StageConfig& st = chain.stages[i];
     if (i) os << '+';
     os << stage_name(st.id);
-    switch (slot_of(st.id)) {
-      case Slot::kTransform: os << "(chunk=" << st.chunk << ')'; break;
-      case Slot::kSparsify:
-        if (st.count > 0) os << "(count=" << st.count << ')';
-        else os << "(fraction=" << st.fraction << ')';
-        break;
-      case Slot::kQuantize:
-        if (st.id == StageId::kFp16 || st.id == StageId::kBf16) break;
-        os << "(block=" << st.block << (st.rounding == Rounding::kStochastic ? ",stochastic" : "") << ')';
-        break;
-      case Slot::kLossless: os << '(' << st.level << ')'; break;
-    }
+    const uint8_t p = stage_params(st.id);
+    if (p & kChunkParam) os << "(chunk=" << st.chunk << ')';
+    if ((p & kKeepParams) && st.count > 0) os << "(count=" << st.count << ')';
+    if ((p & kKeepParams) && st.count <= 0) os << "(fraction=" << st.fraction << ')';
+    if (p & kBlockParams) os << "(block=" << st.block << (st.rounding == Rounding::kStochastic ? ",stochastic" : "") << ')';
+    if (p & kLevelParam) os << '(' << st.level << ')';
   }
   return os.str();
 }
@@ -196,9 +162,7 @@ int64_t kept_count(const StageConfig& sparsify, int64_t n) {
 }
 
 size_t value_bytes(const Chain& chain, int64_t m) {
-  if (const StageConfig* q = chain.slot(Slot::kQuantize)) {
-    return quant::encoded_size(q->id, m, q->block);
-  }
+  if (const StageConfig* q = chain.slot(Slot::kQuantize)) return stage_ops(q->id).value_bytes(m, *q);
   return static_cast<size_t>(m) * sizeof(float);
 }
 
@@ -207,13 +171,13 @@ PayloadBounds payload_bounds(const Chain& chain, int64_t n) {
   const StageConfig* sparse = chain.slot(Slot::kSparsify);
   b.values = sparse ? kept_count(*sparse, n) : n;
   const size_t vb = value_bytes(chain, b.values);
-  const bool indexed = sparse && sparse->id == StageId::kTopK;
+  const bool indexed = sparse && stage_ops(sparse->id).sends_indices;
   const size_t k = static_cast<size_t>(b.values);
   b.min_inner = vb + (indexed ? k : 0);
   b.max_inner = vb + (indexed ? k * kMaxVarintBytes : 0);
-  if (chain.slot(Slot::kLossless)) {
+  if (const StageConfig* lossless = chain.slot(Slot::kLossless)) {
     b.min_payload = 1;
-    b.max_payload = ZSTD_compressBound(b.max_inner);
+    b.max_payload = stage_ops(lossless->id).compress_bound(b.max_inner);
   } else {
     b.min_payload = b.min_inner;
     b.max_payload = b.max_inner;

@@ -4,11 +4,9 @@
 #include <stdexcept>
 #include <string>
 
-#include "compression/dct.h"
 #include "compression/frame.h"
-#include "compression/quantize.h"
 #include "compression/sparse.h"
-#include "compression/zstd_stage.h"
+#include "compression/stage_ops.h"
 
 namespace atl::compression {
 
@@ -59,7 +57,7 @@ void encode_frame(const Chain& chain, const float* x, int64_t n, uint64_t seed,
   const float* src = x;
   if (transform) {
     coeffs.resize(static_cast<size_t>(n));
-    dct_forward(x, n, transform->chunk, coeffs.data());
+    stage_ops(transform->id).forward(x, n, *transform, coeffs.data());
     src = coeffs.data();
   }
   // Slot 2: sparsify (indices ascending, values gathered).
@@ -70,8 +68,7 @@ void encode_frame(const Chain& chain, const float* x, int64_t n, uint64_t seed,
   if (sparse) {
     m = kept_count(*sparse, n);
     idx.resize(static_cast<size_t>(m));
-    if (sparse->id == StageId::kTopK) topk_indices(src, n, m, idx.data());
-    else randk_indices(seed, n, m, idx.data());
+    stage_ops(sparse->id).select(src, n, m, seed, idx.data());
     kept.resize(static_cast<size_t>(m));
     for (int64_t i = 0; i < m; ++i) kept[i] = src[idx[i]];
     values = kept.data();
@@ -79,19 +76,19 @@ void encode_frame(const Chain& chain, const float* x, int64_t n, uint64_t seed,
   // Slot 3: serialise indices and values, into the frame or into zstd's input.
   std::vector<uint8_t> inner;
   std::vector<uint8_t>& dst = lossless ? inner : out;
-  const bool indexed = sparse && sparse->id == StageId::kTopK;
+  const bool indexed = sparse && stage_ops(sparse->id).sends_indices;
   const size_t ib = indexed ? varint_index_bytes(idx.data(), m) : 0;
   const size_t vb = value_bytes(chain, m);
   const size_t at = dst.size();
   dst.resize(at + ib + vb);
   if (indexed) encode_varint_indices(idx.data(), m, dst.data() + at);
   if (quantize) {
-    quant::encode(quantize->id, values, m, quantize->block, quantize->rounding, seed, dst.data() + at + ib);
+    stage_ops(quantize->id).encode(values, m, *quantize, seed, dst.data() + at + ib);
   } else if (m > 0) {
     std::memcpy(dst.data() + at + ib, values, vb);  // little-endian host (frame.cpp)
   }
   // Slot 4: lossless.
-  if (lossless) zstd_append(inner.data(), inner.size(), lossless->level, out);
+  if (lossless) stage_ops(lossless->id).compress(inner.data(), inner.size(), *lossless, out);
   finish_frame(out, start);
 }
 
@@ -118,7 +115,8 @@ Status decode_frame(const Chain& chain, const uint8_t* bytes, size_t size, float
   size_t inner_size = v.header.payload_size;
   std::vector<uint8_t> scratch;
   if (lossless) {
-    if (Status st = zstd_decode_bounded(inner, inner_size, b.min_inner, b.max_inner, scratch); !st.is_ok()) {
+    if (Status st = stage_ops(lossless->id).decompress(inner, inner_size, b.min_inner, b.max_inner, scratch);
+        !st.is_ok()) {
       return st;
     }
     inner = scratch.data();
@@ -135,15 +133,15 @@ Status decode_frame(const Chain& chain, const uint8_t* bytes, size_t size, float
   std::vector<uint32_t> idx;
   if (sparse) {
     idx.resize(static_cast<size_t>(m));
-    if (sparse->id == StageId::kTopK) {
+    if (stage_ops(sparse->id).sends_indices) {
       if (Status st = decode_varint_indices(inner, ib, m, n, idx.data()); !st.is_ok()) return st;
-    } else {
-      randk_indices(v.header.seed, n, m, idx.data());
+    } else {  // drawn again from the frame seed (the values are not needed)
+      stage_ops(sparse->id).select(nullptr, n, m, v.header.seed, idx.data());
     }
   }
   // Slot 3: values into out[0..m).
   if (quantize) {
-    if (Status st = quant::decode(quantize->id, inner + ib, vb, m, quantize->block, out); !st.is_ok()) {
+    if (Status st = stage_ops(quantize->id).decode(inner + ib, vb, m, *quantize, out); !st.is_ok()) {
       return corrupt(std::string(stage_name(quantize->id)) + " values: " + st.message());
     }
   } else if (m > 0) {
@@ -151,7 +149,7 @@ Status decode_frame(const Chain& chain, const uint8_t* bytes, size_t size, float
   }
   if (sparse) scatter_values(out, idx.data(), m, n, out);
   // Slot 1.
-  if (transform) dct_inverse(out, n, transform->chunk, out);
+  if (transform) stage_ops(transform->id).inverse(out, n, *transform, out);
   return Status::ok();
 }
 

@@ -23,26 +23,20 @@ namespace {
 
 using Writer = bytes::Writer<std::vector<uint8_t>>;
 
+// A stage: its id, then its parameter families in flag order (chain.h: range checks).
 void put_stage(Writer& w, const StageConfig& st) {
   w.u8(static_cast<uint8_t>(st.id));
-  switch (st.id) {
-    case StageId::kDct: w.u32(static_cast<uint32_t>(st.chunk)); break;
-    case StageId::kTopK:
-    case StageId::kRandK:
-      w.u64(static_cast<uint64_t>(st.count));
-      w.u64(std::bit_cast<uint64_t>(st.fraction));
-      break;
-    case StageId::kFp16:
-    case StageId::kBf16: break;
-    case StageId::kInt8:
-    case StageId::kInt4:
-    case StageId::kFp4:
-    case StageId::kFp8:
-      w.u32(static_cast<uint32_t>(st.block));
-      w.u8(static_cast<uint8_t>(st.rounding));
-      break;
-    case StageId::kZstd: w.u8(static_cast<uint8_t>(st.level)); break;
+  const uint8_t p = stage_params(st.id);
+  if (p & kChunkParam) w.u32(static_cast<uint32_t>(st.chunk));
+  if (p & kKeepParams) {
+    w.u64(static_cast<uint64_t>(st.count));
+    w.u64(std::bit_cast<uint64_t>(st.fraction));
   }
+  if (p & kBlockParams) {
+    w.u32(static_cast<uint32_t>(st.block));
+    w.u8(static_cast<uint8_t>(st.rounding));
+  }
+  if (p & kLevelParam) w.u8(static_cast<uint8_t>(st.level));
 }
 
 // Reads stage `i`'s id and parameters. Range checks are validate_chain's job.
@@ -55,27 +49,19 @@ Status read_stage(bytes::Reader& r, int i, StageConfig* st) {
   *st = StageConfig{};
   st->id = static_cast<StageId>(raw);
   ATOLL_NEED(r, stage_wire_bytes(st->id) - 1, "stage parameters");
-  switch (st->id) {
-    case StageId::kDct: st->chunk = r.u32(); break;
-    case StageId::kTopK:
-    case StageId::kRandK: {
-      const uint64_t count = r.u64();
-      // Anything above the bound reads as out of range, without a signed overflow.
-      st->count = count > static_cast<uint64_t>(kMaxElements) ? -1 : static_cast<int64_t>(count);
-      st->fraction = std::bit_cast<double>(r.u64());
-      break;
-    }
-    case StageId::kFp16:
-    case StageId::kBf16: break;
-    case StageId::kInt8:
-    case StageId::kInt4:
-    case StageId::kFp4:
-    case StageId::kFp8:
-      st->block = r.u32();
-      st->rounding = static_cast<Rounding>(r.u8());
-      break;
-    case StageId::kZstd: st->level = r.u8(); break;
+  const uint8_t p = stage_params(st->id);
+  if (p & kChunkParam) st->chunk = r.u32();
+  if (p & kKeepParams) {
+    const uint64_t count = r.u64();
+    // Anything above the bound reads as out of range, without a signed overflow.
+    st->count = count > static_cast<uint64_t>(kMaxElements) ? -1 : static_cast<int64_t>(count);
+    st->fraction = std::bit_cast<double>(r.u64());
   }
+  if (p & kBlockParams) {
+    st->block = r.u32();
+    st->rounding = static_cast<Rounding>(r.u8());
+  }
+  if (p & kLevelParam) st->level = r.u8();
   return Status::ok();
 }
 
@@ -175,19 +161,9 @@ uint64_t frame_checksum(const uint8_t* frame, size_t header_size, const uint8_t*
 }  // namespace
 
 size_t stage_wire_bytes(StageId id) {
-  switch (id) {
-    case StageId::kDct: return 1 + 4;
-    case StageId::kTopK:
-    case StageId::kRandK: return 1 + 8 + 8;
-    case StageId::kFp16:
-    case StageId::kBf16: return 1;
-    case StageId::kInt8:
-    case StageId::kInt4:
-    case StageId::kFp4:
-    case StageId::kFp8: return 1 + 4 + 1;
-    case StageId::kZstd: return 1 + 1;
-  }
-  return 1;
+  const uint8_t p = stage_params(id);
+  return 1 + ((p & kChunkParam) ? 4 : 0) + ((p & kKeepParams) ? 16 : 0) + ((p & kBlockParams) ? 5 : 0) +
+         ((p & kLevelParam) ? 1 : 0);
 }
 
 size_t begin_frame(const FrameHeader& h, std::vector<uint8_t>& out) {

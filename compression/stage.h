@@ -49,21 +49,52 @@ struct StageConfig {
 // A stage's place in a pipeline: the canonical slots above, in the order a chain lists them.
 enum class Slot : uint8_t { kTransform = 1, kSparsify = 2, kQuantize = 3, kLossless = 4 };
 
+// The parameters a stage reads, as flags. Each family has one wire layout after the stage's
+// id byte (docs/wire_format.md "Stage parameters") and one range rule (compression/chain.cpp),
+// so a new stage that reads existing families needs no new parsing code.
+enum StageParams : uint8_t {
+  kNoParams = 0,
+  kChunkParam = 1,   // chunk: u32
+  kKeepParams = 2,   // count: u64, fraction: f64 (count > 0 wins)
+  kBlockParams = 4,  // block: u32, rounding: u8
+  kLevelParam = 8,   // level: u8
+};
+
 struct StageInfo {
   StageId id;
   const char* name;  // its name in configs and logs
   Slot slot;
+  uint8_t params;    // StageParams flags
 };
 
-// The registry of stages: one row per StageId, in wire-id order. Config parsing
-// (src/config) takes the stage names from here.
+// The registry of stages: one row per StageId, in wire-id order (what each does in its slot
+// is its row of compression/stage_ops.cpp). Config parsing (src/config) takes the stage
+// names from here.
 inline constexpr StageInfo kStageInfo[] = {
-    {StageId::kDct, "dct", Slot::kTransform},     {StageId::kTopK, "topk", Slot::kSparsify},
-    {StageId::kRandK, "randk", Slot::kSparsify},  {StageId::kFp16, "fp16", Slot::kQuantize},
-    {StageId::kBf16, "bf16", Slot::kQuantize},    {StageId::kInt8, "int8", Slot::kQuantize},
-    {StageId::kInt4, "int4", Slot::kQuantize},    {StageId::kFp4, "fp4", Slot::kQuantize},
-    {StageId::kFp8, "fp8", Slot::kQuantize},      {StageId::kZstd, "zstd", Slot::kLossless},
+    {StageId::kDct, "dct", Slot::kTransform, kChunkParam},
+    {StageId::kTopK, "topk", Slot::kSparsify, kKeepParams},
+    {StageId::kRandK, "randk", Slot::kSparsify, kKeepParams},
+    {StageId::kFp16, "fp16", Slot::kQuantize, kNoParams},
+    {StageId::kBf16, "bf16", Slot::kQuantize, kNoParams},
+    {StageId::kInt8, "int8", Slot::kQuantize, kBlockParams},
+    {StageId::kInt4, "int4", Slot::kQuantize, kBlockParams},
+    {StageId::kFp4, "fp4", Slot::kQuantize, kBlockParams},
+    {StageId::kFp8, "fp8", Slot::kQuantize, kBlockParams},
+    {StageId::kZstd, "zstd", Slot::kLossless, kLevelParam},
 };
+
+// The row of `id`, or nullptr for an id no row has (a raw byte off the wire may be anything).
+inline const StageInfo* find_stage_info(StageId id) {
+  for (const auto& s : kStageInfo)
+    if (s.id == id) return &s;
+  return nullptr;
+}
+
+// The StageParams flags of `id` (kNoParams for an unknown id).
+inline uint8_t stage_params(StageId id) {
+  const StageInfo* s = find_stage_info(id);
+  return s ? s->params : static_cast<uint8_t>(kNoParams);
+}
 
 // "int4", "zstd", ... ; and the reverse (false for an unknown name).
 const char* stage_name(StageId id);

@@ -321,6 +321,14 @@ std::string join_names(const std::vector<std::string>& names) {
   return out;
 }
 
+// The parameter families (compression::StageParams) of the stage named `op` in a list entry
+// (not "quantize", whose formats all take block and rounding).
+uint8_t stage_params_named(const std::string& op) {
+  for (const auto& s : compression::kStageInfo)
+    if (op == s.name) return s.params;
+  return compression::kNoParams;
+}
+
 // One stage mapping; `where` locates it, `key` is "compression[i]".
 CompressionStage parse_stage(const YAML::Node& node, const std::string& source,
                              const std::string& key, const std::string& where) {
@@ -366,7 +374,7 @@ CompressionStage parse_stage(const YAML::Node& node, const std::string& source,
                              (near ? did_you_mean(*near) : ""));
         }
         st.format = f;
-      } else if (k == "topk" || k == "randk") {
+      } else if (const uint8_t p = stage_params_named(k); p & compression::kKeepParams) {
         auto text = plain(v);
         auto count = text ? schema::parse_int(*text) : std::nullopt;
         auto frac = text ? schema::parse_double(*text) : std::nullopt;
@@ -377,10 +385,12 @@ CompressionStage parse_stage(const YAML::Node& node, const std::string& source,
         } else {
           fail(kw, full, "expected a fraction in (0, 1) or a count >= 1, got " + describe(v));
         }
-      } else if (k == "dct") {
+      } else if (p & compression::kChunkParam) {
         st.chunk = integer(1, 1 << 20, 64);
-      } else {
+      } else if (p & compression::kLevelParam) {
         st.level = static_cast<int>(integer(1, 19, 3));
+      } else if (!v.IsNull()) {
+        fail(kw, full, "takes no value (write {" + k + ": null})");
       }
     } else if (std::find(params.begin(), params.end(), k) == params.end()) {
       auto near = schema::closest(k, params);
@@ -740,17 +750,20 @@ std::string to_yaml(const Config& config, YamlKeys which) {
   out << YAML::Key << kCompression << YAML::Value << YAML::BeginSeq;
   for (const auto& st : c.compression) {
     out << YAML::Flow << YAML::BeginMap;
+    const uint8_t p = stage_params_named(st.op);
     if (st.op == "quantize") {
       out << YAML::Key << "quantize" << YAML::Value << st.format << YAML::Key << "block"
           << YAML::Value << st.block << YAML::Key << "rounding" << YAML::Value << st.rounding;
-    } else if (st.op == "topk" || st.op == "randk") {
+    } else if (p & compression::kKeepParams) {
       out << YAML::Key << st.op << YAML::Value;
       if (st.count > 0) out << st.count;
       else out << schema::format_double(st.fraction);
-    } else if (st.op == "dct") {
-      out << YAML::Key << "dct" << YAML::Value << st.chunk;
+    } else if (p & compression::kChunkParam) {
+      out << YAML::Key << st.op << YAML::Value << st.chunk;
+    } else if (p & compression::kLevelParam) {
+      out << YAML::Key << st.op << YAML::Value << st.level;
     } else {
-      out << YAML::Key << "zstd" << YAML::Value << st.level;
+      out << YAML::Key << st.op << YAML::Value << YAML::Null;
     }
     out << YAML::EndMap;
   }

@@ -9,6 +9,7 @@
 
 #include "compression/chain.h"
 #include "compression/frame.h"
+#include "compression/stage_ops.h"
 #include "tests/compression/test_util.h"
 
 namespace atl::compression {
@@ -40,6 +41,31 @@ Status decode_status(const Pipeline& p, const Bytes& b, int64_t n) {
   Status s;
   decode(p, b, n, &s);
   return s;
+}
+
+// The two halves of the stage registry describe the same stages, row for row, and each
+// behaviour row sets exactly the members of its stage's slot (compression/stage_ops.h).
+TEST(StageRegistry, EveryStageHasItsSlotsBehaviourAndNoOther) {
+  const auto& ops = stage_ops_table();
+  ASSERT_EQ(ops.size(), std::size(kStageInfo));
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const StageInfo& info = kStageInfo[i];
+    const StageOps& o = ops[i];
+    EXPECT_EQ(o.id, info.id) << info.name;
+    EXPECT_EQ(&stage_ops(info.id), &o) << info.name;
+    EXPECT_EQ(find_stage_info(info.id), &info) << info.name;
+    const bool transform = o.forward && o.inverse, sparsify = o.select != nullptr,
+               quantize = o.value_bytes && o.encode && o.decode,
+               lossless = o.compress && o.decompress && o.compress_bound;
+    EXPECT_EQ(transform, info.slot == Slot::kTransform) << info.name;
+    EXPECT_EQ(sparsify, info.slot == Slot::kSparsify) << info.name;
+    EXPECT_EQ(quantize, info.slot == Slot::kQuantize) << info.name;
+    EXPECT_EQ(lossless, info.slot == Slot::kLossless) << info.name;
+    EXPECT_EQ(transform + sparsify + quantize + lossless, 1) << info.name;
+    if (!sparsify) EXPECT_FALSE(o.sends_indices) << info.name;
+  }
+  EXPECT_THROW(stage_ops(static_cast<StageId>(200)), std::invalid_argument);
+  EXPECT_EQ(find_stage_info(static_cast<StageId>(0)), nullptr);
 }
 
 TEST(Frame, GoldenV1HeaderLayout) {
