@@ -22,6 +22,7 @@
 #include "algorithms/options.h"
 #include "compression/stage.h"
 #include "src/base/status.h"
+#include "src/config/cross_field.h"
 #include "src/config/schema.h"
 
 namespace atl::config {
@@ -73,12 +74,6 @@ std::vector<std::string> full_keys() {
   for (const auto& s : schema::sections())
     for (const auto& f : s.fields) keys.push_back(s.name + "." + f.name);
   return keys;
-}
-
-std::string join_list(const std::vector<std::string>& names) {
-  std::string out;
-  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
-  return out;
 }
 
 std::string did_you_mean(const std::string& suggestion) {
@@ -256,7 +251,7 @@ std::string assign_records(const YAML::Node& value, const std::string& name,
       if (!field) {
         auto near = schema::closest(k, names);
         return item + ": unknown key '" + k + "'" +
-               (near ? did_you_mean(*near) : " (valid: " + join_list(names) + ")");
+               (near ? did_you_mean(*near) : " (valid: " + schema::join(names) + ")");
       }
       if (!seen.insert(k).second) return item + ": duplicate key '" + k + "'";
       auto problem = assign_ref(field->ref(r), field->check, item + "." + k, it->second);
@@ -315,12 +310,6 @@ std::vector<std::string> quantize_formats() {
 const std::vector<std::string> kStageOps = stage_ops();
 const std::vector<std::string> kQuantFormats = quantize_formats();
 
-std::string join_names(const std::vector<std::string>& names) {
-  std::string out;
-  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
-  return out;
-}
-
 // The parameter families (compression::StageParams) of the stage named `op` in a list entry
 // (not "quantize", whose formats all take block and rounding).
 uint8_t stage_params_named(const std::string& op) {
@@ -348,7 +337,7 @@ CompressionStage parse_stage(const YAML::Node& node, const std::string& source,
   if (st.op.empty()) {
     const std::string first = node.begin() != node.end() ? node.begin()->first.Scalar() : "";
     auto near = schema::closest(first, kStageOps);
-    fail(where, key, "a stage needs one of " + join_names(kStageOps) +
+    fail(where, key, "a stage needs one of " + schema::join(kStageOps) +
                          (near ? did_you_mean(*near) : ""));
   }
   const std::vector<std::string> params =
@@ -370,7 +359,7 @@ CompressionStage parse_stage(const YAML::Node& node, const std::string& source,
         const std::string f = v.IsScalar() ? v.Scalar() : "";
         if (std::find(kQuantFormats.begin(), kQuantFormats.end(), f) == kQuantFormats.end()) {
           auto near = schema::closest(f, kQuantFormats);
-          fail(kw, full, "unknown format " + describe(v) + " (valid: " + join_names(kQuantFormats) + ")" +
+          fail(kw, full, "unknown format " + describe(v) + " (valid: " + schema::join(kQuantFormats) + ")" +
                              (near ? did_you_mean(*near) : ""));
         }
         st.format = f;
@@ -395,7 +384,7 @@ CompressionStage parse_stage(const YAML::Node& node, const std::string& source,
     } else if (std::find(params.begin(), params.end(), k) == params.end()) {
       auto near = schema::closest(k, params);
       fail(kw, full, "unknown key for a '" + st.op + "' stage" +
-                         (near ? did_you_mean(key + "." + *near) : params.empty() ? " (it takes no parameters)" : " (valid: " + join_names(params) + ")"));
+                         (near ? did_you_mean(key + "." + *near) : params.empty() ? " (it takes no parameters)" : " (valid: " + schema::join(params) + ")"));
     } else if (k == "block") {
       st.block = integer(1, int64_t{1} << 24, 128);
     } else {
@@ -533,106 +522,6 @@ void apply_override(const std::string& text, Config& cfg) {
     fail(where, key, "YAML syntax error in the value: " + e.msg);
   }
   set(cfg, *section, *field, value, where);
-}
-
-// Every `algorithm.KEY` the text set must be one the chosen algorithm reads
-// (algorithms::algorithm_keys). An unknown name is left to the registry's own check.
-void check_algorithm_keys(const Config& c) {
-  const auto* keys = algorithms::keys_of_algorithm(c.algorithm.name);
-  if (!keys) return;
-  const std::string prefix = "algorithm.";
-  for (const auto& [key, where] : c.origins) {
-    if (key.rfind(prefix, 0) != 0 || key == "algorithm.name") continue;
-    const std::string field = key.substr(prefix.size());
-    if (std::find_if(keys->begin(), keys->end(), [&](const char* k) { return field == k; }) != keys->end())
-      continue;
-    std::vector<std::string> valid = {"name"};
-    valid.insert(valid.end(), keys->begin(), keys->end());
-    const auto named = c.origins.find("algorithm.name");
-    const bool renamed = named != c.origins.end() && named->second.rfind("--set ", 0) == 0 && where.rfind("--set ", 0) != 0;
-    fail(where, key, "is not a key of algorithm '" + c.algorithm.name + "' (its keys: " + join_list(valid) + ")" +
-                         (renamed ? "; to replace the file's algorithm section, --set 'algorithm={name: " +
-                                        c.algorithm.name + "}'"
-                                  : ""));
-  }
-}
-
-// Rules that tie two keys together; checked once the file and every override are applied.
-void check_cross_field(const Config& c) {
-  check_algorithm_keys(c);
-  if (c.model.dim % c.model.heads != 0) {
-    const std::string where = c.origins.count("model.heads") ? origin_of(c, "model.heads")
-                                                             : origin_of(c, "model.dim");
-    fail(where, "model.heads", "model.dim (" + std::to_string(c.model.dim) +
-                                   ") must be divisible by model.heads (" +
-                                   std::to_string(c.model.heads) + ")");
-  }
-  if (c.data.normalize != "none" && (c.data.kind == "text" || c.data.kind == "tokens"))
-    fail(origin_of(c, "data.normalize"), "data.normalize",
-         "standardises image or feature data (data.kind idx or synthetic); data.kind '" + c.data.kind +
-             "' is tokens (use none)");
-  const int k = c.islands.count;
-  int max_islands = k;  // ids that can exist once `add` events have run
-  for (const auto& e : c.islands.events) max_islands += e.add;
-  auto count_problem = [&](const char* key, size_t n) {
-    if (n != 0 && static_cast<int>(n) != k && static_cast<int>(n) != max_islands)
-      fail(origin_of(c, key), key, "has " + std::to_string(n) + " entries but islands.count is " +
-                                       std::to_string(k) + " (one entry per island, or none)");
-  };
-  if (c.transport.min_islands > k)
-    fail(origin_of(c, "transport.min_islands"), "transport.min_islands",
-         std::to_string(c.transport.min_islands) + " is more than islands.count (" + std::to_string(k) + ")");
-  count_problem("compute.speeds", c.compute.speeds.size());
-  count_problem("network.regions", c.network.regions.size());
-  if (!c.hosts.islands.empty() && static_cast<int>(c.hosts.islands.size()) != k)
-    fail(origin_of(c, "hosts.islands"), "hosts.islands",
-         "has " + std::to_string(c.hosts.islands.size()) + " entries but islands.count is " +
-             std::to_string(k) + " (one host per island)");
-  const auto& regions = c.network.regions;
-  auto known_region = [&](const std::string& key, const std::string& r) {
-    if (std::find(regions.begin(), regions.end(), r) != regions.end()) return;
-    std::vector<std::string> names(regions.begin(), regions.end());
-    std::sort(names.begin(), names.end());
-    names.erase(std::unique(names.begin(), names.end()), names.end());
-    auto near = schema::closest(r, names);
-    fail(origin_of(c, key.substr(0, key.find('['))), key,
-         "unknown region '" + r + "'" +
-             (names.empty() ? " (network.regions assigns islands to regions; it is empty)"
-                            : " (regions: " + join_list(names) + ")" + (near ? did_you_mean(*near) : "")));
-  };
-  if (!c.network.server_region.empty()) known_region("network.server_region", c.network.server_region);
-  for (size_t i = 0; i < c.network.links.size(); ++i) {
-    const auto& l = c.network.links[i];
-    const std::string key = "network.links[" + std::to_string(i) + "]";
-    if (l.between.size() != 2)
-      fail(origin_of(c, "network.links"), key + ".between", "expected two region names, e.g. [us, eu]");
-    for (const auto& r : l.between) known_region(key + ".between", r);
-  }
-  for (size_t i = 0; i < c.islands.events.size(); ++i) {
-    const auto& e = c.islands.events[i];
-    const std::string key = "islands.events[" + std::to_string(i) + "]";
-    const std::string where = origin_of(c, "islands.events");
-    const int actions = (e.kill >= 0) + (e.rejoin >= 0) + (e.add > 0) + !e.partition.empty();
-    if (actions != 1)
-      fail(where, key, "needs exactly one of kill, rejoin, add, partition (found " +
-                           std::to_string(actions) + ")");
-    const int triggers = (e.at_step >= 0) + (e.at_time_s >= 0);
-    if (triggers != 1)
-      fail(where, key, "needs exactly one of at_step, at_time_s (found " + std::to_string(triggers) + ")");
-    if (e.at_step >= 0 && e.kill < 0)
-      fail(where, key + ".at_step", "at_step triggers only kill events (an island that is not "
-                                    "running has no steps); use at_time_s");
-    const int id = std::max(e.kill, e.rejoin);
-    if (id >= max_islands)
-      fail(where, key, "island " + std::to_string(id) + " does not exist (islands.count is " +
-                           std::to_string(k) + ")");
-    if (!e.partition.empty()) {
-      if (e.partition.size() != 2)
-        fail(where, key + ".partition", "expected two region names, e.g. [us, eu]");
-      for (const auto& r : e.partition) known_region(key + ".partition", r);
-      if (e.duration_s <= 0) fail(where, key + ".duration_s", "a partition needs duration_s > 0");
-    }
-  }
 }
 
 // A data file must exist, be a file, and open for reading.

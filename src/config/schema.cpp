@@ -101,12 +101,6 @@ std::vector<Section> build() {
           section("checkpoint", &Config::checkpoint)};
 }
 
-std::string join(const std::vector<std::string>& names) {
-  std::string out;
-  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
-  return out;
-}
-
 // Bounds print without a trailing ".0": "[0, 1)", ">= 1".
 std::string bound(double v) {
   std::string s = format_double(v);
@@ -184,6 +178,12 @@ const Field* find_field(const Section& section, std::string_view name) {
   for (const auto& f : section.fields)
     if (f.name == name) return &f;
   return nullptr;
+}
+
+std::string join(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
 }
 
 std::optional<std::string> closest(std::string_view word,

@@ -78,6 +78,9 @@ const std::vector<Section>& sections();
 const Section* find_section(std::string_view name);
 const Field* find_field(const Section& section, std::string_view name);
 
+// "a, b, c".
+std::string join(const std::vector<std::string>& names);
+
 // Closest of `candidates` to `word` by edit distance (insert, delete, substitute, swap two
 // neighbours), if it is within max(2, |word|/3); ties go to the earliest candidate.
 std::optional<std::string> closest(std::string_view word,

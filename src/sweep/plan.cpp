@@ -96,7 +96,11 @@ std::map<std::string, std::string> key_places(const config::SweepSpec& spec) {
 // error comes from one of the run's overrides ("--set KEY=...").
 [[noreturn]] void rethrow_for_run(const UserError& e, const std::string& run_id,
                                   const std::map<std::string, std::string>& places) {
-  const std::string msg = e.what();
+  std::string msg = e.what();
+  // A base key that a swept algorithm does not read: the sweep's remedy is per_algorithm, not
+  // the command line's section replacement that config suggests.
+  if (const size_t hint = msg.find("; to replace the file's algorithm section, --set"); hint != std::string::npos)
+    msg = msg.substr(0, hint) + "; set it under sweep.per_algorithm for the algorithms that read it";
   std::string where;
   if (msg.rfind("--set ", 0) == 0) {
     const std::string key = msg.substr(6, msg.find('=') - 6);

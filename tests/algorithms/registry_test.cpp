@@ -54,7 +54,9 @@ TEST(AlgorithmRegistry, EveryAlgorithmHasItsKeysAndEveryKeyIsOneOfTheSection) {
   }
   // Every key of the section but `name` belongs to some algorithm: none is read by nobody.
   for (const auto& k : names.keys)
-    if (k != "name") EXPECT_EQ(used.count(k), 1u) << k;
+    if (k != "name") {
+      EXPECT_EQ(used.count(k), 1u) << k;
+    }
   EXPECT_EQ(keys_of_algorithm("dilogo"), nullptr);
   EXPECT_THROW(algorithm_traits("dilogo"), UserError);
 }

@@ -62,7 +62,9 @@ TEST(StageRegistry, EveryStageHasItsSlotsBehaviourAndNoOther) {
     EXPECT_EQ(quantize, info.slot == Slot::kQuantize) << info.name;
     EXPECT_EQ(lossless, info.slot == Slot::kLossless) << info.name;
     EXPECT_EQ(transform + sparsify + quantize + lossless, 1) << info.name;
-    if (!sparsify) EXPECT_FALSE(o.sends_indices) << info.name;
+    if (!sparsify) {
+      EXPECT_FALSE(o.sends_indices) << info.name;
+    }
   }
   EXPECT_THROW(stage_ops(static_cast<StageId>(200)), std::invalid_argument);
   EXPECT_EQ(find_stage_info(static_cast<StageId>(0)), nullptr);

@@ -255,8 +255,9 @@ TEST_F(ConfigTest, RoundTripOfEveryField) {
   }
   // The every-key text holds every value as set (the identity core::config_hash hashes).
   for (const auto& field : schema::find_section("algorithm")->fields)
-    if (field.name != "name")
+    if (field.name != "name") {
       EXPECT_NE(all_set.at("algorithm." + field.name), defaults.at("algorithm." + field.name)) << field.name;
+    }
 }
 
 TEST_F(ConfigTest, ToYamlWritesEveryKey) {
@@ -287,7 +288,9 @@ TEST_F(ConfigTest, ToYamlWritesTheChosenAlgorithmsKeys) {
     EXPECT_EQ(written, expected) << row.name;
     const auto every = flatten_yaml(to_yaml(c, YamlKeys::kAll));
     for (const auto& [key, value] : flatten_yaml(to_yaml(c)))
-      if (key.rfind("algorithm.", 0) != 0) EXPECT_EQ(every.count(key), 1u) << key;
+      if (key.rfind("algorithm.", 0) != 0) {
+        EXPECT_EQ(every.count(key), 1u) << key;
+      }
   }
 }
 

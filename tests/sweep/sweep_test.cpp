@@ -176,7 +176,8 @@ TEST_F(SweepTest, InvalidCombinationsAreRejectedBeforeRunning) {
 TEST_F(SweepTest, ABaseKeyThatASweptAlgorithmDoesNotReadIsRefused) {
   const std::string msg = error_of(kBase + "sweep:\n  grid: {algorithm.name: [diloco, ddp]}\n");
   EXPECT_NE(msg.find("sweep run 'algorithm=ddp,seed=0': s.yaml:6: key 'algorithm.inner_steps': is not a key of "
-                     "algorithm 'ddp' (its keys: name)"),
+                     "algorithm 'ddp' (its keys: name); set it under sweep.per_algorithm for the algorithms "
+                     "that read it"),
             std::string::npos)
       << msg;
   const std::string per = error_of(kNamesBase + "sweep:\n  grid: {algorithm.name: [diloco, demo]}\n"
