@@ -42,6 +42,9 @@ inline Rule open_open(double lo, double hi) { return {lo, hi, true, true, {}}; }
 inline Rule one_of(std::initializer_list<const char*> names) {
   return {std::nullopt, std::nullopt, false, false, {names.begin(), names.end()}};
 }
+inline Rule one_of(std::vector<std::string> names) {  // names from a registry's table
+  return {std::nullopt, std::nullopt, false, false, std::move(names)};
+}
 
 // One value of an enum-like option and its name in the config.
 template <class E>

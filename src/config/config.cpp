@@ -24,6 +24,7 @@
 #include "src/base/status.h"
 #include "src/config/cross_field.h"
 #include "src/config/schema.h"
+#include "src/data/kinds.h"
 
 namespace atl::config {
 namespace {
@@ -700,16 +701,16 @@ void fail_key(const Config& config, const std::string& key, const std::string& p
 
 void check_environment(const Config& c) {
   const DataConfig& d = c.data;
-  const bool needs_path = d.kind == "text" || d.kind == "tokens" || d.kind == "idx";
-  if (needs_path && d.path.empty())
+  const data::DataKind* kind = data::find_data_kind(d.kind);
+  if (kind && kind->reads_file && d.path.empty())
     fail(origin_of(c, "data.kind"), "data.path",
          "data.kind '" + d.kind + "' reads a file, but data.path is not set");
-  if (d.kind == "idx" && d.labels_path.empty())
+  if (kind && kind->labels_file && d.labels_path.empty())
     fail(origin_of(c, "data.path"), "data.labels_path",
-         "data.kind 'idx' needs the IDX labels file for data.path");
-  if (d.kind == "idx" && !d.val_path.empty() && d.val_labels_path.empty())
+         "data.kind '" + d.kind + "' needs the IDX labels file for data.path");
+  if (kind && kind->labels_file && !d.val_path.empty() && d.val_labels_path.empty())
     fail(origin_of(c, "data.val_path"), "data.val_labels_path",
-         "data.kind 'idx' needs the IDX labels file for data.val_path");
+         "data.kind '" + d.kind + "' needs the IDX labels file for data.val_path");
   check_readable(c, "data.path", d.path);
   check_readable(c, "data.labels_path", d.labels_path);
   check_readable(c, "data.val_path", d.val_path);

@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "algorithms/options.h"
+#include "src/data/kinds.h"
+#include "transport/kinds.h"
 #include "src/base/fields.h"
 
 namespace atl::config {
@@ -106,7 +108,7 @@ struct DataConfig {
   template <class V>
   void fields(V& v) {
     using namespace atl::fields;
-    v.field("kind", kind, one_of({"text", "tokens", "idx", "synthetic"}));
+    v.field("kind", kind, one_of(data::data_kind_names()));
     v.field("path", path);
     v.field("labels_path", labels_path);
     v.field("val_path", val_path);
@@ -290,7 +292,7 @@ struct NetworkConfig {
 
 // Real multi-process runs (`atoll coordinator`, `atoll island`, `atoll launch`).
 struct TransportConfig {
-  std::string kind = "zmq";     // zmq | gloo: the data plane among islands
+  std::string kind = "zmq";     // the data plane among islands: a row of transport/kinds.h (zmq | gloo)
   std::string collective = "ring";  // zmq all-reduce: ring (peer to peer) | star (via coordinator)
   std::string coordinator = "tcp://127.0.0.1:29500";  // coordinator's control endpoint
   std::string host = "127.0.0.1";   // address islands bind their data sockets on
@@ -320,7 +322,7 @@ struct TransportConfig {
   template <class V>
   void fields(V& v) {
     using namespace atl::fields;
-    v.field("kind", kind, one_of({"zmq", "gloo"}));
+    v.field("kind", kind, one_of(transport::transport_kind_names()));
     v.field("collective", collective, one_of({"ring", "star"}));
     v.field("coordinator", coordinator);
     v.field("host", host);

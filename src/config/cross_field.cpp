@@ -7,6 +7,7 @@
 
 #include "algorithms/options.h"
 #include "src/config/schema.h"
+#include "src/data/kinds.h"
 
 namespace atl::config {
 namespace {
@@ -44,7 +45,7 @@ void check_cross_field(const Config& c) {
                  std::to_string(c.model.heads) + ")",
              c.origins.count("model.heads") ? "" : "model.dim");
   }
-  if (c.data.normalize != "none" && (c.data.kind == "text" || c.data.kind == "tokens"))
+  if (const data::DataKind* kind = data::find_data_kind(c.data.kind); c.data.normalize != "none" && kind && kind->language)
     fail_key(c, "data.normalize", "standardises image or feature data (data.kind idx or synthetic); data.kind '" + c.data.kind +
              "' is tokens (use none)");
   const int k = c.islands.count;

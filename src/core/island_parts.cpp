@@ -10,6 +10,7 @@
 #include "src/models/gpt.h"
 #include "src/core/params_file.h"
 #include "src/data/rng.h"
+#include "src/data/kinds.h"
 
 #include <algorithm>
 #include <cmath>
@@ -220,7 +221,7 @@ double forward_backward(IslandParts& parts, const config::TrainConfig& train) {
 
 void check_eval_keys(const config::Config& config) {
   const int n = config.data.loss_after;
-  if (n > 0 && (config.data.kind == "idx" || config.data.kind == "synthetic"))
+  if (const data::DataKind* kind = data::find_data_kind(config.data.kind); n > 0 && kind && !kind->language)
     config::fail_key(config, "data.loss_after", "applies to language models (data.kind " + config.data.kind +
                                                     " is a classifier's)");
   if (n > config.model.seq_len)

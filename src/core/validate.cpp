@@ -21,6 +21,8 @@
 #include "src/models/model.h"
 #include "src/core/components.h"
 #include "src/core/island_parts.h"
+#include "src/data/kinds.h"
+#include "transport/kinds.h"
 
 namespace atl::core {
 namespace {
@@ -71,11 +73,12 @@ void check_device(const config::Config& c) {
 // What the config says about the data's shape without reading it; false when only the
 // files know (tokens: the largest id; idx: the images' size and the labels).
 bool static_shape(const config::DataConfig& d, models::DataShape& shape) {
-  if (d.kind == "text") {
-    shape.vocab = 256;  // byte-level (src/data/text_reader.cpp)
+  const data::DataKind* kind = data::find_data_kind(d.kind);
+  if (kind && kind->fixed_vocab > 0) {
+    shape.vocab = kind->fixed_vocab;  // text: byte-level (src/data/text_reader.cpp)
     return true;
   }
-  if (d.kind == "synthetic") {
+  if (kind && kind->generated) {
     shape.classes = d.synthetic_classes;
     shape.input_dim = d.synthetic_dim;
     return true;
@@ -102,13 +105,16 @@ void check_events(const config::Config& c, Target target) {
 
 void check_transport(const config::Config& c) {
   const auto& t = c.transport;
-  if (t.kind != "zmq" && t.kind != "gloo")
-    config::fail_key(c, "transport.kind", "'" + t.kind + "' is not available for real runs (use zmq or gloo)");
-  if (t.kind == "gloo" && t.curve)
-    config::fail_key(c, "transport.curve", "not available with transport.kind gloo (gloo's TCP data plane is "
-                                           "neither encrypted nor authenticated; use zmq for untrusted networks)");
-  if (t.collective == "star" && t.kind != "zmq")
-    config::fail_key(c, "transport.collective", "'star' (all-reduce through the coordinator) needs transport.kind zmq");
+  const transport::TransportKind* kind = transport::find_transport_kind(t.kind);
+  if (!kind) {
+    std::string names;
+    for (const auto& k : transport::kTransportKinds) names += (names.empty() ? "" : ", ") + std::string(k.name);
+    config::fail_key(c, "transport.kind", "'" + t.kind + "' is not available for real runs (use " + names + ")");
+  }
+  const std::string with = "not available with transport.kind " + t.kind + " (";
+  if (t.curve && kind->no_curve) config::fail_key(c, "transport.curve", with + kind->no_curve + ")");
+  if (t.collective == "star" && kind->no_star)
+    config::fail_key(c, "transport.collective", "'star' (all-reduce through the coordinator) is " + with + kind->no_star + ")");
 }
 
 // checkpoint: and run.resume (docs/checkpoints.md): what this version saves and restores.

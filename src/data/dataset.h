@@ -83,6 +83,9 @@ struct Splits {
 // computed after the hold-out, standardise both splits; a language model's tokens cannot be
 // (UserError naming data.normalize).
 Splits load_splits(const config::DataConfig& config, int seq_len, uint64_t seed);
+// The data kinds load_splits has a row for, in order (a test checks them against
+// src/data/kinds.h, the table config and validation read).
+std::vector<std::string> loader_kinds();
 
 // Deterministic, disjoint shards of `train` for `islands` islands: result[i] lists the
 // example indices of island i. Every index appears at most once over all shards

@@ -25,6 +25,7 @@
 #include "src/data/dataset.h"
 #include "src/data/partition_rules.h"
 #include "src/data/rng.h"
+#include "src/data/kinds.h"
 
 namespace atl::data {
 
@@ -133,7 +134,7 @@ Shards label_shards(const Dataset& train, int islands, int per_island, Rng& rng)
 
 std::optional<KeyProblem> check_partition(const config::DataConfig& config) {
   const bool by_label = config.partition == "dirichlet" || config.partition == "shards";
-  if (by_label && (config.kind == "text" || config.kind == "tokens"))
+  if (const DataKind* kind = find_data_kind(config.kind); by_label && kind && kind->language)
     return KeyProblem{"data.partition", needs_labels(config.partition)};
   return std::nullopt;
 }

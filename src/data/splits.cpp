@@ -24,6 +24,7 @@
 #include "src/data/dataset.h"
 #include "src/data/readers.h"
 #include "src/data/rng.h"
+#include "src/data/kinds.h"
 
 namespace atl::data {
 
@@ -66,10 +67,7 @@ std::vector<int64_t> window_starts(const std::vector<int64_t>& windows, int seq_
   return starts;
 }
 
-std::shared_ptr<TokenStream> read_stream(const config::DataConfig& config,
-                                         const std::string& path, const std::string& key) {
-  return config.kind == "text" ? read_text(path, key) : read_tokens(path, key);
-}
+using StreamReader = std::shared_ptr<TokenStream> (*)(const std::string& path, const std::string& key);
 
 int64_t checked_windows(const TokenStream& stream, int seq_len, const std::string& path,
                         const std::string& key, int64_t at_least) {
@@ -83,11 +81,15 @@ int64_t checked_windows(const TokenStream& stream, int seq_len, const std::strin
   return windows;
 }
 
-Splits load_language_model(const config::DataConfig& config, int seq_len) {
+Splits load_language_model(const config::DataConfig& config, int seq_len, StreamReader read_stream) {
   if (seq_len < 1) throw UserError("model.seq_len: must be >= 1, got " + std::to_string(seq_len));
-  std::shared_ptr<const TokenStream> train = read_stream(config, config.path, "data.path");
+  if (config.normalize != "none") {
+    throw UserError("data.normalize: standardises image or feature data (data.kind idx or synthetic); "
+                    "data.kind '" + config.kind + "' is tokens");
+  }
+  std::shared_ptr<const TokenStream> train = read_stream(config.path, "data.path");
   if (!config.val_path.empty()) {
-    std::shared_ptr<const TokenStream> val = read_stream(config, config.val_path, "data.val_path");
+    std::shared_ptr<const TokenStream> val = read_stream(config.val_path, "data.val_path");
     const int64_t train_windows = checked_windows(*train, seq_len, config.path, "data.path", 1);
     const int64_t val_windows = checked_windows(*val, seq_len, config.val_path, "data.val_path", 1);
     std::vector<int64_t> train_ids(static_cast<size_t>(train_windows));
@@ -190,9 +192,7 @@ Splits standardise(Splits s, const std::string& mode) {
   return s;
 }
 
-Splits load_classification(const config::DataConfig& config, uint64_t seed) {
-  Splits s = config.kind == "idx" ? load_idx(config, seed)
-                                  : hold_out_rows(*make_synthetic(config, seed), config.val_fraction, seed, "synthetic");
+Splits load_classification(const config::DataConfig& config, Splits s) {
   if (config.normalize == "none") return s;
   if (config.normalize != "global" && config.normalize != "per_feature") {
     throw UserError("data.normalize: unknown '" + config.normalize + "' (valid: none, global, per_feature)");
@@ -200,19 +200,37 @@ Splits load_classification(const config::DataConfig& config, uint64_t seed) {
   return standardise(std::move(s), config.normalize);
 }
 
+// How each data kind (src/data/kinds.h, same order) is loaded.
+struct KindRow {
+  const char* name;
+  Splits (*load)(const config::DataConfig& config, int seq_len, uint64_t seed);
+};
+
+const KindRow kKindRows[] = {
+    {"text", [](const config::DataConfig& c, int seq_len, uint64_t) { return load_language_model(c, seq_len, read_text); }},
+    {"tokens",
+     [](const config::DataConfig& c, int seq_len, uint64_t) { return load_language_model(c, seq_len, read_tokens); }},
+    {"idx", [](const config::DataConfig& c, int, uint64_t seed) { return load_classification(c, load_idx(c, seed)); }},
+    {"synthetic",
+     [](const config::DataConfig& c, int, uint64_t seed) {
+       return load_classification(c, hold_out_rows(*make_synthetic(c, seed), c.val_fraction, seed, "synthetic"));
+     }},
+};
+
 }  // namespace
 
 Splits load_splits(const config::DataConfig& config, int seq_len, uint64_t seed) {
-  if (config.kind == "text" || config.kind == "tokens") {
-    if (config.normalize != "none") {
-      throw UserError("data.normalize: standardises image or feature data (data.kind idx or synthetic); "
-                      "data.kind '" + config.kind + "' is tokens");
-    }
-    return load_language_model(config, seq_len);
-  }
-  if (config.kind == "idx" || config.kind == "synthetic") return load_classification(config, seed);
-  throw UserError("data.kind: unknown '" + config.kind +
-                  "' (valid: text, tokens, idx, synthetic)");
+  for (const auto& row : kKindRows)
+    if (config.kind == row.name) return row.load(config, seq_len, seed);
+  std::string valid;
+  for (const auto& k : kDataKinds) valid += (valid.empty() ? "" : ", ") + std::string(k.name);
+  throw UserError("data.kind: unknown '" + config.kind + "' (valid: " + valid + ")");
+}
+
+std::vector<std::string> loader_kinds() {
+  std::vector<std::string> names;
+  for (const auto& row : kKindRows) names.emplace_back(row.name);
+  return names;
 }
 
 }  // namespace atl::data

@@ -19,6 +19,7 @@
 #include "src/base/log.h"
 #include "src/base/status.h"
 #include "src/checkpoint/checkpoint_dir.h"
+#include "src/run/data_plane.h"
 #include "src/run/handover.h"
 #include "src/run/process_checkpoint.h"
 #include "src/run/processes.h"
@@ -33,10 +34,9 @@
 #include "src/core/sim_checkpoint.h"
 #include "src/core/validate.h"
 #include "src/core/wall_time.h"
-#include "transport/gloo/gloo_group.h"
 #include "transport/zmq/control_client.h"
 #include "transport/zmq/curve.h"
-#include "transport/zmq/zmq_group.h"
+#include "transport/kinds.h"
 
 namespace atl::run {
 
@@ -52,20 +52,6 @@ std::string data_endpoint(const config::TransportConfig& t, int island) {
   return "tcp://" + t.host + ":" + std::to_string(t.base_port + island);
 }
 
-// transport.kind gloo: gloo's pairs listen on transport.host (ephemeral ports); the
-// data-phase timeout follows the same bandwidth model as zmq's; connecting the pairs of a
-// new mesh may take up to two heartbeat timeouts (at least 5 s).
-transport::GlooGroupOptions gloo_options(const config::TransportConfig& t) {
-  transport::GlooGroupOptions o;
-  o.host = t.host;
-  o.chunk_bytes = t.chunk_bytes;
-  o.bandwidth_mbps = t.bandwidth_mbps;
-  o.timeout_slack = t.timeout_slack;
-  o.connect_timeout_ms = std::max<int64_t>(2 * t.heartbeat_timeout_ms, 5000);
-  o.poll_ms = static_cast<int>(std::clamp<int64_t>(t.heartbeat_ms / 2, 10, 100));
-  return o;
-}
-
 // Set in the store by every island before its first step: an island that finds it when it
 // joins comes into a run that is already going.
 const char kStartedKey[] = "atoll/run/started";
@@ -78,7 +64,8 @@ std::string eval_key(int64_t step, int path) {
 // Rejoining hands over the global model and Algorithm::export_state(); these setups keep more.
 Status check_rejoin(const config::Config& config, const algorithms::Algorithm& algorithm) {
   std::string why;
-  if (config.transport.kind != "zmq") why = "transport.kind " + config.transport.kind + " (use zmq)";
+  const transport::TransportKind* kind = transport::find_transport_kind(config.transport.kind);
+  if (kind && kind->no_handover) why = "transport.kind " + config.transport.kind + " (" + kind->no_handover + ")";
   else if (algorithm.global_on_server()) why = config.algorithm.name + " (its global model lives in the coordinator's server role)";
   else if (config.algorithm.name == "dipaco" && core::dipaco_paths(config).paths() > config.islands.count)
     why = "dipaco with fewer islands than paths (the islands take the paths in turn; no island holds another's state)";
@@ -238,35 +225,19 @@ StatusOr<IslandEnd> run_island_once(const config::Config& config, int island, co
     handover = std::move(got.value());
   }
 
-  transport::ZmqGroupOptions go;
-  go.bind = endpoint;
-  go.first_seq = handover ? handover->first_seq : 0;  // the donor's next collective
-  if (handover) go.first_seqs = handover->subgroup_seqs;  // and its sub-groups' (dipaco)
+  DataPlaneStart where;
+  where.bind = endpoint;
+  where.first_seq = handover ? handover->first_seq : 0;  // the donor's next collective
+  if (handover) where.first_seqs = handover->subgroup_seqs;  // and its sub-groups' (dipaco)
   if (resumed) {  // where the checkpoint's groups were
-    go.first_seqs = resumed->group_seqs;
-    go.first_seq = go.first_seqs[0];
-    go.first_seqs.erase(0);
-    go.in_flight = resumed->in_flight;
+    where.first_seqs = resumed->group_seqs;
+    where.first_seq = where.first_seqs[0];
+    where.first_seqs.erase(0);
+    where.in_flight = resumed->in_flight;
   }
-  go.star = t.collective == "star";
-  go.chunk_bytes = t.chunk_bytes;
-  go.max_in_flight = t.max_in_flight;
-  go.bandwidth_mbps = t.bandwidth_mbps;
-  go.timeout_slack = t.timeout_slack;
-  if (t.curve) {
-    go.curve = true;
-    go.curve_public_key = cc.curve_keys.public_key;
-    go.curve_secret_key = cc.curve_keys.secret_key;
-  }
-  std::unique_ptr<transport::Group> data_plane;
-  if (t.kind == "gloo") {
-    transport::GlooGroupOptions gopt = gloo_options(t);
-    gopt.first_seq = go.first_seq;
-    gopt.first_seqs = go.first_seqs;
-    gopt.in_flight = go.in_flight;
-    data_plane = std::make_unique<transport::GlooGroup>(control, std::move(gopt));
-  }
-  else data_plane = std::make_unique<transport::ZmqGroup>(control, go);
+  where.curve_public_key = cc.curve_keys.public_key;
+  where.curve_secret_key = cc.curve_keys.secret_key;
+  std::unique_ptr<transport::NetGroup> data_plane = make_data_plane(t, control, std::move(where));
   transport::Group& group = *data_plane;
   if (Status st = joined.publish_endpoint(endpoint, Clock::now() + std::chrono::seconds(60)); !st.is_ok()) {
     return failed(island, st);
@@ -523,17 +494,18 @@ StatusOr<IslandEnd> run_island_once(const config::Config& config, int island, co
   } else {
     runtime.evaluate_start();
   }
-  // Hands this island's state to islands that rejoin, when it is the donor (zmq only).
+  // Hands this island's state to islands that rejoin, when it is the donor (transports that
+  // hand over: transport/kinds.h).
   if (check_rejoin(config, *parts.algorithm).is_ok()) {
-    auto& zmq_group = static_cast<transport::ZmqGroup&>(group);
+    auto& net_group = *data_plane;
     donor.emplace(
         control,
         [&] {
           Handover h;
           h.donor = island;
           h.step = runtime.steps();
-          h.first_seq = zmq_group.next_seq();
-          h.subgroup_seqs = zmq_group.next_seqs();
+          h.first_seq = net_group.next_seq();
+          h.subgroup_seqs = net_group.next_seqs();
           h.subgroup_seqs.erase(0);
           h.global = parts.algorithm->global_params();
           h.state = parts.algorithm->export_state();

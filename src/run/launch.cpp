@@ -43,6 +43,7 @@
 #include "src/run/processes.h"
 #include "src/run/wan.h"
 #include "src/core/validate.h"
+#include "transport/kinds.h"
 
 namespace atl::run {
 namespace {
@@ -275,11 +276,9 @@ int launch(const config::Config& config, const ProcessOptions& options) {
     a.insert(a.end(), extra.begin(), extra.end());
     return a;
   };
-  if (options.emulate_wan && config.transport.kind != "zmq") {
-    // gloo's pairs listen on ephemeral ports published through the store: no relay can sit
-    // between them.
-    throw UserError(config.source + ": key 'transport.kind': launch --emulate-wan needs zmq (the " +
-                    config.transport.kind + " data plane cannot be routed through relays)");
+  if (const auto* kind = transport::find_transport_kind(config.transport.kind); options.emulate_wan && kind && kind->no_relays) {
+    throw UserError(config.source + ": key 'transport.kind': launch --emulate-wan is not available with " +
+                    config.transport.kind + " (" + kind->no_relays + ")");
   }
   // What to start: [0] is the coordinator. With `hosts:`, processes on other machines are
   // started through ssh (or only printed, without --ssh).

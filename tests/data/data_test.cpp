@@ -9,6 +9,7 @@
 #include <set>
 
 #include "src/data/dataset.h"
+#include "src/data/kinds.h"
 #include "src/data/lm_dataset.h"
 #include "tests/data/test_util.h"
 
@@ -37,6 +38,13 @@ const LmDataset& as_lm(const Dataset& d) {
   const auto* lm = dynamic_cast<const LmDataset*>(&d);
   if (lm == nullptr) throw std::runtime_error("not an LmDataset");
   return *lm;
+}
+
+// The data registry's two halves agree: every kind the config accepts (src/data/kinds.h) has
+// its loader row (src/data/splits.cpp), in the same order.
+TEST(DataKinds, EveryKindHasItsLoaderRow) {
+  EXPECT_EQ(loader_kinds(), data_kind_names());
+  EXPECT_EQ(find_data_kind("csv"), nullptr);
 }
 
 TEST(TextData, WindowsShiftInputAndTargetByOne) {

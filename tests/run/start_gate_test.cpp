@@ -2,6 +2,8 @@
 // every island, or min_islands at the join timeout or when the rest were refused; and the
 // one line naming the missing islands.
 #include "src/run/start_gate.h"
+#include "src/run/data_plane.h"
+#include "transport/kinds.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -163,6 +165,16 @@ TEST(StartGate, RefusedKeysAreTracedToTheIslandKeyFiles) {
   EXPECT_TRUE(refused_islands(keys, 3, {}).empty());
   EXPECT_EQ(refused_islands(keys, 3, {k0.public_key}).count(0), 1u);
   std::filesystem::remove_all(dir);
+}
+
+// The transport registry's two halves agree: every kind the config accepts
+// (transport/kinds.h) has its data plane row (src/run/data_plane.cpp), in the same order, and
+// a kind without a row is one clear error.
+TEST(TransportRegistry, EveryKindHasItsDataPlaneRow) {
+  EXPECT_EQ(data_plane_kinds(), transport::transport_kind_names());
+  config::TransportConfig t;
+  t.kind = "carrier-pigeon";
+  EXPECT_EQ(transport::find_transport_kind(t.kind), nullptr);
 }
 
 }  // namespace
