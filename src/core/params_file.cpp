@@ -6,8 +6,10 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
-#include <vector>
+#include <string>
+#include <utility>
 
+#include "src/base/bytes.h"
 #include "src/base/hash.h"
 #include "src/core/run_dir.h"
 
@@ -15,40 +17,37 @@ namespace atl::core {
 namespace {
 constexpr char kMagic[4] = {'A', 'T', 'L', 'P'};
 constexpr uint32_t kVersion = 1;
-template <typename T>
-void put(std::string& out, T v) {
-  out.append(reinterpret_cast<const char*>(&v), sizeof v);  // little-endian hosts
-}
 }  // namespace
 
 void write_params(const std::string& path, const at::Tensor& params) {
   at::Tensor p = params.detach().to(at::kCPU).to(at::kFloat).contiguous();
   const uint64_t n = static_cast<uint64_t>(p.numel());
-  std::string out(kMagic, 4);
-  put(out, kVersion);
-  put(out, n);
-  out.append(reinterpret_cast<const char*>(p.data_ptr<float>()), n * sizeof(float));
-  put(out, static_cast<uint64_t>(xxh64(p.data_ptr<float>(), n * sizeof(float))));
-  write_file_atomic(path, out);
+  bytes::ByteWriter w;
+  w.raw(kMagic, 4);
+  w.u32(kVersion);
+  w.u64(n);
+  w.raw(p.data_ptr<float>(), n * sizeof(float));
+  w.u64(xxh64(p.data_ptr<float>(), n * sizeof(float)));
+  write_file_atomic(path, std::move(w).bytes());
 }
 
 StatusOr<at::Tensor> read_params(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return not_found("cannot read '" + path + "'");
-  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (bytes.size() < 24 || std::memcmp(bytes.data(), kMagic, 4) != 0) return corrupt(path + ": not a parameter file");
-  uint32_t version = 0;
-  uint64_t n = 0, sum = 0;
-  std::memcpy(&version, bytes.data() + 4, 4);
-  std::memcpy(&n, bytes.data() + 8, 8);
-  if (version != kVersion) return corrupt(path + ": unknown version " + std::to_string(version));
-  if (n > (bytes.size() - 24) / sizeof(float) || bytes.size() != 24 + n * sizeof(float)) {
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  bytes::Reader r(bytes, "parameter file");
+  const uint8_t* magic = r.take(4, "magic");
+  if (!magic || std::memcmp(magic, kMagic, 4) != 0) return corrupt(path + ": not a parameter file");
+  const uint32_t version = r.u32("version");
+  const uint64_t n = r.u64("count");
+  if (r.ok() && version != kVersion) return corrupt(path + ": unknown version " + std::to_string(version));
+  if (!r.ok() || n > r.remaining() / sizeof(float) || r.remaining() != n * sizeof(float) + 8) {
     return corrupt(path + ": size does not match the declared count");
   }
-  std::memcpy(&sum, bytes.data() + 16 + n * sizeof(float), 8);
-  if (xxh64(bytes.data() + 16, n * sizeof(float)) != sum) return corrupt(path + ": checksum mismatch");
+  const uint8_t* values = r.take(n * sizeof(float), "values");
+  if (xxh64(values, n * sizeof(float)) != r.u64("checksum")) return corrupt(path + ": checksum mismatch");
   at::Tensor t = at::empty({static_cast<int64_t>(n)}, at::kFloat);
-  std::memcpy(t.data_ptr<float>(), bytes.data() + 16, n * sizeof(float));
+  std::memcpy(t.data_ptr<float>(), values, n * sizeof(float));
   return t;
 }
 
