@@ -71,16 +71,19 @@ int sweep(const SweepOptions& o) {
 
 // Islands are threads that take turns computing; libgomp's default "active" waiting keeps
 // the idle threads' OpenMP workers spinning on the cores the running island needs (measured:
-// a 4-island quickstart step 2.3x slower). OMP_WAIT_POLICY is read when libgomp loads, before
-// main(), so atoll sets it and re-executes itself once. A user's own setting wins.
-void ensure_passive_openmp_wait(char** argv) {
-  if (std::getenv("OMP_WAIT_POLICY") != nullptr) return;
-  ::setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
-  ::execv("/proc/self/exe", argv);  // returns only on failure: then run as we are
+// a 4-island quickstart step 2.3x slower). libgomp reads OMP_WAIT_POLICY in its initialiser,
+// when it loads, before main(). A function in the executable's .preinit_array runs before any
+// shared library's initialiser (the dynamic loader calls the program's pre-initialisers
+// first), so atoll sets PASSIVE there, without re-executing itself. A user's own setting wins.
+namespace {
+void passive_openmp_wait(int, char**, char**) {
+  if (std::getenv("OMP_WAIT_POLICY") == nullptr) ::setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
 }
+}  // namespace
+__attribute__((section(".preinit_array"), used)) static void (*const kPassiveOpenmpWait)(int, char**, char**) =
+    passive_openmp_wait;
 
 int main(int argc, char** argv) {
-  ensure_passive_openmp_wait(argv);
   CLI::App app{"atoll: low-communication decentralized training"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "atoll 0.1.0");

@@ -23,6 +23,37 @@ int lines(const std::string& s) {
   return n;
 }
 
+// How often the output says `needle`.
+int count(const std::string& s, const std::string& needle) {
+  int n = 0;
+  for (size_t at = s.find(needle); at != std::string::npos; at = s.find(needle, at + 1)) ++n;
+  return n;
+}
+
+// libgomp reads OMP_WAIT_POLICY when it loads, before main(); atoll sets PASSIVE before that
+// (src/cli/main.cpp, from the executable's pre-initialisation) without re-executing itself,
+// and a user's own setting wins. OMP_DISPLAY_ENV makes libgomp print what it read, once per
+// process start: one start, not two.
+TEST(Startup, OpenMpWaitsPassivelyWithoutReExecution) {
+  auto start = [](const std::string& env) {
+    const std::string cmd = "env -u OMP_WAIT_POLICY OMP_DISPLAY_ENV=true " + env + " " + std::string(ATOLL_BINARY) +
+                            " --version 2>&1";
+    Result r;
+    FILE* p = popen(cmd.c_str(), "r");
+    std::array<char, 4096> buf{};
+    while (p && fgets(buf.data(), buf.size(), p)) r.output += buf.data();
+    r.code = p ? pclose(p) : -1;
+    return r;
+  };
+  const Result plain = start("");
+  EXPECT_EQ(plain.code, 0) << plain.output;
+  EXPECT_EQ(count(plain.output, "OMP_WAIT_POLICY = "), 1) << plain.output;
+  EXPECT_EQ(count(plain.output, "OMP_WAIT_POLICY = 'PASSIVE'"), 1) << plain.output;
+  const Result user = start("OMP_WAIT_POLICY=ACTIVE");
+  EXPECT_EQ(count(user.output, "OMP_WAIT_POLICY = "), 1) << user.output;
+  EXPECT_EQ(count(user.output, "OMP_WAIT_POLICY = 'ACTIVE'"), 1) << user.output;
+}
+
 class Cli : public ::testing::Test {
  protected:
   void SetUp() override {
