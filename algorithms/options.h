@@ -137,9 +137,17 @@ struct AlgorithmOptions {
 // file and line and these keys): a key the algorithm never reads would be a silent no-op. The
 // resolved config writes only these. A new algorithm adds its row here and its entry in
 // algorithms/registry.cpp (a test checks that the two lists name the same algorithms).
+// `defaults`: the algorithm's own default of a key it shares with others, as YAML text
+// (src/config applies it when the config leaves the key out), e.g. an outer_lr of 1.0 where
+// DiLoCo's is 0.7.
+struct KeyDefault {
+  const char* key;
+  const char* value;
+};
 struct AlgorithmKeys {
   const char* name;
   std::vector<const char*> keys;
+  std::vector<KeyDefault> defaults = {};
 };
 
 inline const std::vector<AlgorithmKeys>& algorithm_keys() {
@@ -168,11 +176,17 @@ inline const std::vector<AlgorithmKeys>& algorithm_keys() {
   return table;
 }
 
+// The row of algorithm `name` in algorithm_keys(); null for a name no row has.
+inline const AlgorithmKeys* algorithm_row(const std::string& name) {
+  for (const auto& row : algorithm_keys())
+    if (name == row.name) return &row;
+  return nullptr;
+}
+
 // The keys of algorithm `name` (see algorithm_keys()); null for a name no row has.
 inline const std::vector<const char*>* keys_of_algorithm(const std::string& name) {
-  for (const auto& row : algorithm_keys())
-    if (name == row.name) return &row.keys;
-  return nullptr;
+  const AlgorithmKeys* row = algorithm_row(name);
+  return row ? &row->keys : nullptr;
 }
 
 // A rule of the options that does not hold ("algorithm.fragments", what is wrong).

@@ -17,6 +17,7 @@
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <stdexcept>
 #include <type_traits>
 
 #include "algorithms/options.h"
@@ -539,6 +540,21 @@ void check_readable(const Config& c, const std::string& key, const std::string& 
   if (!in) fail(where, key, "file '" + path + "' cannot be opened for reading");
 }
 
+// The chosen algorithm's own defaults of shared keys (algorithms::algorithm_keys), for each
+// such key the text and the overrides left unset.
+void apply_algorithm_defaults(Config& cfg) {
+  const algorithms::AlgorithmKeys* row = algorithms::algorithm_row(cfg.algorithm.name);
+  if (!row) return;
+  const Section& section = *schema::find_section("algorithm");
+  for (const auto& d : row->defaults) {
+    if (cfg.origins.count(std::string("algorithm.") + d.key)) continue;
+    const Field* field = schema::find_field(section, d.key);
+    if (!field) throw std::logic_error(std::string("algorithm_keys: default of unknown key ") + d.key);
+    if (auto problem = assign(cfg, *field, YAML::Load(d.value)); !problem.empty())
+      throw std::logic_error("algorithm_keys: default of " + std::string(d.key) + ": " + problem);
+  }
+}
+
 }  // namespace
 
 Config parse_config(const std::string& yaml_text, const std::string& source_name,
@@ -547,6 +563,7 @@ Config parse_config(const std::string& yaml_text, const std::string& source_name
   cfg.source = source_name;
   parse_document(yaml_text, source_name, cfg);
   for (const auto& o : overrides) apply_override(o, cfg);
+  apply_algorithm_defaults(cfg);
   check_cross_field(cfg);
   return cfg;
 }
