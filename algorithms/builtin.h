@@ -2,6 +2,8 @@
 #pragma once
 
 #include <memory>
+#include <optional>
+#include <string>
 
 #include "algorithms/algorithm.h"
 
@@ -15,6 +17,9 @@ std::unique_ptr<Algorithm> make_async_local_sgd(const AlgorithmOptions& options,
 std::unique_ptr<Algorithm> make_demo(const AlgorithmOptions& options, int island);
 // DiPaCo's DiLoCo per module (options.module_islands from the `dipaco:` section).
 std::unique_ptr<Algorithm> make_dipaco(const AlgorithmOptions& options, int island);
+// SparseLoCo (algorithms/sparseloco.cpp) and why a codec cannot carry its values.
+std::unique_ptr<Algorithm> make_sparseloco(const AlgorithmOptions& options, int island);
+std::optional<std::string> sparseloco_codec_problem(const compression::Pipeline& codec);
 std::unique_ptr<transport::OuterServer> make_fedavg_server(
     const AlgorithmOptions& options, const at::Tensor& initial,
     std::function<void(const ServerRound&)> on_round);

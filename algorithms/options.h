@@ -21,6 +21,8 @@ enum class Overlap : uint8_t { kNone, kDelayed, kEager };
 enum class FragmentMode : uint8_t { kStrided, kSequential };
 // async_local_sgd: what the server does with each arriving pseudo-gradient (docs/algorithms.md §5).
 enum class AsyncUpdate : uint8_t { kDelayedNesterov, kNaive };
+// sparseloco: the divisor of each coordinate's sum of decoded messages (docs/algorithms.md §13).
+enum class Aggregation : uint8_t { kMeanAll, kMeanSelected };
 
 struct OuterOptimizerOptions {
   OuterKind kind = OuterKind::kNesterov;
@@ -67,6 +69,11 @@ struct AlgorithmOptions {
   int64_t chunk = 64;                // s: a dimension d is cut into blocks of sc(d), the
                                      // largest divisor of d that is <= s (blocks <= s x s)
   double decay = 0.999;              // beta: decay of the momentum residual
+                                     // (sparseloco: of the error-feedback accumulator)
+  // sparseloco (docs/algorithms.md §13): topk, chunk and decay as above (its own defaults:
+  // algorithm_keys()), outer_lr is the step alpha
+  Aggregation aggregation = Aggregation::kMeanAll;  // mean over all islands, or per coordinate
+                                                    // over the islands that selected it
 
   // The config keys, in the order the resolved config lists them.
   template <class V>
@@ -106,6 +113,8 @@ struct AlgorithmOptions {
     v.field("topk", topk, at_least(1));
     v.field("chunk", chunk, closed(1, 256));
     v.field("decay", decay, closed(0, 1));
+    v.choice("aggregation", aggregation,
+             {{"mean_all", Aggregation::kMeanAll}, {"mean_selected", Aggregation::kMeanSelected}});
   }
 
   // The run, not config keys: filled from other sections (src/core/components.cpp).
@@ -171,6 +180,8 @@ inline const std::vector<AlgorithmKeys>& algorithm_keys() {
                                                          "grace_s"})},
         {"demo", {"topk", "chunk", "decay"}},
         {"dipaco", with_outer({"inner_steps"}, {"weighting", "error_feedback"})},
+        {"sparseloco", {"inner_steps", "outer_lr", "topk", "chunk", "decay", "aggregation"},
+         {{"outer_lr", "1.0"}, {"topk", "64"}, {"decay", "0.95"}}},
     };
   }();
   return table;

@@ -49,6 +49,9 @@ const Entry kAlgorithms[] = {
      {.extra_buffers = 3, .extra_buffers_text = "demo residual and DCT buffers x3",  // algorithms/demo.h
       .codec_problem = demo::codec_problem}},
     {"dipaco", make_dipaco, dipaco_rules, nullptr, {}},
+    {"sparseloco", make_sparseloco, no_rules, nullptr,
+     {.extra_buffers = 4, .extra_buffers_text = "global model, error accumulator and two scratch buffers",
+      .codec_problem = sparseloco_codec_problem}},
 };
 
 const Entry* find(const std::string& name) {

@@ -31,6 +31,7 @@ enum class StageId : uint8_t {
   kFp4 = 8,    // E3M0 (docs/algorithms.md §2.4)
   kFp8 = 9,    // E4M3
   kZstd = 10,
+  kLut2 = 11,  // 2-bit codes into a per-frame table of bin means (compression/lut2.h)
 };
 
 enum class Rounding : uint8_t { kNearest = 0, kStochastic = 1 };
@@ -81,6 +82,7 @@ inline constexpr StageInfo kStageInfo[] = {
     {StageId::kFp4, "fp4", Slot::kQuantize, kBlockParams},
     {StageId::kFp8, "fp8", Slot::kQuantize, kBlockParams},
     {StageId::kZstd, "zstd", Slot::kLossless, kLevelParam},
+    {StageId::kLut2, "lut2", Slot::kQuantize, kNoParams},
 };
 
 // The row of `id`, or nullptr for an id no row has (a raw byte off the wire may be anything).

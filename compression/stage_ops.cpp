@@ -6,6 +6,7 @@
 #include <string>
 
 #include "compression/dct.h"
+#include "compression/lut2.h"
 #include "compression/quantize.h"
 #include "compression/sparse.h"
 #include "compression/zstd_stage.h"
@@ -68,7 +69,8 @@ std::vector<StageOps> build() {
           quantizer<StageId::kInt4>(),
           quantizer<StageId::kFp4>(),
           quantizer<StageId::kFp8>(),
-          zstd};
+          zstd,
+          lut2::stage()};
 }
 
 }  // namespace

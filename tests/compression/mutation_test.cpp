@@ -31,6 +31,7 @@ TEST(Mutation, TenThousandMutantsDecodeCleanly) {
       {randk(0.4), st(StageId::kFp16)},
       {dct(8), topk(0.25), zstd()},
       {dct(16)},
+      {topk(0.3), st(StageId::kLut2)},
   };
   std::vector<Pipeline> pipes;
   std::vector<Bytes> frames;

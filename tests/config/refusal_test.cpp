@@ -74,7 +74,7 @@ const std::string kGpt = "{name: gpt, layers: 2, heads: 2, dim: 16, seq_len: 16,
 std::vector<Row> rows() {
   std::vector<Row> r = {
       {"unknown algorithm lists the valid names", synthetic("{name: mlp, hidden: [8]}", "{name: dilogo}"),
-       "algorithm.name", "unknown algorithm 'dilogo' (valid: ddp, diloco, fedavg, streaming_diloco, async_local_sgd, demo, dipaco)",
+       "algorithm.name", "unknown algorithm 'dilogo' (valid: ddp, diloco, fedavg, streaming_diloco, async_local_sgd, demo, dipaco, sparseloco)",
        "algorithm:"},
       {"demo refuses a sparsify stage for its values", synthetic("{name: mlp, hidden: [8]}", "{name: demo}", "{count: 2}",
                                                                  "compression:\n  - {topk: 0.1}\n"),

@@ -741,6 +741,24 @@ TEST_F(Processes, DemoKilledIslandRunCompletesWithSurvivorsOverGloo) {
   killed_island_run_completes_with_survivors(*this, "algorithm={name: demo}", "transport.kind=gloo");
 }
 
+// SparseLoCo (docs/algorithms.md §13): one allgather of top-k indices and 2-bit lut2 values
+// per round. Over zmq a real run ends on the simulator's parameters bit for bit (every island
+// applies the mean of the same gathered bytes); the 2-bit values make it differ from fp32.
+TEST_F(Processes, SparseLoCoLaunchMatchesSimulateBitwise) {
+  const std::string cfg = config(3, 12, "compression: [{quantize: lut2}]\n");
+  const std::string algo = " --set 'algorithm={name: sparseloco, inner_steps: 4, chunk: 16, topk: 8}'";
+  ASSERT_EQ(run("simulate " + cfg + " --quiet --set run.name=sim" + algo), 0);
+  ASSERT_EQ(run("launch " + cfg + " --quiet --set run.name=real" + algo), 0);
+  ASSERT_EQ(run("simulate " + cfg + " --quiet --set run.name=fp32 --set compression=[]" + algo), 0);
+  const std::string sim = read(dir_ / "runs/sim/final_params.bin");
+  ASSERT_GT(sim.size(), 100u);
+  EXPECT_TRUE(sim == read(dir_ / "runs/real/final_params.bin")) << "zmq: final parameters differ from simulate";
+  EXPECT_FALSE(sim == read(dir_ / "runs/fp32/final_params.bin"));
+  const std::string summary = read(dir_ / "runs/real/summary.json");
+  EXPECT_NE(summary.find("\"islands_finished\":3"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("\"rounds\":3"), std::string::npos) << summary;
+}
+
 // A restarted DeMo island rejoins with the global model and the step count; its residual
 // starts at zero ([impl choice], algorithms/demo.h), and it ends on the same model.
 TEST_F(Processes, RestartedIslandRejoinsADemoRun) {

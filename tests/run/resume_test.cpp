@@ -226,6 +226,7 @@ TEST_F(Resume, EveryAlgorithmResumesBitwiseFromAnOlderCheckpoint) {
   const std::string two_paths = "dipaco: {levels: [{blocks: [0], modules: 2}], routing: none}\n";
   const std::vector<Case> cases = {
       {"demo", "{name: demo}", "", ""},
+      {"sparseloco", "{name: sparseloco, inner_steps: 5, chunk: 16, topk: 8}", "compression: [{quantize: lut2}]\n", ""},
       {"streaming_diloco", "{name: streaming_diloco, inner_steps: 5, fragments: 2, overlap_steps: 1, error_feedback: true}",
        "compression: [{quantize: int8, rounding: stochastic}]\n", " --set model.layers=2"},
       {"dipaco", "{name: dipaco, inner_steps: 5}", two_paths, ""},

@@ -1,0 +1,269 @@
+// SparseLoCo (Sarfi, Thérien, Lidin, Belilovsky, arXiv 2508.15706; Templar's outer loop for
+// Covenant-72B): DiLoCo's outer loop without outer momentum, sending the top-k of an
+// error-feedback accumulator, each value in 2 bits. docs/algorithms.md §13.
+//
+// Update rule, every H inner steps (and at the last step), per island i:
+//   Delta_i = theta_g - theta_i                        (old minus new, as DiLoCo)
+//   e_i    <- beta e_i + Delta_i                       (beta = algorithm.decay, 0.95)
+//   per tile of every tensor (2-D: sc(rows) x sc(cols) tiles, sc = the largest divisor
+//   <= algorithm.chunk, 64; 1-D: runs of sc(n); as DeMo's blocks, docs/algorithms.md §4.2):
+//     the k = min(algorithm.topk, tile size) largest |e_i| (ties to the lower index)
+//   m_i     = those values through the value codec (compression:, e.g. [{quantize: lut2}]),
+//             one frame per tensor, so each tensor has its own lut2 table (as Templar)
+//   e_i    <- e_i - decode(m_i) at the sent positions  (what the others will see)
+//   allgather m_i;  S = sum over contributors of decode(m_j), scattered
+//   U = S / R   (aggregation: mean_all, R = contributors: the paper's rule, the default)
+//   U = S / n   (mean_selected: per coordinate, n = contributors that sent it; Templar's code)
+//   theta_g <- theta_g - alpha U  (alpha = algorithm.outer_lr, 1.0);  theta_i <- theta_g
+// Every island applies the same U from the same gathered bytes; all of it on the CPU.
+// State per island: theta_g [N] (the parameters' device), e [N], the tiled accumulator and
+//   the tiled sum [N] (CPU scratch); K values and indices (K = sum of k over tiles).
+// Bytes on the wire per round and island: one allgather of
+//   [indices: k * ceil(log2(tile size)) bits per tile (12 for 64 x 64), padded to a byte]
+//   [per tensor: u32 frame size, one codec frame of its k * tiles values]
+// sent to W - 1 peers. With lut2: 2 bits a value plus 74 bytes a tensor (u32 size, 50-byte
+// frame header, shift and table).
+// [impl choice] A joiner starts with e = 0 and the round count (as DeMo's residual: a
+// donor's accumulator is its own unsent update). Checkpoints hold {round} and {theta_g, e}.
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/grad_mode.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "algorithms/builtin.h"
+#include "algorithms/demo.h"
+#include "algorithms/exchange.h"
+#include "src/base/bytes.h"
+
+namespace atl::algorithms {
+namespace {
+
+// Tile-major order of a tensor: each tile's elements contiguous (row-major inside the tile),
+// tiles in row-major tile order; a 1-D tensor is already in it.
+void to_tiles(const demo::TensorPlan& p, const at::Tensor& x, at::Tensor& y) {
+  if (!p.two_d) return void(y.copy_(x));
+  const int64_t a = p.rows / p.n1, b = p.cols / p.n2;
+  y.view({a, b, p.n1, p.n2}).copy_(x.view({a, p.n1, b, p.n2}).permute({0, 2, 1, 3}));
+}
+
+void from_tiles(const demo::TensorPlan& p, const at::Tensor& y, at::Tensor& x) {
+  if (!p.two_d) return void(x.copy_(y));
+  const int64_t a = p.rows / p.n1, b = p.cols / p.n2;
+  x.view({a, p.n1, b, p.n2}).copy_(y.view({a, b, p.n1, p.n2}).permute({0, 2, 1, 3}));
+}
+
+class SparseLoCo final : public Algorithm {
+ public:
+  explicit SparseLoCo(const AlgorithmOptions& options) : options_(options) {}
+
+  std::string name() const override { return "sparseloco"; }
+
+  void setup(IslandContext& ctx) override {
+    if (auto problem = codec_problem(*ctx.codec)) throw UserError("compression: " + *problem);
+    at::NoGradGuard no_grad;
+    const int64_t n = ctx.params.numel();
+    plans_ = demo::plan(ctx.layout, n, options_.chunk, options_.topk);
+    int64_t sent = 0;
+    for (const auto& p : plans_) sent += p.sent();
+    const auto cpu = at::TensorOptions().dtype(at::kFloat).device(at::kCPU);
+    anchor_ = ctx.params.detach().clone();
+    error_ = at::zeros({n}, cpu);
+    tiles_ = at::zeros({n}, cpu);
+    sum_ = at::zeros({n}, cpu);
+    values_ = at::zeros({sent}, cpu);
+    decoded_ = at::zeros({sent}, cpu);
+    idx_.assign(static_cast<size_t>(sent), 0);
+    if (options_.aggregation == Aggregation::kMeanSelected) count_.assign(static_cast<size_t>(n), 0.0f);
+  }
+
+  int64_t planned_steps(int64_t configured) override {
+    last_step_ = configured;
+    return configured;
+  }
+
+  void after_inner_step(IslandContext& ctx, int64_t step) override {
+    if (step % options_.inner_steps != 0 && step != last_step_) return;
+    at::NoGradGuard no_grad;
+    const at::Tensor params = ctx.params.device().is_cpu() ? ctx.params : ctx.params.to(at::kCPU);
+    const at::Tensor anchor = anchor_.device().is_cpu() ? anchor_ : anchor_.to(at::kCPU);
+    error_.mul_(options_.decay).add_(anchor - params);
+
+    // This island's message: per tile the k largest |e|, their values through the codec.
+    for (const auto& p : plans_) {
+      at::Tensor y = tiles_.narrow(0, p.offset, p.numel());
+      to_tiles(p, error_.narrow(0, p.offset, p.numel()), y);
+    }
+    const float* t = tiles_.data_ptr<float>();
+    float* v = values_.data_ptr<float>();
+    int64_t at_k = 0;
+    for (const auto& p : plans_) {
+      for (int64_t b = 0; b < p.blocks; ++b) {
+        const int64_t base = p.offset + b * p.block_size();
+        demo::block_topk(t + base, p.block_size(), p.k, &idx_[static_cast<size_t>(at_k)]);
+        for (int64_t i = 0; i < p.k; ++i) v[at_k + i] = t[base + idx_[static_cast<size_t>(at_k + i)]];
+        at_k += p.k;
+      }
+    }
+    std::vector<uint8_t> message;
+    demo::pack_indices(plans_, idx_.data(), message);
+    const size_t index_bytes = message.size();
+    encode_values(ctx, message);
+
+    // e -= what the others will decode of it (in tile order, then back).
+    const Status own = decode_values(ctx, message.data() + index_bytes, message.size() - index_bytes);
+    TORCH_CHECK(own.is_ok(), "sparseloco: own message does not decode: ", own.message());
+    scatter(decoded_, tiles_, -1.0f, false);
+    for (const auto& p : plans_) {
+      at::Tensor x = error_.narrow(0, p.offset, p.numel());
+      from_tiles(p, tiles_.narrow(0, p.offset, p.numel()), x);
+    }
+
+    // Exchange; U = the sum of every contributor's decoded values over R (or per coordinate).
+    const RoundMeter meter(*ctx.group);
+    std::vector<std::vector<uint8_t>> gathered;
+    const transport::CollectiveResult result = ctx.group->allgather(std::move(message), &gathered)->wait();
+    require_usable(result, ctx, "sparseloco allgather", step);
+    sum_.zero_();
+    for (size_t m = 0; m < gathered.size(); ++m) {
+      const auto& bytes = gathered[m];
+      Status s = bytes.size() >= index_bytes ? demo::unpack_indices(plans_, bytes.data(), index_bytes, idx_.data())
+                                             : corrupt("sparseloco message: shorter than its indices");
+      if (s.is_ok()) s = decode_values(ctx, bytes.data() + index_bytes, bytes.size() - index_bytes);
+      if (!s.is_ok()) {
+        throw StatusError("island " + std::to_string(ctx.island) + ": sparseloco message of island " +
+                              std::to_string(result.contributors[m]) + " at step " + std::to_string(step),
+                          s);
+      }
+      scatter(decoded_, sum_, 1.0f, options_.aggregation == Aggregation::kMeanSelected);
+    }
+    if (options_.aggregation == Aggregation::kMeanAll) {
+      sum_.div_(static_cast<double>(gathered.size()));
+    } else {
+      float* s = sum_.data_ptr<float>();
+      for (size_t i = 0; i < count_.size(); ++i) {
+        if (count_[i] > 0) s[i] /= count_[i];
+        count_[i] = 0;
+      }
+    }
+    for (const auto& p : plans_) {  // the update U, in parameter order, into tiles_
+      at::Tensor x = tiles_.narrow(0, p.offset, p.numel());
+      from_tiles(p, sum_.narrow(0, p.offset, p.numel()), x);
+    }
+    anchor_.sub_(tiles_.device() == anchor_.device() ? tiles_ : tiles_.to(anchor_.device()), options_.outer.lr);
+    ctx.params.copy_(anchor_);
+    ++round_;
+    if (ctx.on_round) {
+      ctx.on_round(meter.finish(*ctx.group, round_, step, static_cast<int>(result.contributors.size()),
+                                tiles_.norm().item<double>()));
+    }
+  }
+
+  at::Tensor global_params() const override { return anchor_; }
+
+  AlgorithmState export_state() const override { return {round_, {}}; }
+  void import_state(IslandContext&, const AlgorithmState& state) override { round_ = state.rounds; }
+
+  // Checkpoint: counters = {round}; tensors = {theta_g, e}. The exchange completes within the
+  // round, so nothing is ever in flight at a step boundary.
+  std::string checkpoint_limit() const override { return {}; }
+  AlgorithmCheckpoint state() const override { return {{round_}, {anchor_, error_}}; }
+  void load(IslandContext&, const AlgorithmCheckpoint& state) override {
+    TORCH_CHECK(state.counters.size() == 1 && state.tensors.size() == 2 && state.tensors[0].defined() &&
+                    state.tensors[0].numel() == anchor_.numel() && state.tensors[1].defined() &&
+                    state.tensors[1].numel() == error_.numel(),
+                "sparseloco checkpoint: expected 1 counter, the global model and the accumulator of ",
+                error_.numel(), " elements");
+    at::NoGradGuard no_grad;
+    round_ = state.counters[0];
+    anchor_.copy_(state.tensors[0]);
+    error_.copy_(state.tensors[1]);
+  }
+
+  // Why `codec` cannot carry the values: SparseLoCo selects them itself.
+  static std::optional<std::string> codec_problem(const compression::Pipeline& codec) {
+    for (const auto& s : codec.stages()) {
+      const compression::StageInfo* info = compression::find_stage_info(s.id);
+      if (info && (info->slot == compression::Slot::kTransform || info->slot == compression::Slot::kSparsify)) {
+        return std::string("stage '") + info->name + "' does not apply to sparseloco, which sends its own top-k "
+               "values (only quantize and zstd stages, applied to those values)";
+      }
+    }
+    return std::nullopt;
+  }
+
+ private:
+  // Appends, per tensor, u32 frame size + the frame of its values (values_ in plan order).
+  void encode_values(const IslandContext& ctx, std::vector<uint8_t>& message) const {
+    int64_t at_k = 0;
+    for (size_t t = 0; t < plans_.size(); ++t) {
+      const int64_t count = plans_[t].sent();
+      const size_t size_at = message.size();
+      bytes::Writer(message).u32(0);
+      const uint64_t seed = (static_cast<uint64_t>(round_ + 1) << 40) ^ (static_cast<uint64_t>(ctx.island) << 20) ^ t;
+      ctx.codec->encode(values_.narrow(0, at_k, count), message, seed);
+      bytes::put_at<uint32_t>(message.data(), size_at, static_cast<uint32_t>(message.size() - size_at - 4));
+      at_k += count;
+    }
+  }
+
+  // The inverse of encode_values into decoded_; kCorrupt for any malformed part.
+  Status decode_values(const IslandContext& ctx, const uint8_t* in, size_t size) {
+    bytes::Reader r(in, size, "sparseloco message");
+    int64_t at_k = 0;
+    for (const auto& p : plans_) {
+      const uint32_t frame = r.u32("frame size");
+      const uint8_t* body = r.take(frame, "frame");
+      if (!r.ok()) return corrupt(r.error());
+      at::Tensor out = decoded_.narrow(0, at_k, p.sent());  // a view: decode writes decoded_
+      if (Status s = ctx.codec->decode(body, frame, out); !s.is_ok()) return s;
+      at_k += p.sent();
+    }
+    if (!r.done()) return corrupt("sparseloco message: bytes after the last frame");
+    return Status::ok();
+  }
+
+  // dst[tile position of value i] += sign * decoded[i] for this island's idx_, counting the
+  // contributors of each position when `count`.
+  void scatter(const at::Tensor& decoded, at::Tensor& dst, float sign, bool count) {
+    const float* dv = decoded.data_ptr<float>();
+    float* d = dst.data_ptr<float>();
+    int64_t i = 0;
+    for (const auto& p : plans_) {
+      for (int64_t b = 0; b < p.blocks; ++b) {
+        const int64_t base = p.offset + b * p.block_size();
+        for (int64_t j = 0; j < p.k; ++j, ++i) {
+          const int64_t pos = base + idx_[static_cast<size_t>(i)];
+          d[pos] += sign * dv[i];
+          if (count) count_[static_cast<size_t>(pos)] += 1;
+        }
+      }
+    }
+  }
+
+  AlgorithmOptions options_;
+  std::vector<demo::TensorPlan> plans_;
+  at::Tensor anchor_;   // theta_g [N], on the parameters' device
+  at::Tensor error_;    // e [N] CPU
+  at::Tensor tiles_;    // [N] CPU: e in tile order, then the update U in parameter order
+  at::Tensor sum_;      // [N] CPU: the gathered sum (tile order)
+  at::Tensor values_;   // [K] CPU: this island's selected values
+  at::Tensor decoded_;  // [K] CPU: one message's values as decoded
+  std::vector<uint32_t> idx_;  // [K]: this island's indices, then one contributor's
+  std::vector<float> count_;   // [N]: contributors of each position (mean_selected)
+  int64_t round_ = 0;
+  int64_t last_step_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Algorithm> make_sparseloco(const AlgorithmOptions& options, int) {
+  return std::make_unique<SparseLoCo>(options);
+}
+
+std::optional<std::string> sparseloco_codec_problem(const compression::Pipeline& codec) {
+  return SparseLoCo::codec_problem(codec);
+}
+
+}  // namespace atl::algorithms
