@@ -179,6 +179,18 @@ void block_topk(const float* x, int64_t n, int64_t k, uint32_t* idx) {
   std::sort(idx, idx + k);
 }
 
+void select_blocks(const std::vector<TensorPlan>& plans, const float* x, uint32_t* idx, float* values) {
+  int64_t at_k = 0;
+  for (const auto& p : plans) {
+    for (int64_t b = 0; b < p.blocks; ++b) {
+      const int64_t base = p.offset + b * p.block_size();
+      block_topk(x + base, p.block_size(), p.k, idx + at_k);
+      for (int64_t i = 0; i < p.k; ++i) values[at_k + i] = x[base + idx[at_k + i]];
+      at_k += p.k;
+    }
+  }
+}
+
 std::optional<std::string> codec_problem(const compression::Pipeline& codec) {
   for (const auto& s : codec.stages()) {
     for (const auto& info : compression::kStageInfo) {
@@ -247,17 +259,7 @@ void Demo::inner_step(IslandContext& ctx, int64_t step) {
     at::Tensor y = coef_.narrow(0, p.offset, p.numel());
     forward(p, delta_.narrow(0, p.offset, p.numel()), y);
   }
-  const float* c = coef_.data_ptr<float>();
-  float* v = values_.data_ptr<float>();
-  int64_t at_k = 0;
-  for (const auto& p : plans_) {
-    for (int64_t b = 0; b < p.blocks; ++b) {
-      const int64_t base = p.offset + b * p.block_size();
-      block_topk(c + base, p.block_size(), p.k, &idx_[static_cast<size_t>(at_k)]);
-      for (int64_t i = 0; i < p.k; ++i) v[at_k + i] = c[base + idx_[static_cast<size_t>(at_k + i)]];
-      at_k += p.k;
-    }
-  }
+  select_blocks(plans_, coef_.data_ptr<float>(), idx_.data(), values_.data_ptr<float>());
   std::vector<uint8_t> message;
   message.reserve(packed_index_bytes(plans_) + ctx.codec->max_encoded_size(values_.numel()));
   pack_indices(plans_, idx_.data(), message);

@@ -58,6 +58,11 @@ void inverse(const TensorPlan& p, const at::Tensor& y, at::Tensor& x);
 // above +Inf (magnitudes compared as the bit patterns of |x|).
 void block_topk(const float* x, int64_t n, int64_t k, uint32_t* idx);
 
+// Per block of every plan, the k largest |x| (block_topk) of x in block layout (each block's
+// values contiguous, blocks in plan order): their positions within the block into idx and
+// their values into values, sum of sent() of each (SparseLoCo selects this way too).
+void select_blocks(const std::vector<TensorPlan>& plans, const float* x, uint32_t* idx, float* values);
+
 // Why `codec` cannot carry DeMo's values (a transform or sparsify stage: DeMo does its own),
 // or nullopt. Checked by setup() and by config validation.
 std::optional<std::string> codec_problem(const compression::Pipeline& codec);

@@ -95,17 +95,7 @@ class SparseLoCo final : public Algorithm {
       at::Tensor y = tiles_.narrow(0, p.offset, p.numel());
       to_tiles(p, error_.narrow(0, p.offset, p.numel()), y);
     }
-    const float* t = tiles_.data_ptr<float>();
-    float* v = values_.data_ptr<float>();
-    int64_t at_k = 0;
-    for (const auto& p : plans_) {
-      for (int64_t b = 0; b < p.blocks; ++b) {
-        const int64_t base = p.offset + b * p.block_size();
-        demo::block_topk(t + base, p.block_size(), p.k, &idx_[static_cast<size_t>(at_k)]);
-        for (int64_t i = 0; i < p.k; ++i) v[at_k + i] = t[base + idx_[static_cast<size_t>(at_k + i)]];
-        at_k += p.k;
-      }
-    }
+    demo::select_blocks(plans_, tiles_.data_ptr<float>(), idx_.data(), values_.data_ptr<float>());
     std::vector<uint8_t> message;
     demo::pack_indices(plans_, idx_.data(), message);
     const size_t index_bytes = message.size();
