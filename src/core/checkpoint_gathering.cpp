@@ -8,20 +8,36 @@ namespace atl::core {
 
 CheckpointGathering::CheckpointGathering(int islands, int64_t every, int64_t resumed_step, double cut_unit_s,
                                          Hooks hooks)
-    : every_(every),
-      cut_unit_s_(cut_unit_s),
+    : cut_unit_s_(cut_unit_s),
       hooks_(std::move(hooks)),
       done_(resumed_step),
       arrived_at_(static_cast<size_t>(islands), 0),
       gone_(static_cast<size_t>(islands), 0),
-      due_(static_cast<size_t>(islands), every > 0 ? (resumed_step / every + 1) * every : 0) {}
+      due_(static_cast<size_t>(islands), CheckpointSchedule(every, resumed_step, cut_unit_s)) {}
+
+std::vector<int64_t> CheckpointSchedule::take_due(const algorithms::Algorithm& a, int64_t step, int64_t total) {
+  std::vector<int64_t> cuts;
+  if (every_ <= 0) return cuts;
+  if (const auto kind = a.checkpoint_cut(); kind != algorithms::CheckpointCut::kStep) {
+    const double at = a.checkpoint_position(step);
+    const auto position = static_cast<int64_t>(
+        at < 0 ? -1 : kind == algorithms::CheckpointCut::kServerRound ? at : std::floor(at / cut_unit_s_ + 1e-9));
+    for (; position >= 0 && position >= due_; due_ += every_) cuts.push_back(due_);
+    return cuts;
+  }
+  if (step >= due_ && step < total && a.can_checkpoint()) {
+    due_ = next_after(step);
+    cuts.push_back(step);
+  }
+  return cuts;
+}
 
 // The islands the checkpoint of `step` waits for: alive, thread not done, and due at it (a
 // joiner that came in at `step` itself is due only at the next one).
 int CheckpointGathering::expected_at(int64_t step) const {
   int expected = 0;
   for (size_t j = 0; j < gone_.size(); ++j)
-    expected += hooks_.alive(static_cast<int>(j)) && !gone_[j] && (arrived_at_[j] || due_[j] <= step);
+    expected += hooks_.alive(static_cast<int>(j)) && !gone_[j] && (arrived_at_[j] || due_[j].due() <= step);
   return expected;
 }
 
@@ -59,32 +75,10 @@ void CheckpointGathering::left(int i, bool done) {
   if (step_ > done_ && arrived_ > 0 && arrived_ >= expected_at(step_)) complete(step_);
 }
 
-void CheckpointGathering::joined_after(int i, int64_t step) {
-  if (every_ > 0) due_[static_cast<size_t>(i)] = (step / every_ + 1) * every_;
-}
+void CheckpointGathering::joined_after(int i, int64_t step) { due_[static_cast<size_t>(i)].restart_after(step); }
 
-// A due checkpoint: at a step boundary every island reaches (where the algorithm has no
-// exchange in flight), or, for algorithms cut at server interactions, at each multiple of
-// checkpoint.every rounds (fedavg) or nominal steps of the fastest island in virtual time
-// (async_local_sgd) that this island's next pull or push reaches.
 void CheckpointGathering::at_boundary(int i, const algorithms::Algorithm& a, int64_t step, int64_t total) {
-  if (every_ <= 0) return;
-  int64_t& due = due_[static_cast<size_t>(i)];
-  if (const auto kind = a.checkpoint_cut(); kind != algorithms::CheckpointCut::kStep) {
-    const double at = a.checkpoint_position(step);
-    const auto position = static_cast<int64_t>(
-        at < 0 ? -1 : kind == algorithms::CheckpointCut::kServerRound ? at : std::floor(at / cut_unit_s_ + 1e-9));
-    while (position >= 0 && position >= due) {
-      const int64_t cut = due;
-      due += every_;
-      arrive(i, cut);
-    }
-    return;
-  }
-  if (step >= due && step < total && a.can_checkpoint()) {
-    due = (step / every_ + 1) * every_;
-    arrive(i, step);
-  }
+  for (int64_t cut : due_[static_cast<size_t>(i)].take_due(a, step, total)) arrive(i, cut);
 }
 
 }  // namespace atl::core

@@ -1,9 +1,7 @@
 // The simulator's checkpoint gathering (docs/checkpoints.md "Resuming"): where each island
-// arrives at a due checkpoint and waits, and when the last expected one has arrived. At every
-// checkpoint.every-th step boundary (or, for algorithms cut at server interactions, at each
-// multiple of checkpoint.every rounds or nominal steps of virtual time that an island's next
-// pull or push reaches) each live island arrives and waits; the last to arrive (every exchange
-// is posted and complete by then) writes, then everyone goes on in the scheduler's order, as
+// arrives at a due checkpoint and waits, and when the last expected one has arrived. At each
+// cut of its CheckpointSchedule each live island arrives and waits; the last to arrive (every
+// exchange is posted and complete by then) writes, then everyone goes on in the scheduler's order, as
 // a resumed run starts. An island killed while the others wait, or whose thread is done,
 // completes the gathering instead of arriving. A checkpoint is skipped (not written; the run
 // goes on alike) while a joiner is between its join time and its first step, or when the
@@ -20,6 +18,35 @@
 #include "algorithms/algorithm.h"
 
 namespace atl::core {
+
+// When one island's checkpoints fall (docs/checkpoints.md), the rule of both modes: at every
+// checkpoint.every-th step boundary where the algorithm can checkpoint, or, for algorithms
+// cut at server interactions, at each multiple of checkpoint.every rounds (fedavg) or nominal
+// steps of virtual time (async_local_sgd) that the island's next pull or push reaches. How the
+// islands then gather at a cut is the mode's own: CheckpointGathering below in the
+// simulator, the coordinator's store marks in real runs (src/run/island_process.cpp).
+class CheckpointSchedule {
+ public:
+  // `every`: checkpoint.every (0: none); `after_step`: the step the island starts after (a
+  // resumed checkpoint's, a hand-over's; 0 for a fresh start): the first cut due is the next
+  // multiple; `cut_unit_s`: the virtual seconds of a nominal step (CheckpointCut::kServerTime).
+  explicit CheckpointSchedule(int64_t every = 0, int64_t after_step = 0, double cut_unit_s = 1.0)
+      : every_(every), cut_unit_s_(cut_unit_s), due_(next_after(after_step)) {}
+
+  // The cuts due at the boundary after `step` (of `total`; a server-cut algorithm also before
+  // each server call), oldest first: each is taken from the schedule.
+  std::vector<int64_t> take_due(const algorithms::Algorithm& algorithm, int64_t step, int64_t total);
+  // A hand-over at `step`: the next cut due is the next multiple after it.
+  void restart_after(int64_t step) { due_ = next_after(step); }
+  // The first cut still due (0 with checkpoints off).
+  int64_t due() const { return due_; }
+
+ private:
+  int64_t next_after(int64_t step) const { return every_ > 0 ? (step / every_ + 1) * every_ : 0; }
+  int64_t every_;
+  double cut_unit_s_;
+  int64_t due_;  // the first cut still due
+};
 
 class CheckpointGathering {
  public:
@@ -56,7 +83,6 @@ class CheckpointGathering {
   void complete(int64_t step);
   void arrive(int i, int64_t step);
 
-  const int64_t every_;
   const double cut_unit_s_;
   Hooks hooks_;
   int64_t step_ = 0;  // the step being gathered
@@ -64,7 +90,7 @@ class CheckpointGathering {
   int64_t done_ = 0;            // the newest checkpoint's step (written or skipped)
   std::vector<char> arrived_at_;  // islands at the gathered step
   std::vector<char> gone_;        // islands whose thread is done: waited for no more
-  std::vector<int64_t> due_;      // per island: the step from which its next checkpoint is due
+  std::vector<CheckpointSchedule> due_;  // per island: its cuts still due
 };
 
 }  // namespace atl::core

@@ -26,6 +26,7 @@
 #include "src/run/run_identity.h"
 #include "src/run/start_gate.h"
 #include "src/run/wan_routes.h"
+#include "src/core/checkpoint_gathering.h"
 #include "src/core/components.h"
 #include "src/core/island_runtime.h"
 #include "src/core/island_parts.h"
@@ -337,9 +338,7 @@ StatusOr<IslandEnd> run_island_once(const config::Config& config, int island, co
   // the same step, and metrics.jsonl is cut at it.
   // fedavg cuts at server rounds instead (docs/checkpoints.md "fedavg: a cut at a server round").
   const bool cut_at_rounds = parts.algorithm->checkpoint_cut() == algorithms::CheckpointCut::kServerRound;
-  int64_t ckpt_due = ckpt_every;
-  if (resumed) ckpt_due = (resumed->step / std::max<int64_t>(ckpt_every, 1) + 1) * ckpt_every;
-  if (handover) ckpt_due = (handover->step / std::max<int64_t>(ckpt_every, 1) + 1) * ckpt_every;
+  core::CheckpointSchedule schedule(ckpt_every, handover ? handover->step : resumed ? resumed->step : 0);
   auto checkpoint_at = [&](int64_t step) {
     IslandProcessCheckpoint c;
     // First: the exchange in flight completes (its bytes and its result belong to the cut).
@@ -384,25 +383,11 @@ StatusOr<IslandEnd> run_island_once(const config::Config& config, int island, co
     }
   };
 
-  // The checkpoints due at the boundary after `step` (of `total`): at a multiple of
-  // checkpoint.every where the algorithm can checkpoint, or (fedavg) every cut up to the round
-  // this client pulls next, at the boundary where that pull is its next action (as the
-  // simulator's core::CheckpointGathering; the file of cut c is step-c).
+  // The checkpoints due at the boundary after `step` (of `total`), by the rule both modes
+  // share (core::CheckpointSchedule; fedavg: every cut up to the round this client pulls
+  // next, at the boundary where that pull is its next action; the file of cut c is step-c).
   auto at_boundary = [&](int64_t step, int64_t total) {
-    if (ckpt_every <= 0) return;
-    if (cut_at_rounds) {
-      const double round = parts.algorithm->checkpoint_position(step);
-      while (round >= 0 && static_cast<int64_t>(round) >= ckpt_due) {
-        const int64_t cut = ckpt_due;
-        ckpt_due += ckpt_every;
-        checkpoint_at(cut);
-      }
-      return;
-    }
-    if (step >= ckpt_due && step < total && parts.algorithm->can_checkpoint()) {
-      ckpt_due = (step / ckpt_every + 1) * ckpt_every;
-      checkpoint_at(step);
-    }
+    for (int64_t cut : schedule.take_due(*parts.algorithm, step, total)) checkpoint_at(cut);
   };
 
   core::IslandHost host;
