@@ -3,12 +3,40 @@
 #include <algorithm>
 
 #include <ATen/ATen.h>
+#include <torch/csrc/autograd/grad_mode.h>
 
 #include <cstring>
 
+#include "src/core/island_parts.h"
 #include "src/core/run_dir.h"
 
 namespace atl::core {
+
+IslandTraining capture_training(const IslandParts& parts, const IslandRuntime& runtime) {
+  IslandTraining t;
+  t.params = parts.model->params().detach().clone();
+  t.optimizer_steps = parts.optimizer->steps();
+  for (const auto& x : parts.optimizer->state()) t.optimizer_state.push_back(x.defined() ? x.clone() : x);
+  t.sampler = parts.sampler->position();
+  t.algorithm = parts.algorithm->state();
+  for (auto& x : t.algorithm.tensors)
+    if (x.defined()) x = x.clone();
+  t.runtime = runtime.saved();
+  return t;
+}
+
+void restore_training(IslandParts& parts, IslandRuntime& runtime, const IslandTraining& state) {
+  const c10::Device on = parts.model->params().device();
+  {
+    at::NoGradGuard no_grad;
+    parts.model->params().copy_(state.params);
+  }
+  std::vector<at::Tensor> inner;
+  for (const auto& t : state.optimizer_state) inner.push_back(t.defined() ? t.to(on) : t);
+  parts.optimizer->load(state.optimizer_steps, inner);
+  runtime.resume(state.runtime, state.algorithm);
+  if (!parts.use_path) parts.sampler->seek(state.sampler);
+}
 namespace {
 
 

@@ -28,14 +28,29 @@
 
 namespace atl::core {
 
-// One island at the checkpoint's step boundary.
-struct IslandCheckpoint {
+struct IslandParts;
+
+// An island's training state at a step boundary: what both modes save of an island and put
+// back when it resumes (section layout: island_training_layout below).
+struct IslandTraining {
   at::Tensor params;                      // [N] float32: the model's parameters
   int64_t optimizer_steps = 0;            // inner optimizer: step count and state tensors
   std::vector<at::Tensor> optimizer_state;
   data::Sampler::Position sampler;        // where its next batch starts
   algorithms::AlgorithmCheckpoint algorithm;
   IslandRuntime::Saved runtime;
+};
+
+// Reads the training state of a live island (the tensors copied, so the island may go on).
+IslandTraining capture_training(const IslandParts& parts, const IslandRuntime& runtime);
+// Puts it back into an island made afresh for the run: its parameters, the inner optimizer
+// (state on the parameters' device), the runtime's counters and the algorithm's state (loaded
+// right after its setup), and the sampler's position (DiPaCo with fewer islands than paths
+// places the sampler of the path in progress when its algorithm loads instead).
+void restore_training(IslandParts& parts, IslandRuntime& runtime, const IslandTraining& state);
+
+// One island at the checkpoint's step boundary.
+struct IslandCheckpoint : IslandTraining {
   // The simulator's own accounting of the island (src/core/simulator.cpp's Island).
   double time_s = 0;                      // its virtual clock
   double compute_s = 0, slept_s = 0;

@@ -376,16 +376,12 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
   auto island_state = [&](int i) {
     Island& is = islands[i];
     IslandCheckpoint c;
-    c.sampler = is.parts.sampler->position();  // a rejoin reads on from there
-    if (is.alive) {  // a dead island keeps only its accounting and data position
-      c.params = is.parts.model->params().detach().clone();
-      c.optimizer_steps = is.parts.optimizer->steps();
-      for (const auto& t : is.parts.optimizer->state()) c.optimizer_state.push_back(t.defined() ? t.clone() : t);
-      c.algorithm = is.parts.algorithm->state();
-      for (auto& t : c.algorithm.tensors)
-        if (t.defined()) t = t.clone();
+    if (is.alive) {
+      static_cast<IslandTraining&>(c) = capture_training(is.parts, *is.runtime);
+    } else {  // a dead island keeps only its accounting and data position (a rejoin reads on)
+      c.sampler = is.parts.sampler->position();
+      c.runtime = is.runtime->saved();
     }
-    c.runtime = is.runtime->saved();
     c.time_s = scheduler.time(i);
     c.compute_s = is.compute_s;
     c.slept_s = is.time->slept_s;
@@ -562,23 +558,13 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
     for (int i = 0; i < n; ++i) {
       const IslandCheckpoint& c = resumed->islands[static_cast<size_t>(i)];
       Island& is = islands[i];
-      const c10::Device on = is.parts.model->params().device();
       if (c.alive) {
-        {
-          at::NoGradGuard no_grad;
-          is.parts.model->params().copy_(c.params);
-        }
-        std::vector<at::Tensor> inner;
-        for (const auto& t : c.optimizer_state) inner.push_back(t.defined() ? t.to(on) : t);
-        is.parts.optimizer->load(c.optimizer_steps, inner);
-        is.runtime->resume(c.runtime, c.algorithm);
+        restore_training(is.parts, *is.runtime, c);
       } else {
         // Dead (or not added yet): its steps so far; a rejoin starts from a hand-over.
         is.runtime->resume(c.runtime, std::nullopt);
+        if (!is.parts.use_path) is.parts.sampler->seek(c.sampler);
       }
-      // DiPaCo with fewer islands than paths places the sampler of the path in progress when
-      // its algorithm loads (the position is a function of the path, round and step).
-      if (!is.parts.use_path) is.parts.sampler->seek(c.sampler);
       scheduler.set_time(i, c.time_s);
       is.compute_s = c.compute_s;
       is.time->slept_s = c.slept_s;

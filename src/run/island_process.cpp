@@ -348,12 +348,7 @@ StatusOr<IslandEnd> run_island_once(const config::Config& config, int island, co
     c.island = island;
     c.islands = k;
     c.global = parts.algorithm->global_params();
-    c.params = parts.model->params();
-    c.optimizer_steps = parts.optimizer->steps();
-    c.optimizer_state = parts.optimizer->state();
-    c.sampler = parts.sampler->position();
-    c.algorithm = parts.algorithm->state();
-    c.runtime = runtime_ptr->saved();
+    static_cast<core::IslandTraining&>(c) = core::capture_training(parts, *runtime_ptr);
     c.bytes = timed.bytes();
     c.torch_rng = at::detail::getDefaultCPUGenerator().get_state();
     c.group_seqs = static_cast<transport::NetGroup&>(group).next_seqs();
@@ -445,20 +440,9 @@ StatusOr<IslandEnd> run_island_once(const config::Config& config, int island, co
                              data.classifier, std::move(host));
   runtime_ptr = &runtime;
   if (resumed) {
-    // As the simulator resumes an island: parameters, inner optimizer, sampler, the runtime's
-    // counters and the algorithm's state (loaded right after its setup), the RNG, the bytes.
-    const c10::Device on = parts.model->params().device();
-    {
-      at::NoGradGuard no_grad;
-      parts.model->params().copy_(resumed->params);
-    }
-    std::vector<at::Tensor> inner;
-    for (const auto& t : resumed->optimizer_state) inner.push_back(t.defined() ? t.to(on) : t);
-    parts.optimizer->load(resumed->optimizer_steps, inner);
-    // DiPaCo with fewer islands than paths places the sampler of the path in progress when its
-    // algorithm loads (as the simulator).
-    if (!parts.use_path) parts.sampler->seek(resumed->sampler);
-    runtime.resume(resumed->runtime, resumed->algorithm);
+    // The island's training state (core::restore_training, as in every resume), the RNG, the
+    // bytes.
+    core::restore_training(parts, runtime, *resumed);
     if (resumed->torch_rng.defined()) {
       at::Generator gen = at::detail::getDefaultCPUGenerator();
       std::lock_guard<std::mutex> lock(gen.mutex());
@@ -466,8 +450,8 @@ StatusOr<IslandEnd> run_island_once(const config::Config& config, int island, co
     }
     timed.set_bytes_base(resumed->bytes);
   } else if (handover) {
-    // As the simulator's joiners: the global model, a fresh inner optimizer and algorithm, the
-    // donor's outer state after setup, and the steps after the donor's.
+    // Every joiner's start (core::IslandRuntime::join): the global model, a fresh inner
+    // optimizer and algorithm, the donor's outer state after setup, the steps after the donor's.
     core::JoinState join;
     join.donor = handover->donor;
     join.step = handover->step;

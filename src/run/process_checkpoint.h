@@ -22,6 +22,7 @@
 #include "src/checkpoint/checkpoint_file.h"
 #include "src/config/config.h"
 #include "src/core/island_runtime.h"
+#include "src/core/sim_checkpoint.h"
 #include "src/data/dataset.h"
 #include "transport/group.h"
 #include "transport/zmq/coordinator.h"
@@ -55,18 +56,14 @@ std::string island_checkpoint_dir(const config::Config& config, int island);
 std::string coordinator_checkpoint_dir(const config::Config& config);
 
 // One island at the step boundary S of a checkpoint.
-struct IslandProcessCheckpoint {
+// Its training state (params, inner optimizer, sampler, algorithm, runtime counters) is
+// core::IslandTraining, saved and restored as in the simulator (src/core/sim_checkpoint.h).
+struct IslandProcessCheckpoint : core::IslandTraining {
   int64_t step = 0;
   std::string config_hash;       // core::resume_hash(config)
   int island = -1;
   int islands = 0;               // islands.count
   at::Tensor global;             // [N] float32: the island's global model
-  at::Tensor params;             // [N] float32: its parameters
-  int64_t optimizer_steps = 0;   // inner optimizer
-  std::vector<at::Tensor> optimizer_state;
-  data::Sampler::Position sampler;
-  algorithms::AlgorithmCheckpoint algorithm;
-  core::IslandRuntime::Saved runtime;
   transport::ByteCounters bytes;  // the island's data-plane counters (eval and island_end records)
   at::Tensor torch_rng;          // libtorch's default CPU generator, uint8 state
   // The data plane's next sequence number of each group by key (0: every island; else a
