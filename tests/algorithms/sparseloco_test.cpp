@@ -39,6 +39,21 @@ Vec to_vec(const at::Tensor& t) {
   return Vec(d.data_ptr<double>(), d.data_ptr<double>() + d.numel());
 }
 
+// Every test's model: a [8, 12] matrix in 4 x 4 tiles and a [10] vector in runs of 2.
+const std::vector<ParamRange> kLayout = {{0, 96, -1, {8, 12}, 0}, {96, 10, -1, {10}, 0}};
+
+// SparseLoCo over kLayout's tiles (chunk 4) with H inner steps, top-k, alpha and beta.
+AlgorithmOptions sparseloco(int64_t h, int64_t k, double alpha, double beta) {
+  AlgorithmOptions o;
+  o.name = "sparseloco";
+  o.inner_steps = h;
+  o.outer.lr = alpha;
+  o.decay = beta;
+  o.chunk = 4;
+  o.topk = k;
+  return o;
+}
+
 // theta_g after `rounds` rounds of H SGD steps (lr) on 0.5 ||theta - c_i||^2 per island.
 Vec oracle(const Vec& theta0, const std::vector<Vec>& targets, const std::vector<std::vector<int64_t>>& tiles,
            int64_t k, double lr, int64_t h, int rounds, double alpha, double beta, bool mean_selected) {
@@ -76,7 +91,7 @@ Vec oracle(const Vec& theta0, const std::vector<Vec>& targets, const std::vector
 
 TEST(SparseLoCo, MatchesAFloat64OracleForBothAggregations) {
   // A [8, 12] matrix in 4 x 4 tiles (k = 3 of 16) and a [10] vector in runs of 2 (all sent).
-  const std::vector<ParamRange> layout = {{0, 96, -1, {8, 12}, 0}, {96, 10, -1, {10}, 0}};
+  const std::vector<ParamRange>& layout = kLayout;
   auto tiles = tiles_of(0, 8, 12, 4, 4);
   for (auto& t : tiles_of(96, 1, 10, 1, 2)) tiles.push_back(t);
   const auto targets = testing::random_targets(3, 106, 5);
@@ -87,13 +102,7 @@ TEST(SparseLoCo, MatchesAFloat64OracleForBothAggregations) {
 
   std::vector<Vec> finals;
   for (bool selected : {false, true}) {
-    AlgorithmOptions o;
-    o.name = "sparseloco";
-    o.inner_steps = 2;
-    o.outer.lr = 0.8;
-    o.decay = 0.9;
-    o.chunk = 4;
-    o.topk = 3;
+    AlgorithmOptions o = sparseloco(2, 3, 0.8, 0.9);
     o.aggregation = selected ? Aggregation::kMeanSelected : Aggregation::kMeanAll;
     const auto run = testing::run_quadratic(o, testing::sgd_train(0.1, 6), targets, theta0, {}, nullptr, layout);
     const Vec want = oracle(to_vec(theta0), target_vecs, tiles, 3, 0.1, 2, 3, 0.8, 0.9, selected);
@@ -119,17 +128,11 @@ TEST(SparseLoCo, MatchesAFloat64OracleForBothAggregations) {
 // the mean pseudo-gradient, so SparseLoCo is DiLoCo with outer SGD at lr alpha and no momentum
 // (the same numbers up to the order of float additions).
 TEST(SparseLoCo, SendingEverythingIsDiLoCoWithPlainOuterSgd) {
-  const std::vector<ParamRange> layout = {{0, 96, -1, {8, 12}, 0}, {96, 10, -1, {10}, 0}};
+  const std::vector<ParamRange>& layout = kLayout;
   const auto targets = testing::random_targets(3, 106, 8);
   at::manual_seed(2);
   const at::Tensor theta0 = at::randn({106});
-  AlgorithmOptions s;
-  s.name = "sparseloco";
-  s.inner_steps = 3;
-  s.outer.lr = 0.9;
-  s.decay = 0.5;
-  s.chunk = 4;
-  s.topk = 16;
+  AlgorithmOptions s = sparseloco(3, 16, 0.9, 0.5);
   AlgorithmOptions d;
   d.name = "diloco";
   d.inner_steps = 3;
@@ -146,16 +149,10 @@ TEST(SparseLoCo, SendingEverythingIsDiLoCoWithPlainOuterSgd) {
 // Each island sends indices (12 bits each in a 64 x 64 tile, here 4 bits in a 4 x 4 tile)
 // and per tensor a u32 size plus one codec frame of its values; lut2 makes them 2 bits each.
 TEST(SparseLoCo, Lut2ValuesShrinkTheMessageAndKeepIslandsIdentical) {
-  const std::vector<ParamRange> layout = {{0, 96, -1, {8, 12}, 0}, {96, 10, -1, {10}, 0}};
+  const std::vector<ParamRange>& layout = kLayout;
   const auto targets = testing::random_targets(3, 106, 5);
   const at::Tensor theta0 = at::zeros({106});
-  AlgorithmOptions o;
-  o.name = "sparseloco";
-  o.inner_steps = 2;
-  o.outer.lr = 1.0;
-  o.decay = 0.95;
-  o.chunk = 4;
-  o.topk = 3;
+  AlgorithmOptions o = sparseloco(2, 3, 1.0, 0.95);
   const auto raw = testing::run_quadratic(o, testing::sgd_train(0.1, 2), targets, theta0, {}, nullptr, layout);
   auto lut2 = compression::Pipeline::make({compression::StageConfig{compression::StageId::kLut2}});
   ASSERT_TRUE(lut2.is_ok());
@@ -184,17 +181,11 @@ TEST(SparseLoCo, Lut2ValuesShrinkTheMessageAndKeepIslandsIdentical) {
 // sent, Delta elsewhere), Delta read off a lossless run (theta_0 - theta_g + e there), and U at
 // the sent positions is lut2's decode of Delta's values there, tensor by tensor.
 TEST(SparseLoCo, ErrorFeedbackKeepsTheQuantisationError) {
-  const std::vector<ParamRange> layout = {{0, 96, -1, {8, 12}, 0}, {96, 10, -1, {10}, 0}};
+  const std::vector<ParamRange>& layout = kLayout;
   const auto targets = testing::random_targets(1, 106, 3);
   at::manual_seed(4);
   const at::Tensor theta0 = at::randn({106});
-  AlgorithmOptions o;
-  o.name = "sparseloco";
-  o.inner_steps = 3;
-  o.outer.lr = 1.0;
-  o.decay = 0.95;
-  o.chunk = 4;
-  o.topk = 3;
+  AlgorithmOptions o = sparseloco(3, 3, 1.0, 0.95);
   at::Tensor error;
   testing::HarnessHooks hooks;
   hooks.at_end = [&](int, const Algorithm& a) { error = a.state().tensors[1].clone(); };
