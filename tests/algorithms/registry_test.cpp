@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "src/config/config.h"
 #include "algorithms/algorithm.h"
 #include "algorithms/options.h"
 #include "src/base/status.h"
@@ -59,6 +60,29 @@ TEST(AlgorithmRegistry, EveryAlgorithmHasItsKeysAndEveryKeyIsOneOfTheSection) {
     }
   EXPECT_EQ(keys_of_algorithm("dilogo"), nullptr);
   EXPECT_THROW(algorithm_traits("dilogo"), UserError);
+}
+
+// An algorithm's own defaults of shared keys (algorithms::algorithm_keys' `defaults`): sparseloco
+// steps with outer_lr 1.0, top-64 and decay 0.95 where DiLoCo / DeMo default to 0.7, 32 and
+// 0.999; a key the text or an override sets wins; the resolved text reads back the same.
+TEST(AlgorithmKeys, AnAlgorithmsOwnDefaultsApplyToTheKeysLeftOut) {
+  const config::Config s = config::parse_config("algorithm: {name: sparseloco}\n", "s.yaml");
+  EXPECT_EQ(s.algorithm.outer.lr, 1.0);
+  EXPECT_EQ(s.algorithm.topk, 64);
+  EXPECT_EQ(s.algorithm.decay, 0.95);
+  EXPECT_EQ(s.algorithm.chunk, 64);
+  EXPECT_EQ(s.algorithm.aggregation, algorithms::Aggregation::kMeanAll);
+  EXPECT_EQ(config::parse_config("algorithm: {name: sparseloco, topk: 8}\n", "s.yaml").algorithm.topk, 8);
+  EXPECT_EQ(config::parse_config("algorithm: {name: sparseloco}\n", "s.yaml", {"algorithm.outer_lr=0.5"}).algorithm.outer.lr,
+            0.5);
+  const config::Config d = config::parse_config("algorithm: {name: diloco}\n", "d.yaml");
+  EXPECT_EQ(d.algorithm.outer.lr, 0.7);
+  EXPECT_EQ(config::parse_config("algorithm: {name: demo}\n", "d.yaml").algorithm.topk, 32);
+  // Switching algorithms by override: the new one's defaults.
+  const config::Config o = config::parse_config("algorithm: {name: diloco}\n", "d.yaml", {"algorithm={name: sparseloco}"});
+  EXPECT_EQ(o.algorithm.outer.lr, 1.0);
+  EXPECT_EQ(o.algorithm.decay, 0.95);
+  EXPECT_EQ(config::to_yaml(config::parse_config(config::to_yaml(s), "resolved.yaml")), config::to_yaml(s));
 }
 
 }  // namespace

@@ -295,29 +295,6 @@ TEST_F(ConfigTest, ToYamlWritesTheChosenAlgorithmsKeys) {
   }
 }
 
-// An algorithm's own defaults of shared keys (algorithms::algorithm_keys' `defaults`): sparseloco
-// steps with outer_lr 1.0, top-64 and decay 0.95 where DiLoCo / DeMo default to 0.7, 32 and
-// 0.999; a key the text or an override sets wins; the resolved text reads back the same.
-TEST_F(ConfigTest, AnAlgorithmsOwnDefaultsApplyToTheKeysLeftOut) {
-  const Config s = parse_config("algorithm: {name: sparseloco}\n", "s.yaml");
-  EXPECT_EQ(s.algorithm.outer.lr, 1.0);
-  EXPECT_EQ(s.algorithm.topk, 64);
-  EXPECT_EQ(s.algorithm.decay, 0.95);
-  EXPECT_EQ(s.algorithm.chunk, 64);
-  EXPECT_EQ(s.algorithm.aggregation, algorithms::Aggregation::kMeanAll);
-  EXPECT_EQ(parse_config("algorithm: {name: sparseloco, topk: 8}\n", "s.yaml").algorithm.topk, 8);
-  EXPECT_EQ(parse_config("algorithm: {name: sparseloco}\n", "s.yaml", {"algorithm.outer_lr=0.5"}).algorithm.outer.lr,
-            0.5);
-  const Config d = parse_config("algorithm: {name: diloco}\n", "d.yaml");
-  EXPECT_EQ(d.algorithm.outer.lr, 0.7);
-  EXPECT_EQ(parse_config("algorithm: {name: demo}\n", "d.yaml").algorithm.topk, 32);
-  // Switching algorithms by override: the new one's defaults.
-  const Config o = parse_config("algorithm: {name: diloco}\n", "d.yaml", {"algorithm={name: sparseloco}"});
-  EXPECT_EQ(o.algorithm.outer.lr, 1.0);
-  EXPECT_EQ(o.algorithm.decay, 0.95);
-  EXPECT_EQ(to_yaml(parse_config(to_yaml(s), "resolved.yaml")), to_yaml(s));
-}
-
 // A key of the `algorithm:` section that the chosen algorithm does not read is refused with
 // its file and line and the keys that algorithm has, from the file and from --set alike; every
 // algorithm's own keys are accepted.
