@@ -65,7 +65,7 @@ void IslandRuntime::evaluate_start() {
   }
 }
 
-void IslandRuntime::join(JoinState state, transport::Group* group) {
+void IslandRuntime::join(Handover state, transport::Group* group) {
   context_.group = group;
   {
     at::NoGradGuard no_grad;
@@ -226,6 +226,19 @@ void IslandRuntime::write_final_params(const std::string& file, int path) const 
   const at::Tensor params = own ? parts_.algorithm->global_params() : parts_.algorithm->path_global_params(path);
   TORCH_CHECK(params.defined(), "island ", island_, " holds no global model of path ", path);
   write_params(file, params);
+}
+
+void IslandRuntime::write_final_outputs(const std::string& dir, const Roles& roles, const std::vector<int>& running,
+                                        const std::function<bool(int)>& claim,
+                                        const std::function<void(int)>& wrote) const {
+  auto write = [&](int path) {
+    if (!claim(path)) return;
+    write_final_params(dir + "/" + final_params_name(path), path);
+    wrote(path);
+  };
+  if (Roles::leads_run(island_, running) && !parts_.algorithm->global_on_server()) write(-1);
+  if (!roles.leads(island_, running)) return;
+  for (int p : held_paths()) write(p);
 }
 
 std::vector<int> IslandRuntime::held_paths() const {

@@ -38,9 +38,11 @@
 #include "src/config/config.h"
 #include "src/core/eval_role.h"
 #include "src/core/evaluator.h"
+#include "src/core/handover.h"
 #include "src/core/island_loop.h"
 #include "src/core/island_parts.h"
 #include "src/core/records.h"
+#include "src/core/roles.h"
 
 namespace atl::core {
 
@@ -85,17 +87,6 @@ struct IslandHost {
   std::function<void(int64_t step)> after_setup;
 };
 
-// A live island's state, handed to a joiner (src/run/handover.h carries it between
-// processes; the simulator copies it).
-struct JoinState {
-  int donor = -1;
-  int64_t step = 0;          // the donor's step boundary; the joiner runs the steps after it
-  uint64_t first_seq = 0;    // the first collective the joiner takes part in
-  uint64_t epoch = 0;        // membership epoch of the hand-over
-  at::Tensor global;         // [N] the global model
-  algorithms::AlgorithmState state;
-};
-
 class IslandRuntime {
  public:
   // `parts` (the model, sampler, inner optimizer and algorithm), `group`, `codec` and
@@ -116,7 +107,7 @@ class IslandRuntime {
   // made afresh (the simulator) or for the first time (a process), and before run(): the
   // model takes the global parameters, the algorithm the donor's state after setup, and
   // the loop starts after the donor's step. Writes the rejoin record.
-  void join(JoinState state, transport::Group* group);
+  void join(Handover state, transport::Group* group);
   // What the runtime carries from one step to the next, for checkpoints
   // (docs/checkpoints.md): the steps done and the training loss summed since the last
   // train record.
@@ -140,6 +131,14 @@ class IslandRuntime {
   // The algorithm's global model to `file` (final_params.bin, src/core/params_file.h); with
   // `path` >= 0, DiPaCo path `path`'s global model (one of held_paths()).
   void write_final_params(const std::string& file, int path = -1) const;
+  // The final parameter files this island writes at its end, by the rule of src/core/roles.h
+  // on `running` (the mode's view, ascending ids): final_params.bin when it leads the run and
+  // the global model lives on the islands, and final_params_name(p) for each path p it holds
+  // when it leads its path. Each file (path -1: final_params.bin) is written into `dir` only
+  // when `claim(path)` says no other island has written it (the simulator: a set; a real run:
+  // the coordinator's store), and `wrote(path)` follows the write. A failed write throws.
+  void write_final_outputs(const std::string& dir, const Roles& roles, const std::vector<int>& running,
+                           const std::function<bool(int path)>& claim, const std::function<void(int path)>& wrote) const;
   // DiPaCo: the paths whose global model this island holds: its own (eval_path), or every
   // path with fewer islands than paths (kEveryPath). Empty for other algorithms.
   std::vector<int> held_paths() const;
@@ -163,7 +162,7 @@ class IslandRuntime {
   algorithms::IslandContext context_;
   IslandLoop loop_;
   std::unique_ptr<EvalRole> eval_role_;
-  std::optional<JoinState> joining_;
+  std::optional<Handover> joining_;
   std::optional<algorithms::AlgorithmCheckpoint> resuming_;
   std::vector<int64_t> path_sizes_;  // DiPaCo with fewer islands than paths, after a re-sharding:
                                      // every path's shard size (context_.path_shard_sizes)

@@ -35,12 +35,15 @@
 #include "src/core/network_profile.h"
 #include "src/core/eval_summary.h"
 #include "src/core/evaluator.h"
+#include "src/core/handover.h"
 #include "src/core/island_parts.h"
 #include "src/core/island_runtime.h"
 #include "src/core/json.h"
 #include "src/core/params_file.h"
 #include "src/core/progress.h"
+#include "src/core/roles.h"
 #include "src/core/run_dir.h"
+#include "src/core/server_host.h"
 #include "src/core/sim_checkpoint.h"
 #include "src/core/validate.h"
 #include "src/train/inner_optimizer.h"
@@ -247,25 +250,23 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
   hub.set_network(&network, seed, static_cast<double>(config.transport.heartbeat_timeout_ms) / 1e3);
   hub.set_star(config.transport.collective == "star");  // all-reduce through the server, as real runs do
 
-  // Server role (fedavg, async_local_sgd): evaluates the global model as rounds complete.
-  ServerEvalSchedule server_evals(algo_options, config.train, splits.train->size());
-  at::Tensor server_global;  // the server's latest global model
-  double server_time = 0;    // virtual time of the latest server round (the pusher's clock)
-  int64_t server_round = 0;
-  auto server = algorithms::make_server(
-      algo_options, islands[0].parts.model->params(), [&](const algorithms::ServerRound& r) {
-        // fedavg knows when the round closed (a deadline, a loss noticed); otherwise the
-        // pusher, which runs the server, holds the time.
-        server_time = std::isnan(r.at_s) ? scheduler.time(scheduler.current()) : r.at_s;
-        server_round = r.round;
-        const int64_t step = server_evals.after_round(r.round);
-        if (r.selected >= 0)
-          dir.record(server_round_record(r, server_evals.label(r.round), RecordTime{seconds_since(t0), server_time}));
-        if (step >= 0) server_evaluate(step, r.global, server_time);
-        if (server_evals.counts_rounds()) state.rounds = std::max(state.rounds, r.round);
-        server_global = r.global;
-      });
-  hub.set_server(server.get());
+  // Server role (fedavg, async_local_sgd, src/core/server_host.h) on the virtual clock.
+  std::unique_ptr<ServerHost> server;
+  ServerHost::Hooks server_hooks;
+  // fedavg knows when the round closed (a deadline, a loss noticed); otherwise the pusher,
+  // which runs the server, holds the time.
+  server_hooks.round_time = [&](const algorithms::ServerRound& r) {
+    return std::isnan(r.at_s) ? scheduler.time(scheduler.current()) : r.at_s;
+  };
+  server_hooks.wall_s = [t0] { return seconds_since(t0); };
+  server_hooks.record = [&dir](const std::string& json) { dir.record(json); };
+  server_hooks.evaluate = server_evaluate;
+  server_hooks.after_round = [&](const algorithms::ServerRound& r) {
+    if (server->counts_rounds()) state.rounds = std::max(state.rounds, r.round);
+  };
+  server = ServerHost::make(algo_options, config.train, splits.train->size(), islands[0].parts.model->params(),
+                            std::move(server_hooks));
+  hub.set_server(server ? &server->server() : nullptr);
   if (resumed) hub.restore(resumed->hub);  // before the groups, which read their sequence numbers
 
   for (int i = 0; i < n; ++i) {
@@ -317,56 +318,47 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
     gathering->left(i, /*done=*/false);
     throw IslandKilled{};
   };
-  // The live island with the lowest id evaluates the global model and hands state over to
-  // joiners.
+  // Who evaluates and who hands state over (src/core/roles.h), on the simulator's view of
+  // the running islands: alive and unfinished.
+  const Roles roles(config);
+  auto running = [&] {
+    std::vector<int> r;
+    for (int j = 0; j < n; ++j)
+      if (islands[j].alive && !islands[j].finished) r.push_back(j);
+    return r;
+  };
+  // The lowest running island (its global model is the checkpoint's); -1: none.
   auto evaluator_island = [&] {
     for (int j = 0; j < n; ++j)
       if (islands[j].alive && !islands[j].finished) return j;
     return -1;
   };
-  // Whether island i evaluates now: no island below it is running (alive and unfinished).
-  auto lead_for_evals = [&](int i) {
-    for (int j = 0; j < i; ++j)  // DiPaCo: among the islands that evaluate the same path
-      if (islands[j].alive && !islands[j].finished && islands[j].parts.eval_path == islands[i].parts.eval_path)
-        return false;
-    return islands[i].alive;
-  };
-  // A joiner waits at its join time for a live island's next step boundary; that island
-  // fills in its Handover and makes it a member from its own next collective on.
-  struct Handover {
+  auto lead_for_evals = [&](int i) { return islands[i].alive && roles.leads(i, running()); };
+  // A joiner waits at its join time for its donor's next step boundary (src/core/handover.h);
+  // the hub carries the hand-over (its bytes on the donor's link) and makes the joiner a
+  // member from the donor's next collective on.
+  struct Arriving {
     bool ready = false;
-    int donor = -1;
-    int64_t step = 0;
-    uint64_t first_seq = 0;  // the donor's next collective
-    double arrival = 0;
-    at::Tensor global;
-    algorithms::AlgorithmState state;
+    double arrival = 0;  // when the hand-over has crossed the link
+    Handover handover;
   };
   std::vector<int> pending;  // joiners waiting for a hand-over
-  std::vector<Handover> handovers(static_cast<size_t>(n));
+  std::vector<Arriving> handovers(static_cast<size_t>(n));
   // Joiners between their join time and their first step as members (waiting for a
   // hand-over, or for its arrival): their state is no checkpoint's.
   std::vector<char> joining(static_cast<size_t>(n), 0);
-  auto hand_over = [&](int donor, int64_t step) {
-    Island& d = islands[donor];
-    for (int j : pending) {
-      Handover& h = handovers[j];
-      h.donor = donor;
-      h.step = step;
-      h.global = d.parts.algorithm->global_params().clone();
-      h.state = d.parts.algorithm->export_state();
-      uint64_t bytes = static_cast<uint64_t>(h.global.numel()) * sizeof(float);
-      for (auto& t : h.state.tensors) {
-        if (!t.defined()) continue;  // e.g. no outer step taken yet
-        t = t.clone();
-        bytes += static_cast<uint64_t>(t.numel()) * t.element_size();
-      }
-      h.arrival = hub.hand_over(donor, j, bytes, scheduler.time(donor));
-      h.first_seq = hub.next_seq(donor);
-      hub.add_member(j, h.first_seq);
-      h.ready = true;
-    }
-    pending.clear();
+  // Island `donor` at the boundary after `step` serves the pending joiners whose donor it is
+  // among `live`.
+  auto hand_over = [&](int donor, int64_t step, const std::vector<int>& live) {
+    std::erase_if(pending, [&](int j) {
+      if (roles.donor(j, live) != donor) return false;
+      Arriving& a = handovers[j];
+      a.handover = export_handover(donor, *islands[donor].parts.algorithm, step, hub.next_seq(donor));
+      a.arrival = hub.hand_over(donor, j, handover_bytes(a.handover), scheduler.time(donor));
+      hub.add_member(j, a.handover.first_seq);
+      a.ready = true;
+      return true;
+    });
   };
 
   // Checkpoints (src/core/checkpoint_gathering.h): an island's state is read at the write,
@@ -406,14 +398,13 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
     c.step = step;
     c.metrics_bytes = dir.metrics_bytes();
     c.config_hash = resume_hash(config);
-    c.global = server_global.defined() ? server_global : islands[evaluator_island()].parts.algorithm->global_params();
+    c.global = server && server->global().defined() ? server->global()
+                                                    : islands[evaluator_island()].parts.algorithm->global_params();
     if (server) {  // the server role (fedavg): cut between its rounds
       c.has_server = true;
-      c.server = server->state();
-      for (auto& t : c.server.tensors)
-        if (t.defined()) t = t.clone();
-      c.server_time = server_time;
-      c.server_round = server_round;
+      c.server = server->save();
+      c.server_time = server->time();
+      c.server_round = server->round();
     }
     c.hub = hub.snapshot();
     c.cost_model = cost.save();
@@ -533,7 +524,7 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
       progress.update(state);
       // Joiners wait for this step boundary; those earlier on the clock must have asked.
       if (joins_planned) scheduler.yield(i);
-      if (!pending.empty() && i == evaluator_island() && me.parts.algorithm->can_hand_over()) hand_over(i, step);
+      if (!pending.empty() && me.parts.algorithm->can_hand_over()) hand_over(i, step, running());
       for (auto& kill : kills[static_cast<size_t>(i)])
         if (!kill.fired && kill.event.at_step == step) die(i, kill, "at_step");
       maybe_checkpoint(i, step, total);
@@ -586,11 +577,7 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
         kill.fired = std::binary_search(resumed->kills_fired.begin(), resumed->kills_fired.end(), kill.index);
     cost.load(resumed->cost_model);
     if (resumed->has_server && server) {
-      server->load(resumed->server);
-      server_time = resumed->server_time;
-      server_round = resumed->server_round;
-      server_evals.resume(server_round);
-      if (server_round > 0) server_global = *server->on_pull(0, 0);  // the server's model
+      server->load(resumed->server, resumed->server_round, resumed->server_time);
     }
     state = resumed->progress;
     evals.restore(resumed->evals);
@@ -604,7 +591,7 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
     }
   } else if (islands[0].parts.algorithm->global_on_server()) {
     // Step 0: the initial model (the server role's, or island 0's as the lead).
-    server_evaluate(0, islands[0].parts.model->params(), 0.0);
+    server->evaluate_start(islands[0].parts.model->params());
   } else {
     // Island 0 evaluates the initial model; DiPaCo: the first island of every path, its path's.
     std::set<int> started;
@@ -626,13 +613,13 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
             scheduler.yield(i);  // finish() may have moved the clock
             member_s[i] += scheduler.time(i) - member_since[i];
             end_time[i] = scheduler.time(i);
-            const bool donor = i == evaluator_island();
+            const std::vector<int> live = running();  // with this island, for its joiners
             is.finished = true;
             // As in real runs: each island's final global model, by hash (equal on islands
             // that agree bitwise, e.g. after an exact state hand-over).
             is.runtime->finish();
             // Joiners still waiting get the final state (they have no steps left to run).
-            if (donor && !pending.empty()) hand_over(i, is.runtime->steps());
+            if (!pending.empty()) hand_over(i, is.runtime->steps(), live);
             // A checkpoint gathered while this island ran its last steps waits for it no more.
             gathering->left(i, /*done=*/true);
             return;
@@ -648,37 +635,31 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
         VirtualTime waiting(scheduler, i);
         waiting.sleep_until_s(joins[i][next_join++]);
         scheduler.yield(i);  // the others' state at the join time
-        if (evaluator_island() < 0) return;  // nobody left to hand the state over
+        if (roles.donor(i, running()) < 0) return;  // nobody left to hand the state over
         handovers[i] = {};
         pending.push_back(i);
         joining[i] = 1;
         scheduler.block_until(
-            i, [&] { return handovers[i].ready || evaluator_island() < 0; }, "state hand-over");
+            i, [&] { return handovers[i].ready || roles.donor(i, running()) < 0; }, "state hand-over");
         if (!handovers[i].ready) {  // every donor finished or died meanwhile
           pending.erase(std::remove(pending.begin(), pending.end(), i), pending.end());
           joining[i] = 0;
           return;
         }
-        Handover& h = handovers[i];
+        Arriving& a = handovers[i];
         // Fresh inner optimizer and algorithm on the global model, then the donor's state
         // (the runtime imports it after setup and goes on after the donor's step).
         is.parts.optimizer = train::make_inner_optimizer(config.train);
         is.parts.algorithm = algorithms::make_algorithm(algo_options, i);
         is.group = hub.make_group(i);
-        is.time->sleep_until_s(h.arrival);
+        is.time->sleep_until_s(a.arrival);
         scheduler.yield(i);  // others earlier on the clock do not see it yet
         is.alive = true;
         joining[i] = 0;
         member_since[i] = scheduler.time(i);
-        gathering->joined_after(i, h.step);  // due at the next multiple after the donor's step
-        JoinState join;
-        join.donor = h.donor;
-        join.step = h.step;
-        join.first_seq = h.first_seq;
-        join.epoch = is.group->view().epoch;
-        join.global = h.global;
-        join.state = h.state;
-        is.runtime->join(std::move(join), is.group.get());
+        gathering->joined_after(i, a.handover.step);  // due at the next multiple after the donor's step
+        a.handover.epoch = is.group->view().epoch;
+        is.runtime->join(std::move(a.handover), is.group.get());
         membership(i, i < k ? "rejoined" : "added", "event");
         member = true;
       }
@@ -693,15 +674,15 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
 
   // The server's final model is evaluated even when churn kept the last round from being
   // the planned one (evaluate() skips a step it has already done).
-  if (server_global.defined()) server_evaluate(server_evals.label(server_round), server_global, server_time);
+  if (server) server->evaluate_final();
 
   // The final eval is the one at the step the run ended on: the server's last round, or the
   // last step of the islands that finished. Anything else (every island died or diverged)
   // leaves final_val_loss null and says where the last eval was.
-  int64_t final_step = -1;
-  if (server_global.defined()) final_step = server_evals.label(server_round);
+  const bool server_model = server && server->global().defined();
+  int64_t final_step = server_model ? server->final_step() : -1;
   for (const Island& is : islands)
-    if (!server_global.defined() && is.finished) final_step = std::max(final_step, is.runtime->steps());
+    if (!server_model && is.finished) final_step = std::max(final_step, is.runtime->steps());
   summary.run_dir = dir.path();
   summary.final_val_loss = evals.final_loss(final_step);
   summary.last_val_loss = evals.last_loss();
@@ -751,20 +732,14 @@ RunSummary simulate(const config::Config& config, const SimulateOptions& options
   // The outputs in an order that never claims success falsely (docs/metrics.md "summary.json"):
   // the final global model (fedavg: the server's; otherwise the lowest live island's global
   // copy; DiPaCo: every path's), the end record, summary.json last (a failed write throws).
-  int last = -1;  // the lowest island that is still a member at the end
-  for (int j = n - 1; j >= 0; --j)
-    if (islands[j].alive && islands[j].parts.algorithm) last = j;
-  if (server_global.defined() || last >= 0) {
-    const std::string path = dir.path() + "/final_params.bin";
-    if (server_global.defined()) write_params(path, server_global);
-    else islands[last].runtime->write_final_params(path);
-  }
-  // DiPaCo: every path's global model, from the lowest live island that holds the path.
-  std::set<int> paths_written;
-  for (int j = 0; j < n; ++j) {
-    for (int p : islands[j].alive && islands[j].parts.algorithm ? islands[j].runtime->held_paths() : std::vector<int>{})
-      if (paths_written.insert(p).second) islands[j].runtime->write_final_params(dir.path() + "/" + final_params_name(p), p);
-  }
+  if (server_model) write_params(dir.path() + "/final_params.bin", server->global());
+  std::vector<int> members;  // the islands still members at the end
+  for (int j = 0; j < n; ++j)
+    if (islands[j].alive && islands[j].parts.algorithm) members.push_back(j);
+  std::set<int> written;  // paths, -1: final_params.bin
+  for (int j : members)
+    islands[j].runtime->write_final_outputs(
+        dir.path(), roles, members, [&](int p) { return written.insert(p).second; }, [](int) {});
   dir.record(JsonObject().add("event", "end").add("final_val_loss", summary.final_val_loss).str());
   RunOutcome& outcome = summary.outcome;
   outcome.status = summary.diverged ? "diverged" : "finished";

@@ -34,6 +34,7 @@
 #include "src/core/params_file.h"
 #include "src/core/records.h"
 #include "src/core/run_dir.h"
+#include "src/core/server_host.h"
 #include "src/core/sim_checkpoint.h"
 #include "src/core/validate.h"
 #include "transport/zmq/coordinator.h"
@@ -246,42 +247,32 @@ int run_coordinator(const config::Config& config, const ProcessOptions& options)
   }
   const int64_t skip_through = skipped.empty() ? -1 : *std::max_element(skipped.begin(), skipped.end());
 
-  // The server role (fedavg, async_local_sgd): it holds the global model, so it is
-  // evaluated here.
+  // The server role (fedavg, async_local_sgd, core::ServerHost): it holds the global model,
+  // so it is evaluated here.
   std::unique_ptr<core::Evaluator> evaluator;
-  std::unique_ptr<core::ServerEvalSchedule> evals;
-  at::Tensor server_global;
-  std::unique_ptr<transport::OuterServer> server;
-  int64_t server_round = 0;
-  auto server_eval = [&](int64_t step, const at::Tensor& global) {
-    core::EvalResult r = evaluator->evaluate(global);
-    sink(core::eval_record(-1, step, r, data.classifier, 0,
-                          core::RecordTime{std::chrono::duration<double>(Clock::now() - t0).count(), NAN}));
-  };
+  std::unique_ptr<core::ServerHost> server;
   if (algorithms::make_server(algo_options, at::zeros({1}), nullptr) != nullptr) {
     auto init = core::make_island_parts(config, data, algo_options, 0);
     evaluator = core::make_evaluator(config, data);
-    evals = std::make_unique<core::ServerEvalSchedule>(algo_options, config.train, data.splits.train->size());
-    server = algorithms::make_server(algo_options, init.model->params(), [&](const algorithms::ServerRound& r) {
-      server_global = r.global;
-      server_round = r.round;
-      const int64_t step = evals->after_round(r.round);
-      if (r.selected >= 0)  // fedavg: which clients made it into the round (docs/metrics.md)
-        sink(core::server_round_record(
-            r, evals->label(r.round), core::RecordTime{std::chrono::duration<double>(Clock::now() - t0).count(), NAN}));
-      if (step >= 0) server_eval(step, r.global);
-    });
+    auto wall_s = [t0] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
+    core::ServerHost::Hooks hooks;
+    hooks.round_time = [](const algorithms::ServerRound&) { return NAN; };  // no virtual clock
+    hooks.wall_s = wall_s;
+    hooks.record = sink;
+    hooks.evaluate = [&, wall_s](int64_t step, const at::Tensor& global, double) {
+      core::EvalResult r = evaluator->evaluate(global);
+      sink(core::eval_record(-1, step, r, data.classifier, 0, core::RecordTime{wall_s(), NAN}));
+    };
+    server = core::ServerHost::make(algo_options, config.train, data.splits.train->size(), init.model->params(),
+                                    std::move(hooks));
     if (pickup) {
       // A restart: the server role as it was saved with the last reply it sent; the islands
       // resend what it had not answered (docs/checkpoints.md "Coordinator restart").
       if (!pickup->has_server)
         throw UserError("coordinator: the running state of " + run_path + " holds no server role state; use --force");
-      server->load(pickup->server);
-      server_round = pickup->server_round;
-      evals->resume(server_round);
-      if (server_round > 0) server_global = *server->on_pull(0, 0);
+      server->load(pickup->server, pickup->server_round);
     } else if (!resuming) {
-      server_eval(0, init.model->params());  // step 0, the initial model, as simulate does
+      server->evaluate_start(init.model->params());  // step 0, the initial model, as simulate does
     }
   }
 
@@ -292,7 +283,7 @@ int run_coordinator(const config::Config& config, const ProcessOptions& options)
   co.run = run_identity(config);
   co.heartbeat_ms = t.heartbeat_ms;
   co.heartbeat_timeout_ms = t.heartbeat_timeout_ms;
-  co.server = server.get();
+  co.server = server ? &server->server() : nullptr;
   co.pipeline = codec;
   co.record_sink = sink;
   if (resuming) co.initial_epoch = resumable.front().epoch;  // epochs go on past the checkpoint's
@@ -315,8 +306,8 @@ int run_coordinator(const config::Config& config, const ProcessOptions& options)
     st.snapshot = snapshot;
     if (server) {  // on the loop thread, which alone calls the server role
       st.has_server = true;
-      st.server = server->state();
-      st.server_round = server_round;
+      st.server = server->server().state();
+      st.server_round = server->round();
       std::lock_guard<std::mutex> lock(marks_mu);
       latest_server = {st.server_round, st.server};  // what a checkpoint cut now holds
     }
@@ -437,10 +428,7 @@ int run_coordinator(const config::Config& config, const ProcessOptions& options)
     // The server role as it was at the cut (fedavg); the islands pull from it once started.
     // Before the run directory is set: the loop thread's persist reads the server only after.
     if (server && at.has_server) {
-      server->load(at.server);
-      server_round = at.server_round;
-      evals->resume(server_round);
-      if (server_round > 0) server_global = *server->on_pull(0, 0);
+      server->load(at.server, at.server_round);
     }
     {
       std::lock_guard<std::mutex> lock(dir_mu);
@@ -614,9 +602,9 @@ int run_coordinator(const config::Config& config, const ProcessOptions& options)
   // As in simulate: the server's final model is evaluated even when churn kept the last round
   // from being the planned one (a step already evaluated is not evaluated again).
   int64_t final_step = -1;  // the step whose eval is the run's final one
-  if (server_global.defined()) {
-    final_step = evals->label(server_round);
-    if (!totals.evaluated(final_step)) server_eval(final_step, server_global);
+  if (server && server->global().defined()) {
+    final_step = server->final_step();
+    if (!totals.evaluated(final_step)) server->evaluate_final();
   }
 
   // How the run ended (docs/errors.md "Outputs"): the first reason it failed, if any.
@@ -629,9 +617,9 @@ int run_coordinator(const config::Config& config, const ProcessOptions& options)
   if (error.empty() && !final_params_failure.empty()) error = final_params_failure;
   // The outputs in an order that never claims success falsely: the server's final model,
   // then summary.json last, whose "status" says how the run ended.
-  if (server_global.defined() && error.empty()) {
+  if (server && server->global().defined() && error.empty()) {
     try {
-      core::write_params(run_path + "/final_params.bin", server_global);
+      core::write_params(run_path + "/final_params.bin", server->global());
     } catch (const core::OutputError& e) {
       error = e.what();
     }

@@ -201,24 +201,21 @@ StatusOr<Handover> fetch_handover(transport::ControlPlane& control, int joiner, 
 
 HandoverDonor::HandoverDonor(transport::ControlPlane& control, std::function<Handover()> make,
                              std::function<void(const std::string&)> record, std::function<Status()> healthy,
-                             std::function<bool(int, int)> holds)
+                             core::Roles roles)
     : control_(control), make_(std::move(make)), record_(std::move(record)), healthy_(std::move(healthy)),
-      holds_(std::move(holds)) {}
+      roles_(std::move(roles)) {}
 
 void HandoverDonor::at_step_boundary() {
   transport::Membership m = control_.membership();
   const int self = control_.self();
-  // The joiners whose donor this island is: the lowest-id member in collectives that holds
-  // their state.
-  auto donor_of = [&](int joiner) {
-    for (const auto& p : m.members) {
-      if (transport::in_collectives(p) && (!holds_ || holds_(p.id, joiner))) return p.id;
-    }
-    return -1;
-  };
+  // The joiners whose donor this island is, among the members in collectives.
+  std::vector<int> running;
+  for (const auto& p : m.members)
+    if (transport::in_collectives(p)) running.push_back(p.id);
+  std::sort(running.begin(), running.end());
   std::vector<int> joiners;
   for (const auto& p : m.members) {
-    if (transport::in_collectives(p) || p.id == self || donor_of(p.id) != self) continue;
+    if (transport::in_collectives(p) || p.id == self || roles_.donor(p.id, running) != self) continue;
     auto served = served_.find(p.id);
     if (served == served_.end() || served->second != m.epoch) joiners.push_back(p.id);
   }

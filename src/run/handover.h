@@ -1,12 +1,12 @@
 // The state hand-over of a real run: how an island that rejoins a running run (a restarted
 // process with the same id) gets the global model and the outer-optimizer state from a live
-// island, as the simulator's joiners do (src/core/simulator.cpp, "Handover").
+// island (src/core/handover.h: the hand-over, its export and import, in both modes). This
+// file is its carrier between processes.
 //
 // Protocol (docs/protocol.md "Rejoining a running run"), over the coordinator's store:
 //   1. The joiner joins without a data endpoint: a member of the control plane that takes
 //      part in no collective (transport::in_collectives).
-//   2. The donor, the lowest-id member that takes part in collectives and holds the joiner's
-//      state (DiPaCo: an island on the joiner's path), sees it at its next step boundary and
+//   2. The donor (core::Roles::donor among the members that take part in collectives) sees it at its next step boundary and
 //      publishes a Handover (its step, its next collective sequence number in the group and
 //      in each sub-group, Algorithm::global_params() and export_state()) under keys naming
 //      the joiner, with an xxhash64 checksum, then waits until the joiner takes part (or is
@@ -30,19 +30,14 @@
 
 #include "algorithms/algorithm.h"
 #include "src/base/status.h"
+#include "src/core/handover.h"
+#include "src/core/roles.h"
 #include "transport/control_plane.h"
 
 namespace atl::run {
 
-struct Handover {
-  int donor = -1;
-  uint64_t epoch = 0;      // the donor's membership epoch in which it saw the joiner waiting
-  int64_t step = 0;        // the donor's last completed inner step: the joiner starts after it
-  uint64_t first_seq = 0;  // the donor's next collective: the joiner takes part from it on
-  std::map<uint32_t, uint64_t> subgroup_seqs;  // the same for each sub-group the donor made, by key
-  at::Tensor global;       // [N] float32: Algorithm::global_params()
-  algorithms::AlgorithmState state;  // Algorithm::export_state() (undefined tensors allowed)
-};
+// The hand-over itself, one model for both modes (src/core/handover.h); this file carries it.
+using Handover = core::Handover;
 
 // The hand-over's bytes (on src/base/bytes.h): "ATHB", u32 version = 3, i32 donor, u64 epoch,
 // i64 step, u64 first_seq, i64 rounds, the global model (one tensor, src/core/tensor_codec.h),
@@ -72,14 +67,13 @@ class HandoverDonor {
   // `make` builds the hand-over at the current step boundary (donor, step, first_seq, the
   // tensors; the epoch is filled in here). `record` receives one JSON record per hand-over.
   // `healthy` says whether this island is still part of the run (an error ends a wait).
-  // `holds(d, j)`: whether island d holds the state island j needs (null: every island does).
+  // `roles` says who is a joiner's donor among the members in collectives.
   HandoverDonor(transport::ControlPlane& control, std::function<Handover()> make,
                 std::function<void(const std::string&)> record, std::function<Status()> healthy,
-                std::function<bool(int, int)> holds = nullptr);
+                core::Roles roles = core::Roles::dense());
 
   // For the members that wait for a hand-over this island has not served in the current
-  // epoch and whose donor it is (the lowest-id member in collectives that holds their
-  // state): publishes one to each and waits until all of them take part in collectives or are gone, so that its next
+  // epoch and whose donor it is (core::Roles::donor): publishes one to each and waits until all of them take part in collectives or are gone, so that its next
   // collective (the hand-over's first_seq) includes them. The wait has no deadline of its
   // own: a joiner bounds each of its steps and exits when one fails (its LEAVE, or the
   // heartbeat timeout, removes it). Cheap otherwise: one look at the membership.
@@ -90,7 +84,7 @@ class HandoverDonor {
   std::function<Handover()> make_;
   std::function<void(const std::string&)> record_;
   std::function<Status()> healthy_;
-  std::function<bool(int, int)> holds_;
+  core::Roles roles_;
   std::map<int, uint64_t> served_;  // joiner -> epoch of the hand-over it got and has not used yet
 };
 

@@ -181,10 +181,16 @@ StatusOr<IslandEnd> run_island_once(const config::Config& config, int island, co
       }
     }
   }
-  // Whether island `d` holds the state island `j` needs: DiPaCo's islands hold their path's
-  // parameters (island i trains path i mod paths), every other algorithm's the one model.
-  const int paths = config.algorithm.name == "dipaco" ? core::dipaco_paths(config).paths() : 1;
-  auto holds = [paths](int d, int j) { return d % paths == j % paths; };
+  // Who leads and who hands state over (core::Roles), on this island's view: the members
+  // that take part in collectives.
+  const core::Roles roles(config);
+  auto running = [&control] {
+    std::vector<int> ids;
+    for (const auto& p : control.membership().members)
+      if (transport::in_collectives(p)) ids.push_back(p.id);
+    std::sort(ids.begin(), ids.end());
+    return ids;
+  };
   // The checkpoint this island resumes from (the coordinator set the key before the start).
   std::optional<IslandProcessCheckpoint> resumed;
   if (config.run.resume && !late) {
@@ -216,10 +222,8 @@ StatusOr<IslandEnd> run_island_once(const config::Config& config, int island, co
                          << "; waiting for a live island's state (joining as a rejoiner)");
     auto got = fetch_handover(control, island, join_epoch, Clock::now() + std::chrono::seconds(300), [&]() -> Status {
       if (!joined.status().is_ok()) return joined.status();
-      for (const auto& p : control.membership().members) {
-        if (p.id != island && transport::in_collectives(p) && holds(p.id, island)) return Status::ok();
-      }
-      return Status(StatusCode::kPeerLost, paths > 1 ? "no live island on this island's path is left to hand its state over"
+      if (roles.donor(island, running()) >= 0) return Status::ok();
+      return Status(StatusCode::kPeerLost, roles.eval_path(island) >= 0 ? "no live island on this island's path is left to hand its state over"
                                                      : "no live island is left to hand its state over (the run has ended)");
     });
     if (!got.is_ok()) return failed(island, got.status(), "cannot rejoin the run: ");
@@ -310,12 +314,7 @@ StatusOr<IslandEnd> run_island_once(const config::Config& config, int island, co
   // count from their hand-over on). It evaluates the global model, shows the progress line
   // and writes final_params.bin; when it dies the next island takes over
   // (src/core/eval_role.h: every eval step is recorded exactly once).
-  auto is_lead = [&] {
-    for (const auto& p : control.membership().members) {
-      if (p.id < island && transport::in_collectives(p)) return false;
-    }
-    return true;
-  };
+  auto is_lead = [&] { return core::Roles::leads_run(island, running()); };
   // Whether the store holds `key`; a coordinator that does not answer counts as yes (records
   // could not reach it either), so that an island never waits on it for ever.
   auto in_store = [&](const std::string& key) {
@@ -389,18 +388,12 @@ StatusOr<IslandEnd> run_island_once(const config::Config& config, int island, co
   host.time = &wall_time;
   host.wall_s = [&] { return seconds_since(t0); };
   host.record = [&](const std::string& json) { control.record(json); };
-  // DiPaCo: each path's lead evaluates that path (the lowest live island training it).
-  auto runtime_path_lead = [&] {
-    for (const auto& p : control.membership().members) {
-      if (p.id < island && transport::in_collectives(p) && core::eval_path_of(config, p.id) == parts.eval_path)
-        return false;
-    }
-    return true;
-  };
+  // Each path's lead evaluates that path (a dense run: the run's lead).
+  auto runtime_path_lead = [&] { return roles.leads(island, running()); };
   host.is_lead = runtime_path_lead;
   // With fewer islands than paths the lead evaluates every path in path order: a step is
   // recorded once its last path's record is.
-  const int recorded_path = parts.eval_path == core::kEveryPath ? paths - 1 : parts.eval_path;
+  const int recorded_path = parts.eval_path == core::kEveryPath ? data.paths - 1 : parts.eval_path;
   host.eval_recorded = [&](int64_t step) { return in_store(eval_key(step, recorded_path)); };
   host.after_eval = [&](int64_t step, const core::EvalResult& r) {
     state.val_loss = r.loss;
@@ -452,14 +445,7 @@ StatusOr<IslandEnd> run_island_once(const config::Config& config, int island, co
   } else if (handover) {
     // Every joiner's start (core::IslandRuntime::join): the global model, a fresh inner
     // optimizer and algorithm, the donor's outer state after setup, the steps after the donor's.
-    core::JoinState join;
-    join.donor = handover->donor;
-    join.step = handover->step;
-    join.first_seq = handover->first_seq;
-    join.epoch = handover->epoch;
-    join.global = handover->global;
-    join.state = std::move(handover->state);
-    runtime.join(std::move(join), &timed);
+    runtime.join(std::move(*handover), &timed);
   } else {
     runtime.evaluate_start();
   }
@@ -470,17 +456,12 @@ StatusOr<IslandEnd> run_island_once(const config::Config& config, int island, co
     donor.emplace(
         control,
         [&] {
-          Handover h;
-          h.donor = island;
-          h.step = runtime.steps();
-          h.first_seq = net_group.next_seq();
-          h.subgroup_seqs = net_group.next_seqs();
-          h.subgroup_seqs.erase(0);
-          h.global = parts.algorithm->global_params();
-          h.state = parts.algorithm->export_state();
-          return h;
+          std::map<uint32_t, uint64_t> subgroup_seqs = net_group.next_seqs();
+          subgroup_seqs.erase(0);
+          return core::export_handover(island, *parts.algorithm, runtime.steps(), net_group.next_seq(),
+                                       std::move(subgroup_seqs));
         },
-        [&](const std::string& json) { control.record(json); }, in_run, holds);
+        [&](const std::string& json) { control.record(json); }, in_run, roles);
   }
   try {
     runtime.run();
@@ -504,35 +485,25 @@ StatusOr<IslandEnd> run_island_once(const config::Config& config, int island, co
   }
   const bool lead = is_lead();
   if (lead) progress.finish(state);
-  // A final parameter file that cannot be written (disk full) fails this island, and the
-  // coordinator is told first: its summary.json then says the run failed, and why.
-  auto write_final_params = [&](const std::string& name, int path) {
-    try {
-      runtime.write_final_params(config.run.out_dir + "/" + config.run.name + "/" + name, path);
-    } catch (const core::OutputError& e) {
-      const std::string why = std::string(e.what()).substr(0, 1000);
-      if (Status st = joined.store_set(kFinalParamsFailedKey, {why.begin(), why.end()}); !st.is_ok())
-        ATOLL_WARN("island " << island << ": " << st.to_string());
-      throw;
-    }
+  // The final parameter files this island writes (core::IslandRuntime::write_final_outputs:
+  // the lead's, each path's lead's; the coordinator writes the server's), each once: the
+  // store says which an island has written. One that cannot be written (disk full) fails this
+  // island, and the coordinator is told first: its summary.json then says the run failed, and why.
+  auto key_of = [](int path) {
+    return path < 0 ? std::string(kFinalParamsKey) : std::string(kFinalParamsKey) + "/path" + std::to_string(path);
   };
-  // The lowest island that finishes writes the final global model (every finishing island
-  // holds the same one); the coordinator writes the server's.
-  if (lead && !parts.algorithm->global_on_server() && !in_store(kFinalParamsKey)) {
-    write_final_params("final_params.bin", -1);
-    if (Status st = joined.store_set(kFinalParamsKey, {1}); !st.is_ok()) {
+  try {
+    runtime.write_final_outputs(
+        config.run.out_dir + "/" + config.run.name, roles, running(), [&](int path) { return !in_store(key_of(path)); },
+        [&](int path) {
+          if (Status st = joined.store_set(key_of(path), {1}); !st.is_ok())
+            ATOLL_WARN("island " << island << ": " << st.to_string());
+        });
+  } catch (const core::OutputError& e) {
+    const std::string why = std::string(e.what()).substr(0, 1000);
+    if (Status st = joined.store_set(kFinalParamsFailedKey, {why.begin(), why.end()}); !st.is_ok())
       ATOLL_WARN("island " << island << ": " << st.to_string());
-    }
-  }
-  // DiPaCo: the lowest island of each path that finishes writes that path's global model
-  // (fewer islands than paths: the lowest island that finishes writes every path's).
-  for (int p : runtime.held_paths()) {
-    const std::string path_key = std::string(kFinalParamsKey) + "/path" + std::to_string(p);
-    if (!runtime_path_lead() || in_store(path_key)) continue;
-    write_final_params(core::final_params_name(p), p);
-    if (Status st = joined.store_set(path_key, {1}); !st.is_ok()) {
-      ATOLL_WARN("island " << island << ": " << st.to_string());
-    }
+    throw;
   }
   return IslandEnd::kFinished;
 }

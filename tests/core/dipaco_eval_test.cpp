@@ -228,6 +228,30 @@ TEST(DiPaCoEval, AKilledEvaluatorsPathIsEvaluatedByASurvivorOfThePath) {
   EXPECT_TRUE(fs::exists(tmp.path / "runs/t" / final_params_name(1)));
 }
 
+// A rejoiner takes its own path's state: island 1 (path 1) dies and rejoins, and its donor is
+// island 3, path 1's survivor, not island 0, the lowest live island (core::Roles::donor, the
+// rule real runs apply too).
+TEST(DiPaCoEval, ARejoinerTakesItsPathsStateFromAnIslandOnThatPath) {
+  TempDir tmp;
+  config::Config c = two_kinds_config(tmp.path, "");
+  c.compute.step_time_s = 0.1;
+  c.islands.events = config::parse_config(
+                         "islands:\n  count: 4\n  events:\n    - {kill: 1, at_step: 3}\n"
+                         "    - {rejoin: 1, at_time_s: 0.55}\n",
+                         "e.yaml")
+                         .islands.events;
+  simulate(c, {false, true});
+  int rejoins = 0;
+  for (const auto& l : lines_of(tmp.path / "runs/t/metrics.jsonl")) {
+    if (json_find_string(l, "event") != "rejoin") continue;
+    ++rejoins;
+    EXPECT_EQ(json_find_number(l, "island"), 1) << l;
+    EXPECT_EQ(json_find_number(l, "donor"), 3) << "path 1's survivor hands path 1's state over: " << l;
+  }
+  EXPECT_EQ(rejoins, 1);
+  for (int p = 0; p < 2; ++p) EXPECT_TRUE(fs::exists(tmp.path / "runs/t" / final_params_name(p)));
+}
+
 // Fewer islands than paths: a 2x2 (one block per level) on 2 islands, which take the four
 // paths in turn (island i: paths i, i + 2, i in rounds 0, 1, 2; docs/dipaco.md "Fewer islands
 // than paths").

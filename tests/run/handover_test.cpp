@@ -149,7 +149,7 @@ TEST(Handover, DonorServesOnlyJoinersWhoseStateItHolds) {
         return sample(4);
       },
       [&](const std::string& r) { records.push_back(r); }, [] { return Status::ok(); },
-      [](int d, int j) { return d % 2 == j % 2; });
+      core::Roles([](int island) { return island % 2; }));  // two paths
   while (donor_client->membership().members.size() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   auto served = std::async(std::launch::async, [&] { donor.at_step_boundary(); });
   struct LeaveFirst {  // on a failed assertion: the joiner leaves, which ends a donor's wait
