@@ -1,5 +1,6 @@
 // `atoll coordinator CONFIG`: membership, rendezvous, the server role and the run
-// directory of a real run. Decides when the run starts and with which islands
+// directory of a real run, as a composition (CoordinatorProcess below; docs/architecture.md
+// "The run layer"). Decides when the run starts and with which islands
 // (src/run/start_gate.h). Ends when the run has started and every island has left again
 // (finished, or declared dead), soon after a start that failed, or on SIGINT/SIGTERM.
 #include <ATen/ATen.h>
@@ -125,238 +126,258 @@ class SupervisorReports {
   std::string pending_;
 };
 
-}  // namespace
+// The coordinator of one run. Its state in named parts: the records (metrics.jsonl, or the
+// records held back until a resume decides where it is cut), the checkpoint marks, the start
+// (src/run/start_gate.h), the server role (core::ServerHost). The transport::Coordinator's
+// loop thread calls the hooks (records, store sets, membership, persist); the main thread
+// runs watch(). Each part under its own mutex where both threads touch it.
+class CoordinatorProcess {
+ public:
+  CoordinatorProcess(const config::Config& config, const ProcessOptions& options);
+  int run();
 
-int run_coordinator(const config::Config& config, const ProcessOptions& options) {
-  const auto t0 = Clock::now();
-  const int k = config.islands.count;
-  core::validate_config(config, core::Target::kCoordinator);
-  core::configure_threads(config.run.threads);
-  core::RunData data = core::load_run_data(config);
-  const auto algo_options = core::algorithm_options(config, data.shard_sizes);
-  const compression::Pipeline codec = core::make_pipeline(config);
-  check_min_islands(config, algorithms::make_server(algo_options, at::zeros({1}), nullptr) != nullptr);
+ private:
+  void open_run_dir();
+  void find_skipped();
+  void make_server();
+  transport::CoordinatorOptions coordinator_options();
+  // The loop thread's hooks.
+  void sink(const std::string& json);
+  void persist(const transport::CoordinatorSnapshot& snapshot);
+  void on_store_set(int island, const std::string& key, std::span<const uint8_t> value);
+  void on_membership(const transport::Membership& view, const std::vector<transport::MemberChange>& changes);
+  void fail_run(const std::string& why);
+  std::string failure();
+  // The main thread's.
+  void take_pickup();
+  void watch();
+  void decide(const transport::Membership& view);
+  void announce(const StartDecision& d);
+  void decide_resume();
+  void cut_checkpoints(const transport::Membership& now);
+  int finish();
 
+  const config::Config& config_;
+  const ProcessOptions& options_;
+  const Clock::time_point t0_;
+  const int k_;
+  core::RunData data_;
+  algorithms::AlgorithmOptions algo_options_;
+  compression::Pipeline codec_;
   // --resume (docs/checkpoints.md "Real runs"): a run directory that exists continues from
   // the newest checkpoint that the coordinator and every island it lists hold; which one is
   // decided once the islands have said what they hold. Until then records are held back
   // (metrics.jsonl is cut at the checkpoint first).
-  const std::string run_path = (std::filesystem::path(config.run.out_dir) / config.run.name).string();
-  const std::string ckpt_hash = core::resume_hash(config);
-  checkpoint::CheckpointDir ckpts(coordinator_checkpoint_dir(config), config.checkpoint.keep);
-  std::vector<CoordinatorCheckpoint> resumable;
-  const bool resuming = config.run.resume && !options.force && std::filesystem::exists(run_path);
-  if (resuming) {
-    resumable = usable_coordinator_checkpoints(ckpts.path(), ckpt_hash,
-                                               [](const std::string& line) { ATOLL_WARN("coordinator: " << line); });
-    if (resumable.empty())
-      throw UserError("run.resume: run directory '" + run_path + "' exists but '" + ckpts.path() +
-                      "' holds no usable checkpoint of this config; use --force to start the run over");
-  }
+  const std::string run_path_;
+  const std::string ckpt_hash_;
+  checkpoint::CheckpointDir ckpts_;
+  std::vector<CoordinatorCheckpoint> resumable_;
+  bool resuming_ = false;
   // A coordinator restarted mid-run (docs/checkpoints.md "Coordinator restart") continues
   // metrics.jsonl from its saved running state, and the islands' records it had not saved
   // come again (they resend the newest after a reconnection).
-  std::optional<CoordinatorRunState> pickup;
-  if (!resuming && !options.force && !options.no_pickup) pickup = running_state(config, run_path, ckpt_hash);
-  RunTotals totals;
-  std::mutex dir_mu;  // guards dir and held
-  std::optional<core::RunDir> dir;
-  std::vector<std::string> held;  // records that came before metrics.jsonl was cut (resuming)
-  if (pickup) {
-    // RunDir::Continue removes final_params.bin; an island may have written it already.
-    const std::string final_params = run_path + "/final_params.bin", kept = run_path + "/.final_params.bin.kept";
-    std::error_code ec;
-    std::filesystem::rename(final_params, kept, ec);
-    dir.emplace(config, core::RunDir::Continue{pickup->metrics_bytes});
-    if (!ec) std::filesystem::rename(kept, final_params, ec);
-    replay(dir->path() + "/metrics.jsonl", totals);
-    // A checkpoint written after the last save of the running state counts records that
-    // were cut (they come again, maybe in another order): it no longer describes this file.
-    for (const auto& c : usable_coordinator_checkpoints(ckpts.path(), ckpt_hash, nullptr)) {
-      if (c.metrics_bytes <= pickup->metrics_bytes) continue;
-      ATOLL_WARN("coordinator: dropping the checkpoint of step " << c.step << " (written after the last saved state)");
-      std::filesystem::remove(ckpts.path() + "/" + checkpoint::CheckpointDir::file_name(c.step));
-    }
-    ATOLL_WARN("coordinator: picking up the running run " << run_path << " (epoch " << pickup->snapshot.epoch << ", "
-                                                          << pickup->snapshot.members.size() << " islands)");
-  } else if (!resuming) {
-    dir.emplace(config, options.force);
-    // A fresh start: the coordinator checkpoints of an earlier run here are not this run's.
-    for (const auto& e : ckpts.list()) std::filesystem::remove(e.path);
-    std::filesystem::remove(coordinator_state_path(config));
-  }
-  // data.normalize: the statistics every island computed the same way, beside config.yaml.
-  std::filesystem::create_directories(run_path);
-  std::filesystem::create_directories(ckpts.path());
-  data::write_normalization(data.splits.normalization, data.splits.train->input_dim(), run_path);
+  std::optional<CoordinatorRunState> pickup_;
+
+  // The records.
+  RunTotals totals_;
+  std::mutex dir_mu_;  // guards dir_ and held_
+  std::optional<core::RunDir> dir_;
+  std::vector<std::string> held_;  // records that came before metrics.jsonl was cut (resuming)
   // A failure that ends the run (run.metrics_on_failure or checkpoint.on_failure: stop):
-  // said at once, and the loop below stops the run (docs/errors.md "Outputs").
-  std::mutex failure_mu;
-  std::string run_failure;
-  auto fail_run = [&](const std::string& why) {
-    std::lock_guard<std::mutex> lock(failure_mu);
-    if (!run_failure.empty()) return;
-    run_failure = why;
-    ATOLL_ERROR("coordinator: " << why);
-  };
-  auto failure = [&] {
-    std::lock_guard<std::mutex> lock(failure_mu);
-    return run_failure;
-  };
-  auto sink = [&](const std::string& json) {
-    std::lock_guard<std::mutex> lock(dir_mu);
-    if (!dir) {
-      held.push_back(json);
-      return;
-    }
-    std::string routed;  // DiPaCo: the routed eval once every path's record of a step is in
-    try {
-      if (totals.add(json, &routed)) dir->record(json);
-      if (!routed.empty() && totals.add(routed)) dir->record(routed);
-    } catch (const core::OutputError& e) {  // run.metrics_on_failure: stop
-      fail_run(e.what());
-    }
-  };
+  // said at once, and watch() stops the run (docs/errors.md "Outputs").
+  std::mutex failure_mu_;
+  std::string run_failure_;
+
   // The checkpoint protocol's marks (island K wrote step S) and the islands' --resume lists.
-  std::mutex marks_mu;
-  std::map<int64_t, std::set<int>> marks;
-  std::map<int, std::vector<int64_t>> have;
-  std::set<int> finished;  // islands that have finished their steps (finished_key)
+  std::mutex marks_mu_;
+  std::map<int64_t, std::set<int>> marks_;
+  std::map<int, std::vector<int64_t>> have_;
+  std::set<int> finished_;  // islands that have finished their steps (finished_key)
   // Checkpoints: islands whose file of step S was not written (their mark says why), and the
   // counts for summary.json (a cut is written when the coordinator's file and every
   // island's are).
-  std::map<int64_t, std::map<int, std::string>> mark_failures;
-  int64_t checkpoints_asked = 0, checkpoints_written = 0;
+  std::map<int64_t, std::map<int, std::string>> mark_failures_;
+  int64_t checkpoints_asked_ = 0, checkpoints_written_ = 0;
   // Why an island could not write a final parameter file ("" while none failed).
-  std::string final_params_failure;
+  std::string final_params_failure_;
   // The server role's state and latest round as last persisted (on the loop thread, after
   // every change): what a checkpoint cut holds (every island waits at the cut meanwhile).
-  std::pair<int64_t, transport::OuterServer::State> latest_server;
+  std::pair<int64_t, transport::OuterServer::State> latest_server_;
   // Picked up: a checkpoint the previous coordinator had not finished is skipped (the
   // records of its islands may still be on their way back, so no cut is made there): its
   // islands are released, and marks up to it are ignored.
-  std::vector<int64_t> skipped;
-  if (pickup) {
-    const std::string prefix = "atoll/checkpoint/";
-    for (const auto& [key, value] : pickup->snapshot.store) {
-      const size_t slash = key.find('/', prefix.size());
-      if (key.rfind(prefix, 0) != 0 || slash == std::string::npos) continue;
-      const std::vector<int64_t> step = parse_steps(key.substr(prefix.size(), slash - prefix.size()));
-      if (step.size() == 1 && !pickup->snapshot.store.count(checkpoint_done_key(step[0]))) skipped.push_back(step[0]);
-    }
-  }
-  const int64_t skip_through = skipped.empty() ? -1 : *std::max_element(skipped.begin(), skipped.end());
+  std::vector<int64_t> skipped_;
+  int64_t skip_through_ = -1;
 
   // The server role (fedavg, async_local_sgd, core::ServerHost): it holds the global model,
   // so it is evaluated here.
-  std::unique_ptr<core::Evaluator> evaluator;
-  std::unique_ptr<core::ServerHost> server;
-  if (algorithms::make_server(algo_options, at::zeros({1}), nullptr) != nullptr) {
-    auto init = core::make_island_parts(config, data, algo_options, 0);
-    evaluator = core::make_evaluator(config, data);
-    auto wall_s = [t0] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
-    core::ServerHost::Hooks hooks;
-    hooks.round_time = [](const algorithms::ServerRound&) { return NAN; };  // no virtual clock
-    hooks.wall_s = wall_s;
-    hooks.record = sink;
-    hooks.evaluate = [&, wall_s](int64_t step, const at::Tensor& global, double) {
-      core::EvalResult r = evaluator->evaluate(global);
-      sink(core::eval_record(-1, step, r, data.classifier, 0, core::RecordTime{wall_s(), NAN}));
-    };
-    server = core::ServerHost::make(algo_options, config.train, data.splits.train->size(), init.model->params(),
-                                    std::move(hooks));
-    if (pickup) {
-      // A restart: the server role as it was saved with the last reply it sent; the islands
-      // resend what it had not answered (docs/checkpoints.md "Coordinator restart").
-      if (!pickup->has_server)
-        throw UserError("coordinator: the running state of " + run_path + " holds no server role state; use --force");
-      server->load(pickup->server, pickup->server_round);
-    } else if (!resuming) {
-      server->evaluate_start(init.model->params());  // step 0, the initial model, as simulate does
-    }
-  }
+  std::unique_ptr<core::Evaluator> evaluator_;
+  std::unique_ptr<core::ServerHost> server_;
+  // Islands seen joining: one that joins again after it left or failed is `rejoined`.
+  std::set<int> seen_;
 
-  const auto& t = config.transport;
+  // The start (src/run/start_gate.h): decided here, announced through the store.
+  JoinView joins_;
+  Clock::time_point join_deadline_;
+  std::set<int> ever_joined_;
+  size_t refused_seen_ = 0;
+  std::optional<StartDecision> decision_;
+  std::optional<Clock::time_point> failed_at_;
+  // --resume: after the start decision, the checkpoint to resume from (decide_resume).
+  std::optional<StartDecision> awaiting_resume_;
+  // When a failed start first became certain while islands were still expected.
+  std::optional<Clock::time_point> certain_since_;
+  // Islands whose process exited, as the supervisor reported them (launch --supervised).
+  std::map<int, std::string> exited_;
+
+  std::unique_ptr<transport::Coordinator> coordinator_;  // last: its hooks use the above
+};
+
+CoordinatorProcess::CoordinatorProcess(const config::Config& config, const ProcessOptions& options)
+    : config_(config),
+      options_(options),
+      t0_(Clock::now()),
+      k_(config.islands.count),
+      run_path_((std::filesystem::path(config.run.out_dir) / config.run.name).string()),
+      ckpt_hash_(core::resume_hash(config)),
+      ckpts_(coordinator_checkpoint_dir(config), config.checkpoint.keep) {
+  core::validate_config(config, core::Target::kCoordinator);
+  core::configure_threads(config.run.threads);
+  data_ = core::load_run_data(config);
+  algo_options_ = core::algorithm_options(config, data_.shard_sizes);
+  codec_ = core::make_pipeline(config);
+  check_min_islands(config, algorithms::make_server(algo_options_, at::zeros({1}), nullptr) != nullptr);
+  resuming_ = config.run.resume && !options.force && std::filesystem::exists(run_path_);
+  if (resuming_) {
+    resumable_ = usable_coordinator_checkpoints(ckpts_.path(), ckpt_hash_,
+                                                [](const std::string& line) { ATOLL_WARN("coordinator: " << line); });
+    if (resumable_.empty())
+      throw UserError("run.resume: run directory '" + run_path_ + "' exists but '" + ckpts_.path() +
+                      "' holds no usable checkpoint of this config; use --force to start the run over");
+  }
+  if (!resuming_ && !options.force && !options.no_pickup) pickup_ = running_state(config, run_path_, ckpt_hash_);
+  open_run_dir();
+  find_skipped();
+  make_server();
+}
+
+void CoordinatorProcess::open_run_dir() {
+  if (pickup_) {
+    // RunDir::Continue removes final_params.bin; an island may have written it already.
+    const std::string final_params = run_path_ + "/final_params.bin", kept = run_path_ + "/.final_params.bin.kept";
+    std::error_code ec;
+    std::filesystem::rename(final_params, kept, ec);
+    dir_.emplace(config_, core::RunDir::Continue{pickup_->metrics_bytes});
+    if (!ec) std::filesystem::rename(kept, final_params, ec);
+    replay(dir_->path() + "/metrics.jsonl", totals_);
+    // A checkpoint written after the last save of the running state counts records that
+    // were cut (they come again, maybe in another order): it no longer describes this file.
+    for (const auto& c : usable_coordinator_checkpoints(ckpts_.path(), ckpt_hash_, nullptr)) {
+      if (c.metrics_bytes <= pickup_->metrics_bytes) continue;
+      ATOLL_WARN("coordinator: dropping the checkpoint of step " << c.step << " (written after the last saved state)");
+      std::filesystem::remove(ckpts_.path() + "/" + checkpoint::CheckpointDir::file_name(c.step));
+    }
+    ATOLL_WARN("coordinator: picking up the running run " << run_path_ << " (epoch " << pickup_->snapshot.epoch
+                                                          << ", " << pickup_->snapshot.members.size() << " islands)");
+  } else if (!resuming_) {
+    dir_.emplace(config_, options_.force);
+    // A fresh start: the coordinator checkpoints of an earlier run here are not this run's.
+    for (const auto& e : ckpts_.list()) std::filesystem::remove(e.path);
+    std::filesystem::remove(coordinator_state_path(config_));
+  }
+  // data.normalize: the statistics every island computed the same way, beside config.yaml.
+  std::filesystem::create_directories(run_path_);
+  std::filesystem::create_directories(ckpts_.path());
+  data::write_normalization(data_.splits.normalization, data_.splits.train->input_dim(), run_path_);
+}
+
+void CoordinatorProcess::find_skipped() {
+  if (!pickup_) return;
+  const std::string prefix = "atoll/checkpoint/";
+  for (const auto& [key, value] : pickup_->snapshot.store) {
+    const size_t slash = key.find('/', prefix.size());
+    if (key.rfind(prefix, 0) != 0 || slash == std::string::npos) continue;
+    const std::vector<int64_t> step = parse_steps(key.substr(prefix.size(), slash - prefix.size()));
+    if (step.size() == 1 && !pickup_->snapshot.store.count(checkpoint_done_key(step[0]))) skipped_.push_back(step[0]);
+  }
+  skip_through_ = skipped_.empty() ? -1 : *std::max_element(skipped_.begin(), skipped_.end());
+}
+
+void CoordinatorProcess::fail_run(const std::string& why) {
+  std::lock_guard<std::mutex> lock(failure_mu_);
+  if (!run_failure_.empty()) return;
+  run_failure_ = why;
+  ATOLL_ERROR("coordinator: " << why);
+}
+
+std::string CoordinatorProcess::failure() {
+  std::lock_guard<std::mutex> lock(failure_mu_);
+  return run_failure_;
+}
+
+void CoordinatorProcess::sink(const std::string& json) {
+  std::lock_guard<std::mutex> lock(dir_mu_);
+  if (!dir_) {
+    held_.push_back(json);
+    return;
+  }
+  std::string routed;  // the routed eval once every path's record of a step is in
+  try {
+    if (totals_.add(json, &routed)) dir_->record(json);
+    if (!routed.empty() && totals_.add(routed)) dir_->record(routed);
+  } catch (const core::OutputError& e) {  // run.metrics_on_failure: stop
+    fail_run(e.what());
+  }
+}
+
+void CoordinatorProcess::make_server() {
+  if (algorithms::make_server(algo_options_, at::zeros({1}), nullptr) == nullptr) return;
+  auto init = core::make_island_parts(config_, data_, algo_options_, 0);
+  evaluator_ = core::make_evaluator(config_, data_);
+  auto wall_s = [t0 = t0_] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
+  core::ServerHost::Hooks hooks;
+  hooks.round_time = [](const algorithms::ServerRound&) { return NAN; };  // no virtual clock
+  hooks.wall_s = wall_s;
+  hooks.record = [this](const std::string& json) { sink(json); };
+  hooks.evaluate = [this, wall_s](int64_t step, const at::Tensor& global, double) {
+    core::EvalResult r = evaluator_->evaluate(global);
+    sink(core::eval_record(-1, step, r, data_.classifier, 0, core::RecordTime{wall_s(), NAN}));
+  };
+  server_ = core::ServerHost::make(algo_options_, config_.train, data_.splits.train->size(), init.model->params(),
+                                   std::move(hooks));
+  if (pickup_) {
+    // A restart: the server role as it was saved with the last reply it sent; the islands
+    // resend what it had not answered (docs/checkpoints.md "Coordinator restart").
+    if (!pickup_->has_server)
+      throw UserError("coordinator: the running state of " + run_path_ + " holds no server role state; use --force");
+    server_->load(pickup_->server, pickup_->server_round);
+  } else if (!resuming_) {
+    server_->evaluate_start(init.model->params());  // step 0, the initial model (core::ServerHost)
+  }
+}
+
+transport::CoordinatorOptions CoordinatorProcess::coordinator_options() {
+  const auto& t = config_.transport;
   transport::CoordinatorOptions co;
   co.endpoint = t.coordinator;
-  co.expected_islands = k;
-  co.run = run_identity(config);
+  co.expected_islands = k_;
+  co.run = run_identity(config_);
   co.heartbeat_ms = t.heartbeat_ms;
   co.heartbeat_timeout_ms = t.heartbeat_timeout_ms;
-  co.server = server ? &server->server() : nullptr;
-  co.pipeline = codec;
-  co.record_sink = sink;
-  if (resuming) co.initial_epoch = resumable.front().epoch;  // epochs go on past the checkpoint's
-  if (pickup) co.restore = pickup->snapshot;
-  // The running state, for a restart of this coordinator: saved with metrics.jsonl's length
-  // on the loop thread, where records are written, so the two agree.
-  const std::string state_path = coordinator_state_path(config);
+  co.server = server_ ? &server_->server() : nullptr;
+  co.pipeline = codec_;
+  co.record_sink = [this](const std::string& json) { sink(json); };
+  if (resuming_) co.initial_epoch = resumable_.front().epoch;  // epochs go on past the checkpoint's
+  if (pickup_) co.restore = pickup_->snapshot;
   // State hand-overs (up to max_store_bytes) are not saved: one in progress at a restart is
   // lost, and its joiner gives up (docs/checkpoints.md "Coordinator restart").
   co.transient_prefixes = {"atoll/handover/"};
-  co.persist = [&](const transport::CoordinatorSnapshot& snapshot) {
-    CoordinatorRunState st;
-    {
-      std::lock_guard<std::mutex> lock(dir_mu);
-      if (!dir) return;  // resuming: not decided yet
-      st.metrics_bytes = dir->metrics_bytes();
-    }
-    st.config_hash = ckpt_hash;
-    st.islands = k;
-    st.snapshot = snapshot;
-    if (server) {  // on the loop thread, which alone calls the server role
-      st.has_server = true;
-      st.server = server->server().state();
-      st.server_round = server->round();
-      std::lock_guard<std::mutex> lock(marks_mu);
-      latest_server = {st.server_round, st.server};  // what a checkpoint cut now holds
-    }
-    if (Status s = checkpoint::write_checkpoint(state_path, encode_run_state(st)); !s.is_ok())
-      ATOLL_WARN("coordinator: running state not saved: " << s.to_string());
+  co.persist = [this](const transport::CoordinatorSnapshot& snapshot) { persist(snapshot); };
+  co.on_store_set = [this](int island, const std::string& key, std::span<const uint8_t> value) {
+    on_store_set(island, key, value);
   };
-  co.on_store_set = [&](int island, const std::string& key, std::span<const uint8_t> value) {
-    std::lock_guard<std::mutex> lock(marks_mu);
-    if (key == resume_have_key(island)) {
-      have[island] = parse_steps(std::string(value.begin(), value.end()));
-      return;
-    }
-    if (key == finished_key(island)) {
-      finished.insert(island);
-      return;
-    }
-    if (key == kFinalParamsFailedKey) {
-      if (final_params_failure.empty()) final_params_failure = "island " + std::to_string(island) + ": " + std::string(value.begin(), value.end());
-      return;
-    }
-    const std::string prefix = "atoll/checkpoint/";
-    const size_t slash = key.find('/', prefix.size());
-    if (key.rfind(prefix, 0) != 0 || slash == std::string::npos) return;
-    const std::vector<int64_t> step = parse_steps(key.substr(prefix.size(), slash - prefix.size()));
-    if (step.size() == 1 && step[0] > skip_through && key == checkpoint_mark_key(step[0], island)) {
-      marks[step[0]].insert(island);
-      // A mark with a value: the island's file of this step was not written, and why.
-      if (!value.empty()) mark_failures[step[0]][island] = std::string(value.begin(), value.end());
-    }
-  };
-  // One `membership` record per island whose membership changed (docs/metrics.md). An island
-  // that joins again after it left or failed is `rejoined`; one beyond islands.count joining for
-  // the first time is `added` (as the simulator names its events).
-  std::set<int> seen;
-  co.on_membership = [&](const transport::Membership& view, const std::vector<transport::MemberChange>& changes) {
-    core::MembershipChange m;
-    m.epoch = view.epoch;
-    for (const transport::Peer& p : view.members) m.members.push_back(p.id);
-    for (const transport::MemberChange& c : changes) {
-      m.island = c.island;
-      m.change = c.change;
-      m.reason = c.why;
-      if (c.change == "joined") {
-        if (seen.count(c.island)) m.change = "rejoined";
-        else if (c.island >= k) m.change = "added";
-        seen.insert(c.island);
-      }
-      sink(core::membership_record(m, core::RecordTime{std::chrono::duration<double>(Clock::now() - t0).count(), NAN}));
-    }
+  co.on_membership = [this](const transport::Membership& view, const std::vector<transport::MemberChange>& changes) {
+    on_membership(view, changes);
   };
   if (t.curve) {
     auto keys = transport::curve::load_keypair(t.keys_dir, "coordinator");
@@ -367,290 +388,367 @@ int run_coordinator(const config::Config& config, const ProcessOptions& options)
   } else {
     ATOLL_WARN("transport.curve is off: control and data traffic is unauthenticated and unencrypted");
   }
-  auto coordinator = transport::Coordinator::start(co);
+  return co;
+}
+
+// The running state, for a restart of this coordinator: saved with metrics.jsonl's length on
+// the loop thread, where records are written, so the two agree.
+void CoordinatorProcess::persist(const transport::CoordinatorSnapshot& snapshot) {
+  CoordinatorRunState st;
+  {
+    std::lock_guard<std::mutex> lock(dir_mu_);
+    if (!dir_) return;  // resuming: not decided yet
+    st.metrics_bytes = dir_->metrics_bytes();
+  }
+  st.config_hash = ckpt_hash_;
+  st.islands = k_;
+  st.snapshot = snapshot;
+  if (server_) {  // on the loop thread, which alone calls the server role
+    st.has_server = true;
+    st.server = server_->server().state();
+    st.server_round = server_->round();
+    std::lock_guard<std::mutex> lock(marks_mu_);
+    latest_server_ = {st.server_round, st.server};  // what a checkpoint cut now holds
+  }
+  if (Status s = checkpoint::write_checkpoint(coordinator_state_path(config_), encode_run_state(st)); !s.is_ok())
+    ATOLL_WARN("coordinator: running state not saved: " << s.to_string());
+}
+
+void CoordinatorProcess::on_store_set(int island, const std::string& key, std::span<const uint8_t> value) {
+  std::lock_guard<std::mutex> lock(marks_mu_);
+  if (key == resume_have_key(island)) {
+    have_[island] = parse_steps(std::string(value.begin(), value.end()));
+    return;
+  }
+  if (key == finished_key(island)) {
+    finished_.insert(island);
+    return;
+  }
+  if (key == kFinalParamsFailedKey) {
+    if (final_params_failure_.empty())
+      final_params_failure_ = "island " + std::to_string(island) + ": " + std::string(value.begin(), value.end());
+    return;
+  }
+  const std::string prefix = "atoll/checkpoint/";
+  const size_t slash = key.find('/', prefix.size());
+  if (key.rfind(prefix, 0) != 0 || slash == std::string::npos) return;
+  const std::vector<int64_t> step = parse_steps(key.substr(prefix.size(), slash - prefix.size()));
+  if (step.size() == 1 && step[0] > skip_through_ && key == checkpoint_mark_key(step[0], island)) {
+    marks_[step[0]].insert(island);
+    // A mark with a value: the island's file of this step was not written, and why.
+    if (!value.empty()) mark_failures_[step[0]][island] = std::string(value.begin(), value.end());
+  }
+}
+
+// One `membership` record per island whose membership changed (docs/metrics.md). An island
+// that joins again after it left or failed is `rejoined`; one beyond islands.count joining for
+// the first time is `added` (as the simulator names its events).
+void CoordinatorProcess::on_membership(const transport::Membership& view,
+                                       const std::vector<transport::MemberChange>& changes) {
+  core::MembershipChange m;
+  m.epoch = view.epoch;
+  for (const transport::Peer& p : view.members) m.members.push_back(p.id);
+  for (const transport::MemberChange& c : changes) {
+    m.island = c.island;
+    m.change = c.change;
+    m.reason = c.why;
+    if (c.change == "joined") {
+      if (seen_.count(c.island)) m.change = "rejoined";
+      else if (c.island >= k_) m.change = "added";
+      seen_.insert(c.island);
+    }
+    sink(core::membership_record(m, core::RecordTime{std::chrono::duration<double>(Clock::now() - t0_).count(), NAN}));
+  }
+}
+
+int CoordinatorProcess::run() {
+  const auto& t = config_.transport;
+  auto coordinator = transport::Coordinator::start(coordinator_options());
   if (!coordinator.is_ok()) {
     throw UserError("transport.coordinator: cannot start the coordinator at " + t.coordinator + ": " +
                     coordinator.status().message());
   }
+  coordinator_ = std::move(coordinator.value());
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
-  if (!options.quiet) {
-    ATOLL_INFO("coordinator " << coordinator.value()->endpoint() << ": waiting for " << k
-                              << " islands; run directory " << run_path);
+  if (!options_.quiet) {
+    ATOLL_INFO("coordinator " << coordinator_->endpoint() << ": waiting for " << k_ << " islands; run directory "
+                              << run_path_);
   }
+  joins_.islands = k_;
+  joins_.min_islands = t.min_islands > 0 ? t.min_islands : k_;
+  joins_.join_timeout_s = t.join_timeout_s;
+  join_deadline_ =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(t.join_timeout_s));
+  if (pickup_) take_pickup();
+  watch();
+  coordinator_->stop();
+  return finish();
+}
 
-  // The start (src/run/start_gate.h): decided here, announced through the store.
-  transport::Coordinator& coord = *coordinator.value();
-  JoinView joins;
-  joins.islands = k;
-  joins.min_islands = t.min_islands > 0 ? t.min_islands : k;
-  joins.join_timeout_s = t.join_timeout_s;
-  const auto join_deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                                 std::chrono::duration<double>(t.join_timeout_s));
-  std::set<int> ever_joined;
-  size_t refused_seen = 0;
-  std::optional<StartDecision> decision;
-  std::optional<Clock::time_point> failed_at;
-  // --resume: after the start decision, the checkpoint to resume from (below).
-  std::optional<StartDecision> awaiting_resume;
-  auto announce = [&](const StartDecision& d) {
-    coord.store_set(kRunStartKey, encode_start(d));
-    if (!d.start) {
-      ATOLL_ERROR("coordinator: the run cannot start: " << d.why);
-      failed_at = Clock::now();
-    } else if (!d.why.empty()) {
-      ATOLL_WARN("coordinator: " << d.why);
-    }
-  };
-  // Picks the checkpoint once every island of the start set has said what it holds (or the
-  // join timeout has passed), cuts metrics.jsonl there and announces it before the start.
-  auto decide_resume = [&] {
-    std::map<int, std::vector<int64_t>> lists;
-    {
-      std::lock_guard<std::mutex> lock(marks_mu);
-      lists = have;
-    }
-    bool all = true;
-    for (int id : awaiting_resume->islands) all = all && lists.count(id);
-    if (!all && Clock::now() < join_deadline) return;
-    StartDecision d = *awaiting_resume;
-    awaiting_resume.reset();
-    std::string why;
-    const std::optional<ResumePoint> point = resume_step(resumable, lists, &why);
-    if (!point) {
-      d.start = false;
-      d.islands.clear();
-      d.why = "run.resume: no checkpoint that the coordinator and every island hold (" + why + ")";
-      return announce(d);
-    }
-    const CoordinatorCheckpoint& at = *std::find_if(resumable.begin(), resumable.end(),
-                                                    [&](const CoordinatorCheckpoint& c) { return c.step == point->step; });
-    // The server role as it was at the cut (fedavg); the islands pull from it once started.
-    // Before the run directory is set: the loop thread's persist reads the server only after.
-    if (server && at.has_server) {
-      server->load(at.server, at.server_round);
-    }
-    {
-      std::lock_guard<std::mutex> lock(dir_mu);
-      dir.emplace(config, core::RunDir::Continue{at.metrics_bytes});
-      // summary.json counts every record of the run: those before the cut first.
-      std::ifstream in(dir->path() + "/metrics.jsonl");
-      for (std::string line; std::getline(in, line);) totals.add(line);
-      for (const std::string& json : held) {
-        std::string routed;
-        try {
-          if (totals.add(json, &routed)) dir->record(json);
-          if (!routed.empty() && totals.add(routed)) dir->record(routed);
-        } catch (const core::OutputError& e) {  // run.metrics_on_failure: stop
-          fail_run(e.what());
-        }
-      }
-      held.clear();
-    }
-    // Islands of the start set the checkpoint does not list come in as rejoiners do (dead at
-    // the cut), or run nothing (finished before it: fedavg clients whose plan had ended);
-    // the others resume.
-    d.islands = point->members;
-    const std::string done = steps_text({at.finished.begin(), at.finished.end()});
-    coord.store_set(kFinishedKey, {done.begin(), done.end()});
-    {
-      std::lock_guard<std::mutex> lock(marks_mu);
-      finished.insert(at.finished.begin(), at.finished.end());  // later cuts list them too
-    }
-    ATOLL_INFO("coordinator: resuming after step " << point->step << " (islands " << steps_text({d.islands.begin(), d.islands.end()})
-                                                   << ")");
-    const std::string value = "step:" + std::to_string(point->step);
-    coord.store_set(kResumeKey, {value.begin(), value.end()});
-    announce(d);
-  };
-  // A checkpoint is complete when every island that takes part has marked it: the records
-  // up to it are all in metrics.jsonl (each island marked after them, on the same
-  // connection) and none after it (each waits until the coordinator has written its file).
-  auto cut_checkpoints = [&](const transport::Membership& now) {
-    std::vector<int> required;
-    for (const auto& p : now.members)
-      if (transport::in_collectives(p)) required.push_back(p.id);
-    if (required.empty()) return;
-    std::lock_guard<std::mutex> lock(marks_mu);
-    while (!marks.empty()) {
-      const auto& [step, marked] = *marks.begin();
-      for (int id : required)
-        if (!marked.count(id)) return;
-      CoordinatorCheckpoint c;
-      c.step = step;
-      c.config_hash = ckpt_hash;
-      c.islands = k;
-      c.epoch = now.epoch;
-      c.members = required;
-      for (int id : finished)
-        if (!std::binary_search(required.begin(), required.end(), id)) c.finished.push_back(id);
-      if (server) {
-        c.has_server = true;
-        std::tie(c.server_round, c.server) = latest_server;
-      }
-      {
-        std::lock_guard<std::mutex> dlock(dir_mu);
-        c.metrics_bytes = dir->metrics_bytes();
-      }
-      ++checkpoints_asked;
-      std::string not_written;
-      if (Status st = ckpts.save(step, encode_coordinator(c)); !st.is_ok()) not_written = "the coordinator's: " + st.to_string();
-      for (const auto& [id, why] : mark_failures[step])
-        not_written += (not_written.empty() ? "" : "; ") + ("island " + std::to_string(id) + "'s: " + why);
-      mark_failures.erase(step);
-      if (not_written.empty()) {
-        ++checkpoints_written;
-      } else if (config.checkpoint.on_failure == "stop") {
-        fail_run("checkpoint of step " + std::to_string(step) + " not written (" + not_written +
-                 "); the run stops (checkpoint.on_failure: stop)");
-      } else {
-        ATOLL_WARN("coordinator: checkpoint of step " << step << " not written (" << not_written << ")");
-      }
-      coord.store_set(checkpoint_done_key(step), {1});
-      marks.erase(marks.begin());
-    }
-  };
-  if (pickup) {
-    // The run as the previous coordinator left it: its start decision and the islands seen;
-    // a checkpoint it had not finished is skipped.
-    const auto& store = pickup->snapshot.store;
-    if (auto it = store.find(kRunStartKey); it != store.end()) {
-      auto d = parse_start(it->second);
-      if (d.is_ok()) decision = d.value();
-    }
-    for (const auto& m : pickup->snapshot.members) {
-      ever_joined.insert(m.id);
-      seen.insert(m.id);
-    }
-    {
-      std::lock_guard<std::mutex> lock(marks_mu);  // the loop thread's on_store_set runs already
-      for (int id = 0; id < k; ++id)
-        if (store.count(finished_key(id))) finished.insert(id);
-      if (auto it = store.find(kFinalParamsFailedKey); it != store.end() && final_params_failure.empty())
-        final_params_failure = std::string(it->second.begin(), it->second.end());
-    }
-    for (int64_t step : skipped) {
-      ATOLL_WARN("coordinator: the checkpoint of step " << step << " was not finished before the restart; skipped");
-      coord.store_set(checkpoint_done_key(step), {1});
-    }
+void CoordinatorProcess::announce(const StartDecision& d) {
+  coordinator_->store_set(kRunStartKey, encode_start(d));
+  if (!d.start) {
+    ATOLL_ERROR("coordinator: the run cannot start: " << d.why);
+    failed_at_ = Clock::now();
+  } else if (!d.why.empty()) {
+    ATOLL_WARN("coordinator: " << d.why);
   }
-  // Islands whose process exited, as the supervisor reported them (launch --supervised).
-  SupervisorReports reports(options.supervised);
-  std::map<int, std::string> exited;
-  // When a failed start first became certain while islands were still expected (see below).
-  std::optional<Clock::time_point> certain_since;
+}
+
+// Picks the checkpoint once every island of the start set has said what it holds (or the join
+// timeout has passed), cuts metrics.jsonl there and announces it before the start.
+void CoordinatorProcess::decide_resume() {
+  std::map<int, std::vector<int64_t>> lists;
+  {
+    std::lock_guard<std::mutex> lock(marks_mu_);
+    lists = have_;
+  }
+  bool all = true;
+  for (int id : awaiting_resume_->islands) all = all && lists.count(id);
+  if (!all && Clock::now() < join_deadline_) return;
+  StartDecision d = *awaiting_resume_;
+  awaiting_resume_.reset();
+  std::string why;
+  const std::optional<ResumePoint> point = resume_step(resumable_, lists, &why);
+  if (!point) {
+    d.start = false;
+    d.islands.clear();
+    d.why = "run.resume: no checkpoint that the coordinator and every island hold (" + why + ")";
+    return announce(d);
+  }
+  const CoordinatorCheckpoint& at = *std::find_if(resumable_.begin(), resumable_.end(),
+                                                  [&](const CoordinatorCheckpoint& c) { return c.step == point->step; });
+  // The server role as it was at the cut (fedavg); the islands pull from it once started.
+  // Before the run directory is set: the loop thread's persist reads the server only after.
+  if (server_ && at.has_server) server_->load(at.server, at.server_round);
+  {
+    std::lock_guard<std::mutex> lock(dir_mu_);
+    dir_.emplace(config_, core::RunDir::Continue{at.metrics_bytes});
+    // summary.json counts every record of the run: those before the cut first.
+    std::ifstream in(dir_->path() + "/metrics.jsonl");
+    for (std::string line; std::getline(in, line);) totals_.add(line);
+    for (const std::string& json : held_) {
+      std::string routed;
+      try {
+        if (totals_.add(json, &routed)) dir_->record(json);
+        if (!routed.empty() && totals_.add(routed)) dir_->record(routed);
+      } catch (const core::OutputError& e) {  // run.metrics_on_failure: stop
+        fail_run(e.what());
+      }
+    }
+    held_.clear();
+  }
+  // Islands of the start set the checkpoint does not list come in as rejoiners do (dead at
+  // the cut), or run nothing (finished before it: fedavg clients whose plan had ended); the
+  // others resume.
+  d.islands = point->members;
+  const std::string done = steps_text({at.finished.begin(), at.finished.end()});
+  coordinator_->store_set(kFinishedKey, {done.begin(), done.end()});
+  {
+    std::lock_guard<std::mutex> lock(marks_mu_);
+    finished_.insert(at.finished.begin(), at.finished.end());  // later cuts list them too
+  }
+  ATOLL_INFO("coordinator: resuming after step " << point->step << " (islands "
+                                                 << steps_text({d.islands.begin(), d.islands.end()}) << ")");
+  const std::string value = "step:" + std::to_string(point->step);
+  coordinator_->store_set(kResumeKey, {value.begin(), value.end()});
+  announce(d);
+}
+
+// A checkpoint is complete when every island that takes part has marked it: the records up to
+// it are all in metrics.jsonl (each island marked after them, on the same connection) and
+// none after it (each waits until the coordinator has written its file).
+void CoordinatorProcess::cut_checkpoints(const transport::Membership& now) {
+  std::vector<int> required;
+  for (const auto& p : now.members)
+    if (transport::in_collectives(p)) required.push_back(p.id);
+  if (required.empty()) return;
+  std::lock_guard<std::mutex> lock(marks_mu_);
+  while (!marks_.empty()) {
+    const auto& [step, marked] = *marks_.begin();
+    for (int id : required)
+      if (!marked.count(id)) return;
+    CoordinatorCheckpoint c;
+    c.step = step;
+    c.config_hash = ckpt_hash_;
+    c.islands = k_;
+    c.epoch = now.epoch;
+    c.members = required;
+    for (int id : finished_)
+      if (!std::binary_search(required.begin(), required.end(), id)) c.finished.push_back(id);
+    if (server_) {
+      c.has_server = true;
+      std::tie(c.server_round, c.server) = latest_server_;
+    }
+    {
+      std::lock_guard<std::mutex> dlock(dir_mu_);
+      c.metrics_bytes = dir_->metrics_bytes();
+    }
+    ++checkpoints_asked_;
+    std::string not_written;
+    if (Status st = ckpts_.save(step, encode_coordinator(c)); !st.is_ok()) not_written = "the coordinator's: " + st.to_string();
+    for (const auto& [id, why] : mark_failures_[step])
+      not_written += (not_written.empty() ? "" : "; ") + ("island " + std::to_string(id) + "'s: " + why);
+    mark_failures_.erase(step);
+    if (not_written.empty()) {
+      ++checkpoints_written_;
+    } else if (config_.checkpoint.on_failure == "stop") {
+      fail_run("checkpoint of step " + std::to_string(step) + " not written (" + not_written +
+               "); the run stops (checkpoint.on_failure: stop)");
+    } else {
+      ATOLL_WARN("coordinator: checkpoint of step " << step << " not written (" << not_written << ")");
+    }
+    coordinator_->store_set(checkpoint_done_key(step), {1});
+    marks_.erase(marks_.begin());
+  }
+}
+
+// The run as the previous coordinator left it: its start decision and the islands seen; a
+// checkpoint it had not finished is skipped.
+void CoordinatorProcess::take_pickup() {
+  const auto& store = pickup_->snapshot.store;
+  if (auto it = store.find(kRunStartKey); it != store.end()) {
+    auto d = parse_start(it->second);
+    if (d.is_ok()) decision_ = d.value();
+  }
+  for (const auto& m : pickup_->snapshot.members) {
+    ever_joined_.insert(m.id);
+    seen_.insert(m.id);
+  }
+  {
+    std::lock_guard<std::mutex> lock(marks_mu_);  // the loop thread's on_store_set runs already
+    for (int id = 0; id < k_; ++id)
+      if (store.count(finished_key(id))) finished_.insert(id);
+    if (auto it = store.find(kFinalParamsFailedKey); it != store.end() && final_params_failure_.empty())
+      final_params_failure_ = std::string(it->second.begin(), it->second.end());
+  }
+  for (int64_t step : skipped_) {
+    ATOLL_WARN("coordinator: the checkpoint of step " << step << " was not finished before the restart; skipped");
+    coordinator_->store_set(checkpoint_done_key(step), {1});
+  }
+}
+
+void CoordinatorProcess::watch() {
+  SupervisorReports reports(options_.supervised);
+  transport::Coordinator& coord = *coordinator_;
   auto view = coord.membership();
   while (!g_stop && failure().empty()) {
-    view = coord.wait_for_change(view.epoch, Clock::now() + std::chrono::milliseconds(config.checkpoint.every > 0 ? 20 : 200));
-    for (const auto& p : view.members) ever_joined.insert(p.id);
-    reports.poll(k, exited);
-    if (!decision) {
-      joins.joined.clear();
-      for (const auto& p : view.members) joins.joined.push_back(p.id);
-      joins.left.clear();
-      for (int id : ever_joined) {
-        if (std::find(joins.joined.begin(), joins.joined.end(), id) == joins.joined.end()) joins.left.insert(id);
-      }
-      if (t.curve) {
-        const auto keys = coord.refused_keys();
-        if (keys.size() != refused_seen) {
-          refused_seen = keys.size();
-          joins.refused = refused_islands(t.keys_dir, k, keys);
-        }
-      }
-      // An island whose process exited before it ever joined is not coming (one that joined
-      // and died is the failure detector's, as before).
-      for (const auto& [id, how] : exited) {
-        if (ever_joined.count(id) || joins.gone.count(id)) continue;
-        joins.gone[id] = how;
-        ATOLL_WARN("coordinator: island " << id << "'s process ended with " << how << " before it joined");
-      }
-      joins.timed_out = Clock::now() >= join_deadline;
-      decision = decide_start(joins);
-      // A failure made certain by refused or gone islands waits for the islands still
-      // starting (a heartbeat timeout at most), so that its line names only the islands
-      // that cannot come or are truly absent.
-      if (decision && !decision->start && !joins.timed_out && !still_expected(joins).empty()) {
-        if (!certain_since) certain_since = Clock::now();
-        if (Clock::now() - *certain_since < std::chrono::milliseconds(t.heartbeat_timeout_ms)) decision.reset();
-      }
-      if (decision) {
-        if (resuming && decision->start) {
-          awaiting_resume = decision;
-        } else {
-          if (config.run.resume) coord.store_set(kResumeKey, {'f', 'r', 'e', 's', 'h'});
-          announce(*decision);
-        }
-      }
-    }
-    if (awaiting_resume) decide_resume();
-    if (dir && config.checkpoint.every > 0) cut_checkpoints(view);
-    if (decision && decision->start && view.members.empty()) break;
+    view = coord.wait_for_change(view.epoch,
+                                 Clock::now() + std::chrono::milliseconds(config_.checkpoint.every > 0 ? 20 : 200));
+    for (const auto& p : view.members) ever_joined_.insert(p.id);
+    reports.poll(k_, exited_);
+    if (!decision_) decide(view);
+    if (awaiting_resume_) decide_resume();
+    if (dir_ && config_.checkpoint.every > 0) cut_checkpoints(view);
+    if (decision_ && decision_->start && view.members.empty()) break;
     // A failed start: the islands hear of it when they join (an early failure may come while
     // some are still starting) and leave; stop once every island not refused has joined and
     // left, or 10 s after the decision (30 s at most for islands that do not leave).
-    if (failed_at) {
+    if (failed_at_) {
       bool all_heard = true;
-      for (int id = 0; id < k; ++id)
-        all_heard = all_heard && (joins.refused.count(id) || joins.gone.count(id) || ever_joined.count(id));
-      const auto since = Clock::now() - *failed_at;
+      for (int id = 0; id < k_; ++id)
+        all_heard = all_heard && (joins_.refused.count(id) || joins_.gone.count(id) || ever_joined_.count(id));
+      const auto since = Clock::now() - *failed_at_;
       if ((view.members.empty() && (all_heard || since > std::chrono::seconds(10))) || since > std::chrono::seconds(30))
         break;
     }
   }
-  coord.stop();
-  // As in simulate: the server's final model is evaluated even when churn kept the last round
-  // from being the planned one (a step already evaluated is not evaluated again).
-  int64_t final_step = -1;  // the step whose eval is the run's final one
-  if (server && server->global().defined()) {
-    final_step = server->final_step();
-    if (!totals.evaluated(final_step)) server->evaluate_final();
-  }
+}
 
+// The start decision (src/run/start_gate.h) on the membership `view`.
+void CoordinatorProcess::decide(const transport::Membership& view) {
+  const auto& t = config_.transport;
+  joins_.joined.clear();
+  for (const auto& p : view.members) joins_.joined.push_back(p.id);
+  joins_.left.clear();
+  for (int id : ever_joined_) {
+    if (std::find(joins_.joined.begin(), joins_.joined.end(), id) == joins_.joined.end()) joins_.left.insert(id);
+  }
+  if (t.curve) {
+    const auto keys = coordinator_->refused_keys();
+    if (keys.size() != refused_seen_) {
+      refused_seen_ = keys.size();
+      joins_.refused = refused_islands(t.keys_dir, k_, keys);
+    }
+  }
+  // An island whose process exited before it ever joined is not coming (one that joined and
+  // died is the failure detector's, as before).
+  for (const auto& [id, how] : exited_) {
+    if (ever_joined_.count(id) || joins_.gone.count(id)) continue;
+    joins_.gone[id] = how;
+    ATOLL_WARN("coordinator: island " << id << "'s process ended with " << how << " before it joined");
+  }
+  joins_.timed_out = Clock::now() >= join_deadline_;
+  decision_ = decide_start(joins_);
+  // A failure made certain by refused or gone islands waits for the islands still starting
+  // (a heartbeat timeout at most), so that its line names only the islands that cannot come
+  // or are truly absent.
+  if (decision_ && !decision_->start && !joins_.timed_out && !still_expected(joins_).empty()) {
+    if (!certain_since_) certain_since_ = Clock::now();
+    if (Clock::now() - *certain_since_ < std::chrono::milliseconds(t.heartbeat_timeout_ms)) decision_.reset();
+  }
+  if (!decision_) return;
+  if (resuming_ && decision_->start) {
+    awaiting_resume_ = decision_;
+  } else {
+    if (config_.run.resume) coordinator_->store_set(kResumeKey, {'f', 'r', 'e', 's', 'h'});
+    announce(*decision_);
+  }
+}
+
+int CoordinatorProcess::finish() {
+  // The server's final model is evaluated even when churn kept the last round from being the
+  // planned one (core::ServerHost::evaluate_final; a step already evaluated is not again).
+  int64_t final_step = -1;  // the step whose eval is the run's final one
+  if (server_ && server_->global().defined()) {
+    final_step = server_->final_step();
+    if (!totals_.evaluated(final_step)) server_->evaluate_final();
+  }
   // How the run ended (docs/errors.md "Outputs"): the first reason it failed, if any.
   std::string error = failure();
-  if (error.empty() && decision && !decision->start) error = "it could not start: " + decision->why;
+  if (error.empty() && decision_ && !decision_->start) error = "it could not start: " + decision_->why;
   if (error.empty() && g_stop) error = "stopped by a signal before the run finished";
-  if (error.empty() && totals.finished() == 0) error = "no island finished the run";
-  // The lead island writes the final global model (DiPaCo: each path's lead, that path's);
+  if (error.empty() && totals_.finished() == 0) error = "no island finished the run";
+  // The lead islands write the final parameters (core::IslandRuntime::write_final_outputs);
   // one that could not says so before it fails.
-  if (error.empty() && !final_params_failure.empty()) error = final_params_failure;
+  if (error.empty() && !final_params_failure_.empty()) error = final_params_failure_;
   // The outputs in an order that never claims success falsely: the server's final model,
   // then summary.json last, whose "status" says how the run ended.
-  if (server && server->global().defined() && error.empty()) {
+  if (server_ && server_->global().defined() && error.empty()) {
     try {
-      core::write_params(run_path + "/final_params.bin", server->global());
+      core::write_params(run_path_ + "/final_params.bin", server_->global());
     } catch (const core::OutputError& e) {
       error = e.what();
     }
   }
-  const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
+  const double wall = std::chrono::duration<double>(Clock::now() - t0_).count();
   core::JsonObject s;
-  s.add("algorithm", config.algorithm.name)
-      .add("islands", k)
-      .add("model", config.model.name)
+  s.add("algorithm", config_.algorithm.name)
+      .add("islands", k_)
+      .add("model", config_.model.name)
       .add("mode", "processes")
-      .add("compression", codec.describe());
-  totals.add_summary(s, final_step, data.classifier);
+      .add("compression", codec_.describe());
+  totals_.add_summary(s, final_step, data_.classifier);
   s.add("wall_time_s", wall);
   core::RunOutcome outcome;
   outcome.status = error.empty() ? "finished" : "failed";
   outcome.error = error;
-  outcome.checkpoints = config.checkpoint.every > 0;
+  outcome.checkpoints = config_.checkpoint.every > 0;
   {
-    std::lock_guard<std::mutex> lock(marks_mu);
-    outcome.checkpoints_asked = checkpoints_asked;
-    outcome.checkpoints_written = checkpoints_written;
+    std::lock_guard<std::mutex> lock(marks_mu_);
+    outcome.checkpoints_asked = checkpoints_asked_;
+    outcome.checkpoints_written = checkpoints_written_;
   }
   {
-    std::lock_guard<std::mutex> lock(dir_mu);
-    if (dir) {
-      outcome.records_lost = dir->records_lost();
-      outcome.records_failure = dir->first_failure();
+    std::lock_guard<std::mutex> lock(dir_mu_);
+    if (dir_) {
+      outcome.records_lost = dir_->records_lost();
+      outcome.records_failure = dir_->first_failure();
       add_outcome(s, outcome);
       // A resume that never started leaves the run directory as it was.
       try {
-        dir->write_summary(s.str());
+        dir_->write_summary(s.str());
       } catch (const core::OutputError& e) {
         if (error.empty()) error = e.what();
         ATOLL_ERROR("coordinator: " << e.what());
@@ -661,10 +759,17 @@ int run_coordinator(const config::Config& config, const ProcessOptions& options)
     ATOLL_ERROR("coordinator: the run failed: " << error);
     return 1;
   }
-  if (!options.quiet)
-    ATOLL_INFO("coordinator: the run finished (" << totals.finished() << " of " << k << " islands)" << core::outcome_note(outcome));
+  if (!options_.quiet)
+    ATOLL_INFO("coordinator: the run finished (" << totals_.finished() << " of " << k_ << " islands)"
+                                                 << core::outcome_note(outcome));
   // A run that lost islands but finished with the survivors succeeded (summary says how many).
   return 0;
+}
+
+}  // namespace
+
+int run_coordinator(const config::Config& config, const ProcessOptions& options) {
+  return CoordinatorProcess(config, options).run();
 }
 
 int keygen(const std::string& dir, const std::string& name) {

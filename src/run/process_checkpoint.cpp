@@ -16,7 +16,7 @@ namespace {
 using core::read_section;
 using core::write_section;
 
-// Section "run" (core::run_layout, the simulator's layout).
+// Section "run" (core::run_layout, shared by both modes).
 checkpoint::Section run_section(int64_t step, uint64_t metrics_bytes, const std::string& hash, int islands) {
   return write_section("run", [](auto& io, auto&... a) { core::run_layout(io, a...); }, step, metrics_bytes, hash,
                        islands);
@@ -32,7 +32,7 @@ Status read_run(const checkpoint::Checkpoint& file, const std::string& what, int
   return Status::ok();
 }
 
-// Section "server" (core::server_layout, the simulator's layout), in the coordinator's running
+// Section "server" (core::server_layout, shared by both modes), in the coordinator's running
 // state and in its checkpoints: written with a server role only.
 void write_server(std::vector<checkpoint::Section>& out, double clock_s, int64_t round,
                   const transport::OuterServer::State& state) {

@@ -4,8 +4,9 @@
 // file is the one reader and writer of their sections, and picks the step a whole run
 // resumes from (resume_step()).
 //
-// The island's sections reuse the simulator's layouts where they mean the same ("run",
-// "global"), so `atoll export --checkpoint` reads an island's file as it reads a simulator's.
+// The island's sections are built from the layouts both modes share (src/core/sim_checkpoint.h:
+// "run", "global", the island's training state), so `atoll export --checkpoint` reads an
+// island's file as it reads a simulator's.
 #pragma once
 
 #include <ATen/core/Tensor.h>

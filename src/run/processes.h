@@ -1,8 +1,8 @@
 // Real multi-process runs: `atoll coordinator`, `atoll island`, `atoll launch`.
 //
 // The coordinator process owns runs/<name>/ (config.yaml, metrics.jsonl from every island's
-// records, summary.json) and hosts the server role; each island process builds the same
-// data, model and algorithm as the simulator's island K (src/core/island_parts.h), joins
+// records, summary.json) and hosts the server role; each island process builds island K's
+// data, model and algorithm as both modes do (src/core/island_parts.h), joins
 // through transport/zmq/control_client.h and exchanges over ZeroMQ (transport/zmq/
 // zmq_group.h) or Gloo (transport/gloo/gloo_group.h, transport.kind gloo). `launch`
 // starts all of them on this machine as child processes.
