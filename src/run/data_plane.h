@@ -24,7 +24,7 @@ namespace atl::run {
 struct DataPlaneStart {
   std::string bind;                       // this island's data endpoint (zmq)
   uint64_t first_seq = 0;                 // the group's first collective
-  std::map<uint32_t, uint64_t> first_seqs;  // the sub-groups' (dipaco)
+  std::map<uint32_t, uint64_t> first_seqs;  // the algorithm's sub-groups', by key
   std::optional<transport::CollectiveResult> in_flight;
   std::string curve_public_key, curve_secret_key;  // transport.curve (zmq)
 };

@@ -59,7 +59,7 @@ std::string data_endpoint(const config::TransportConfig& t, int island) {
 // joins comes into a run that is already going.
 const char kStartedKey[] = "atoll/run/started";
 // Set by the island that evaluated step S once its eval record is sent (src/core/eval_role.h).
-// DiPaCo: per path (each path's evaluator records its path_eval record).
+// A run of several paths: per path (each path's evaluator records its path_eval record).
 std::string eval_key(int64_t step, int path) {
   return "atoll/eval/" + std::to_string(step) + (path < 0 ? "" : "/path" + std::to_string(path));
 }
@@ -70,8 +70,9 @@ Status check_rejoin(const config::Config& config, const algorithms::Algorithm& a
   const transport::TransportKind* kind = transport::find_transport_kind(config.transport.kind);
   if (kind && kind->no_handover) why = "transport.kind " + config.transport.kind + " (" + kind->no_handover + ")";
   else if (algorithm.global_on_server()) why = config.algorithm.name + " (its global model lives in the coordinator's server role)";
-  else if (config.algorithm.name == "dipaco" && core::dipaco_paths(config).paths() > config.islands.count)
-    why = "dipaco with fewer islands than paths (the islands take the paths in turn; no island holds another's state)";
+  else if (core::eval_path_of(config, 0) == core::kEveryPath)
+    why = config.algorithm.name + " with fewer islands than paths (the islands take the paths in turn; no island holds "
+                                  "another's state)";
   if (why.empty()) return Status::ok();
   return Status(StatusCode::kUnavailable, "rejoining a running run is not supported with " + why);
 }
@@ -156,7 +157,7 @@ class IslandProcess {
   std::unique_ptr<transport::NetGroup> data_plane_;
   // Round records' sync_s is the wall time blocked in the exchange.
   std::optional<WatchedGroup> timed_;
-  // The algorithm's sub-groups (dipaco) use the group, its control plane and routes: the
+  // The algorithm's sub-groups use the group, its control plane and routes: the
   // algorithm goes before them, whichever way the process is left.
   struct ReleaseAlgorithm {
     core::IslandParts& parts;

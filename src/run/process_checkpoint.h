@@ -45,7 +45,7 @@ inline constexpr char kResumeKey[] = "atoll/run/resume";
 inline constexpr char kFinishedKey[] = "atoll/run/finished";
 // Island K has finished its steps (set after its island_end record, on the same connection).
 std::string finished_key(int island);
-// Set by the island that wrote final_params.bin (DiPaCo: "<key>/pathP" for each path's file).
+// Set by the island that wrote final_params.bin (several paths: "<key>/pathP" for each path's file).
 inline constexpr char kFinalParamsKey[] = "atoll/run/final_params";
 // Set by an island that could not write a final parameter file, to why (one line): the
 // coordinator's summary.json says the run failed, and why.
@@ -68,7 +68,7 @@ struct IslandProcessCheckpoint : core::IslandTraining {
   transport::ByteCounters bytes;  // the island's data-plane counters (eval and island_end records)
   at::Tensor torch_rng;          // libtorch's default CPU generator, uint8 state
   // The data plane's next sequence number of each group by key (0: every island; else a
-  // sub-group, DiPaCo): the resumed group continues the numbering (lossy direct-exchange
+  // sub-group of the algorithm's): the resumed group continues the numbering (lossy direct-exchange
   // seeds depend on it).
   std::map<uint32_t, uint64_t> group_seqs;
   // The result of the exchange in flight at S (Algorithm::wait_in_flight: diloco with
