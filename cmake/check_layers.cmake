@@ -54,6 +54,12 @@ layer(src/models "^src/(base|config|data|models)/" "^(zmq|gloo/|yaml-cpp/)"
       "src/models/, src/data/, src/config/ and src/base/, no zmq, gloo or yaml-cpp")
 layer(src/train "^src/(base|config|train)/" "^(zmq|gloo/|yaml-cpp/)"
       "src/train/, src/config/ and src/base/, no zmq, gloo or yaml-cpp")
+# DiPaCo's run-level parts (compiled into atoll_core; the first layer whose folder holds a
+# file owns it, so this one goes before src/dipaco's).
+layer(src/dipaco/run
+      "^(src/(base|checkpoint|config|core|data|dipaco|models|train)/|algorithms/|${interfaces}|compression/)"
+      "^(zmq|gloo/|yaml-cpp/)"
+      "src/dipaco/, the layers below src/run and src/core itself, algorithms/, compression/ and the transport interfaces, no zmq, gloo or yaml-cpp")
 layer(src/dipaco "^src/(base|data|dipaco)/" "^(ATen|torch|c10|zmq|gloo/|yaml-cpp/)"
       "src/dipaco/, src/data/ and src/base/, no libtorch, zmq, gloo or yaml-cpp")
 layer(src/core

@@ -12,6 +12,7 @@
 #include "algorithms/fedavg.h"
 #include "compression/stage.h"
 #include "src/base/status.h"
+#include "src/dipaco/run/options.h"
 
 namespace atl::core {
 
@@ -20,32 +21,6 @@ int configure_threads(int requested) {
   n = std::max(1, n);
   at::set_num_threads(n);
   return n;
-}
-
-dipaco::Paths dipaco_paths(const config::Config& c) {
-  if (c.model.name != "gpt") {
-    config::fail_key(c, "model.name", "algorithm dipaco needs a model with transformer blocks (gpt), got " +
-                                          c.model.name, "algorithm.name");
-  }
-  if (c.dipaco.levels.empty()) {
-    config::fail_key(c, "dipaco.levels", "algorithm dipaco needs the levels of its modular model, e.g. "
-                                         "[{blocks: [0, 1], modules: 2}, {blocks: [2, 3], modules: 2}]",
-                     "algorithm.name");
-  }
-  if (c.dipaco.routing != "none" && c.dipaco.prefix > c.model.seq_len) {
-    config::fail_key(c, "dipaco.prefix", std::to_string(c.dipaco.prefix) + " tokens, longer than model.seq_len (" +
-                                             std::to_string(c.model.seq_len) + ")");
-  }
-  dipaco::PathSpec spec;
-  for (const auto& l : c.dipaco.levels) {
-    spec.levels.push_back(l.blocks);
-    spec.modules.push_back(l.modules);
-  }
-  spec.path_specific = c.dipaco.path_specific;
-  spec.path_specific_embeddings = c.dipaco.path_specific_embeddings;
-  StatusOr<dipaco::Paths> paths = dipaco::Paths::make(spec, c.model.layers);
-  if (!paths.is_ok()) config::fail_key(c, "dipaco.levels", paths.status().message());
-  return std::move(paths).value();
 }
 
 algorithms::AlgorithmOptions algorithm_options(const config::Config& c,
@@ -70,37 +45,7 @@ algorithms::AlgorithmOptions algorithm_options(const config::Config& c,
                       " transformer blocks (a fragment is made of whole blocks)");
     }
   }
-  if (a.name == "dipaco") {
-    const dipaco::Paths paths = dipaco_paths(c);
-    int islands = c.islands.count;  // and the ones that events add, numbered after them
-    for (const auto& e : c.islands.events) islands += e.add;
-    if (c.islands.count < paths.paths() && islands > c.islands.count) {
-      config::fail_key(c, "islands.events", "adds islands to a DiPaCo run with fewer islands (" +
-                                                std::to_string(c.islands.count) + ") than paths (" +
-                                                std::to_string(paths.paths()) +
-                                                "): its islands take the paths in turn, and a new one cannot join "
-                                                "that schedule yet");
-    }
-    // Every path's module of every block (fewer islands than paths: island i trains path
-    // (i + r * islands) mod P in round r; docs/dipaco.md "Fewer islands than paths").
-    o.path_modules.assign(static_cast<size_t>(paths.paths()), {});
-    for (int p = 0; p < paths.paths(); ++p) {
-      for (int b = -1; b < c.model.layers; ++b) o.path_modules[static_cast<size_t>(p)].push_back(paths.module_of(b, p));
-    }
-    o.module_islands.assign(static_cast<size_t>(paths.modules()), {});
-    o.module_paths.assign(static_cast<size_t>(paths.modules()), 0);
-    for (int m = 0; m < paths.modules(); ++m) {
-      const std::vector<int> through = paths.paths_through(m);
-      o.module_paths[m] = static_cast<int>(through.size());
-      for (int i = 0; i < islands; ++i) {
-        if (std::binary_search(through.begin(), through.end(), i % paths.paths())) o.module_islands[m].push_back(i);
-      }
-    }
-    o.norm_rescale = c.dipaco.norm_rescale;
-  } else if (!c.dipaco.levels.empty()) {
-    config::fail_key(c, "dipaco.levels", "set, but algorithm.name is " + a.name +
-                                             " (the dipaco section describes the model of algorithm dipaco)");
-  }
+  dipaco_options(c, o);  // the dipaco: section (src/dipaco/run/options.h)
   if (a.name == "fedavg" && o.rounds == 0) {
     if (a.local_steps == 0) {
       config::fail_key(c, "algorithm.rounds", "fedavg with local_epochs needs algorithm.rounds (or set "

@@ -9,17 +9,11 @@
 #include "algorithms/options.h"
 #include "compression/pipeline.h"
 #include "src/config/config.h"
-#include "src/dipaco/paths.h"
 
 namespace atl::core {
 
 // The algorithm options a config describes; `shard_sizes` are the islands' training
 // examples.
-// The path structure of a DiPaCo run (algorithm.name: dipaco), from the `dipaco:` section and
-// the model's blocks; island i trains path i % paths(). Throws UserError naming the key when
-// the section does not describe paths of this model.
-dipaco::Paths dipaco_paths(const config::Config& config);
-
 algorithms::AlgorithmOptions algorithm_options(const config::Config& config,
                                                const std::vector<int64_t>& shard_sizes);
 

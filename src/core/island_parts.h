@@ -68,9 +68,13 @@ struct IslandParts {
   // replaces them).
   std::shared_ptr<std::vector<std::vector<int64_t>>> path_shards;
   int eval_path = -1;               // eval_path_of() this island (kEveryPath: every path)
-  std::shared_ptr<Resharder> resharder;  // DiPaCo with dipaco.reshard_at (src/core/dipaco_reshard.h);
+  std::shared_ptr<Resharder> resharder;  // DiPaCo with dipaco.reshard_at (src/dipaco/run/reshard.h);
                                          // holds references to the config and RunData
 };
+
+// model.init_from: overwrite the seeded initialisation of `model` with an earlier run's final
+// parameters. A missing, corrupt or differently shaped file is the user's error (UserError).
+void warm_start(const config::ModelConfig& model_config, models::Model& model);
 
 IslandParts make_island_parts(const config::Config& config, const RunData& data,
                               const algorithms::AlgorithmOptions& options, int island);
@@ -88,11 +92,6 @@ std::unique_ptr<Evaluator> make_evaluator(const config::Config& config, const Ru
 // evaluation's order, with data.loss_after's window.
 std::vector<std::vector<data::Batch>> routed_validation_batches(const config::Config& config, const RunData& data,
                                                                 const std::vector<int>& val_path);
-// DiPaCo: the islands [0, islands) of each path deal the path's training sequences
-// (`train_path`, -1: none) round-robin in index order; returns every island's shard.
-std::vector<std::vector<int64_t>> deal_paths(const config::Config& config, const std::vector<int>& train_path,
-                                             int paths, int islands);
-
 // The file of a run's final parameters: "final_params.bin", or DiPaCo path `path`'s
 // "final_params.path<path>.bin" (path >= 0; docs/dipaco.md "Outputs").
 std::string final_params_name(int path = -1);

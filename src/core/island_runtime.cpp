@@ -4,7 +4,7 @@
 
 #include <utility>
 
-#include "src/core/dipaco_reshard.h"
+#include "src/dipaco/run/reshard.h"
 #include "src/core/params_file.h"
 
 namespace atl::core {

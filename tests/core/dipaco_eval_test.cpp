@@ -26,7 +26,7 @@
 #include "src/core/json.h"
 #include "src/core/params_file.h"
 #include "src/core/simulator.h"
-#include "src/core/dipaco_reshard.h"
+#include "src/dipaco/run/reshard.h"
 #include "transport/inproc/inproc_group.h"
 #include "transport/inproc/scheduler.h"
 #include "src/models/gpt.h"

@@ -1,4 +1,5 @@
-#include "src/core/dipaco_reshard.h"
+#include "src/dipaco/run/reshard.h"
+#include "src/dipaco/run/routing_data.h"
 
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
