@@ -46,8 +46,8 @@ layer(algorithms "^(algorithms/|${interfaces}|compression/|src/base/)" "^(zmq|gl
 # The layers above: each src/ folder includes only the layers below it (the README's layout
 # table, bottom to top); only src/run reaches the networked transports, only src/config
 # yaml-cpp, and no layer under src/run zmq or gloo.
-layer(src/config "^(src/(base|config)/|src/data/kinds[.]h|algorithms/options[.]h|compression/stage[.]h|transport/kinds[.]h)" "^(ATen|torch|c10|zmq|gloo/)"
-      "src/config/, src/base/, algorithms/options.h, compression/stage.h, transport/kinds.h and src/data/kinds.h (the option, stage, transport and data-kind tables), no libtorch, zmq or gloo")
+layer(src/config "^(src/(base|config)/|src/data/kinds[.]h|src/dipaco/config[.]h|algorithms/options[.]h|compression/stage[.]h|transport/kinds[.]h)" "^(ATen|torch|c10|zmq|gloo/)"
+      "src/config/, src/base/, algorithms/options.h, compression/stage.h, transport/kinds.h, src/data/kinds.h and src/dipaco/config.h (the option, stage, transport and data-kind tables, the dipaco: section), no libtorch, zmq or gloo")
 layer(src/data "^src/(base|config|data)/" "^(zmq|gloo/|yaml-cpp/)"
       "src/data/, src/config/ and src/base/, no zmq, gloo or yaml-cpp")
 layer(src/models "^src/(base|config|data|models)/" "^(zmq|gloo/|yaml-cpp/)"
