@@ -5,7 +5,6 @@
 
 #include "src/core/components.h"
 #include "src/dipaco/run/options.h"
-#include "src/dipaco/run/reshard.h"
 #include "src/dipaco/run/routing_data.h"
 #include "src/base/log.h"
 #include "src/models/gpt.h"
@@ -23,15 +22,14 @@ namespace {
 // data.loss_after resolved (check_eval_keys has checked it).
 int resolve_loss_after(const config::Config& config) {
   const int n = config.data.loss_after;
-  if (n < 0) return config.algorithm.name == "dipaco" && config.dipaco.routing != "none" ? config.dipaco.prefix : 0;
+  if (n < 0) return default_loss_after(config);
   return n;
 }
 
 // DiPaCo with fewer islands than paths (docs/dipaco.md "Fewer islands than paths"): the
 // number of paths, whose shards the islands take in turn; 0 otherwise.
 int task_paths(const config::Config& config) {
-  if (config.algorithm.name != "dipaco") return 0;
-  const int P = dipaco_paths(config).paths();
+  const int P = run_paths(config);
   return config.islands.count < P ? P : 0;
 }
 
@@ -51,7 +49,7 @@ RunData load_run_data(const config::Config& config) {
   d.classifier = d.shape.classes > 0;
   check_eval_keys(config);
   d.loss_after = resolve_loss_after(config);
-  if (config.algorithm.name == "dipaco") route_to_paths(config, d);
+  if (run_paths(config) > 0) route_to_paths(config, d);
   for (const auto& s : d.shards) d.shard_sizes.push_back(static_cast<int64_t>(s.size()));
   return d;
 }
@@ -86,13 +84,7 @@ IslandParts make_island_parts(const config::Config& config, const RunData& data,
                                                     : seed * 1000003ULL + static_cast<uint64_t>(island));
   p.optimizer = train::make_inner_optimizer(config.train);
   p.algorithm = algorithms::make_algorithm(options, island);
-  if (options.name == "dipaco") {
-    const dipaco::Paths paths = dipaco_paths(config);
-    p.eval_path = eval_path_of(config, island);
-    p.path = tasks ? island : p.eval_path;  // fewer islands than paths: the path of round 0
-    if (config.dipaco.reshard_at > 0) p.resharder = std::make_shared<Resharder>(config, data, island);
-    for (int b = -1; b < config.model.layers; ++b) p.block_modules.push_back(paths.module_of(b, p.path));
-  }
+  if (run_paths(config) > 0) add_path_parts(config, data, island, tasks, p);
   if (tasks) {
     p.path_shards = std::make_shared<std::vector<std::vector<int64_t>>>(data.shards);
     p.use_path = [train = data.splits.train, shards = p.path_shards, seed](IslandParts& parts, int path,
@@ -128,18 +120,7 @@ void check_eval_keys(const config::Config& config) {
   if (n > config.model.seq_len)
     config::fail_key(config, "data.loss_after", std::to_string(n) + " tokens, longer than model.seq_len (" +
                                                     std::to_string(config.model.seq_len) + ")");
-  if (config.algorithm.name != "dipaco" || config.dipaco.reshard_at == 0) return;
-  const int64_t at = config.dipaco.reshard_at, h = config.algorithm.inner_steps;
-  if (config.dipaco.routing == "none")
-    config::fail_key(config, "dipaco.reshard_at", "re-sharding needs the router's features (dipaco.routing kmeans or "
-                     "product_kmeans, not none)");
-  if (at % h != 0 || at >= config.train.steps)
-    config::fail_key(config, "dipaco.reshard_at", std::to_string(at) + ": must be an outer-round boundary (a multiple "
-                     "of algorithm.inner_steps " + std::to_string(h) + ") before the last step (" +
-                     std::to_string(config.train.steps) + ")");
-  if (config.checkpoint.every > 0)
-    config::fail_key(config, "dipaco.reshard_at", "checkpoints of a run that re-shards are not supported yet "
-                     "(set checkpoint.every: 0)");
+  check_dipaco_keys(config);  // the path structure's own keys
 }
 
 std::string final_params_name(int path) {
@@ -147,8 +128,8 @@ std::string final_params_name(int path) {
 }
 
 int eval_path_of(const config::Config& config, int island) {
-  if (config.algorithm.name != "dipaco") return -1;
-  const int P = dipaco_paths(config).paths();
+  const int P = run_paths(config);
+  if (P == 0) return -1;  // one model
   if (config.islands.count < P) return kEveryPath;  // fewer islands than paths: every island holds every path
   return island % P;  // island i trains path i mod P
 }

@@ -33,6 +33,29 @@ dipaco::Paths dipaco_paths(const config::Config& c) {
   return std::move(paths).value();
 }
 
+int run_paths(const config::Config& config) {
+  return config.algorithm.name == "dipaco" ? dipaco_paths(config).paths() : 0;
+}
+
+int default_loss_after(const config::Config& config) {
+  return config.algorithm.name == "dipaco" && config.dipaco.routing != "none" ? config.dipaco.prefix : 0;
+}
+
+void check_dipaco_keys(const config::Config& config) {
+  if (config.algorithm.name != "dipaco" || config.dipaco.reshard_at == 0) return;
+  const int64_t at = config.dipaco.reshard_at, h = config.algorithm.inner_steps;
+  if (config.dipaco.routing == "none")
+    config::fail_key(config, "dipaco.reshard_at", "re-sharding needs the router's features (dipaco.routing kmeans or "
+                     "product_kmeans, not none)");
+  if (at % h != 0 || at >= config.train.steps)
+    config::fail_key(config, "dipaco.reshard_at", std::to_string(at) + ": must be an outer-round boundary (a multiple "
+                     "of algorithm.inner_steps " + std::to_string(h) + ") before the last step (" +
+                     std::to_string(config.train.steps) + ")");
+  if (config.checkpoint.every > 0)
+    config::fail_key(config, "dipaco.reshard_at", "checkpoints of a run that re-shards are not supported yet "
+                     "(set checkpoint.every: 0)");
+}
+
 void dipaco_options(const config::Config& c, algorithms::AlgorithmOptions& o) {
   const auto& a = c.algorithm;
   if (a.name == "dipaco") {

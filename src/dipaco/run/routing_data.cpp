@@ -9,6 +9,7 @@
 #include "src/base/log.h"
 #include "src/core/components.h"
 #include "src/dipaco/run/options.h"
+#include "src/dipaco/run/reshard.h"
 #include "src/data/rng.h"
 #include "src/dipaco/routing.h"
 #include "src/models/gpt.h"
@@ -127,6 +128,14 @@ std::vector<std::vector<int64_t>> deal_paths(const config::Config& config, const
     shards[static_cast<size_t>(on[static_cast<size_t>(k)])].push_back(e);
   }
   return shards;
+}
+
+void add_path_parts(const config::Config& config, const RunData& data, int island, bool tasks, IslandParts& p) {
+  const dipaco::Paths paths = dipaco_paths(config);
+  p.eval_path = eval_path_of(config, island);
+  p.path = tasks ? island : p.eval_path;  // fewer islands than paths: the path of round 0
+  if (config.dipaco.reshard_at > 0) p.resharder = std::make_shared<Resharder>(config, data, island);
+  for (int b = -1; b < config.model.layers; ++b) p.block_modules.push_back(paths.module_of(b, p.path));
 }
 
 }  // namespace atl::core

@@ -17,6 +17,11 @@ namespace atl::core {
 // (algorithm.name: dipaco; load_run_data calls it).
 void route_to_paths(const config::Config& config, RunData& d);
 
+// Island `island`'s DiPaCo parts in `p`: its evaluation path, the path it trains (`tasks`:
+// fewer islands than paths, the path of round 0), its blocks' modules on that path and, with
+// dipaco.reshard_at, its re-sharder. `config` and `data` must outlive `p`.
+void add_path_parts(const config::Config& config, const RunData& data, int island, bool tasks, IslandParts& p);
+
 // The islands [0, islands) of each path deal the path's training sequences (`train_path`,
 // -1: none) round-robin in index order; returns every island's shard.
 std::vector<std::vector<int64_t>> deal_paths(const config::Config& config, const std::vector<int>& train_path,
