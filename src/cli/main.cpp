@@ -83,34 +83,69 @@ void passive_openmp_wait(int, char**, char**) {
 __attribute__((section(".preinit_array"), used)) static void (*const kPassiveOpenmpWait)(int, char**, char**) =
     passive_openmp_wait;
 
-int main(int argc, char** argv) {
-  CLI::App app{"atoll: low-communication decentralized training"};
-  app.require_subcommand(1);
-  app.set_version_flag("--version", "atoll 0.1.0");
+namespace {
 
+// The command line: every command's options, as the parser fills them, and the command run.
+// Lives on main()'s stack (the parser holds references to its members).
+struct CommandLine {
+  CommandLine() {
+    app.require_subcommand(1);
+    app.set_version_flag("--version", "atoll 0.1.0");
+    add_run_commands();
+    add_relay();
+    add_tools();
+  }
+  void add_run_commands();
+  void add_relay();
+  void add_tools();
+  // The chosen command's exit code; errors throw (main() maps them to exit codes).
+  int run();
+  // simulate, validate, coordinator, island, launch: the commands that take a CONFIG.
+  int run_config_command();
+
+  CLI::App app{"atoll: low-communication decentralized training"};
+  CLI::App *simulate = nullptr, *validate = nullptr, *coordinator = nullptr, *island = nullptr, *launch = nullptr;
+  CLI::App *relay = nullptr, *sweep_cmd = nullptr, *report = nullptr, *compare = nullptr, *export_cmd = nullptr,
+           *keygen = nullptr;
+  // simulate, validate and the real runs.
   std::string config_path;
   std::vector<std::string> sets;
-  bool force = false, quiet = false, verbose = false;
+  bool force = false, quiet = false, verbose = false, resume = false;
+  int island_id = -1;
+  bool no_pickup = false;   // launch's first start of the coordinator (restarts pick the run up)
+  bool supervised = false;  // started by launch: island processes that exited are reported on stdin
+  bool ssh = false;
+  std::vector<std::string> peer_endpoints;
+  bool emulate_wan = false;
+  atl::run::WanOptions wan;
+  // relay, sweep, report, compare, export, keygen.
+  atl::run::RelayCommand relay_cmd;
+  std::string relay_config;
+  SweepOptions sweep_options;
+  std::string sweep_dir;
+  std::vector<std::string> run_dirs;
+  atl::core::ExportOptions export_options;
+  std::string key_dir, key_name;
+};
 
-  auto* simulate = app.add_subcommand("simulate", "run all islands of CONFIG in this process");
+void CommandLine::add_run_commands() {
+  simulate = app.add_subcommand("simulate", "run all islands of CONFIG in this process");
   simulate->add_option("config", config_path, "experiment YAML")->required();
   simulate->add_option("--set", sets, "override a key: --set algorithm.inner_steps=100 (repeatable)");
   simulate->add_flag("--force", force, "overwrite an existing run directory");
-  bool resume = false;
   simulate->add_flag("--resume", resume, "continue the run from its newest usable checkpoint (run.resume; "
                                          "docs/checkpoints.md)");
   simulate->add_flag("-q,--quiet", quiet, "no progress output");
   simulate->add_flag("-v,--verbose", verbose, "debug logging");
 
-  auto* validate = app.add_subcommand("validate", "check CONFIG without running it");
+  validate = app.add_subcommand("validate", "check CONFIG without running it");
   validate->add_option("config", config_path, "experiment YAML")->required();
   validate->add_option("--set", sets, "override a key (repeatable)");
 
   // Real runs: one coordinator and one process per island (or `launch` for all of them).
-  int island_id = -1;
-  auto* coordinator = app.add_subcommand("coordinator", "serve membership, rendezvous and the server role of CONFIG");
-  auto* island = app.add_subcommand("island", "run island --id K of CONFIG");
-  auto* launch = app.add_subcommand("launch", "start the coordinator and all islands of CONFIG on this machine");
+  coordinator = app.add_subcommand("coordinator", "serve membership, rendezvous and the server role of CONFIG");
+  island = app.add_subcommand("island", "run island --id K of CONFIG");
+  launch = app.add_subcommand("launch", "start the coordinator and all islands of CONFIG on this machine");
   for (auto* sc : {coordinator, island, launch}) {
     sc->add_option("config", config_path, "experiment YAML")->required();
     sc->add_option("--set", sets, "override a key (repeatable)");
@@ -124,23 +159,20 @@ int main(int argc, char** argv) {
                                      "island hold (run.resume; docs/checkpoints.md \"Real runs\")");
   }
   coordinator->add_flag("--force", force, "overwrite an existing run directory");
-  bool no_pickup = false;  // launch's first start of the coordinator (restarts pick the run up)
   coordinator->add_flag("--no-pickup", no_pickup, "never pick up a running run of this run directory")->group("");
-  bool supervised = false;  // started by launch: island processes that exited are reported on stdin
   coordinator->add_flag("--supervised", supervised, "read 'exited ID HOW' lines from stdin (atoll launch)")->group("");
   launch->add_flag("--force", force, "overwrite an existing run directory");
-  bool ssh = false;
   launch->add_flag("--ssh", ssh, "with a hosts: section, start the processes on their hosts over ssh "
                                  "(default: print the per-host commands)");
   island->add_option("--id", island_id, "this island's id, 0 .. islands.count-1")->required();
-  std::vector<std::string> peer_endpoints;
   island->add_option("--peer-endpoint", peer_endpoints,
                      "ID=ENDPOINT: dial peer ID at ENDPOINT instead of the endpoint it published "
                      "(launch --emulate-wan: the relay of the link; repeatable)");
 
+}
+
+void CommandLine::add_relay() {
   // WAN emulation (docs/wan-emulation.md): launch through relays, or one relay by hand.
-  bool emulate_wan = false;
-  atl::run::WanOptions wan;
   launch->add_flag("--emulate-wan", emulate_wan,
                    "route island traffic through relays that impose the network: profile "
                    "(latency, jitter, rates, loss stalls, partitions)");
@@ -148,9 +180,7 @@ int main(int argc, char** argv) {
   launch->add_flag("--wan-random-loss", wan.random_loss, "--emulate-wan: draw losses per packet (default: evenly spaced)");
   launch->add_option("--wan-stall-every-s", wan.stall_every_s, "--emulate-wan: a stall on every link this often");
   launch->add_option("--wan-stall-s", wan.stall_s, "--emulate-wan: length of those stalls");
-  atl::run::RelayCommand relay_cmd;
-  std::string relay_config;
-  auto* relay = app.add_subcommand("relay", "forward one TCP port like a WAN link: latency, jitter, rate cap, "
+  relay = app.add_subcommand("relay", "forward one TCP port like a WAN link: latency, jitter, rate cap, "
                                             "loss stalls, cuts (docs/wan-emulation.md); Ctrl-C stops it");
   relay->add_option("--listen", relay_cmd.listen, "HOST:PORT to accept on (default 127.0.0.1:0: a free port, printed)");
   relay->add_option("--to", relay_cmd.to, "HOST:PORT to forward to (with --config: default the --to-island endpoint)");
@@ -169,8 +199,10 @@ int main(int argc, char** argv) {
   relay->add_option("--stall-every-s", relay_cmd.wan.stall_every_s, "stall both directions this often");
   relay->add_option("--stall-s", relay_cmd.wan.stall_s, "for this long each time");
 
-  SweepOptions sweep_options;
-  auto* sweep_cmd = app.add_subcommand("sweep", "run every run of SWEEP.yaml (docs/sweeps.md); resumes where it stopped");
+}
+
+void CommandLine::add_tools() {
+  sweep_cmd = app.add_subcommand("sweep", "run every run of SWEEP.yaml (docs/sweeps.md); resumes where it stopped");
   sweep_cmd->add_option("sweep", sweep_options.path, "sweep YAML: a config plus a sweep: section")->required();
   sweep_cmd->add_option("-j,--jobs", sweep_options.jobs, "runs at a time (default: cores / run.threads)")
       ->check(CLI::PositiveNumber);
@@ -178,15 +210,12 @@ int main(int argc, char** argv) {
   sweep_cmd->add_flag("--no-report", sweep_options.no_report, "tables only: no plots or report.html at the end");
   sweep_cmd->add_option("--out", sweep_options.root, "parent of sweep directories (default: sweeps)");
 
-  std::string sweep_dir;
-  std::vector<std::string> run_dirs;
-  auto* report = app.add_subcommand("report", "tables, plots and report.html of a sweep directory");
+  report = app.add_subcommand("report", "tables, plots and report.html of a sweep directory");
   report->add_option("sweep_dir", sweep_dir, "sweeps/<name>")->required();
-  auto* compare = app.add_subcommand("compare", "a table of runs: the keys that differ, then their results");
+  compare = app.add_subcommand("compare", "a table of runs: the keys that differ, then their results");
   compare->add_option("runs", run_dirs, "run directories (or sweep directories: all their runs)")->required();
 
-  atl::core::ExportOptions export_options;
-  auto* export_cmd = app.add_subcommand("export", "write a run's final (or a checkpoint's) parameters as a file "
+  export_cmd = app.add_subcommand("export", "write a run's final (or a checkpoint's) parameters as a file "
                                                   "PyTorch loads with torch.load (docs/checkpoints.md)");
   export_cmd->add_option("run_dir", export_options.run_dir, "runs/<name>")->required();
   export_cmd->add_option("--format", export_options.format, "pt (a dict of parameter name -> tensor)");
@@ -196,93 +225,105 @@ int main(int argc, char** argv) {
   export_cmd->add_option("--out", export_options.out, "the file to write (default RUN_DIR/final_params.pt, or "
                                                       "RUN_DIR/step-S.pt for a checkpoint)");
 
-  std::string key_dir, key_name;
-  auto* keygen = app.add_subcommand("keygen", "write a CurveZMQ key pair DIR/NAME.key and DIR/NAME.pub");
+  keygen = app.add_subcommand("keygen", "write a CurveZMQ key pair DIR/NAME.key and DIR/NAME.pub");
   keygen->add_option("dir", key_dir, "directory for the key files")->required();
   keygen->add_option("--name", key_name, "coordinator or island-K")->required();
+}
 
+int CommandLine::run() {
+  if (verbose) atl::set_log_level(atl::LogLevel::kDebug);
+  if (*keygen) return atl::run::keygen(key_dir, key_name);
+  if (*sweep_cmd) return sweep(sweep_options);
+  if (*export_cmd) {
+    const atl::core::ExportResult r = atl::core::export_params(export_options);
+    std::printf("%s: %lld tensors, %lld parameters from %s\n", r.out.c_str(), static_cast<long long>(r.tensors),
+                static_cast<long long>(r.params), r.source.c_str());
+    return 0;
+  }
+  if (*report) {
+    std::printf("%s\n", atl::sweep::write_report(sweep_dir).c_str());
+    return 0;
+  }
+  if (*compare) {
+    std::fputs(atl::sweep::compare_table(run_dirs).c_str(), stdout);
+    return 0;
+  }
+  if (*relay) {
+    if (relay_config.empty()) return atl::run::run_relay(relay_cmd, nullptr);
+    const atl::config::Config c = load_and_check(relay_config, sets, atl::core::Target::kRelay);
+    return atl::run::run_relay(relay_cmd, &c);
+  }
+  return run_config_command();
+}
+
+int CommandLine::run_config_command() {
+  // validate checks what simulate needs: it has no mode, and real runs refuse a few more
+  // things (islands.events kills, transport settings), each with its own line.
+  const atl::core::Target target = *coordinator ? atl::core::Target::kCoordinator
+                                  : *island    ? atl::core::Target::kIsland
+                                  : *launch    ? atl::core::Target::kLaunch
+                                               : atl::core::Target::kSimulate;
+  if (resume) sets.push_back("run.resume=true");
+  atl::config::Config config = load_and_check(config_path, sets, target);
+  atl::run::ProcessOptions popts;
+  popts.force = force;
+  popts.no_pickup = no_pickup;
+  popts.supervised = supervised;
+  popts.quiet = quiet;
+  popts.config_path = config_path;
+  popts.overrides = sets;
+  popts.emulate_wan = emulate_wan;
+  popts.ssh = ssh;
+  popts.wan = wan;
+  for (const auto& p : peer_endpoints) {
+    const auto eq = p.find('=');
+    if (eq == std::string::npos || eq == 0 || p.find_first_not_of("0123456789") < eq) {
+      throw atl::UserError("--peer-endpoint " + p + ": expected ID=ENDPOINT, e.g. 1=tcp://127.0.0.1:40001");
+    }
+    popts.peer_endpoints[std::stoi(p.substr(0, eq))] = p.substr(eq + 1);
+  }
+  if (*coordinator) return atl::run::run_coordinator(config, popts);
+  if (*island) {
+    if (atl::Status st = atl::run::run_island(config, island_id, popts); !st.is_ok()) {
+      ATOLL_ERROR(st.message() << " (" << atl::status_code_name(st.code()) << ")");
+      return 1;
+    }
+    return 0;
+  }
+  if (*launch) return atl::run::launch(config, popts);
+  if (*validate) {
+    std::printf("%s: ok (%s, %d island%s, %s)\n", config_path.c_str(), config.algorithm.name.c_str(),
+                config.islands.count, config.islands.count == 1 ? "" : "s", config.model.name.c_str());
+    return 0;
+  }
+  atl::core::SimulateOptions options;
+  options.force = force;
+  options.quiet = quiet;
+  atl::core::RunSummary s = atl::core::simulate(config, options);
+  if (s.diverged) {
+    std::fprintf(stderr, "atoll: run diverged: island %d's training loss is not finite at step %lld (%s)\n",
+                 s.diverged_island, static_cast<long long>(s.diverged_step), s.run_dir.c_str());
+    return kExitRuntime;
+  }
+  std::printf("run %s: final val loss %.4f, %llu bytes sent, %.1f s%s\n", s.run_dir.c_str(),
+              s.final_val_loss, static_cast<unsigned long long>(s.bytes_sent_total), s.wall_time_s,
+              atl::core::outcome_note(s.outcome).c_str());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CommandLine cli;
   try {
-    app.parse(argc, argv);
+    cli.app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    const int rc = app.exit(e);
+    const int rc = cli.app.exit(e);
     return rc == 0 ? 0 : kExitUsage;
   }
 
   try {
-    if (verbose) atl::set_log_level(atl::LogLevel::kDebug);
-    if (*keygen) return atl::run::keygen(key_dir, key_name);
-    if (*sweep_cmd) return sweep(sweep_options);
-    if (*export_cmd) {
-      const atl::core::ExportResult r = atl::core::export_params(export_options);
-      std::printf("%s: %lld tensors, %lld parameters from %s\n", r.out.c_str(), static_cast<long long>(r.tensors),
-                  static_cast<long long>(r.params), r.source.c_str());
-      return 0;
-    }
-    if (*report) {
-      std::printf("%s\n", atl::sweep::write_report(sweep_dir).c_str());
-      return 0;
-    }
-    if (*compare) {
-      std::fputs(atl::sweep::compare_table(run_dirs).c_str(), stdout);
-      return 0;
-    }
-    if (*relay) {
-      if (relay_config.empty()) return atl::run::run_relay(relay_cmd, nullptr);
-      const atl::config::Config c = load_and_check(relay_config, sets, atl::core::Target::kRelay);
-      return atl::run::run_relay(relay_cmd, &c);
-    }
-    // validate checks what simulate needs: it has no mode, and real runs refuse a few more
-    // things (islands.events kills, transport settings), each with its own line.
-    const atl::core::Target target = *coordinator ? atl::core::Target::kCoordinator
-                                    : *island    ? atl::core::Target::kIsland
-                                    : *launch    ? atl::core::Target::kLaunch
-                                                 : atl::core::Target::kSimulate;
-    if (resume) sets.push_back("run.resume=true");
-    atl::config::Config config = load_and_check(config_path, sets, target);
-    atl::run::ProcessOptions popts;
-    popts.force = force;
-    popts.no_pickup = no_pickup;
-    popts.supervised = supervised;
-    popts.quiet = quiet;
-    popts.config_path = config_path;
-    popts.overrides = sets;
-    popts.emulate_wan = emulate_wan;
-    popts.ssh = ssh;
-    popts.wan = wan;
-    for (const auto& p : peer_endpoints) {
-      const auto eq = p.find('=');
-      if (eq == std::string::npos || eq == 0 || p.find_first_not_of("0123456789") < eq) {
-        throw atl::UserError("--peer-endpoint " + p + ": expected ID=ENDPOINT, e.g. 1=tcp://127.0.0.1:40001");
-      }
-      popts.peer_endpoints[std::stoi(p.substr(0, eq))] = p.substr(eq + 1);
-    }
-    if (*coordinator) return atl::run::run_coordinator(config, popts);
-    if (*island) {
-      if (atl::Status st = atl::run::run_island(config, island_id, popts); !st.is_ok()) {
-        ATOLL_ERROR(st.message() << " (" << atl::status_code_name(st.code()) << ")");
-        return 1;
-      }
-      return 0;
-    }
-    if (*launch) return atl::run::launch(config, popts);
-    if (*validate) {
-      std::printf("%s: ok (%s, %d island%s, %s)\n", config_path.c_str(), config.algorithm.name.c_str(),
-                  config.islands.count, config.islands.count == 1 ? "" : "s", config.model.name.c_str());
-      return 0;
-    }
-    atl::core::SimulateOptions options;
-    options.force = force;
-    options.quiet = quiet;
-    atl::core::RunSummary s = atl::core::simulate(config, options);
-    if (s.diverged) {
-      std::fprintf(stderr, "atoll: run diverged: island %d's training loss is not finite at step %lld (%s)\n",
-                   s.diverged_island, static_cast<long long>(s.diverged_step), s.run_dir.c_str());
-      return kExitRuntime;
-    }
-    std::printf("run %s: final val loss %.4f, %llu bytes sent, %.1f s%s\n", s.run_dir.c_str(),
-                s.final_val_loss, static_cast<unsigned long long>(s.bytes_sent_total), s.wall_time_s,
-                atl::core::outcome_note(s.outcome).c_str());
-    return 0;
+    return cli.run();
   } catch (const atl::UserError& e) {
     std::fprintf(stderr, "atoll: error: %s\n", e.what());
     return kExitUsage;
