@@ -68,8 +68,8 @@ struct ParamRange {
   int64_t numel = 0;
   int block = -1;      // transformer block index; -1 for embeddings, final norm, head
   std::vector<int64_t> shape;  // the tensor's shape (product = numel); empty = [numel]
-  int module = 0;      // the module it belongs to (DiPaCo: shared between the paths through
-                       // it); 0 for a model that is not modular
+  int module = 0;      // the module it belongs to (a modular model: shared between the paths
+                       // through it); 0 for a model that is not modular
 };
 
 struct IslandContext {
@@ -87,10 +87,10 @@ struct IslandContext {
                                              // one range without a block (tests)
   double lr = 0;                             // the current inner step's learning rate (set by
                                              // the island loop before after_backward)
-  int path = 0;                              // the path this island trains (DiPaCo; the run
-                                             // holds one parameter vector per path, and
+  int path = 0;                              // the path this island trains (a run of several
+                                             // paths holds one parameter vector per path, and
                                              // `params` is this island's); 0 otherwise
-  // DiPaCo with fewer islands than paths: called by the algorithm when this island takes up
+  // Fewer islands than paths: called by the algorithm when this island takes up
   // `path` (after it set `params` and `path`): the runtime points the island's data at the
   // path's shard, after the first `examples` examples of that shard's stream, sets
   // shard_size, and with `fresh_inner` starts the inner optimizer afresh. May be empty
@@ -100,8 +100,8 @@ struct IslandContext {
   // (CheckpointCut::kServerTime) just before each push or pull: a due checkpoint may fall
   // there (the simulator). May be empty (real runs, tests).
   std::function<void()> before_server_call;
-  // DiPaCo with fewer islands than paths: every path's training sequences now, the weights
-  // of `weighting: shard_size` (a re-sharding changes them; not owned). Null:
+  // Fewer islands than paths: every path's training sequences now, the weights of
+  // `weighting: shard_size` (a re-routing changes them; not owned). Null:
   // AlgorithmOptions::shard_sizes.
   const std::vector<int64_t>* path_shard_sizes = nullptr;
 };
@@ -150,9 +150,9 @@ class Algorithm {
   virtual at::Tensor global_params() const = 0;
   // Whether the global model lives in the server role (fedavg) rather than on the islands.
   virtual bool global_on_server() const { return false; }
-  // DiPaCo with fewer islands than paths (every island keeps every module's global
-  // parameters): path `path`'s global model [N], composed from this island's copies of the
-  // path's modules (the modules after their last outer step), after setup. Undefined where
+  // Fewer islands than paths (every island keeps every module's global parameters): path
+  // `path`'s global model [N], composed from this island's copies of the path's modules (the
+  // modules after their last outer step), after setup. Undefined where
   // the island holds no other path than its own (every other case). A new tensor.
   virtual at::Tensor path_global_params(int path) const { return {}; }
 

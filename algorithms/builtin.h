@@ -15,7 +15,7 @@ std::unique_ptr<Algorithm> make_fedavg(const AlgorithmOptions& options, int isla
 std::unique_ptr<Algorithm> make_streaming_diloco(const AlgorithmOptions& options, int island);
 std::unique_ptr<Algorithm> make_async_local_sgd(const AlgorithmOptions& options, int island);
 std::unique_ptr<Algorithm> make_demo(const AlgorithmOptions& options, int island);
-// DiPaCo's DiLoCo per module (options.module_islands from the `dipaco:` section).
+// DiLoCo per module of a modular model's paths (options.module_islands).
 std::unique_ptr<Algorithm> make_dipaco(const AlgorithmOptions& options, int island);
 // SparseLoCo (algorithms/sparseloco.cpp) and why a codec cannot carry its values.
 std::unique_ptr<Algorithm> make_sparseloco(const AlgorithmOptions& options, int island);

@@ -125,19 +125,18 @@ struct AlgorithmOptions {
   int64_t train_steps = 0;           // train.steps (async: each island's share of it)
   std::vector<double> speeds;        // compute speed factor of every island; empty = all 1
   double weight_decay = 0;           // train.weight_decay (demo: decoupled, p *= 1 - lr wd)
-  // dipaco (docs/dipaco.md): DiLoCo per module; inner_steps, the outer optimizer, weighting and
-  // error_feedback as for diloco. By module id (ParamRange::module): the islands whose path
-  // goes through the module (ascending), and how many paths do. norm_rescale: multiply a
-  // module's averaged outer gradient by sqrt(paths through it). All from the `dipaco:` section
-  // (src/core/components.cpp).
+  // DiLoCo per module of a run of several paths (docs/architecture.md "Runs of several
+  // models"); inner_steps, the outer optimizer, weighting and error_feedback as for diloco. By
+  // module id (ParamRange::module): the islands whose path goes through the module
+  // (ascending), and how many paths do. norm_rescale: multiply a module's averaged outer
+  // gradient by sqrt(paths through it). Filled from the path structure's section.
   std::vector<std::vector<int>> module_islands;
   std::vector<int> module_paths;
   bool norm_rescale = false;
   // The module of every block on every path: path_modules[p][b + 1] (b = -1: embeddings,
-  // final norm, head). With more paths than `islands` (fewer islands than paths, docs/dipaco.md
-  // "Fewer islands than paths"), island i trains path (i + r * islands) mod P in round r and
-  // keeps every module's global parameters; module_islands is then unused. Empty: island i
-  // trains path i mod P.
+  // final norm, head). With more paths than `islands` (fewer islands than paths), island i
+  // trains path (i + r * islands) mod P in round r and keeps every module's global
+  // parameters; module_islands is then unused. Empty: island i trains path i mod P.
   std::vector<std::vector<int>> path_modules;
 };
 

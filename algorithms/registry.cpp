@@ -18,7 +18,8 @@ std::optional<OptionProblem> streaming_rules(const AlgorithmOptions& o) {
   return streaming_diloco::Schedule::check(o.inner_steps, o.fragments, o.overlap_steps);
 }
 
-std::optional<OptionProblem> dipaco_rules(const AlgorithmOptions& o) {
+// DiLoCo per module: the islands of each module come from a modular model's path structure.
+std::optional<OptionProblem> module_rules(const AlgorithmOptions& o) {
   if (o.module_islands.empty()) return OptionProblem{"dipaco.levels", "algorithm dipaco needs a modular model"};
   return std::nullopt;
 }
@@ -48,7 +49,7 @@ const Entry kAlgorithms[] = {
     {"demo", make_demo, no_rules, nullptr,
      {.extra_buffers = 3, .extra_buffers_text = "demo residual and DCT buffers x3",  // algorithms/demo.h
       .codec_problem = demo::codec_problem}},
-    {"dipaco", make_dipaco, dipaco_rules, nullptr, {}},
+    {"dipaco", make_dipaco, module_rules, nullptr, {}},
     {"sparseloco", make_sparseloco, no_rules, nullptr,
      {.extra_buffers = 4, .extra_buffers_text = "global model, error accumulator and two scratch buffers",
       .codec_problem = sparseloco_codec_problem}},

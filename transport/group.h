@@ -109,7 +109,7 @@ class Group {
                                             std::vector<std::vector<uint8_t>>* out) = 0;
 
   // The group of the islands in `ids` (ascending, containing this island) that share
-  // something, e.g. DiPaCo's islands whose paths go through one module. Its collectives
+  // something, e.g. the islands whose paths go through one module. Its collectives
   // involve only those islands (live members among them), are numbered and matched on their
   // own (every island of `ids` must issue the same sequence on its sub-group), and may be in
   // flight together with those of the parent group and of other sub-groups. `key` (> 0)

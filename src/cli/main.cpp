@@ -220,7 +220,7 @@ void CommandLine::add_tools() {
   export_cmd->add_option("run_dir", export_options.run_dir, "runs/<name>")->required();
   export_cmd->add_option("--format", export_options.format, "pt (a dict of parameter name -> tensor)");
   export_cmd->add_option("--checkpoint", export_options.checkpoint, "a checkpoint file instead of final_params.bin");
-  export_cmd->add_option("--path", export_options.path, "DiPaCo: path P's parameters (final_params.path<P>.bin)")
+  export_cmd->add_option("--path", export_options.path, "a run of several paths: path P's parameters (final_params.path<P>.bin)")
       ->check(CLI::NonNegativeNumber);
   export_cmd->add_option("--out", export_options.out, "the file to write (default RUN_DIR/final_params.pt, or "
                                                       "RUN_DIR/step-S.pt for a checkpoint)");

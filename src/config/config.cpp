@@ -218,7 +218,7 @@ std::string assign_ref(FieldRef ref, const schema::Check& check, const std::stri
             return assign_records(value, name, schema::link_fields(),
                                   "{between: [us, eu], latency_ms: 40}", *p);
           },
-          [&](std::vector<DipacoLevel>* p) {
+          [&](std::vector<ModuleLevel>* p) {
             return assign_records(value, name, schema::level_fields(), "{blocks: [0, 1], modules: 2}", *p);
           },
       },
@@ -628,7 +628,7 @@ void emit(YAML::Emitter& out, FieldRef ref) {
                  },
                  [&](std::vector<IslandEvent>* p) { emit_records(out, *p, schema::event_fields()); },
                  [&](std::vector<NetworkLink>* p) { emit_records(out, *p, schema::link_fields()); },
-                 [&](std::vector<DipacoLevel>* p) { emit_records(out, *p, schema::level_fields()); },
+                 [&](std::vector<ModuleLevel>* p) { emit_records(out, *p, schema::level_fields()); },
                  [&](auto* p) { out << *p; },  // integers and bool
              },
              ref);

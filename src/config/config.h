@@ -102,8 +102,8 @@ struct DataConfig {
   std::string normalize = "none";
   // Language models: the first N tokens of every validation sequence are context only, and
   // the validation loss scores the tokens after them (docs/metrics.md "The loss window"), so
-  // that a dense run measures the loss DiPaCo's routed evaluation does. -1: dipaco.prefix in
-  // a dipaco run that routes, else 0 (every token).
+  // that a run of one model measures the loss a routed evaluation of paths does. -1: the
+  // algorithm's default (the router's prefix when paths are routed), else 0 (every token).
   int loss_after = -1;
 
   template <class V>

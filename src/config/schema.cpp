@@ -158,8 +158,8 @@ const std::vector<RecordField<NetworkLink>>& link_fields() {
   return table;
 }
 
-const std::vector<RecordField<DipacoLevel>>& level_fields() {
-  static const std::vector<RecordField<DipacoLevel>> table = records<DipacoLevel>();
+const std::vector<RecordField<ModuleLevel>>& level_fields() {
+  static const std::vector<RecordField<ModuleLevel>> table = records<ModuleLevel>();
   return table;
 }
 

@@ -45,7 +45,7 @@ algorithms::AlgorithmOptions algorithm_options(const config::Config& c,
                       " transformer blocks (a fragment is made of whole blocks)");
     }
   }
-  dipaco_options(c, o);  // the dipaco: section (src/dipaco/run/options.h)
+  path_options(c, o);  // the path structure's section
   if (a.name == "fedavg" && o.rounds == 0) {
     if (a.local_steps == 0) {
       config::fail_key(c, "algorithm.rounds", "fedavg with local_epochs needs algorithm.rounds (or set "

@@ -25,7 +25,7 @@ class EvalSummary {
   // Takes the eval of `step`; false (and ignored) when that step has one already.
   bool add(int64_t step, double val_loss, double val_accuracy);
   bool evaluated(int64_t step) const { return steps_.count(step) > 0; }
-  // DiPaCo (docs/dipaco.md "Routed evaluation"): takes one path's result of `step` (r.path,
+  // Several paths (a routed evaluation): takes one path's result of `step` (r.path,
   // r.paths = P, its tokens, sequences and training shard; a second one of the same step and
   // path is ignored). When it is the step's last missing path, returns the routed result:
   // loss = sum_p loss_p tokens_p / sum_p tokens_p over the paths with tokens (in path order),
@@ -54,7 +54,7 @@ class EvalSummary {
     std::vector<int64_t> steps;  // ascending
     int64_t last_step = -1;
     double last_loss = NAN, last_accuracy = -1, best_loss = INFINITY;
-    // DiPaCo: the path results taken, (step, result) ascending by (step, path); empty otherwise.
+    // Several paths: the path results taken, (step, result) ascending by (step, path); empty otherwise.
     std::vector<std::pair<int64_t, EvalResult>> path_results;
   };
   Saved saved() const {

@@ -1,8 +1,8 @@
 // Evaluates a flat parameter vector on fixed validation batches with a model instance of its
 // own (dropout off, no grad). Used by one thread at a time.
 //
-// Two kinds: the whole (selected) validation split, or DiPaCo's routed evaluation
-// (docs/dipaco.md "Routed evaluation"): the selected sequences dealt to paths by the router,
+// Two kinds: the whole (selected) validation split, or a routed evaluation of several paths
+// (docs/architecture.md "Runs of several models"): the selected sequences dealt to paths by the router,
 // and a path's parameters evaluated on its own sequences only.
 #pragma once
 
@@ -22,7 +22,7 @@ struct EvalResult {
   double loss = 0;       // mean cross-entropy per token (LM) or per example; NaN: nothing evaluated
   double accuracy = -1;  // classifiers; -1 for language models
   int64_t count = 0;     // examples (classifiers) or tokens (LMs) evaluated
-  // DiPaCo's routed evaluation. A path's result: `path` >= 0, `paths` = P, `sequences` its
+  // A routed evaluation. A path's result: `path` >= 0, `paths` = P, `sequences` its
   // routed validation sequences, `train_sequences` its training shard. The routed result
   // (EvalSummary::add_path combines the P path results of a step): path -1, paths = P, loss
   // the token-weighted mean over every routed sequence, and per path, in path order:
@@ -49,9 +49,9 @@ class Evaluator {
   // with `params` as that path's parameters, under the routing in effect at `step`.
   EvalResult evaluate(const at::Tensor& params, int path = -1, int64_t step = 0);
   // Per-sequence mean loss of `params` on `batches` (LMs; each batch's targets from its
-  // score_from on), in batch order: DiPaCo's discriminative routing scores sequences so.
+  // score_from on), in batch order: a re-routing scores sequences so.
   std::vector<double> sequence_losses(const at::Tensor& params, const std::vector<data::Batch>& batches);
-  // DiPaCo's re-sharding: from `from_step` on (steps >= it), a routed evaluator uses these
+  // A re-routing: from `from_step` on (steps >= it), a routed evaluator uses these
   // batches and shard sizes (same shapes as the constructor's); earlier steps keep the
   // routing they had, so a step evaluated late is evaluated as it would have been on time.
   // A second call with the same from_step is ignored (every island re-routes alike).

@@ -44,12 +44,12 @@ ExportResult export_params(const ExportOptions& o) {
   at::Tensor flat;
   std::string out_name = "final_params.pt";
   int64_t step = -1;
-  if (o.path >= 0) {  // DiPaCo: one path's final parameters
+  if (o.path >= 0) {  // one path's final parameters
     if (!o.checkpoint.empty()) throw UserError("export: --path and --checkpoint together are not supported");
     const fs::path file = run / final_params_name(o.path);
     if (!fs::exists(file))
       throw UserError("export: '" + o.run_dir + "' has no " + final_params_name(o.path) +
-                      " (a finished dipaco run writes final_params.path<P>.bin for each of its paths)");
+                      " (a finished run of several paths writes final_params.path<P>.bin for each)");
     r.source = file.string();
     StatusOr<at::Tensor> p = read_params(r.source);
     if (!p.is_ok()) throw UserError("export: " + p.status().to_string());

@@ -17,7 +17,7 @@ struct ExportOptions {
   std::string checkpoint;
   std::string out;         // "" = <run_dir>/final_params.pt (a checkpoint: step-S.pt; a
                            // path: final_params.path<P>.pt)
-  int path = -1;           // DiPaCo: path P's final_params.path<P>.bin (not with checkpoint)
+  int path = -1;           // path P's final_params.path<P>.bin (not with checkpoint)
 };
 
 struct ExportResult {

@@ -26,8 +26,8 @@ int resolve_loss_after(const config::Config& config) {
   return n;
 }
 
-// DiPaCo with fewer islands than paths (docs/dipaco.md "Fewer islands than paths"): the
-// number of paths, whose shards the islands take in turn; 0 otherwise.
+// Fewer islands than paths (docs/architecture.md "Runs of several models"): the number of
+// paths, whose shards the islands take in turn; 0 otherwise.
 int task_paths(const config::Config& config) {
   const int P = run_paths(config);
   return config.islands.count < P ? P : 0;
@@ -120,7 +120,7 @@ void check_eval_keys(const config::Config& config) {
   if (n > config.model.seq_len)
     config::fail_key(config, "data.loss_after", std::to_string(n) + " tokens, longer than model.seq_len (" +
                                                     std::to_string(config.model.seq_len) + ")");
-  check_dipaco_keys(config);  // the path structure's own keys
+  check_path_keys(config);  // the path structure's own keys
 }
 
 std::string final_params_name(int path) {

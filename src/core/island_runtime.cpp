@@ -4,7 +4,6 @@
 
 #include <utility>
 
-#include "src/dipaco/run/reshard.h"
 #include "src/core/params_file.h"
 
 namespace atl::core {
@@ -25,7 +24,7 @@ IslandRuntime::IslandRuntime(int island, IslandParts& parts, const config::Train
     context_.layout.push_back({s.offset, s.numel, s.block, s.shape, module});
   }
   context_.path = parts_.path;
-  if (parts_.use_path) {  // DiPaCo with fewer islands than paths (docs/dipaco.md)
+  if (parts_.use_path) {  // fewer islands than paths
     context_.switch_path = [this](int path, int64_t examples, bool fresh_inner) {
       parts_.use_path(parts_, path, examples, fresh_inner);
       context_.shard_size = parts_.sampler->shard_size();
@@ -132,8 +131,8 @@ void IslandRuntime::on_step(int64_t step, int64_t total, double loss, double lr)
     loss_acc_ = 0;
     loss_n_ = 0;
   }
-  // DiPaCo: the re-sharding comes before the step's eval, which is routed by it.
-  if (parts_.resharder && step == parts_.resharder->step()) reshard(step);
+  // A re-routing comes before the step's eval, which is routed by it.
+  if (parts_.rerouter && step == parts_.rerouter->step()) reshard(step);
   if (evaluator_ != nullptr && !parts_.algorithm->global_on_server()) {
     if ((train_.eval_every > 0 && step % train_.eval_every == 0) || step == total) {
       eval_role_->at_eval_step(step, eval_models(parts_.algorithm->global_params()));
@@ -154,15 +153,15 @@ at::Tensor IslandRuntime::eval_models(const at::Tensor& global, bool initial) co
   std::vector<at::Tensor> models;
   for (int p = 0; p < P; ++p) {
     models.push_back(parts_.algorithm->path_global_params(p));
-    TORCH_CHECK(models.back().defined(), "dipaco: island ", island_, " holds no global model of path ", p);
+    TORCH_CHECK(models.back().defined(), "island ", island_, " holds no global model of path ", p);
   }
   return at::cat(models);
 }
 
 void IslandRuntime::evaluate(int64_t step, const at::Tensor& global) {
-  // DiPaCo: this island's path on its routed sequences (a path_eval record; the host
-  // combines the paths' records into the routed eval, docs/dipaco.md "Routed evaluation");
-  // with kEveryPath each path in turn, in path order.
+  // Several paths: this island's path on its routed sequences (a path_eval record; the host
+  // combines the paths' records into the routed eval, docs/architecture.md "Runs of several
+  // models"); with kEveryPath each path in turn, in path order.
   const bool every = parts_.eval_path == kEveryPath;
   const int64_t n = parts_.model->numel();
   const int first = every ? 0 : evaluator_->paths() > 0 ? parts_.eval_path : -1;
@@ -175,12 +174,12 @@ void IslandRuntime::evaluate(int64_t step, const at::Tensor& global) {
 }
 
 void IslandRuntime::reshard(int64_t step) {
-  TORCH_CHECK(evaluator_ != nullptr, "dipaco re-sharding needs the island's evaluator");
-  Resharder::Outcome o =
-      parts_.resharder->run(*context_.group, *evaluator_, eval_models(parts_.algorithm->global_params()));
+  TORCH_CHECK(evaluator_ != nullptr, "a re-routing needs the island's evaluator");
+  Rerouter::Outcome o =
+      parts_.rerouter->run(*context_.group, *evaluator_, eval_models(parts_.algorithm->global_params()));
   if (parts_.path_shards) {
     // Fewer islands than paths: the paths' data streams go on at their example counts, on
-    // their new shards (docs/dipaco.md "Fewer islands than paths").
+    // their new shards.
     const data::Sampler::Position at = parts_.sampler->position();
     const int64_t examples = at.epoch * parts_.sampler->shard_size() + static_cast<int64_t>(at.pos);
     *parts_.path_shards = std::move(o.path_shards);
@@ -188,7 +187,7 @@ void IslandRuntime::reshard(int64_t step) {
     path_sizes_ = o.path_train_sizes;  // the weights of weighting: shard_size from now on
     context_.path_shard_sizes = &path_sizes_;
   } else {
-    parts_.sampler = parts_.resharder->sampler(o.shard);
+    parts_.sampler = parts_.rerouter->sampler(o.shard);
   }
   context_.shard_size = parts_.sampler->shard_size();
   evaluator_->reroute(step, std::move(o.val_batches), o.path_train_sizes);

@@ -11,16 +11,12 @@
 // the step boundaries for what only it does: the simulator's cost model, kills, scheduling
 // and progress; the process's hand-over donor and progress.
 //
-// Several parameter vectors (DiPaCo: one per path, modules shared between paths): today the
-// island holds one model and evaluates one global vector, except that with fewer islands than
-// paths (eval_path kEveryPath) it evaluates and writes every path's global model, composed by
-// the algorithm from its module copies (Algorithm::path_global_params). The runtime is
-// written so that this becomes a list: the model vectors live in IslandParts (one Model per path, with the
-// shared modules' slices in one buffer and ParamRange's module ids saying which), the
-// context gets one entry per path, evaluation and final parameters loop over
-// Algorithm::global_params() per path (records carry a "path" field, final_params.bin one
-// file per path), and hand-over state carries every path's global. Only this class and
-// IslandParts change; the hosts do not.
+// Several parameter vectors (paths, modules shared between paths; docs/architecture.md "Runs
+// of several models"): an island trains one path's model and evaluates one global vector,
+// except that with fewer islands than paths (eval_path kEveryPath) it evaluates and writes
+// every path's global model, composed by the algorithm from its module copies
+// (Algorithm::path_global_params). Evaluation records carry the path, final parameters are one
+// file per path, and a hand-over carries the donor's path's state.
 //
 // Not thread-safe: used by the island's own thread, like the Algorithm it drives.
 #pragma once
@@ -58,10 +54,10 @@ struct IslandHost {
   std::function<void(const std::string& json)> record;
 
   // The lead role (EvalRole::Hooks). is_lead: no live island with a lower id holds the
-  // model (DiPaCo: among the islands of this island's eval_path, each path has its lead).
-  // eval_recorded: the run's metrics hold an eval record of the step (DiPaCo: this path's
-  // path_eval record). after_eval: the record was written (mark the step, track the summary;
-  // DiPaCo: r.path >= 0, and the host writes the routed eval record once every path's is in,
+  // model (several paths: among the islands of this island's eval_path, each path has its
+  // lead). eval_recorded: the run's metrics hold an eval record of the step (several paths:
+  // this path's path_eval record). after_eval: the record was written (mark the step, track
+  // the summary; several paths: r.path >= 0, and the host writes the routed eval record once every path's is in,
   // EvalSummary::add_path; may be empty). wait: blocks until the membership may have changed
   // or the deadline (time->now_s()'s clock) passed.
   std::function<bool()> is_lead;
@@ -129,7 +125,7 @@ class IslandRuntime {
   // After run(): evaluates or waits for the eval steps it kept, then writes island_end.
   void finish();
   // The algorithm's global model to `file` (final_params.bin, src/core/params_file.h); with
-  // `path` >= 0, DiPaCo path `path`'s global model (one of held_paths()).
+  // `path` >= 0, path `path`'s global model (one of held_paths()).
   void write_final_params(const std::string& file, int path = -1) const;
   // The final parameter files this island writes at its end, by the rule of src/core/roles.h
   // on `running` (the mode's view, ascending ids): final_params.bin when it leads the run and
@@ -139,8 +135,8 @@ class IslandRuntime {
   // the coordinator's store), and `wrote(path)` follows the write. A failed write throws.
   void write_final_outputs(const std::string& dir, const Roles& roles, const std::vector<int>& running,
                            const std::function<bool(int path)>& claim, const std::function<void(int path)>& wrote) const;
-  // DiPaCo: the paths whose global model this island holds: its own (eval_path), or every
-  // path with fewer islands than paths (kEveryPath). Empty for other algorithms.
+  // The paths whose global model this island holds: its own (eval_path), or every path with
+  // fewer islands than paths (kEveryPath). Empty for a run of one model.
   std::vector<int> held_paths() const;
 
   RecordTime now() const;
@@ -164,7 +160,7 @@ class IslandRuntime {
   std::unique_ptr<EvalRole> eval_role_;
   std::optional<Handover> joining_;
   std::optional<algorithms::AlgorithmCheckpoint> resuming_;
-  std::vector<int64_t> path_sizes_;  // DiPaCo with fewer islands than paths, after a re-sharding:
+  std::vector<int64_t> path_sizes_;  // fewer islands than paths, after a re-routing:
                                      // every path's shard size (context_.path_shard_sizes)
   int64_t steps_ = 0;
   double loss_acc_ = 0;

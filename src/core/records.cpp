@@ -89,7 +89,7 @@ std::string server_round_record(const algorithms::ServerRound& r, int64_t step, 
 std::string eval_record(int island, int64_t step, const EvalResult& r, bool classifier, uint64_t bytes_sent,
                         const RecordTime& t) {
   JsonObject o;
-  if (r.path >= 0) {  // one DiPaCo path on its routed sequences
+  if (r.path >= 0) {  // one path on its routed sequences
     o.add("event", "path_eval").add("step", step).add("path", r.path).add("paths", r.paths).add("val_loss", r.loss);
     o.add("tokens", r.count).add("sequences", r.sequences).add("train_sequences", r.train_sequences);
     o.add("island", island).add("bytes_sent_total", bytes_sent);
@@ -98,7 +98,7 @@ std::string eval_record(int island, int64_t step, const EvalResult& r, bool clas
   o.add("event", "eval").add("step", step).add("val_loss", r.loss);
   if (classifier) o.add("val_accuracy", r.accuracy);
   o.add("island", island).add("bytes_sent_total", bytes_sent);
-  if (r.paths > 0) {  // DiPaCo's routed loss over the paths' records
+  if (r.paths > 0) {  // the routed loss over the paths' records
     o.add("paths", r.paths)
         .add("tokens", r.count)
         .add_raw("path_val_losses", json_list(r.path_losses))

@@ -39,7 +39,7 @@ std::string server_round_record(const algorithms::ServerRound& r, int64_t step, 
 // (the simulator: all islands; real runs: the evaluating island, or 0 for the server).
 std::string eval_record(int island, int64_t step, const EvalResult& r, bool classifier, uint64_t bytes_sent,
                         const RecordTime& t);
-// DiPaCo's discriminative re-sharding at `step` (docs/metrics.md "reshard"), written by the
+// A re-routing of several paths at `step` (docs/metrics.md "reshard"), written by the
 // lowest island that took part.
 struct Reshard {
   int island = 0;

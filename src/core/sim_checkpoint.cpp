@@ -120,7 +120,7 @@ void simulator_layout(Io& io, C& c) {
   tensor_field(io, c.torch_rng);
 }
 
-// Section "path_evals" (DiPaCo): the path_eval results taken so far.
+// Section "path_evals" (several paths): the path_eval results taken so far.
 template <class Io, class R>
 void path_evals_layout(Io& io, R& results) {
   io.list("path evals", results, [&](auto& x) {
@@ -191,7 +191,7 @@ std::vector<checkpoint::Section> encode_sim_checkpoint(const SimCheckpoint& c) {
   if (c.has_server)
     out.push_back(write_section("server", [](auto& io, auto&... a) { server_layout(io, a...); }, c.server_time,
                                 c.server_round, c.server));
-  if (!c.evals.path_results.empty())  // DiPaCo: the path_eval results taken so far
+  if (!c.evals.path_results.empty())  // several paths: the path_eval results taken so far
     out.push_back(write_section("path_evals", [](auto& io, auto& x) { path_evals_layout(io, x); },
                                 c.evals.path_results));
   for (size_t i = 0; i < c.islands.size(); ++i)

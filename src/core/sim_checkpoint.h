@@ -45,7 +45,7 @@ struct IslandTraining {
 IslandTraining capture_training(const IslandParts& parts, const IslandRuntime& runtime);
 // Puts it back into an island made afresh for the run: its parameters, the inner optimizer
 // (state on the parameters' device), the runtime's counters and the algorithm's state (loaded
-// right after its setup), and the sampler's position (DiPaCo with fewer islands than paths
+// right after its setup), and the sampler's position (a run with fewer islands than paths
 // places the sampler of the path in progress when its algorithm loads instead).
 void restore_training(IslandParts& parts, IslandRuntime& runtime, const IslandTraining& state);
 

@@ -333,7 +333,7 @@ RunSummary Simulation::finish(RunSummary summary) {
   }
   // The outputs in an order that never claims success falsely (docs/metrics.md "summary.json"):
   // the final global model (fedavg: the server's; otherwise the lowest live island's global
-  // copy; DiPaCo: every path's), the end record, summary.json last (a failed write throws).
+  // copy; several paths: every path's), the end record, summary.json last (a failed write throws).
   if (server_model) write_params(dir.path() + "/final_params.bin", server_->global());
   std::vector<int> members;  // the islands still members at the end
   for (int j = 0; j < n_; ++j)

@@ -235,7 +235,7 @@ void validate_config(const config::Config& c, Target target) {
   if (auto p = models::check_model(c.model, shape, shape_known)) fail(c, *p);
   if (auto p = data::check_partition(c.data)) fail(c, *p);
   if (auto p = algorithms::check_options(algorithm_options(c, {}))) fail(c, *p);
-  check_eval_keys(c);  // data.loss_after, dipaco.reshard_at (src/core/island_parts.h)
+  check_eval_keys(c);  // data.loss_after, the paths' keys (src/core/island_parts.h)
   check_events(c, target);
   check_checkpoint(c, target);
   if (real_run(target)) check_transport(c);

@@ -19,7 +19,7 @@ enum class SeedStream : uint64_t {
   kSynthetic = 3,        // synthetic data set
   kValidationOrder = 4,  // validation_batches()
   kSamplerEpoch = 5,     // Sampler: one order per epoch
-  kRouterSplit = 6,      // DiPaCo's router split (src/core/island_parts.cpp)
+  kRouterSplit = 6,      // a re-routing's router split (RunData::router_rows)
 };
 
 // Independent seed for (seed, stream, index), e.g. the sampler's order of epoch 7.

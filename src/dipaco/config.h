@@ -13,10 +13,10 @@ namespace atl::config {
 
 // DiPaCo's modular model (docs/dipaco.md): levels of transformer blocks, each with its
 // alternative modules; a path takes one module per level. Used with algorithm.name: dipaco.
-struct DipacoLevel {
+struct ModuleLevel {
   std::vector<int> blocks;      // transformer blocks of the level
   int modules = 1;              // alternative modules (1 = one module every path shares)
-  bool operator==(const DipacoLevel&) const = default;
+  bool operator==(const ModuleLevel&) const = default;
 
   template <class V>
   void fields(V& v) {
@@ -27,7 +27,7 @@ struct DipacoLevel {
 };
 
 struct DipacoConfig {
-  std::vector<DipacoLevel> levels;       // empty: no modular model
+  std::vector<ModuleLevel> levels;       // empty: no modular model
   std::vector<int> path_specific;        // blocks each path keeps for itself (never averaged)
   bool path_specific_embeddings = false; // embeddings, final norm and head per path too
   bool norm_rescale = false;             // a module's averaged outer gradient times

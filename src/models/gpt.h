@@ -49,7 +49,7 @@ class Gpt final : public Model {
   // model's device.
   at::Tensor logits(const at::Tensor& tokens);
   // [B, T] int64 tokens -> the last transformer block's output [B, T, dim] (before the final
-  // norm) on the model's device: DiPaCo routes sequences by its mean over a prefix.
+  // norm) on the model's device: a data router routes sequences by its mean over a prefix.
   at::Tensor hidden(const at::Tensor& tokens);
   // The module whose parameters are views of params() (tests, debugging).
   torch::nn::Module& module();

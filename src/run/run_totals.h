@@ -23,7 +23,7 @@ class RunTotals {
  public:
   // Takes one record (a JSON object). False for a record that must not be written: a second
   // eval record of a step. Several paths: when a path_eval record completes its step, `routed` (if
-  // not null) receives the routed eval record (docs/dipaco.md "Routed evaluation"), to be
+  // not null) receives the routed eval record (docs/metrics.md "path_eval"), to be
   // written after this one and add()ed in turn; else it is cleared.
   bool add(const std::string& json, std::string* routed = nullptr);
   bool evaluated(int64_t step) const;

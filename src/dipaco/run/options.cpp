@@ -41,7 +41,7 @@ int default_loss_after(const config::Config& config) {
   return config.algorithm.name == "dipaco" && config.dipaco.routing != "none" ? config.dipaco.prefix : 0;
 }
 
-void check_dipaco_keys(const config::Config& config) {
+void check_path_keys(const config::Config& config) {
   if (config.algorithm.name != "dipaco" || config.dipaco.reshard_at == 0) return;
   const int64_t at = config.dipaco.reshard_at, h = config.algorithm.inner_steps;
   if (config.dipaco.routing == "none")
@@ -56,7 +56,7 @@ void check_dipaco_keys(const config::Config& config) {
                      "(set checkpoint.every: 0)");
 }
 
-void dipaco_options(const config::Config& c, algorithms::AlgorithmOptions& o) {
+void path_options(const config::Config& c, algorithms::AlgorithmOptions& o) {
   const auto& a = c.algorithm;
   if (a.name == "dipaco") {
     const dipaco::Paths paths = dipaco_paths(c);

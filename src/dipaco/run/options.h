@@ -23,11 +23,11 @@ int default_loss_after(const config::Config& config);
 
 // The rules of dipaco.reshard_at that the config alone decides (a routed DiPaCo run, an
 // outer-round boundary before the last step, no checkpoints): UserError naming the key.
-void check_dipaco_keys(const config::Config& config);
+void check_path_keys(const config::Config& config);
 
 // algorithm.name dipaco: `o`'s path modules, the islands of each module and the norm rescale;
 // with islands.events that add islands to a run with fewer islands than paths, a UserError.
 // Any other algorithm: a `dipaco:` section with levels is refused (UserError naming the key).
-void dipaco_options(const config::Config& c, algorithms::AlgorithmOptions& o);
+void path_options(const config::Config& c, algorithms::AlgorithmOptions& o);
 
 }  // namespace atl::core

@@ -88,11 +88,11 @@ Resharder::Outcome Resharder::run(transport::Group& group, Evaluator& scorer, co
   // 3. Labels, and a linear router balanced to the paths' current shares.
   const std::vector<int> labels = dipaco::best_paths(losses);
   o.labels = dipaco::shard_sizes(labels, P);
-  const int64_t dim = data_.train_features.cols;
+  const int64_t dim = data_.router->train_features.cols;
   dipaco::Matrix x(R, dim);
   for (int64_t i = 0; i < R; ++i)
-    std::copy(data_.train_features.row(rows[static_cast<size_t>(i)]),
-              data_.train_features.row(rows[static_cast<size_t>(i)]) + dim, x.row(i));
+    std::copy(data_.router->train_features.row(rows[static_cast<size_t>(i)]),
+              data_.router->train_features.row(rows[static_cast<size_t>(i)]) + dim, x.row(i));
   std::vector<double> target(static_cast<size_t>(P));
   double total = 0;
   for (int64_t s : data_.path_train_sizes) total += static_cast<double>(s);
@@ -101,7 +101,7 @@ Resharder::Outcome Resharder::run(transport::Group& group, Evaluator& scorer, co
   o.balance_error = dipaco::balance(router, x, target, 0);
 
   // 4. Re-route training (the router split stays out) and validation.
-  const std::vector<int> routed = router.route(data_.train_features);
+  const std::vector<int> routed = router.route(data_.router->train_features);
   std::vector<int> train_path = data_.train_path;
   for (size_t e = 0; e < train_path.size(); ++e) {
     if (train_path[e] < 0) continue;
@@ -122,7 +122,7 @@ Resharder::Outcome Resharder::run(transport::Group& group, Evaluator& scorer, co
     TORCH_CHECK(!o.shard.empty(), "dipaco re-sharding left island ", island_, " (path ", path_,
                 ") without training sequences");
   }
-  o.val_path = router.route(data_.val_features);
+  o.val_path = router.route(data_.router->val_features);
   o.val_batches = routed_validation_batches(config_, data_, o.val_path);
   for (const auto& b : o.val_batches) {
     int64_t n = 0;

@@ -31,35 +31,15 @@
 
 namespace atl::core {
 
-class Resharder {
+// The Rerouter of a run with dipaco.reshard_at.
+class Resharder final : public Rerouter {
  public:
   // `config` and `data` must outlive it.
   Resharder(const config::Config& config, const RunData& data, int island);
 
-  int64_t step() const { return config_.dipaco.reshard_at; }
-
-  struct Outcome {
-    std::vector<int64_t> shard;             // this island's training sequences from now on
-                                            // (empty with fewer islands than paths)
-    std::vector<std::vector<int64_t>> path_shards;  // fewer islands than paths: each path's
-                                                    // training sequences (ascending)
-    std::vector<int64_t> path_train_sizes;  // training sequences per path
-    std::vector<int> val_path;              // path of every validation sequence
-    std::vector<std::vector<data::Batch>> val_batches;  // routed_validation_batches() of it
-    std::vector<int64_t> path_val_sequences;  // the evaluation's sequences per path
-    std::vector<int64_t> labels;            // router sequences whose best path is p
-    int64_t moved = 0;                      // training sequences now on another path
-    double balance_error = 0;               // largest |share - target| on the router split
-    std::vector<int> contributors;          // islands whose scores were gathered, ascending
-  };
-  // Collective over `group`: every live island calls it at step() with its path's global
-  // model `models` ([N]; fewer islands than paths: every path's, [P * N] path after path,
-  // IslandRuntime's eval models); `scorer` computes the losses (Evaluator::sequence_losses).
-  // Throws c10::Error when the exchange fails for another reason than lost islands.
-  Outcome run(transport::Group& group, Evaluator& scorer, const at::Tensor& models);
-
-  // A sampler over `shard` for this island, seeded as make_island_parts seeds it.
-  std::unique_ptr<data::Sampler> sampler(const std::vector<int64_t>& shard) const;
+  int64_t step() const override { return config_.dipaco.reshard_at; }
+  Outcome run(transport::Group& group, Evaluator& scorer, const at::Tensor& models) override;
+  std::unique_ptr<data::Sampler> sampler(const std::vector<int64_t>& shard) const override;
 
  private:
   const config::Config& config_;

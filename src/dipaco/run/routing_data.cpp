@@ -85,18 +85,20 @@ void route_to_paths(const config::Config& config, RunData& d) {
   auto* gpt = dynamic_cast<models::Gpt*>(model.get());
   TORCH_CHECK(gpt != nullptr, "dipaco routing: the model is not a gpt");
   model->set_training(false);
-  d.train_features = routing_features(config, *gpt, train);
-  d.val_features = routing_features(config, *gpt, val);
+  auto router = std::make_shared<RouterInput>();
+  router->train_features = routing_features(config, *gpt, train);
+  router->val_features = routing_features(config, *gpt, val);
+  d.router = router;
   if (config.dipaco.routing == "product_kmeans") {
     std::vector<int> ks;
     for (const auto& l : config.dipaco.levels) ks.push_back(l.modules);
-    const dipaco::ProductKMeans pk = dipaco::product_kmeans(d.train_features, ks, config.run.seed);
+    const dipaco::ProductKMeans pk = dipaco::product_kmeans(router->train_features, ks, config.run.seed);
     d.train_path = pk.assignment;
-    d.val_path = dipaco::route(pk, d.val_features);
+    d.val_path = dipaco::route(pk, router->val_features);
   } else {
-    const dipaco::KMeans km = dipaco::kmeans(d.train_features, P, config.run.seed);
+    const dipaco::KMeans km = dipaco::kmeans(router->train_features, P, config.run.seed);
     d.train_path = km.assignment;
-    d.val_path = dipaco::nearest(d.val_features, km.centroids);
+    d.val_path = dipaco::nearest(router->val_features, km.centroids);
   }
   if (config.dipaco.reshard_at > 0) hold_out_router_split(config, d);
   if (config.islands.count < P) {  // fewer islands than paths: one shard per path
@@ -134,7 +136,7 @@ void add_path_parts(const config::Config& config, const RunData& data, int islan
   const dipaco::Paths paths = dipaco_paths(config);
   p.eval_path = eval_path_of(config, island);
   p.path = tasks ? island : p.eval_path;  // fewer islands than paths: the path of round 0
-  if (config.dipaco.reshard_at > 0) p.resharder = std::make_shared<Resharder>(config, data, island);
+  if (config.dipaco.reshard_at > 0) p.rerouter = std::make_shared<Resharder>(config, data, island);
   for (int b = -1; b < config.model.layers; ++b) p.block_modules.push_back(paths.module_of(b, p.path));
 }
 

@@ -9,8 +9,15 @@
 
 #include "src/config/config.h"
 #include "src/core/island_parts.h"
+#include "src/dipaco/routing.h"
 
 namespace atl::core {
+
+// The router's input (RunData::router): the base model's features of every training and
+// validation sequence (routing none: no router).
+struct RouterInput {
+  dipaco::Matrix train_features, val_features;
+};
 
 // Fills `d`'s path fields (paths, train_path, val_path, path_train_sizes, the router's
 // features and split) and deals the shards to the islands by path
