@@ -34,6 +34,7 @@
 
 #include "algorithms/options.h"
 #include "compression/pipeline.h"
+#include "src/base/named_state.h"
 #include "transport/group.h"
 #include "transport/outer_server.h"
 
@@ -114,20 +115,15 @@ enum class CheckpointCut {
                  // after T; checkpoint.every counts the fastest island's nominal steps
 };
 
-// What a live island hands to a joiner besides the global model (see Algorithm).
-struct AlgorithmState {
-  int64_t rounds = 0;               // outer rounds completed
-  std::vector<at::Tensor> tensors;  // e.g. outer-optimizer buffers, [N] float32 each
-};
-
-// An island's algorithm state in a checkpoint (docs/checkpoints.md): what state() returns
-// at a step boundary and load() takes back. The layout of `counters` and `tensors` is the
-// algorithm's own (each documents it beside its state()); the checkpoint stores them as
-// they are, tensors with their dtype and shape (undefined ones too).
-struct AlgorithmCheckpoint {
-  std::vector<int64_t> counters;    // e.g. rounds, outer-optimizer steps
-  std::vector<at::Tensor> tensors;  // e.g. the global model, outer-optimizer buffers
-};
+// An island's algorithm state in a checkpoint (docs/checkpoints.md "Named state"): what
+// state() returns at a step boundary and load() takes back, by name (e.g. "round",
+// "outer.momentum", "anchor"); each algorithm documents its names beside its state(). The
+// checkpoint stores the entries as they are, tensors with their dtype and shape (undefined
+// ones too).
+using AlgorithmCheckpoint = NamedState;
+// What a live island hands to a joiner besides the global model (see Algorithm): a named
+// subset of its checkpoint state (the same names for the same values).
+using AlgorithmState = NamedState;
 
 class Algorithm {
  public:
@@ -244,6 +240,19 @@ struct ServerRound {
   std::vector<int> late;       // selected and live, but not in by the round's deadline
   bool skipped = false;        // fewer than algorithm.min_clients delivered: model unchanged
 };
+
+// How a server role's rounds are numbered for its evaluations (core::ServerEvalSchedule):
+// `counts_steps`: each round reports the local steps applied so far, summed over islands
+// (async_local_sgd); else outer rounds, each standing for `steps_per_round` nominal inner
+// steps (fedavg). `last`: the final round's number.
+struct ServerRounds {
+  bool counts_steps = false;
+  int64_t last = 0;
+  int64_t steps_per_round = 0;
+};
+// Of `options.name`'s server role, with `examples_per_client` training examples per island;
+// an algorithm without one: {} (never asked).
+ServerRounds server_rounds(const AlgorithmOptions& options, int64_t examples_per_client);
 
 // The server role of `options.name`, or nullptr when it has none. `initial` is θ_0 [N].
 // `on_round` is called each time the server closes a round (async_local_sgd: after every

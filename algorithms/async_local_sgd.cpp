@@ -177,11 +177,12 @@ class AsyncWorker final : public Algorithm {
   at::Tensor global_params() const override { return global_; }
 
   // Checkpoints are cut in virtual time, before server interactions (docs/checkpoints.md
-  // "async_local_sgd: a cut in virtual time"). State: counters {tasks pushed, local steps of
-  // the task awaiting its push (0: none), the step that ended it, a grace window's last push
-  // time (its bits; -1: none), the round's byte counters at its pull (sent, received,
-  // raw_sent), its members}; tensors {the pulled global model, the error-feedback residual
-  // (undefined before a lossy push)}.
+  // "async_local_sgd: a cut in virtual time"). State: "tasks" (pushed), "pending_steps"
+  // (local steps of the task awaiting its push; 0: none), "pending_step" (the step that
+  // ended it), "pushed" (1: a grace window's last push time "pushed_at", a real, holds),
+  // the round's byte counters at its pull "round.sent", ".received", ".raw_sent" and its
+  // "round.members", "global" (the pulled global model), "feedback.residual" (undefined
+  // before a lossy push).
   std::string checkpoint_limit() const override { return {}; }
   CheckpointCut checkpoint_cut() const override { return CheckpointCut::kServerTime; }
   double checkpoint_position(int64_t step) const override {
@@ -193,27 +194,31 @@ class AsyncWorker final : public Algorithm {
   AlgorithmCheckpoint state() const override {
     AlgorithmCheckpoint s;
     const transport::ByteCounters& b = meter_.before();
-    s.counters = {tasks_, pending_steps_, pending_step_, pushed_at_ ? std::bit_cast<int64_t>(*pushed_at_) : -1,
-                  static_cast<int64_t>(b.sent), static_cast<int64_t>(b.received), static_cast<int64_t>(b.raw_sent),
-                  meter_.members()};
-    s.tensors = {global_, feedback_.residual()};
+    s.add("tasks", tasks_).add("pending_steps", pending_steps_).add("pending_step", pending_step_);
+    s.add("pushed", int64_t{pushed_at_ ? 1 : 0}).add_real("pushed_at", pushed_at_.value_or(0.0));
+    s.add("round.sent", static_cast<int64_t>(b.sent))
+        .add("round.received", static_cast<int64_t>(b.received))
+        .add("round.raw_sent", static_cast<int64_t>(b.raw_sent))
+        .add("round.members", int64_t{meter_.members()});
+    s.add("global", global_).add("feedback.residual", feedback_.residual());
     return s;
   }
   void load(IslandContext&, const AlgorithmCheckpoint& state) override {
-    TORCH_CHECK(state.counters.size() == 8 && state.tensors.size() == 2,
-                "async_local_sgd checkpoint: expected 8 counters and 2 tensors");
+    auto n = [&](const char* name) { return state.integer(name); };
+    const at::Tensor& global = state.tensor("global");
+    TORCH_CHECK(global.defined() && global.numel() == global_.numel(), "async_local_sgd checkpoint: malformed state");
+    const transport::ByteCounters before{static_cast<uint64_t>(n("round.sent")), static_cast<uint64_t>(n("round.received")),
+                                         static_cast<uint64_t>(n("round.raw_sent"))};
+    const double pushed_at = state.real("pushed_at");
     at::NoGradGuard no_grad;
-    const auto& c = state.counters;
-    tasks_ = c[0];
-    pending_steps_ = c[1];
-    pending_step_ = c[2];
-    if (c[3] != -1) pushed_at_ = std::bit_cast<double>(c[3]);
+    tasks_ = n("tasks");
+    pending_steps_ = n("pending_steps");
+    pending_step_ = n("pending_step");
+    if (n("pushed") == 1) pushed_at_ = pushed_at;
     else pushed_at_.reset();
-    meter_ = RoundMeter(transport::ByteCounters{static_cast<uint64_t>(c[4]), static_cast<uint64_t>(c[5]),
-                                                static_cast<uint64_t>(c[6])},
-                        static_cast<int>(c[7]));
-    global_.copy_(state.tensors[0]);
-    feedback_.load(state.tensors[1]);
+    meter_ = RoundMeter(before, static_cast<int>(n("round.members")));
+    global_.copy_(global);
+    feedback_.load(state.tensor("feedback.residual"));
   }
 
  private:
@@ -281,24 +286,27 @@ class AsyncServer final : public transport::OuterServer {
 
   std::optional<at::Tensor> on_pull(int, uint64_t) override { return global_; }
 
-  // Checkpoints (between arrivals). counters: {local steps applied, DN arrivals, outer steps};
-  // tensors: {global model, DN momentum, DN buffer (undefined before the first arrival),
-  // naive outer state 1, 2}.
+  // Checkpoints (between arrivals): "applied_steps" (local steps applied), "global", Delayed
+  // Nesterov's "dn.arrivals", "dn.momentum" and "dn.buffer" (undefined before the first
+  // arrival), the naive rule's outer optimizer "outer.*".
   State state() const override {
     State s;
-    s.counters = {applied_steps_, dn_.arrivals(), outer_.steps()};
-    const auto outer = outer_.state();
-    s.tensors = {global_, dn_.momentum(), dn_.buffer(), outer[0], outer[1]};
+    s.add("applied_steps", applied_steps_).add("global", global_);
+    s.add("dn.arrivals", dn_.arrivals()).add("dn.momentum", dn_.momentum()).add("dn.buffer", dn_.buffer());
+    outer_.save(s, "outer");
     return s;
   }
   void load(const State& s) override {
-    TORCH_CHECK(s.counters.size() == 3 && s.tensors.size() == 5, "async_local_sgd server checkpoint: malformed state");
-    at::NoGradGuard no_grad;
+    const at::Tensor& global = s.tensor("global");
+    TORCH_CHECK(global.defined() && global.numel() == global_.numel(), "async_local_sgd server checkpoint: malformed state");
     auto cpu = [](const at::Tensor& t) { return t.defined() ? t.to(at::kCPU) : t; };
-    applied_steps_ = s.counters[0];
-    global_.copy_(s.tensors[0]);
-    dn_.load(s.counters[1], cpu(s.tensors[1]), cpu(s.tensors[2]));
-    outer_.load(s.counters[2], {cpu(s.tensors[3]), cpu(s.tensors[4])});
+    const int64_t applied = s.integer("applied_steps"), arrivals = s.integer("dn.arrivals");
+    const at::Tensor momentum = cpu(s.tensor("dn.momentum")), buffer = cpu(s.tensor("dn.buffer"));
+    outer_.load(s, "outer", at::kCPU);
+    at::NoGradGuard no_grad;
+    applied_steps_ = applied;
+    global_.copy_(global);
+    dn_.load(arrivals, momentum, buffer);
   }
 
  private:

@@ -34,13 +34,10 @@ class Ddp final : public Algorithm {
 
   at::Tensor global_params() const override { return params_; }
 
-  // Checkpoint: counters = {round}; the parameters and inner optimizer are the island's.
+  // Checkpoint: "round"; the parameters and inner optimizer are the island's.
   std::string checkpoint_limit() const override { return {}; }
-  AlgorithmCheckpoint state() const override { return {{round_}, {}}; }
-  void load(IslandContext&, const AlgorithmCheckpoint& state) override {
-    TORCH_CHECK(state.counters.size() == 1, "ddp checkpoint: expected 1 counter, got ", state.counters.size());
-    round_ = state.counters[0];
-  }
+  AlgorithmCheckpoint state() const override { return AlgorithmCheckpoint().add("round", round_); }
+  void load(IslandContext&, const AlgorithmCheckpoint& state) override { round_ = state.integer("round"); }
 
  private:
   at::Tensor params_;

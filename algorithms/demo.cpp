@@ -220,30 +220,21 @@ void Demo::setup(IslandContext& ctx) {
   count_.assign(static_cast<size_t>(n), 0.0f);
 }
 
-AlgorithmState Demo::export_state() const {
-  AlgorithmState s;
-  s.rounds = steps_;
-  return s;
-}
+AlgorithmState Demo::export_state() const { return state().only({"round"}); }
 
 void Demo::import_state(IslandContext&, const AlgorithmState& state) {
-  steps_ = state.rounds;  // δ stays zero (see demo.h)
+  steps_ = state.integer("round");  // δ stays zero (see demo.h)
 }
 
-AlgorithmCheckpoint Demo::state() const {
-  AlgorithmCheckpoint s;
-  s.counters = {steps_};
-  s.tensors = {delta_};
-  return s;
-}
+AlgorithmCheckpoint Demo::state() const { return AlgorithmCheckpoint().add("round", steps_).add("residual", delta_); }
 
 void Demo::load(IslandContext&, const AlgorithmCheckpoint& state) {
-  TORCH_CHECK(state.counters.size() == 1 && state.tensors.size() == 1 && state.tensors[0].defined() &&
-                  state.tensors[0].numel() == delta_.numel(),
-              "demo checkpoint: expected 1 counter and the residual of ", delta_.numel(), " elements");
+  const at::Tensor& residual = state.tensor("residual");
+  TORCH_CHECK(residual.defined() && residual.numel() == delta_.numel(), "demo checkpoint: expected the residual of ",
+              delta_.numel(), " elements");
   at::NoGradGuard no_grad;
-  steps_ = state.counters[0];
-  delta_.copy_(state.tensors[0]);
+  steps_ = state.integer("round");
+  delta_.copy_(residual);
 }
 
 void Demo::inner_step(IslandContext& ctx, int64_t step) {

@@ -81,7 +81,7 @@ class Demo final : public Algorithm {
   // send it twice); only the step count is handed over.
   AlgorithmState export_state() const override;
   void import_state(IslandContext& ctx, const AlgorithmState& state) override;
-  // Checkpoint (docs/checkpoints.md): counters = {step count}; tensors = {δ}. Every other
+  // Checkpoint (docs/checkpoints.md): "round" (the step count), "residual" (δ). Every other
   // buffer is scratch, rewritten by each step; the exchange completes within the step.
   std::string checkpoint_limit() const override { return {}; }
   AlgorithmCheckpoint state() const override;

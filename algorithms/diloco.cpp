@@ -49,6 +49,11 @@ at::Tensor diloco::eager_delta(const at::Tensor& mean_prev, const at::Tensor& ow
 
 namespace {
 
+// What a joiner takes (a named subset of the checkpoint state). [impl choice] With overlap,
+// the exchange in flight at the hand-over is not the joiner's: it starts like a first round
+// (no stale average), so its anchor lacks that one outer step.
+const std::vector<std::string> kHandover = {"round", "outer.steps", "outer.momentum", "outer.second_moment"};
+
 class DiLoCo final : public Algorithm {
  public:
   explicit DiLoCo(const AlgorithmOptions& options)
@@ -84,46 +89,45 @@ class DiLoCo final : public Algorithm {
 
   at::Tensor global_params() const override { return anchor_; }
 
-  // A joiner gets the outer optimizer's state and round count. [impl choice] With overlap,
-  // the exchange in flight at the hand-over is not the joiner's: it starts like a first
-  // round (no stale average), so its anchor lacks that one outer step.
-  AlgorithmState export_state() const override { return {round_, outer_.handover()}; }
+  // A joiner gets the outer optimizer's state and round count (kHandover).
+  AlgorithmState export_state() const override { return state().only(kHandover); }
 
   void import_state(IslandContext&, const AlgorithmState& state) override {
-    TORCH_CHECK(state.tensors.size() == 3, "diloco state: expected 3 tensors, got ", state.tensors.size());
-    round_ = state.rounds;
-    outer_.load_handover(state.tensors.data());
+    outer_.load(state, "outer", anchor_.device());
+    round_ = state.integer("round");
   }
 
-  // Checkpoint (docs/checkpoints.md): counters = {round, outer-optimizer steps}; tensors =
-  // {anchor, outer state (2, undefined until used), error-feedback residual (undefined until
-  // a lossy round)}. Without overlap checkpoints fall between rounds, where nothing is in
-  // flight. With overlap the exchange of the last round is always in flight there; every
-  // island has posted it, so it is complete in the simulator and saved with the run (in
-  // real runs each island waits for it first: wait_in_flight()), and
-  // Group::resume_in_flight() hands its result back: then counters add {1, the round's
-  // byte counters at its start (sent, received, raw_sent), its members, error feedback
-  // active (0/1)} and tensors add {the average in flight, this island's contribution in
-  // flight (eager; else undefined), the compensated contribution and what the others decoded
-  // of it (error feedback; else undefined)}; with nothing in flight yet, counters add {0}.
+  // Checkpoint (docs/checkpoints.md): "round", "anchor", the outer optimizer's "outer.*",
+  // "feedback.residual" (undefined until a lossy round). Without overlap checkpoints fall
+  // between rounds, where nothing is in flight. With overlap the exchange of the last round
+  // is always in flight there; every island has posted it, so it is complete in the
+  // simulator and saved with the run (in real runs each island waits for it first:
+  // wait_in_flight()), and Group::resume_in_flight() hands its result back: then
+  // "in_flight" is 1 and the round's byte counters at its start ("in_flight.sent",
+  // ".received", ".raw_sent"), its members, whether error feedback was active, and the
+  // tensors "in_flight.average", "in_flight.sent_delta" (eager; else undefined),
+  // "in_flight.compensated" and "in_flight.transmitted" (error feedback; else undefined)
+  // follow; with nothing in flight yet, "in_flight" is 0.
   std::string checkpoint_limit() const override { return {}; }
   AlgorithmCheckpoint state() const override {
     AlgorithmCheckpoint s = anchor_and_outer(round_, anchor_, outer_);
-    s.tensors.push_back(feedback_.residual());
+    s.add("feedback.residual", feedback_.residual());
     if (options_.overlap == Overlap::kNone) {
       TORCH_CHECK(!handle_, "diloco: no checkpoint while an exchange is in flight");
       return s;
     }
-    s.counters.push_back(handle_ ? 1 : 0);
+    s.add("in_flight", int64_t{handle_ ? 1 : 0});
     if (!handle_) return s;
     const transport::ByteCounters& b = meter_.before();
-    for (uint64_t v : {b.sent, b.received, b.raw_sent}) s.counters.push_back(static_cast<int64_t>(v));
-    s.counters.push_back(meter_.members());
-    s.counters.push_back(feedback_.active() ? 1 : 0);
-    s.tensors.push_back(delta_);
-    s.tensors.push_back(options_.overlap == Overlap::kEager ? sent_ : at::Tensor());
-    s.tensors.push_back(feedback_.active() ? feedback_.sent() : at::Tensor());
-    s.tensors.push_back(feedback_.active() ? feedback_.transmitted() : at::Tensor());
+    s.add("in_flight.sent", static_cast<int64_t>(b.sent))
+        .add("in_flight.received", static_cast<int64_t>(b.received))
+        .add("in_flight.raw_sent", static_cast<int64_t>(b.raw_sent))
+        .add("in_flight.members", int64_t{meter_.members()})
+        .add("in_flight.feedback", int64_t{feedback_.active() ? 1 : 0})
+        .add("in_flight.average", delta_)
+        .add("in_flight.sent_delta", options_.overlap == Overlap::kEager ? sent_ : at::Tensor())
+        .add("in_flight.compensated", feedback_.active() ? feedback_.sent() : at::Tensor())
+        .add("in_flight.transmitted", feedback_.active() ? feedback_.transmitted() : at::Tensor());
     return s;
   }
   std::optional<transport::CollectiveResult> wait_in_flight() override {
@@ -132,23 +136,21 @@ class DiLoCo final : public Algorithm {
   }
   void load(IslandContext& ctx, const AlgorithmCheckpoint& state) override {
     const bool overlap = options_.overlap != Overlap::kNone;
-    const bool in_flight = overlap && state.counters.size() > 2 && state.counters[2] == 1;
-    const size_t counters = overlap ? (in_flight ? 8 : 3) : 2, tensors = in_flight ? 8 : 4;
-    TORCH_CHECK(state.counters.size() == counters && state.tensors.size() == tensors, "diloco checkpoint: expected ",
-                counters, " counters and ", tensors, " tensors, got ", state.counters.size(), " and ",
-                state.tensors.size());
+    TORCH_CHECK(overlap == state.has("in_flight"), "diloco checkpoint: saved ", overlap ? "without" : "with",
+                " algorithm.overlap");
+    const bool in_flight = overlap && state.integer("in_flight") == 1;
     load_anchor_and_outer(state, round_, anchor_, outer_);
     at::NoGradGuard no_grad;
-    feedback_.load(state.tensors[3]);
+    feedback_.load(state.tensor("feedback.residual"));
     if (!in_flight) return;
-    const auto& c = state.counters;
-    meter_ = RoundMeter(transport::ByteCounters{static_cast<uint64_t>(c[3]), static_cast<uint64_t>(c[4]),
-                                                static_cast<uint64_t>(c[5])},
-                        static_cast<int>(c[6]));
+    auto n = [&](const char* name) { return static_cast<uint64_t>(state.integer(std::string("in_flight.") + name)); };
+    meter_ = RoundMeter(transport::ByteCounters{n("sent"), n("received"), n("raw_sent")},
+                        static_cast<int>(n("members")));
     auto cpu = [](const at::Tensor& t) { return t.defined() ? t.to(at::kCPU) : t; };
-    delta_.copy_(state.tensors[4]);
-    if (options_.overlap == Overlap::kEager) sent_.copy_(state.tensors[5]);
-    feedback_.load_in_flight(c[7] == 1, cpu(state.tensors[6]), cpu(state.tensors[7]));
+    delta_.copy_(state.tensor("in_flight.average"));
+    if (options_.overlap == Overlap::kEager) sent_.copy_(state.tensor("in_flight.sent_delta"));
+    feedback_.load_in_flight(n("feedback") == 1, cpu(state.tensor("in_flight.compensated")),
+                             cpu(state.tensor("in_flight.transmitted")));
     handle_ = ctx.group->resume_in_flight();
     TORCH_CHECK(handle_, "diloco checkpoint: an exchange was in flight, but the group has none to resume");
   }

@@ -142,25 +142,26 @@ class DiPaCo final : public Algorithm {
   }
 
   // A joiner gets the outer optimizer's state and the round count (as DiLoCo's).
-  AlgorithmState export_state() const override { return {round_, outer_.handover()}; }
+  AlgorithmState export_state() const override {
+    return state().only({"round", "outer.steps", "outer.momentum", "outer.second_moment"});
+  }
 
   void import_state(IslandContext&, const AlgorithmState& state) override {
     TORCH_CHECK(!rotating(), "dipaco: an island cannot join a run with fewer islands than paths");
-    TORCH_CHECK(state.tensors.size() == 3, "dipaco state: expected 3 tensors, got ", state.tensors.size());
-    round_ = state.rounds;
-    outer_.load_handover(state.tensors.data());
+    outer_.load(state, "outer", anchor_.device());
+    round_ = state.integer("round");
   }
 
-  // Checkpoint (docs/checkpoints.md): counters = {round, outer-optimizer steps}; tensors =
-  // {anchor, outer state (2, undefined until used), then each module's error-feedback
-  // residual in ascending module id (undefined until a lossy round; always undefined for a
-  // module only this island goes through)}. Every module's exchange completes within the
-  // sync step, so any step boundary may hold a checkpoint.
+  // Checkpoint (docs/checkpoints.md): "round", "anchor", the outer optimizer's "outer.*",
+  // then each module's error-feedback residual "module.<id>.residual" in ascending module id
+  // (undefined until a lossy round; always undefined for a module only this island goes
+  // through). Every module's exchange completes within the sync step, so any step boundary
+  // may hold a checkpoint.
   std::string checkpoint_limit() const override { return {}; }
   AlgorithmCheckpoint state() const override {
     if (rotating()) return tasks_state();
     AlgorithmCheckpoint s = anchor_and_outer(round_, anchor_, outer_);
-    for (const Module& m : modules_) s.tensors.push_back(m.feedback->residual());
+    for (const Module& m : modules_) s.add(module_name(m, "residual"), m.feedback->residual());
     return s;
   }
   void load(IslandContext& ctx, const AlgorithmCheckpoint& state) override {
@@ -168,14 +169,16 @@ class DiPaCo final : public Algorithm {
       load_tasks(ctx, state);
       return;
     }
-    TORCH_CHECK(state.counters.size() == 2 && state.tensors.size() == 3 + modules_.size(), "dipaco checkpoint: "
-                "expected 2 counters and ", 3 + modules_.size(), " tensors, got ", state.counters.size(), " and ",
-                state.tensors.size());
+    for (const Module& m : modules_) state.tensor(module_name(m, "residual"));  // all there before any change
     load_anchor_and_outer(state, round_, anchor_, outer_);
-    for (size_t i = 0; i < modules_.size(); ++i) modules_[i].feedback->load(state.tensors[3 + i]);
+    for (Module& m : modules_) m.feedback->load(state.tensor(module_name(m, "residual")));
   }
 
  private:
+  struct Module;
+  static std::string module_name(const Module& m, const char* what) {
+    return "module." + std::to_string(m.id) + "." + what;
+  }
   struct Module {
     int id = 0;
     std::vector<std::pair<int64_t, int64_t>> ranges;  // (offset, numel) in the flat buffer
@@ -374,38 +377,33 @@ class DiPaCo final : public Algorithm {
     if (ctx.switch_path) ctx.switch_path(next, examples_before(next, round_), true);
   }
 
-  // Checkpoint with fewer islands than paths: counters {round, 0, step, then each module's
-  // outer steps}; tensors {anchor, undefined x2, each module's error-feedback residual, then
-  // each module's global, outer state x2}, modules in ascending id.
+  // Checkpoint with fewer islands than paths: "round", "step", "anchor", then per module in
+  // ascending id "module.<id>.residual" (error feedback), "module.<id>.global" and its outer
+  // optimizer's "module.<id>.outer.*".
   AlgorithmCheckpoint tasks_state() const {
     AlgorithmCheckpoint s;
-    s.counters = {round_, 0, step_};
-    s.tensors = {anchor_, at::Tensor(), at::Tensor()};
-    for (const Module& m : modules_) s.tensors.push_back(m.feedback->residual());
+    s.add("round", round_).add("step", step_).add("anchor", anchor_);
     for (const Module& m : modules_) {
-      s.counters.push_back(m.outer->steps());
-      s.tensors.push_back(m.global);
-      for (const at::Tensor& t : m.outer->state()) s.tensors.push_back(t);
+      s.add(module_name(m, "residual"), m.feedback->residual()).add(module_name(m, "global"), m.global);
+      m.outer->save(s, module_name(m, "outer"));
     }
     return s;
   }
   void load_tasks(IslandContext& ctx, const AlgorithmCheckpoint& s) {
-    const size_t n = modules_.size();
-    TORCH_CHECK(s.counters.size() == 3 + n && s.tensors.size() == 3 + 4 * n, "dipaco checkpoint (fewer islands "
-                "than paths): expected ", 3 + n, " counters and ", 3 + 4 * n, " tensors, got ", s.counters.size(),
-                " and ", s.tensors.size());
     at::NoGradGuard no_grad;
-    round_ = s.counters[0];
-    step_ = s.counters[2];
-    anchor_.copy_(s.tensors[0]);
-    for (size_t i = 0; i < n; ++i) {
-      Module& m = modules_[i];
-      m.feedback->load(s.tensors[3 + i]);
-      m.global.copy_(s.tensors[3 + n + 3 * i]);
-      std::vector<at::Tensor> outer{s.tensors[4 + n + 3 * i], s.tensors[5 + n + 3 * i]};
-      for (at::Tensor& t : outer)
-        if (t.defined()) t = t.to(m.global.device());
-      m.outer->load(s.counters[3 + i], outer);
+    const int64_t round = s.integer("round"), step = s.integer("step");
+    for (Module& m : modules_) {  // every entry read before the state changes
+      s.tensor(module_name(m, "residual"));
+      TORCH_CHECK(s.tensor(module_name(m, "global")).numel() == m.global.numel(), "dipaco checkpoint: module ", m.id,
+                  "'s global model has another size");
+      m.outer->load(s, module_name(m, "outer"), m.global.device());
+    }
+    round_ = round;
+    step_ = step;
+    anchor_.copy_(s.tensor("anchor"));
+    for (Module& m : modules_) {
+      m.feedback->load(s.tensor(module_name(m, "residual")));
+      m.global.copy_(s.tensor(module_name(m, "global")));
     }
     // The path of the round in progress, its data after the steps of this round already run;
     // the parameters and the inner optimizer are the checkpoint's (restored by the runtime).

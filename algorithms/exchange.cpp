@@ -50,18 +50,19 @@ RoundInfo RoundMeter::finish(const transport::Group& group, int64_t round, int64
 
 AlgorithmCheckpoint anchor_and_outer(int64_t round, const at::Tensor& anchor, const OuterOptimizer& outer) {
   AlgorithmCheckpoint s;
-  s.counters = {round, outer.steps()};
-  const auto state = outer.state();
-  s.tensors = {anchor, state[0], state[1]};
+  s.add("round", round).add("anchor", anchor);
+  outer.save(s, "outer");
   return s;
 }
 
 void load_anchor_and_outer(const AlgorithmCheckpoint& s, int64_t& round, at::Tensor& anchor, OuterOptimizer& outer) {
   at::NoGradGuard no_grad;
-  round = s.counters[0];
-  anchor.copy_(s.tensors[0]);
-  auto on = [&](const at::Tensor& t) { return t.defined() ? t.to(anchor.device()) : t; };
-  outer.load(s.counters[1], {on(s.tensors[1]), on(s.tensors[2])});
+  const at::Tensor& a = s.tensor("anchor");
+  TORCH_CHECK(a.defined() && a.numel() == anchor.numel(), "checkpoint: 'anchor' has ", a.defined() ? a.numel() : 0,
+              " values, the model ", anchor.numel());
+  outer.load(s, "outer", anchor.device());
+  round = s.integer("round");
+  anchor.copy_(a);
 }
 
 }  // namespace atl::algorithms

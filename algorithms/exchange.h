@@ -57,9 +57,9 @@ void require_usable(const transport::CollectiveResult& result, const IslandConte
 
 // Measures one round on a group: construct before the exchange, finish() after.
 // The part of a checkpoint that the algorithms with one anchor and one outer optimizer share
-// (DiLoCo and DiLoCo per module): counters {round, outer steps}, tensors {anchor, outer state x2}; the
-// algorithm appends its own. load_anchor_and_outer reads them back (the anchor in place, the
-// outer state on the anchor's device).
+// (DiLoCo and DiLoCo per module): "round", "anchor" and the outer optimizer's "outer.*"
+// (OuterOptimizer::save); the algorithm adds its own entries. load_anchor_and_outer reads
+// them back (the anchor in place, the outer state on the anchor's device).
 AlgorithmCheckpoint anchor_and_outer(int64_t round, const at::Tensor& anchor, const OuterOptimizer& outer);
 void load_anchor_and_outer(const AlgorithmCheckpoint& s, int64_t& round, at::Tensor& anchor, OuterOptimizer& outer);
 

@@ -114,9 +114,8 @@ class FedAvgClient final : public Algorithm {
   at::Tensor global_params() const override { return global_; }
 
   // Checkpoints at server rounds (docs/checkpoints.md): a client is at the cut at the
-  // boundaries where its next action is a pull. State: counters {participations done
-  // (next_)}; tensors {the pulled global model, the error-feedback residual (undefined
-  // before a lossy push)}.
+  // boundaries where its next action is a pull. State: "participations" (done, next_),
+  // "global" (the pulled global model), "feedback.residual" (undefined before a lossy push).
   std::string checkpoint_limit() const override { return {}; }
   CheckpointCut checkpoint_cut() const override { return CheckpointCut::kServerRound; }
   double checkpoint_position(int64_t step) const override {
@@ -124,18 +123,20 @@ class FedAvgClient final : public Algorithm {
     return static_cast<double>(plan_[next_].round);
   }
   AlgorithmCheckpoint state() const override {
-    AlgorithmCheckpoint s;
-    s.counters = {static_cast<int64_t>(next_)};
-    s.tensors = {global_, feedback_.residual()};
-    return s;
+    return AlgorithmCheckpoint()
+        .add("participations", static_cast<int64_t>(next_))
+        .add("global", global_)
+        .add("feedback.residual", feedback_.residual());
   }
   void load(IslandContext&, const AlgorithmCheckpoint& state) override {
-    TORCH_CHECK(state.counters.size() == 1 && state.tensors.size() == 2,
-                "fedavg checkpoint: expected 1 counter and 2 tensors");
+    const int64_t next = state.integer("participations");
+    const at::Tensor& global = state.tensor("global");
+    const at::Tensor& residual = state.tensor("feedback.residual");
+    TORCH_CHECK(next >= 0 && global.defined() && global.numel() == global_.numel(), "fedavg checkpoint: malformed state");
     at::NoGradGuard no_grad;
-    next_ = static_cast<size_t>(state.counters[0]);
-    global_.copy_(state.tensors[0]);
-    feedback_.load(state.tensors[1]);
+    next_ = static_cast<size_t>(next);
+    global_.copy_(global);
+    feedback_.load(residual);
   }
 
  private:
@@ -166,6 +167,18 @@ class FedAvgClient final : public Algorithm {
 // fewer than min_clients results skip it (model unchanged). Results of a closed round are
 // ignored (accepts() is false for them), and a pull of a closed round is answered with the
 // newest model, so a late client goes on with its plan and nobody waits for it.
+// The client id in an entry name `prefix` + id + `suffix` of the server's state ("lost.3",
+// "result.3.weight"); -1 for a name of another form. A malformed id is a c10::Error.
+int client_in(const std::string& name, const std::string& prefix, const std::string& suffix, int clients) {
+  if (name.size() <= prefix.size() + suffix.size() || name.compare(0, prefix.size(), prefix) != 0 ||
+      name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
+    return -1;
+  const std::string id = name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
+  TORCH_CHECK(id.find_first_not_of("0123456789") == std::string::npos && id.size() < 9 && std::stoi(id) < clients,
+              "fedavg server checkpoint: no client '", id, "' (entry '", name, "')");
+  return std::stoi(id);
+}
+
 class FedAvgServer final : public transport::OuterServer {
  public:
   FedAvgServer(const AlgorithmOptions& options, const at::Tensor& initial,
@@ -219,46 +232,48 @@ class FedAvgServer final : public transport::OuterServer {
 
   // The state between messages. The simulator cuts its checkpoints between rounds (nothing
   // received in the open round); a real run's coordinator saves it after every push, with
-  // the open round's results. counters: {round, outer-optimizer steps, lost clients, their
-  // ids..., the ids of the open round's results...}; reals: {open_at, now, changed_at, when
-  // each lost client was noticed..., each result's weight...}; tensors: {global model, outer
-  // state 1, outer state 2, each result's delta...}.
+  // the open round's results. Entries: "round", "open_at", "now", "changed_at" (reals),
+  // "global", the outer optimizer's "outer.*", then per lost client (ascending id)
+  // "lost.<id>" (real: when it was noticed), and per result of the open round (ascending id)
+  // "result.<id>.weight" (real) and "result.<id>.delta" (tensor).
   State state() const override {
     State s;
-    s.counters = {round_, outer_.steps(), static_cast<int64_t>(lost_.size())};
-    s.reals = {open_at_, now_, changed_at_};
-    for (const auto& [id, noticed] : lost_) {
-      s.counters.push_back(id);
-      s.reals.push_back(noticed);
-    }
-    const auto outer = outer_.state();
-    s.tensors = {global_, outer[0], outer[1]};
+    s.add("round", round_).add_real("open_at", open_at_).add_real("now", now_).add_real("changed_at", changed_at_);
+    s.add("global", global_);
+    outer_.save(s, "outer");
+    for (const auto& [id, noticed] : lost_) s.add_real("lost." + std::to_string(id), noticed);
     for (const auto& [id, result] : received_) {
-      s.counters.push_back(id);
-      s.reals.push_back(result.second);
-      s.tensors.push_back(result.first);
+      s.add_real("result." + std::to_string(id) + ".weight", result.second);
+      s.add("result." + std::to_string(id) + ".delta", result.first);
     }
     return s;
   }
   void load(const State& s) override {
-    const size_t lost = s.counters.size() >= 3 ? static_cast<size_t>(std::max<int64_t>(s.counters[2], 0)) : 0;
-    const size_t results = s.counters.size() >= 3 + lost ? s.counters.size() - 3 - lost : 0;
-    TORCH_CHECK(s.counters.size() == 3 + lost + results && s.reals.size() == 3 + lost + results &&
-                    s.tensors.size() == 3 + results,
-                "fedavg server checkpoint: malformed state");
+    // Every entry read and checked before the state changes.
+    std::map<int, double> lost;
+    std::map<int, std::pair<at::Tensor, double>> received;
+    for (const NamedState::Entry& e : s.entries()) {
+      if (const int id = client_in(e.name, "lost.", "", options_.islands); id >= 0) {
+        lost[id] = s.real(e.name);
+      } else if (const int id = client_in(e.name, "result.", ".weight", options_.islands); id >= 0) {
+        const at::Tensor& delta = s.tensor("result." + std::to_string(id) + ".delta");
+        TORCH_CHECK(delta.defined() && delta.numel() == global_.numel(), "fedavg server checkpoint: malformed result");
+        received[id] = {delta.to(at::kCPU, false, true), s.real(e.name)};
+      }
+    }
+    const at::Tensor& global = s.tensor("global");
+    TORCH_CHECK(global.defined() && global.numel() == global_.numel(), "fedavg server checkpoint: malformed state");
+    const int64_t round = s.integer("round");
+    const double open_at = s.real("open_at"), now = s.real("now"), changed_at = s.real("changed_at");
+    outer_.load(s, "outer", at::kCPU);
     at::NoGradGuard no_grad;
-    round_ = s.counters[0];
-    global_.copy_(s.tensors[0]);
-    auto cpu = [](const at::Tensor& t) { return t.defined() ? t.to(at::kCPU) : t; };
-    outer_.load(s.counters[1], {cpu(s.tensors[1]), cpu(s.tensors[2])});
-    open_at_ = s.reals[0];
-    now_ = s.reals[1];
-    changed_at_ = s.reals[2];
-    lost_.clear();
-    for (size_t i = 0; i < lost; ++i) lost_[static_cast<int>(s.counters[3 + i])] = s.reals[3 + i];
-    received_.clear();
-    for (size_t i = 0; i < results; ++i)
-      received_[static_cast<int>(s.counters[3 + lost + i])] = {cpu(s.tensors[3 + i]).clone(), s.reals[3 + lost + i]};
+    round_ = round;
+    global_.copy_(global);
+    open_at_ = open_at;
+    now_ = now;
+    changed_at_ = changed_at;
+    lost_ = std::move(lost);
+    received_ = std::move(received);
     expected_.clear();
     if (round_ < options_.rounds) expected_ = fedavg::select_clients(options_.seed, round_, options_.islands, m_);
   }

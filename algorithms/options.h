@@ -125,6 +125,8 @@ struct AlgorithmOptions {
   int64_t train_steps = 0;           // train.steps (async: each island's share of it)
   std::vector<double> speeds;        // compute speed factor of every island; empty = all 1
   double weight_decay = 0;           // train.weight_decay (demo: decoupled, p *= 1 - lr wd)
+  std::string model;                 // model.name
+  int model_blocks = 0;              // the model's transformer blocks (0: it has none)
   // DiLoCo per module of a run of several paths (docs/architecture.md "Runs of several
   // models"); inner_steps, the outer optimizer, weighting and error_feedback as for diloco. By
   // module id (ParamRange::module): the islands whose path goes through the module
@@ -206,5 +208,12 @@ using OptionProblem = KeyProblem;
 // (algorithms/registry.cpp: each algorithm's check). Empty when they hold; an unknown name
 // is a problem of "algorithm.name" that lists the valid names. Pure.
 std::optional<OptionProblem> check_options(const AlgorithmOptions& options);
+
+// The algorithm's part of building its options for a run, once the run fields after the
+// config keys are filled (src/core/components.cpp): derives what the config leaves to the
+// run (fedavg: rounds from train.steps) and checks the rules that need the run (streaming
+// fragments against the model's blocks). A problem names the key; none for an unknown name
+// (check_options reports it).
+std::optional<OptionProblem> resolve_options(AlgorithmOptions& options);
 
 }  // namespace atl::algorithms

@@ -7,18 +7,21 @@
 
 namespace atl::algorithms {
 
-void OuterOptimizer::load(int64_t steps, const std::vector<at::Tensor>& state) {
-  TORCH_CHECK(state.size() == 2, "outer optimizer state: expected 2 tensors, got ", state.size());
+void OuterOptimizer::save(NamedState& s, const std::string& prefix) const {
+  s.add(prefix + ".steps", steps_).add(prefix + ".momentum", buf_).add(prefix + ".second_moment", v_);
+}
+
+void OuterOptimizer::load(const NamedState& s, const std::string& prefix, c10::Device device) {
+  const int64_t steps = s.integer(prefix + ".steps");
+  auto copy = [&](const std::string& name) {
+    const at::Tensor& t = s.tensor(prefix + "." + name);
+    return t.defined() ? t.to(device, /*non_blocking=*/false, /*copy=*/true) : at::Tensor();
+  };
+  at::Tensor buf = copy("momentum"), v = copy("second_moment");
   steps_ = steps;
-  buf_ = state[0].defined() ? state[0].clone() : at::Tensor();
-  v_ = state[1].defined() ? state[1].clone() : at::Tensor();
+  buf_ = std::move(buf);
+  v_ = std::move(v);
 }
-
-std::vector<at::Tensor> OuterOptimizer::handover() const {
-  return {buf_, v_, at::scalar_tensor(static_cast<double>(steps_), at::kDouble)};
-}
-
-void OuterOptimizer::load_handover(const at::Tensor* three) { load(three[2].item<int64_t>(), {three[0], three[1]}); }
 
 void OuterOptimizer::step(at::Tensor& theta_g, const at::Tensor& delta) {
   at::NoGradGuard no_grad;

@@ -9,9 +9,11 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <string>
 #include <vector>
 
 #include "algorithms/options.h"
+#include "src/base/named_state.h"
 
 namespace atl::algorithms {
 
@@ -22,15 +24,12 @@ class OuterOptimizer {
   void step(at::Tensor& theta_g, const at::Tensor& delta);
   int64_t steps() const { return steps_; }
   const at::Tensor& momentum() const { return buf_; }
-  // The state as tensors (momentum / first moment, second moment; undefined until the first
-  // step) and back: for handing it to an island that joins.
-  std::vector<at::Tensor> state() const { return {buf_, v_}; }
-  void load(int64_t steps, const std::vector<at::Tensor>& state);
-  // The state and the step count as three tensors (the count a scalar double tensor), as an
-  // algorithm hands them to a joiner (Algorithm::export_state); load_handover reads `three`
-  // such tensors back.
-  std::vector<at::Tensor> handover() const;
-  void load_handover(const at::Tensor* three);
+  // Its state as named entries (src/base/named_state.h), for checkpoints and hand-overs:
+  // `prefix`.steps (integer), `prefix`.momentum (nesterov / sgd momentum, adam first moment)
+  // and `prefix`.second_moment (adam), tensors undefined until they are used. load() reads
+  // them back (copies, on `device`).
+  void save(NamedState& s, const std::string& prefix) const;
+  void load(const NamedState& s, const std::string& prefix, c10::Device device);
 
  private:
   OuterOptimizerOptions options_;

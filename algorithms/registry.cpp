@@ -1,4 +1,5 @@
 // The list of algorithms atoll knows, by the name used in `algorithm.name`.
+#include <algorithm>
 #include <functional>
 #include <string>
 
@@ -18,6 +19,32 @@ std::optional<OptionProblem> streaming_rules(const AlgorithmOptions& o) {
   return streaming_diloco::Schedule::check(o.inner_steps, o.fragments, o.overlap_steps);
 }
 
+std::optional<OptionProblem> nothing_to_resolve(AlgorithmOptions&) { return std::nullopt; }
+
+// A fragment is made of whole transformer blocks (also checked against the layout at setup;
+// here it fails before the run starts).
+std::optional<OptionProblem> streaming_resolve(AlgorithmOptions& o) {
+  if (o.fragments <= std::max(o.model_blocks, 1)) return std::nullopt;
+  return OptionProblem{"algorithm.fragments", std::to_string(o.fragments) + " fragments but model " + o.model +
+                                                  " has " + std::to_string(o.model_blocks) +
+                                                  " transformer blocks (a fragment is made of whole blocks)"};
+}
+
+// fedavg's rounds: algorithm.rounds, or train.steps / local_steps.
+std::optional<OptionProblem> fedavg_resolve(AlgorithmOptions& o) {
+  if (o.rounds > 0) return std::nullopt;
+  if (o.local_steps == 0)
+    return OptionProblem{"algorithm.rounds", "fedavg with local_epochs needs algorithm.rounds (or set "
+                                             "algorithm.local_steps)"};
+  o.rounds = std::max<int64_t>(1, o.train_steps / o.local_steps);
+  return std::nullopt;
+}
+
+ServerRounds fedavg_rounds(const AlgorithmOptions& o, int64_t examples_per_client) {
+  return {false, o.rounds, fedavg::local_steps(o, examples_per_client)};
+}
+ServerRounds async_rounds(const AlgorithmOptions& o, int64_t) { return {true, async_local_sgd::total_steps(o), 0}; }
+
 // DiLoCo per module: the islands of each module come from a modular model's path structure.
 std::optional<OptionProblem> module_rules(const AlgorithmOptions& o) {
   if (o.module_islands.empty()) return OptionProblem{"dipaco.levels", "algorithm dipaco needs a modular model"};
@@ -32,7 +59,10 @@ struct Entry {
   std::unique_ptr<Algorithm> (*make)(const AlgorithmOptions&, int);
   // The rules `make` (and make_server) enforce, checked before anything is built.
   std::optional<OptionProblem> (*check)(const AlgorithmOptions&);
+  // resolve_options: what the run derives and checks of the options.
+  std::optional<OptionProblem> (*resolve)(AlgorithmOptions&);
   ServerFactory make_server;  // null: no server role
+  ServerRounds (*rounds)(const AlgorithmOptions&, int64_t);  // with make_server
   AlgorithmTraits traits;
 };
 
@@ -40,17 +70,18 @@ constexpr const char* kFedavgJoiners =
     "its clients follow a plan of rounds fixed at the start; a killed client is dropped from its rounds";
 
 const Entry kAlgorithms[] = {
-    {"ddp", make_ddp, no_rules, nullptr, {.extra_buffers = 0, .extra_buffers_text = ""}},
-    {"diloco", make_diloco, no_rules, nullptr, {}},
-    {"fedavg", make_fedavg, fedavg::check, make_fedavg_server,
+    {"ddp", make_ddp, no_rules, nothing_to_resolve, nullptr, nullptr, {.extra_buffers = 0, .extra_buffers_text = ""}},
+    {"diloco", make_diloco, no_rules, nothing_to_resolve, nullptr, nullptr, {}},
+    {"fedavg", make_fedavg, fedavg::check, fedavg_resolve, make_fedavg_server, fedavg_rounds,
      {.refuses_joiners = kFedavgJoiners}},
-    {"streaming_diloco", make_streaming_diloco, streaming_rules, nullptr, {}},
-    {"async_local_sgd", make_async_local_sgd, async_local_sgd::check_dn_c, make_async_local_sgd_server, {}},
-    {"demo", make_demo, no_rules, nullptr,
+    {"streaming_diloco", make_streaming_diloco, streaming_rules, streaming_resolve, nullptr, nullptr, {}},
+    {"async_local_sgd", make_async_local_sgd, async_local_sgd::check_dn_c, nothing_to_resolve,
+     make_async_local_sgd_server, async_rounds, {}},
+    {"demo", make_demo, no_rules, nothing_to_resolve, nullptr, nullptr,
      {.extra_buffers = 3, .extra_buffers_text = "demo residual and DCT buffers x3",  // algorithms/demo.h
       .codec_problem = demo::codec_problem}},
-    {"dipaco", make_dipaco, module_rules, nullptr, {}},
-    {"sparseloco", make_sparseloco, no_rules, nullptr,
+    {"dipaco", make_dipaco, module_rules, nothing_to_resolve, nullptr, nullptr, {}},
+    {"sparseloco", make_sparseloco, no_rules, nothing_to_resolve, nullptr, nullptr,
      {.extra_buffers = 4, .extra_buffers_text = "global model, error accumulator and two scratch buffers",
       .codec_problem = sparseloco_codec_problem}},
 };
@@ -79,6 +110,16 @@ std::optional<OptionProblem> check_options(const AlgorithmOptions& options) {
   if (const Entry* e = find(options.name)) return e->check(options);
   return OptionProblem{"algorithm.name", "unknown algorithm '" + options.name + "' (valid: " +
                                              joined_names() + ")"};
+}
+
+std::optional<OptionProblem> resolve_options(AlgorithmOptions& options) {
+  const Entry* e = find(options.name);
+  return e ? e->resolve(options) : std::nullopt;
+}
+
+ServerRounds server_rounds(const AlgorithmOptions& options, int64_t examples_per_client) {
+  const Entry* e = find(options.name);
+  return e && e->rounds ? e->rounds(options, examples_per_client) : ServerRounds{};
 }
 
 std::unique_ptr<Algorithm> make_algorithm(const AlgorithmOptions& options, int island) {

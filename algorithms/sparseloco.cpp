@@ -24,7 +24,7 @@
 // sent to W - 1 peers. With lut2: 2 bits a value plus 74 bytes a tensor (u32 size, 50-byte
 // frame header, shift and table).
 // [impl choice] A joiner starts with e = 0 and the round count (as DeMo's residual: a
-// donor's accumulator is its own unsent update). Checkpoints hold {round} and {theta_g, e}.
+// donor's accumulator is its own unsent update). Checkpoints hold "round", "anchor", "error".
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/grad_mode.h>
 
@@ -152,23 +152,24 @@ class SparseLoCo final : public Algorithm {
 
   at::Tensor global_params() const override { return anchor_; }
 
-  AlgorithmState export_state() const override { return {round_, {}}; }
-  void import_state(IslandContext&, const AlgorithmState& state) override { round_ = state.rounds; }
+  AlgorithmState export_state() const override { return state().only({"round"}); }
+  void import_state(IslandContext&, const AlgorithmState& state) override { round_ = state.integer("round"); }
 
-  // Checkpoint: counters = {round}; tensors = {theta_g, e}. The exchange completes within the
+  // Checkpoint: "round", "anchor" (theta_g), "error" (e). The exchange completes within the
   // round, so nothing is ever in flight at a step boundary.
   std::string checkpoint_limit() const override { return {}; }
-  AlgorithmCheckpoint state() const override { return {{round_}, {anchor_, error_}}; }
+  AlgorithmCheckpoint state() const override {
+    return AlgorithmCheckpoint().add("round", round_).add("anchor", anchor_).add("error", error_);
+  }
   void load(IslandContext&, const AlgorithmCheckpoint& state) override {
-    TORCH_CHECK(state.counters.size() == 1 && state.tensors.size() == 2 && state.tensors[0].defined() &&
-                    state.tensors[0].numel() == anchor_.numel() && state.tensors[1].defined() &&
-                    state.tensors[1].numel() == error_.numel(),
-                "sparseloco checkpoint: expected 1 counter, the global model and the accumulator of ",
-                error_.numel(), " elements");
+    const at::Tensor &anchor = state.tensor("anchor"), &error = state.tensor("error");
+    TORCH_CHECK(anchor.defined() && anchor.numel() == anchor_.numel() && error.defined() &&
+                    error.numel() == error_.numel(),
+                "sparseloco checkpoint: expected the global model and the accumulator of ", error_.numel(), " elements");
     at::NoGradGuard no_grad;
-    round_ = state.counters[0];
-    anchor_.copy_(state.tensors[0]);
-    error_.copy_(state.tensors[1]);
+    round_ = state.integer("round");
+    anchor_.copy_(anchor);
+    error_.copy_(error);
   }
 
   // Why `codec` cannot carry the values: SparseLoCo selects them itself.

@@ -202,58 +202,51 @@ class StreamingDiLoCo final : public Algorithm {
     return std::none_of(fragments_.begin(), fragments_.end(), [](const Fragment& f) { return f.handle != nullptr; });
   }
 
-  // Checkpoint: counters = {round, then each fragment's outer-optimizer steps}; tensors =
-  // {anchor, then per fragment: outer state 1, outer state 2, error-feedback residual}.
-  // Checkpoints fall where no fragment is in flight (with overlap_steps > 0, a due one moves
-  // to the step after the receive; at most one fragment is ever in flight).
+  // Checkpoint: "round", "anchor", then per fragment p: its outer optimizer's
+  // "fragment.<p>.outer.*" and "fragment.<p>.residual" (error feedback). Checkpoints fall
+  // where no fragment is in flight (with overlap_steps > 0, a due one moves to the step after
+  // the receive; at most one fragment is ever in flight).
   std::string checkpoint_limit() const override { return {}; }
   bool can_checkpoint() const override { return can_hand_over(); }
   AlgorithmCheckpoint state() const override {
     TORCH_CHECK(can_hand_over(), "streaming_diloco: checkpoint with a fragment in flight");
     AlgorithmCheckpoint s;
-    s.counters.push_back(round_);
-    s.tensors.push_back(anchor_);
-    for (const Fragment& f : fragments_) {
-      s.counters.push_back(f.outer.steps());
-      for (const at::Tensor& t : f.outer.state()) s.tensors.push_back(t);
-      s.tensors.push_back(f.feedback.residual());
+    s.add("round", round_).add("anchor", anchor_);
+    for (size_t p = 0; p < fragments_.size(); ++p) {
+      fragments_[p].outer.save(s, fragment_name(p, "outer"));
+      s.add(fragment_name(p, "residual"), fragments_[p].feedback.residual());
     }
     return s;
   }
-  void load(IslandContext&, const AlgorithmCheckpoint& state) override {
-    const size_t n = fragments_.size();
-    TORCH_CHECK(state.counters.size() == 1 + n && state.tensors.size() == 1 + 3 * n,
-                "streaming_diloco checkpoint: expected ", 1 + n, " counters and ", 1 + 3 * n, " tensors, got ",
-                state.counters.size(), " and ", state.tensors.size());
+  void load(IslandContext& ctx, const AlgorithmCheckpoint& state) override {
+    for (size_t p = 0; p < fragments_.size(); ++p) state.tensor(fragment_name(p, "residual"));  // all there first
+    import_state(ctx, state);
     at::NoGradGuard no_grad;
-    round_ = state.counters[0];
-    anchor_.copy_(state.tensors[0]);
-    auto on = [&](const at::Tensor& t) { return t.defined() ? t.to(anchor_.device()) : t; };
-    for (size_t p = 0; p < n; ++p) {
-      const at::Tensor* t = &state.tensors[1 + 3 * p];
-      fragments_[p].outer.load(state.counters[1 + p], {on(t[0]), on(t[1])});
-      fragments_[p].feedback.load(t[2]);
-    }
+    anchor_.copy_(state.tensor("anchor"));
+    for (size_t p = 0; p < fragments_.size(); ++p) fragments_[p].feedback.load(state.tensor(fragment_name(p, "residual")));
   }
 
+  // A joiner gets the round count and every fragment's outer optimizer state (a subset of
+  // the checkpoint's); its residuals start at zero.
   AlgorithmState export_state() const override {
     TORCH_CHECK(can_hand_over(), "streaming_diloco: state exported with a fragment in flight");
     AlgorithmState s;
-    s.rounds = round_;
-    for (const Fragment& f : fragments_) {
-      for (const at::Tensor& t : f.outer.handover()) s.tensors.push_back(t);
-    }
+    s.add("round", round_);
+    for (size_t p = 0; p < fragments_.size(); ++p) fragments_[p].outer.save(s, fragment_name(p, "outer"));
     return s;
   }
 
   void import_state(IslandContext&, const AlgorithmState& state) override {
-    TORCH_CHECK(state.tensors.size() == 3 * fragments_.size(), "streaming_diloco state: expected ",
-                3 * fragments_.size(), " tensors (3 per fragment), got ", state.tensors.size());
-    round_ = state.rounds;
-    for (size_t p = 0; p < fragments_.size(); ++p) fragments_[p].outer.load_handover(&state.tensors[3 * p]);
+    const int64_t round = state.integer("round");
+    for (size_t p = 0; p < fragments_.size(); ++p)
+      fragments_[p].outer.load(state, fragment_name(p, "outer"), anchor_.device());
+    round_ = round;
   }
 
  private:
+  static std::string fragment_name(size_t p, const char* what) {
+    return "fragment." + std::to_string(p) + "." + what;
+  }
   struct Fragment {
     Fragment(std::vector<Run> r, const AlgorithmOptions& options, at::TensorOptions like)
         : runs(std::move(r)), outer(options.outer), feedback(options.error_feedback) {

@@ -12,6 +12,8 @@
 #include <optional>
 #include <vector>
 
+#include "src/base/named_state.h"
+
 namespace atl::transport {
 
 class OuterServer {
@@ -46,13 +48,10 @@ class OuterServer {
   virtual double next_deadline() const { return std::numeric_limits<double>::infinity(); }
 
   // Checkpoints (docs/checkpoints.md, section `server`): the server's state between
-  // messages, and back into a server made with the same options (before any message). The
-  // layout of each list is the server's own. Default: nothing to save.
-  struct State {
-    std::vector<int64_t> counters;
-    std::vector<double> reals;
-    std::vector<at::Tensor> tensors;
-  };
+  // messages, and back into a server made with the same options (before any message), as
+  // named state (src/base/named_state.h; each server documents its names). Default: nothing
+  // to save.
+  using State = NamedState;
   virtual State state() const { return {}; }
   virtual void load(const State& /*state*/) {}
 };

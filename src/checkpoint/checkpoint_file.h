@@ -34,7 +34,9 @@ namespace atl::checkpoint {
 
 inline constexpr char kMagic[8] = {'A', 'T', 'O', 'L', 'L', 'C', 'K', 'P'};
 inline constexpr char kEndMagic[8] = {'A', 'T', 'O', 'L', 'L', 'E', 'N', 'D'};
-inline constexpr uint32_t kVersion = 1;
+// 2: algorithm and server state as named entries (docs/checkpoints.md "Named state"); a
+// version 1 file is refused with one line naming its version.
+inline constexpr uint32_t kVersion = 2;
 inline constexpr size_t kHeaderBytes = 24;
 inline constexpr size_t kSectionHeadBytes = 16;
 inline constexpr size_t kFooterBytes = 24;

@@ -8,8 +8,7 @@
 #include <utility>
 #include <thread>
 
-#include "algorithms/async_local_sgd.h"
-#include "algorithms/fedavg.h"
+#include "algorithms/algorithm.h"
 #include "compression/stage.h"
 #include "src/base/status.h"
 #include "src/dipaco/run/options.h"
@@ -28,7 +27,6 @@ algorithms::AlgorithmOptions algorithm_options(const config::Config& c,
   // The config keys are AlgorithmOptions' own (algorithms/options.h fields()); the rest
   // describes the run.
   algorithms::AlgorithmOptions o = c.algorithm;
-  const auto& a = c.algorithm;
   o.islands = c.islands.count;
   o.seed = c.run.seed;
   o.batch_size = c.train.batch_size * c.train.grad_accum;
@@ -36,23 +34,12 @@ algorithms::AlgorithmOptions algorithm_options(const config::Config& c,
   o.train_steps = c.train.steps;
   o.speeds = c.compute.speeds;
   o.weight_decay = c.train.weight_decay;
-  if (a.name == "streaming_diloco") {
-    // Also checked against the model's layout at setup; here it fails before the run starts.
-    const int blocks = c.model.name == "gpt" ? c.model.layers : 0;
-    if (a.fragments > std::max(blocks, 1)) {
-      config::fail_key(c, "algorithm.fragments", std::to_string(a.fragments) + " fragments but model " +
-                      c.model.name + " has " + std::to_string(blocks) +
-                      " transformer blocks (a fragment is made of whole blocks)");
-    }
-  }
+  o.model = c.model.name;
+  o.model_blocks = c.model.name == "gpt" ? c.model.layers : 0;
   path_options(c, o);  // the path structure's section
-  if (a.name == "fedavg" && o.rounds == 0) {
-    if (a.local_steps == 0) {
-      config::fail_key(c, "algorithm.rounds", "fedavg with local_epochs needs algorithm.rounds (or set "
-                      "algorithm.local_steps)", "algorithm.name");
-    }
-    o.rounds = std::max<int64_t>(1, c.train.steps / a.local_steps);
-  }
+  // A key the config leaves out is placed at the algorithm's name.
+  if (auto p = algorithms::resolve_options(o))
+    config::fail_key(c, p->key, p->message, c.origins.count(p->key) ? "" : "algorithm.name");
   return o;
 }
 
@@ -85,15 +72,12 @@ compression::Pipeline make_pipeline(const config::Config& c) {
 
 ServerEvalSchedule::ServerEvalSchedule(const algorithms::AlgorithmOptions& options,
                                        const config::TrainConfig& train, int64_t train_examples)
-    : async_(options.name == "async_local_sgd"), every_(train.eval_every) {
-  if (async_) {
-    last_ = algorithms::async_local_sgd::total_steps(options);
-  } else {
-    last_ = options.rounds;
-    round_steps_ = options.name == "fedavg"
-                       ? algorithms::fedavg::local_steps(options, train_examples / std::max(1, options.islands))
-                       : 0;
-  }
+    : every_(train.eval_every) {
+  const algorithms::ServerRounds r =
+      algorithms::server_rounds(options, train_examples / std::max(1, options.islands));
+  async_ = r.counts_steps;
+  last_ = r.last;
+  round_steps_ = r.steps_per_round;
 }
 
 int64_t ServerEvalSchedule::after_round(int64_t round) {

@@ -26,7 +26,7 @@ struct Handover {
   uint64_t first_seq = 0;  // the donor's next collective: the joiner takes part from it on
   std::map<uint32_t, uint64_t> subgroup_seqs;  // the same for each sub-group the donor made, by key
   at::Tensor global;                           // [N] float32: Algorithm::global_params()
-  algorithms::AlgorithmState state;            // Algorithm::export_state() (undefined tensors allowed)
+  algorithms::AlgorithmState state;            // Algorithm::export_state(): named, undefined tensors allowed
 };
 
 // The donor's side: `algorithm`'s state at the boundary after `step`, copied (the donor goes on
@@ -35,8 +35,12 @@ struct Handover {
 Handover export_handover(int donor, const algorithms::Algorithm& algorithm, int64_t step, uint64_t first_seq,
                          std::map<uint32_t, uint64_t> subgroup_seqs = {});
 
-// The bytes of the hand-over's tensors (the global model and the state's defined tensors):
-// what the simulator charges on the donor's link.
+// The bytes of the hand-over's values (the global model, the state's defined tensors and 8 a
+// scalar entry): what the simulator charges on the donor's link.
 uint64_t handover_bytes(const Handover& h);
+
+// The outer rounds the donor had completed (its state's "round"; 0 for an algorithm that
+// hands over none), for the rejoin record.
+int64_t handover_round(const Handover& h);
 
 }  // namespace atl::core

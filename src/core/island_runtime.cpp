@@ -72,8 +72,8 @@ void IslandRuntime::join(Handover state, transport::Group* group) {
   }
   // A hand-over between processes travels on the CPU; the donor kept its outer state beside
   // its parameters.
-  for (at::Tensor& t : state.state.tensors) {
-    if (t.defined()) t = t.to(parts_.model->params().device());
+  for (auto& e : state.state.entries()) {
+    if (e.tensor.defined()) e.tensor = e.tensor.to(parts_.model->params().device());
   }
   steps_ = state.step;
   resuming_.reset();  // a resumed island that died and rejoins starts from the hand-over
@@ -82,7 +82,7 @@ void IslandRuntime::join(Handover state, transport::Group* group) {
   r.island = island_;
   r.donor = joining_->donor;
   r.step = joining_->step;
-  r.round = joining_->state.rounds;
+  r.round = handover_round(*joining_);
   r.first_seq = joining_->first_seq;
   r.epoch = joining_->epoch;
   host_.record(rejoin_record(r, now()));
@@ -93,8 +93,8 @@ void IslandRuntime::resume(const Saved& state, std::optional<algorithms::Algorit
   loss_acc_ = state.loss_acc;
   loss_n_ = state.loss_n;
   if (!algorithm) return;
-  for (at::Tensor& t : algorithm->tensors)
-    if (t.defined()) t = t.to(parts_.model->params().device());
+  for (auto& e : algorithm->entries())
+    if (e.tensor.defined()) e.tensor = e.tensor.to(parts_.model->params().device());
   resuming_ = std::move(algorithm);
 }
 

@@ -31,8 +31,8 @@ void ServerHost::on_round(const algorithms::ServerRound& r) {
 
 transport::OuterServer::State ServerHost::save() const {
   transport::OuterServer::State s = server_->state();
-  for (auto& t : s.tensors)
-    if (t.defined()) t = t.clone();
+  for (auto& e : s.entries())
+    if (e.tensor.defined()) e.tensor = e.tensor.clone();
   return s;
 }
 

@@ -19,8 +19,8 @@ IslandTraining capture_training(const IslandParts& parts, const IslandRuntime& r
   for (const auto& x : parts.optimizer->state()) t.optimizer_state.push_back(x.defined() ? x.clone() : x);
   t.sampler = parts.sampler->position();
   t.algorithm = parts.algorithm->state();
-  for (auto& x : t.algorithm.tensors)
-    if (x.defined()) x = x.clone();
+  for (auto& e : t.algorithm.entries())
+    if (e.tensor.defined()) e.tensor = e.tensor.clone();
   t.runtime = runtime.saved();
   return t;
 }

@@ -125,20 +125,18 @@ void result_layout(Io& io, R& result) {
 
 // A server role's state (the "server" section of the simulator's checkpoints and of a real
 // run's coordinator running state, docs/checkpoints.md): f64 its clock at the save, i64 the
-// latest round it reported, i64s counters, u64 count + f64 reals, tensors.
+// latest round it reported, the server's named state.
 template <class Io, class Time, class Round, class S>
 void server_layout(Io& io, Time& time_s, Round& round, S& s) {
   io.f64("server clock", time_s);
   io.i64("server round", round);
-  io.i64s("counters", s.counters);
-  io.list("reals", s.reals, [&](auto& d) { io.f64("real", d); });
-  tensors_field(io, s.tensors);
+  named_state_field(io, s);
 }
 
 // An island's training state, the first fields of both the simulator's "island.K" section and
 // a real run's "island" section (docs/checkpoints.md): tensor params; i64 inner-optimizer
-// steps; tensors optimizer state; sampler i64 epoch, u64 position; algorithm i64s counters and
-// tensors; runtime i64 steps, f64 loss sum, i64 losses. T: IslandCheckpoint or
+// steps; tensors optimizer state; sampler i64 epoch, u64 position; the algorithm's named
+// state; runtime i64 steps, f64 loss sum, i64 losses. T: IslandCheckpoint or
 // run::IslandProcessCheckpoint (the same field names), const when written.
 template <class Io, class T>
 void island_training_layout(Io& io, T& s) {
@@ -147,8 +145,7 @@ void island_training_layout(Io& io, T& s) {
   tensors_field(io, s.optimizer_state);
   io.i64("sampler epoch", s.sampler.epoch);
   io.u64("sampler position", s.sampler.pos);
-  io.i64s("algorithm counters", s.algorithm.counters);
-  tensors_field(io, s.algorithm.tensors);
+  named_state_field(io, s.algorithm);
   io.i64("runtime steps", s.runtime.steps);
   io.f64("runtime loss sum", s.runtime.loss_acc);
   io.i64("runtime losses", s.runtime.loss_n);

@@ -2,7 +2,11 @@
 
 #include <ATen/ATen.h>
 
+#include <set>
+#include <string>
 #include <utility>
+
+#include "src/base/named_state.h"
 
 namespace atl::core {
 namespace {
@@ -90,6 +94,44 @@ std::vector<at::Tensor> get_tensors(bytes::Reader& r) {
   }
   for (uint64_t i = 0; i < n && r.ok(); ++i) out.push_back(get_tensor(r));
   return out;
+}
+
+void put_named_state(bytes::Writer<std::string>& w, const NamedState& s) {
+  w.u64(s.entries().size());
+  for (const NamedState::Entry& e : s.entries()) {
+    w.str(e.name);
+    w.u8(static_cast<uint8_t>(e.kind));
+    switch (e.kind) {
+      case NamedState::Kind::kInteger: w.i64(e.integer); break;
+      case NamedState::Kind::kReal: w.f64(e.real); break;
+      case NamedState::Kind::kTensor: put_tensor(w, e.tensor); break;
+    }
+  }
+}
+
+void get_named_state(bytes::Reader& r, NamedState& s) {
+  s = NamedState();
+  const uint64_t n = r.u64("entry count");
+  if (n > r.remaining() / 10) {  // every entry takes at least 10 bytes
+    r.fail("entry count " + std::to_string(n) + " exceeds the bytes left");
+    return;
+  }
+  std::set<std::string> names;
+  for (uint64_t i = 0; i < n && r.ok(); ++i) {
+    NamedState::Entry e;
+    e.name = r.str("entry name");
+    const uint8_t kind = r.u8("entry kind");
+    if (!r.ok()) return;
+    if (!names.insert(e.name).second) return r.fail("entry '" + e.name + "' twice");
+    switch (kind) {
+      case 1: e.integer = r.i64("integer"); break;
+      case 2: e.real = r.f64("real"); break;
+      case 3: e.tensor = get_tensor(r); break;
+      default: return r.fail("entry '" + e.name + "' of unknown kind " + std::to_string(kind));
+    }
+    e.kind = static_cast<NamedState::Kind>(kind);
+    s.entries().push_back(std::move(e));
+  }
 }
 
 }  // namespace atl::core

@@ -20,6 +20,9 @@
 namespace at {
 class Tensor;
 }
+namespace atl {
+class NamedState;
+}
 namespace c10 {
 enum class ScalarType : int8_t;
 }
@@ -37,7 +40,14 @@ at::Tensor get_tensor(bytes::Reader& r);  // undefined (and r not ok()) on bad i
 void put_tensors(bytes::Writer<std::string>& w, const std::vector<at::Tensor>& ts);
 std::vector<at::Tensor> get_tensors(bytes::Reader& r);  // r not ok() on bad input
 
-// A tensor (or a u64-counted list of them) as a field of a symmetric layout (bytes::Out over
+// Named state (src/base/named_state.h; docs/checkpoints.md "Named state"): u64 entry count,
+// then per entry str name, u8 kind (1 integer, 2 real, 3 tensor) and its value (i64, f64, or
+// a tensor as above). Reading fails the reader on an unknown kind, a repeated name or a count
+// the bytes cannot hold.
+void put_named_state(bytes::Writer<std::string>& w, const NamedState& s);
+void get_named_state(bytes::Reader& r, NamedState& s);  // r not ok() on bad input
+
+// A tensor (or a u64-counted list of them, or named state) as a field of a symmetric layout (bytes::Out over
 // a std::string, or bytes::In).
 template <class Io, class T>
 void tensor_field(Io& io, T& t) {
@@ -48,6 +58,12 @@ template <class Io, class V>
 void tensors_field(Io& io, V& ts) {
   if constexpr (Io::kReads) ts = get_tensors(io.reader());
   else put_tensors(io.writer(), ts);
+}
+
+template <class Io, class S>
+void named_state_field(Io& io, S& s) {
+  if constexpr (Io::kReads) get_named_state(io.reader(), s);
+  else put_named_state(io.writer(), s);
 }
 
 }  // namespace atl::core

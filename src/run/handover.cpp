@@ -21,7 +21,7 @@ namespace {
 
 constexpr char kBlobMagic[4] = {'A', 'T', 'H', 'B'};
 constexpr char kIndexMagic[4] = {'A', 'T', 'H', 'I'};
-constexpr uint32_t kVersion = 3;  // the blob's (3: tensors as core/tensor_codec.h); the index's is kIndexVersion
+constexpr uint32_t kVersion = 4;  // the blob's (3: tensors as core/tensor_codec.h; 4: named state); the index's is kIndexVersion
 constexpr uint32_t kIndexVersion = 1;
 constexpr size_t kPartBytes = size_t{16} << 20;  // below the store's 64 MiB value limit
 
@@ -94,11 +94,10 @@ std::vector<uint8_t> encode_handover(const Handover& h) {
   w.u64(h.epoch);
   w.i64(h.step);
   w.u64(h.first_seq);
-  w.i64(h.state.rounds);
   TORCH_CHECK(h.global.defined() && h.global.scalar_type() == at::kFloat && h.global.dim() == 1,
               "hand-over: the global model must be a [N] float32 tensor");
   core::put_tensor(w, h.global);
-  core::put_tensors(w, h.state.tensors);
+  core::put_named_state(w, h.state);
   w.u32(static_cast<uint32_t>(h.subgroup_seqs.size()));
   for (const auto& [key, seq] : h.subgroup_seqs) {
     w.u32(key);
@@ -118,13 +117,12 @@ Status decode_handover(const uint8_t* data, size_t size, Handover* h) {
   h->epoch = r.u64("epoch");
   h->step = r.i64("step");
   h->first_seq = r.u64("first_seq");
-  h->state.rounds = r.i64("rounds");
   h->global = core::get_tensor(r);
   if (!r.ok()) return bad("");
   if (!h->global.defined() || h->global.scalar_type() != at::kFloat || h->global.dim() != 1) {
     return bad("the global model is not a [N] float32 tensor");
   }
-  h->state.tensors = core::get_tensors(r);
+  core::get_named_state(r, h->state);
   const uint32_t subgroups = r.u32("sub-group count");
   if (!r.ok()) return bad("");
   if (subgroups > r.remaining() / 12) return bad("bad sub-group count");
@@ -232,7 +230,7 @@ void HandoverDonor::at_step_boundary() {
     served_[j] = m.epoch;
     published.push_back(j);
     waiting.push_back(j);
-    ATOLL_INFO("island " << self << ": handed the state at step " << h.step << " (round " << h.state.rounds
+    ATOLL_INFO("island " << self << ": handed the state at step " << h.step << " (round " << core::handover_round(h)
                          << ", collective #" << h.first_seq << ") to island " << j);
   }
   // The joiners take part from collective #first_seq on: wait until they do, so that this
@@ -260,7 +258,7 @@ void HandoverDonor::at_step_boundary() {
                 .add("island", self)
                 .add("joiner", j)
                 .add("step", h.step)
-                .add("round", h.state.rounds)
+                .add("round", core::handover_round(h))
                 .add("first_seq", h.first_seq)
                 .add("epoch", h.epoch)
                 .add("joined", takes_part(m, j))

@@ -39,9 +39,9 @@ namespace atl::run {
 // The hand-over itself, one model for both modes (src/core/handover.h); this file carries it.
 using Handover = core::Handover;
 
-// The hand-over's bytes (on src/base/bytes.h): "ATHB", u32 version = 3, i32 donor, u64 epoch,
-// i64 step, u64 first_seq, i64 rounds, the global model (one tensor, src/core/tensor_codec.h),
-// the state's tensors (u64 count, then each as the codec writes it), then u32 sub-group count
+// The hand-over's bytes (on src/base/bytes.h): "ATHB", u32 version = 4, i32 donor, u64 epoch,
+// i64 step, u64 first_seq, the global model (one tensor, src/core/tensor_codec.h), the
+// state's named entries (core::put_named_state: a subset of the checkpoint's), then u32 sub-group count
 // and (u32 key > 0, u64 next seq) x count in ascending key order. Tensors are copied to the CPU.
 std::vector<uint8_t> encode_handover(const Handover& h);
 // kCorrupt naming the field for bytes that are truncated, have trailing bytes, a wrong magic,

@@ -188,7 +188,7 @@ TEST(SparseLoCo, ErrorFeedbackKeepsTheQuantisationError) {
   AlgorithmOptions o = sparseloco(3, 3, 1.0, 0.95);
   at::Tensor error;
   testing::HarnessHooks hooks;
-  hooks.at_end = [&](int, const Algorithm& a) { error = a.state().tensors[1].clone(); };
+  hooks.at_end = [&](int, const Algorithm& a) { error = a.state().tensor("error").clone(); };
   const auto raw = testing::run_quadratic(o, testing::sgd_train(0.1, 3), targets, theta0, {}, nullptr, layout, hooks);
   const at::Tensor e_raw = error;
   auto lut2 = compression::Pipeline::make({compression::StageConfig{compression::StageId::kLut2}});

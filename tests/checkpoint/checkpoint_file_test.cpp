@@ -94,10 +94,10 @@ TEST(CheckpointBytes, RoundTripAndOverrun) {
 TEST(CheckpointFile, RoundTripAndLayout) {
   const auto secs = sections_of(42);
   const std::string bytes = encode(secs);
-  // Header: magic, version 1, 3 sections, checksum of the 16 bytes before.
+  // Header: magic, version 2, 3 sections, checksum of the 16 bytes before.
   ASSERT_GE(bytes.size(), kHeaderBytes + kFooterBytes);
   EXPECT_EQ(bytes.substr(0, 8), "ATOLLCKP");
-  EXPECT_EQ(bytes.substr(8, 8), std::string("\x01\0\0\0\x03\0\0\0", 8));
+  EXPECT_EQ(bytes.substr(8, 8), std::string("\x02\0\0\0\x03\0\0\0", 8));
   bytes::Reader h(std::string_view(bytes).substr(16, 8));
   EXPECT_EQ(h.u64(), xxh3_64(bytes.data(), 16));
   // First section: u32 4, u32 0, u64 payload size, "meta", payload, checksum.
@@ -157,13 +157,13 @@ TEST(CheckpointFile, RefusesEveryDamageWithOneLine) {
   bad[0] = 'X';
   refused(bad, "bad magic");
   bad = good;
-  bad[8] = 2;  // version 2 (the header checksum is then wrong too: fix it up)
+  bad[8] = 1;  // version 1, before named state (the header checksum is then wrong too: fix it up)
   {
     bytes::ByteWriter w;
     w.u64(xxh3_64(bad.data(), 16));
     bad.replace(16, 8, w.bytes());
   }
-  refused(bad, "version 2 is not readable");
+  refused(bad, "version 1 is not readable by this atoll (it reads version 2)");
   bad = good;
   bad[12] = 9;
   refused(bad, "header checksum");

@@ -52,17 +52,18 @@ SimCheckpoint sample() {
   c.has_server = true;  // a server role (section "server")
   c.server_time = 7.75;
   c.server_round = 5;
-  c.server.counters = {5, 4, 2};
-  c.server.reals = {NAN, 7.75, 7.5, 9.0};
-  c.server.tensors = {torch::randn({10}), at::Tensor(), torch::randn({10})};
+  c.server.add("round", int64_t{5}).add_real("open_at", NAN).add("global", torch::randn({10}));
+  c.server.add("outer.steps", int64_t{4}).add("outer.momentum", at::Tensor()).add_real("lost.2", 7.5);
+  c.server.add_real("result.0.weight", 9.0).add("result.0.delta", torch::randn({10}));
   for (int i = 0; i < 2; ++i) {
     IslandCheckpoint is;
     is.params = torch::randn({10});
     is.optimizer_steps = 40 + i;
     is.optimizer_state = {torch::randn({10}), at::Tensor()};
     is.sampler = {2, 17};
-    is.algorithm.counters = {10, 10};
-    is.algorithm.tensors = {torch::randn({2, 5}, torch::kDouble), at::Tensor(), torch::arange(3)};
+    is.algorithm.add("round", int64_t{10}).add("outer.steps", int64_t{10});
+    is.algorithm.add("anchor", torch::randn({2, 5}, torch::kDouble)).add("outer.momentum", at::Tensor());
+    is.algorithm.add("ids", torch::arange(3)).add_real("pushed_at", -0.5);
     is.runtime = {40, 1.5, 1};
     is.time_s = 4.0 + i;
     is.end_time_s = 0.125;
@@ -77,6 +78,37 @@ SimCheckpoint sample() {
 bool same(const at::Tensor& a, const at::Tensor& b) {
   if (a.defined() != b.defined()) return false;
   return !a.defined() || (a.scalar_type() == b.scalar_type() && a.sizes() == b.sizes() && torch::equal(a, b));
+}
+
+// The same entries in the same order (NaN reals equal to NaN).
+bool same_state(const NamedState& a, const NamedState& b) {
+  if (a.entries().size() != b.entries().size()) return false;
+  for (size_t i = 0; i < a.entries().size(); ++i) {
+    const NamedState::Entry &x = a.entries()[i], &y = b.entries()[i];
+    const bool reals = x.real == y.real || (std::isnan(x.real) && std::isnan(y.real));
+    if (x.name != y.name || x.kind != y.kind || x.integer != y.integer || !reals || !same(x.tensor, y.tensor))
+      return false;
+  }
+  return true;
+}
+
+// Named state as docs/checkpoints.md "Named state" documents it, written field by field: u64
+// entry count; per entry str name, u8 kind (1 integer, 2 real, 3 tensor), the value.
+void named_state(bytes::ByteWriter& w, const NamedState& s) {
+  w.u64(s.entries().size());
+  for (const NamedState::Entry& e : s.entries()) {
+    w.str(e.name);
+    if (e.kind == NamedState::Kind::kInteger) {
+      w.u8(1);
+      w.i64(e.integer);
+    } else if (e.kind == NamedState::Kind::kReal) {
+      w.u8(2);
+      w.f64(e.real);
+    } else {
+      w.u8(3);
+      put_tensor(w, e.tensor);
+    }
+  }
 }
 
 TEST(SimCheckpoint, RoundTripsExactly) {
@@ -141,9 +173,7 @@ TEST(SimCheckpoint, RoundTripsExactly) {
     EXPECT_FALSE(b.optimizer_state[1].defined());
     EXPECT_EQ(b.sampler.epoch, 2);
     EXPECT_EQ(b.sampler.pos, 17u);
-    EXPECT_EQ(b.algorithm.counters, a.algorithm.counters);
-    ASSERT_EQ(b.algorithm.tensors.size(), 3u);
-    for (size_t t = 0; t < 3; ++t) EXPECT_TRUE(same(a.algorithm.tensors[t], b.algorithm.tensors[t])) << t;
+    EXPECT_TRUE(same_state(a.algorithm, b.algorithm));
     EXPECT_EQ(b.runtime.loss_acc, 1.5);
     EXPECT_EQ(b.time_s, a.time_s);
     EXPECT_EQ(b.end_time_s, 0.125);
@@ -153,12 +183,10 @@ TEST(SimCheckpoint, RoundTripsExactly) {
   ASSERT_TRUE(d.has_server);
   EXPECT_EQ(d.server_time, 7.75);
   EXPECT_EQ(d.server_round, 5);
-  EXPECT_EQ(d.server.counters, c.server.counters);
-  ASSERT_EQ(d.server.reals.size(), 4u);
-  EXPECT_TRUE(std::isnan(d.server.reals[0]));
-  EXPECT_EQ(d.server.reals[3], 9.0);
-  ASSERT_EQ(d.server.tensors.size(), 3u);
-  for (size_t t = 0; t < 3; ++t) EXPECT_TRUE(same(c.server.tensors[t], d.server.tensors[t])) << t;
+  EXPECT_TRUE(same_state(c.server, d.server));
+  EXPECT_TRUE(std::isnan(d.server.real("open_at")));
+  EXPECT_EQ(d.server.real("result.0.weight"), 9.0);
+  EXPECT_EQ(d.server.integer("outer.steps"), 4);
   // Without a server role: no "server" section.
   SimCheckpoint serverless = c;
   serverless.has_server = false;
@@ -291,10 +319,7 @@ TEST(SimCheckpoint, SectionsHoldTheDocumentedBytes) {
     bytes::ByteWriter w;
     w.f64(c.server_time);
     w.i64(c.server_round);
-    i64s(w, c.server.counters);
-    w.u64(c.server.reals.size());
-    for (double d : c.server.reals) w.f64(d);
-    put_tensors(w, c.server.tensors);
+    named_state(w, c.server);
     expected["server"] = std::move(w).bytes();
   }
   {
@@ -319,8 +344,7 @@ TEST(SimCheckpoint, SectionsHoldTheDocumentedBytes) {
     put_tensors(w, is.optimizer_state);
     w.i64(is.sampler.epoch);
     w.u64(is.sampler.pos);
-    i64s(w, is.algorithm.counters);
-    put_tensors(w, is.algorithm.tensors);
+    named_state(w, is.algorithm);
     w.i64(is.runtime.steps);
     w.f64(is.runtime.loss_acc);
     w.i64(is.runtime.loss_n);

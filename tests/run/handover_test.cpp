@@ -27,9 +27,8 @@ Handover sample(int64_t n) {
   h.first_seq = 49;
   h.subgroup_seqs = {{1, 12}, {4, 0}, {70000, 3}};
   h.global = torch::randn({n});
-  h.state.rounds = 48;
-  h.state.tensors = {torch::randn({n}), at::Tensor(), torch::arange(6, torch::kLong).view({2, 3}),
-                     at::scalar_tensor(48.0, at::kDouble)};
+  h.state.add("round", int64_t{48}).add("outer.momentum", torch::randn({n})).add("outer.second_moment", at::Tensor());
+  h.state.add("ids", torch::arange(6, torch::kLong).view({2, 3})).add_real("pushed_at", 2.5);
   return h;
 }
 
@@ -39,14 +38,19 @@ void expect_same(const Handover& a, const Handover& b) {
   EXPECT_EQ(a.step, b.step);
   EXPECT_EQ(a.first_seq, b.first_seq);
   EXPECT_EQ(a.subgroup_seqs, b.subgroup_seqs);
-  EXPECT_EQ(a.state.rounds, b.state.rounds);
+  EXPECT_EQ(core::handover_round(a), core::handover_round(b));
   EXPECT_TRUE(at::equal(a.global, b.global));
-  ASSERT_EQ(a.state.tensors.size(), b.state.tensors.size());
-  for (size_t i = 0; i < a.state.tensors.size(); ++i) {
-    ASSERT_EQ(a.state.tensors[i].defined(), b.state.tensors[i].defined()) << i;
-    if (!a.state.tensors[i].defined()) continue;
-    EXPECT_EQ(a.state.tensors[i].scalar_type(), b.state.tensors[i].scalar_type()) << i;
-    EXPECT_TRUE(at::equal(a.state.tensors[i], b.state.tensors[i])) << i;
+  ASSERT_EQ(a.state.entries().size(), b.state.entries().size());
+  for (size_t i = 0; i < a.state.entries().size(); ++i) {
+    const NamedState::Entry &x = a.state.entries()[i], &y = b.state.entries()[i];
+    EXPECT_EQ(x.name, y.name) << i;
+    ASSERT_EQ(x.kind, y.kind) << i;
+    EXPECT_EQ(x.integer, y.integer) << i;
+    EXPECT_EQ(x.real, y.real) << i;
+    ASSERT_EQ(x.tensor.defined(), y.tensor.defined()) << i;
+    if (!x.tensor.defined()) continue;
+    EXPECT_EQ(x.tensor.scalar_type(), y.tensor.scalar_type()) << i;
+    EXPECT_TRUE(at::equal(x.tensor, y.tensor)) << i;
   }
 }
 
@@ -71,10 +75,36 @@ TEST(Handover, TruncatedExtendedOrAlteredBytesAreRejected) {
   magic[0] = 'X';
   EXPECT_EQ(decode_handover(magic.data(), magic.size(), &h).code(), StatusCode::kCorrupt);
   std::vector<uint8_t> dtype = bytes;
-  dtype[4 + 4 + 4 + 8 + 8 + 8 + 8 + 1] = 99;  // the global model's dtype id (after its defined byte)
+  dtype[4 + 4 + 4 + 8 + 8 + 8 + 1] = 99;  // the global model's dtype id (after its defined byte)
   const Status st = decode_handover(dtype.data(), dtype.size(), &h);
   EXPECT_EQ(st.code(), StatusCode::kCorrupt);
   EXPECT_NE(st.message().find("dtype"), std::string::npos) << st.message();
+}
+
+TEST(Handover, AnEntryOfUnknownKindOrNamedTwiceIsRejected) {
+  Handover h;
+  h.global = torch::zeros({4});
+  h.state.add("round", int64_t{3});
+  std::vector<uint8_t> bytes = encode_handover(h);
+  // The entry's kind byte: after the header (36 bytes), the global model's tensor, the entry
+  // count (8) and the name (8 + 5).
+  const size_t tensor = 1 + 1 + 8 + 8 + 8 + 4 * 4;
+  const size_t kind = 36 + tensor + 8 + 8 + 5;
+  ASSERT_EQ(bytes[kind], 1);
+  bytes[kind] = 7;
+  Handover back;
+  Status st = decode_handover(bytes.data(), bytes.size(), &back);
+  EXPECT_EQ(st.code(), StatusCode::kCorrupt);
+  EXPECT_NE(st.message().find("unknown kind 7"), std::string::npos) << st.message();
+  // The same name twice (the second entry's bytes appended, the count raised).
+  bytes = encode_handover(h);
+  const std::vector<uint8_t> entry(bytes.begin() + static_cast<long>(36 + tensor + 8),
+                                   bytes.begin() + static_cast<long>(kind + 1 + 8));
+  bytes.insert(bytes.begin() + static_cast<long>(kind + 1 + 8), entry.begin(), entry.end());
+  bytes[36 + tensor] = 2;
+  st = decode_handover(bytes.data(), bytes.size(), &back);
+  EXPECT_EQ(st.code(), StatusCode::kCorrupt);
+  EXPECT_NE(st.message().find("'round' twice"), std::string::npos) << st.message();
 }
 
 // Island 0 is the donor; island 1 joins without a data endpoint. A hand-over left in the store

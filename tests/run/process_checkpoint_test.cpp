@@ -34,8 +34,8 @@ IslandProcessCheckpoint island_checkpoint(int island, int64_t step) {
   c.optimizer_steps = step;
   c.optimizer_state = {at::ones({6}), at::Tensor()};
   c.sampler = {2, 17};
-  c.algorithm.counters = {4, 3};
-  c.algorithm.tensors = {at::zeros({6}), at::Tensor()};
+  c.algorithm.add("round", int64_t{4}).add("outer.steps", int64_t{3});
+  c.algorithm.add("anchor", at::zeros({6})).add("outer.momentum", at::Tensor());
   c.runtime = {step, 1.5, 3};
   c.bytes = {1000, 2000, 4000};
   c.torch_rng = at::arange(8, at::kByte);
@@ -71,7 +71,11 @@ TEST(ProcessCheckpoint, IslandSectionsRoundTrip) {
   EXPECT_FALSE(back->optimizer_state[1].defined());
   EXPECT_EQ(back->sampler.epoch, 2);
   EXPECT_EQ(back->sampler.pos, 17u);
-  EXPECT_EQ(back->algorithm.counters, c.algorithm.counters);
+  ASSERT_EQ(back->algorithm.entries().size(), 4u);
+  EXPECT_EQ(back->algorithm.integer("round"), 4);
+  EXPECT_EQ(back->algorithm.integer("outer.steps"), 3);
+  EXPECT_TRUE(back->algorithm.tensor("anchor").equal(c.algorithm.tensor("anchor")));
+  EXPECT_FALSE(back->algorithm.tensor("outer.momentum").defined());
   EXPECT_EQ(back->runtime.steps, 40);
   EXPECT_EQ(back->runtime.loss_acc, 1.5);
   EXPECT_EQ(back->runtime.loss_n, 3);
@@ -129,18 +133,18 @@ TEST(ProcessCheckpoint, CoordinatorAndRunStateRoundTrip) {
   fed.finished = {1};
   fed.has_server = true;
   fed.server_round = 6;
-  fed.server.counters = {6, 2};
-  fed.server.reals = {0.5};
-  fed.server.tensors = {at::arange(4, at::kFloat)};
+  fed.server.add("round", int64_t{6}).add("outer.steps", int64_t{2}).add_real("now", 0.5);
+  fed.server.add("global", at::arange(4, at::kFloat));
   auto fed_back = decode_coordinator(file_of(encode_coordinator(fed)), "f");
   ASSERT_TRUE(fed_back.is_ok()) << fed_back.status().to_string();
   EXPECT_EQ(fed_back->finished, (std::vector<int>{1}));
   ASSERT_TRUE(fed_back->has_server);
   EXPECT_EQ(fed_back->server_round, 6);
-  EXPECT_EQ(fed_back->server.counters, (std::vector<int64_t>{6, 2}));
-  EXPECT_EQ(fed_back->server.reals, (std::vector<double>{0.5}));
-  ASSERT_EQ(fed_back->server.tensors.size(), 1u);
-  EXPECT_TRUE(fed_back->server.tensors[0].equal(fed.server.tensors[0]));
+  ASSERT_EQ(fed_back->server.entries().size(), 4u);
+  EXPECT_EQ(fed_back->server.integer("round"), 6);
+  EXPECT_EQ(fed_back->server.integer("outer.steps"), 2);
+  EXPECT_EQ(fed_back->server.real("now"), 0.5);
+  EXPECT_TRUE(fed_back->server.tensor("global").equal(fed.server.tensor("global")));
   // A file of a build before the finished list: its 'coordinator' section ends after the
   // members, and it reads with none finished.
   auto old = encode_coordinator(c);
