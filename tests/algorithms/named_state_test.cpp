@@ -102,7 +102,9 @@ TEST(NamedState, EveryHandOverIsANamedSubsetOfTheCheckpointState) {
         EXPECT_EQ(s.integer, e.integer) << e.name;
         EXPECT_EQ(s.real, e.real) << e.name;
         ASSERT_EQ(s.tensor.defined(), e.tensor.defined()) << e.name;
-        if (e.tensor.defined()) EXPECT_TRUE(s.tensor.equal(e.tensor)) << e.name;
+        if (e.tensor.defined()) {
+          EXPECT_TRUE(s.tensor.equal(e.tensor)) << e.name;
+        }
       }
       ++checked;
     };
