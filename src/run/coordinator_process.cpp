@@ -298,7 +298,9 @@ void CoordinatorProcess::find_skipped() {
     const size_t slash = key.find('/', prefix.size());
     if (key.rfind(prefix, 0) != 0 || slash == std::string::npos) continue;
     const std::vector<int64_t> step = parse_steps(key.substr(prefix.size(), slash - prefix.size()));
-    if (step.size() == 1 && !pickup_->snapshot.store.count(checkpoint_done_key(step[0]))) skipped_.push_back(step[0]);
+    if (step.size() == 1 && !pickup_->snapshot.store.count(checkpoint_done_key(step[0])) &&
+        std::find(skipped_.begin(), skipped_.end(), step[0]) == skipped_.end())
+      skipped_.push_back(step[0]);  // once, whichever islands marked it
   }
   skip_through_ = skipped_.empty() ? -1 : *std::max_element(skipped_.begin(), skipped_.end());
 }
