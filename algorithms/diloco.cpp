@@ -49,11 +49,6 @@ at::Tensor diloco::eager_delta(const at::Tensor& mean_prev, const at::Tensor& ow
 
 namespace {
 
-// What a joiner takes (a named subset of the checkpoint state). [impl choice] With overlap,
-// the exchange in flight at the hand-over is not the joiner's: it starts like a first round
-// (no stale average), so its anchor lacks that one outer step.
-const std::vector<std::string> kHandover = {"round", "outer.steps", "outer.momentum", "outer.second_moment"};
-
 class DiLoCo final : public Algorithm {
  public:
   explicit DiLoCo(const AlgorithmOptions& options)
@@ -89,12 +84,13 @@ class DiLoCo final : public Algorithm {
 
   at::Tensor global_params() const override { return anchor_; }
 
-  // A joiner gets the outer optimizer's state and round count (kHandover).
-  AlgorithmState export_state() const override { return state().only(kHandover); }
+  // A joiner gets the outer optimizer's state and round count. [impl choice] With overlap,
+  // the exchange in flight at the hand-over is not the joiner's: it starts like a first
+  // round (no stale average), so its anchor lacks that one outer step.
+  AlgorithmState export_state() const override { return round_and_outer(state()); }
 
   void import_state(IslandContext&, const AlgorithmState& state) override {
-    outer_.load(state, "outer", anchor_.device());
-    round_ = state.integer("round");
+    import_round_and_outer(state, round_, outer_, anchor_.device());
   }
 
   // Checkpoint (docs/checkpoints.md): "round", "anchor", the outer optimizer's "outer.*",

@@ -142,14 +142,11 @@ class DiPaCo final : public Algorithm {
   }
 
   // A joiner gets the outer optimizer's state and the round count (as DiLoCo's).
-  AlgorithmState export_state() const override {
-    return state().only({"round", "outer.steps", "outer.momentum", "outer.second_moment"});
-  }
+  AlgorithmState export_state() const override { return round_and_outer(state()); }
 
   void import_state(IslandContext&, const AlgorithmState& state) override {
     TORCH_CHECK(!rotating(), "dipaco: an island cannot join a run with fewer islands than paths");
-    outer_.load(state, "outer", anchor_.device());
-    round_ = state.integer("round");
+    import_round_and_outer(state, round_, outer_, anchor_.device());
   }
 
   // Checkpoint (docs/checkpoints.md): "round", "anchor", the outer optimizer's "outer.*",

@@ -65,4 +65,13 @@ void load_anchor_and_outer(const AlgorithmCheckpoint& s, int64_t& round, at::Ten
   anchor.copy_(a);
 }
 
+AlgorithmState round_and_outer(const AlgorithmCheckpoint& state) {
+  return state.only({"round", "outer.steps", "outer.momentum", "outer.second_moment"});
+}
+
+void import_round_and_outer(const AlgorithmState& s, int64_t& round, OuterOptimizer& outer, c10::Device device) {
+  outer.load(s, "outer", device);
+  round = s.integer("round");
+}
+
 }  // namespace atl::algorithms

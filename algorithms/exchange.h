@@ -62,6 +62,11 @@ void require_usable(const transport::CollectiveResult& result, const IslandConte
 // them back (the anchor in place, the outer state on the anchor's device).
 AlgorithmCheckpoint anchor_and_outer(int64_t round, const at::Tensor& anchor, const OuterOptimizer& outer);
 void load_anchor_and_outer(const AlgorithmCheckpoint& s, int64_t& round, at::Tensor& anchor, OuterOptimizer& outer);
+// Their hand-over, a named subset of that checkpoint state: "round" and "outer.*" (a joiner
+// takes the anchor as the global model). import_round_and_outer reads it back, the outer state
+// onto `device`.
+AlgorithmState round_and_outer(const AlgorithmCheckpoint& state);
+void import_round_and_outer(const AlgorithmState& s, int64_t& round, OuterOptimizer& outer, c10::Device device);
 
 class RoundMeter {
  public:

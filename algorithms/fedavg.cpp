@@ -157,16 +157,6 @@ class FedAvgClient final : public Algorithm {
   RoundMeter meter_;
 };
 
-// Aggregates the selected clients' deltas of the current round. They are summed in client-id
-// order once the round closes, so the result does not depend on arrival order (the
-// simulator and a real run give bitwise the same model).
-//
-// A round opens when the previous one closes (round 0: at the first on_time()). It closes
-// when every selected client has delivered or was lost (on_member_lost), or at its deadline
-// (algorithm.round_timeout_s after it opened, seen through on_time()), with what it has:
-// fewer than min_clients results skip it (model unchanged). Results of a closed round are
-// ignored (accepts() is false for them), and a pull of a closed round is answered with the
-// newest model, so a late client goes on with its plan and nobody waits for it.
 // The client id in an entry name `prefix` + id + `suffix` of the server's state ("lost.3",
 // "result.3.weight"); -1 for a name of another form. A malformed id is a c10::Error.
 int client_in(const std::string& name, const std::string& prefix, const std::string& suffix, int clients) {
@@ -179,6 +169,16 @@ int client_in(const std::string& name, const std::string& prefix, const std::str
   return std::stoi(id);
 }
 
+// Aggregates the selected clients' deltas of the current round. They are summed in client-id
+// order once the round closes, so the result does not depend on arrival order (the
+// simulator and a real run give bitwise the same model).
+//
+// A round opens when the previous one closes (round 0: at the first on_time()). It closes
+// when every selected client has delivered or was lost (on_member_lost), or at its deadline
+// (algorithm.round_timeout_s after it opened, seen through on_time()), with what it has:
+// fewer than min_clients results skip it (model unchanged). Results of a closed round are
+// ignored (accepts() is false for them), and a pull of a closed round is answered with the
+// newest model, so a late client goes on with its plan and nobody waits for it.
 class FedAvgServer final : public transport::OuterServer {
  public:
   FedAvgServer(const AlgorithmOptions& options, const at::Tensor& initial,

@@ -19,8 +19,6 @@ std::optional<OptionProblem> streaming_rules(const AlgorithmOptions& o) {
   return streaming_diloco::Schedule::check(o.inner_steps, o.fragments, o.overlap_steps);
 }
 
-std::optional<OptionProblem> nothing_to_resolve(AlgorithmOptions&) { return std::nullopt; }
-
 // A fragment is made of whole transformer blocks (also checked against the layout at setup;
 // here it fails before the run starts).
 std::optional<OptionProblem> streaming_resolve(AlgorithmOptions& o) {
@@ -59,7 +57,7 @@ struct Entry {
   std::unique_ptr<Algorithm> (*make)(const AlgorithmOptions&, int);
   // The rules `make` (and make_server) enforce, checked before anything is built.
   std::optional<OptionProblem> (*check)(const AlgorithmOptions&);
-  // resolve_options: what the run derives and checks of the options.
+  // resolve_options: what the run derives and checks of the options (null: nothing).
   std::optional<OptionProblem> (*resolve)(AlgorithmOptions&);
   ServerFactory make_server;  // null: no server role
   ServerRounds (*rounds)(const AlgorithmOptions&, int64_t);  // with make_server
@@ -70,18 +68,18 @@ constexpr const char* kFedavgJoiners =
     "its clients follow a plan of rounds fixed at the start; a killed client is dropped from its rounds";
 
 const Entry kAlgorithms[] = {
-    {"ddp", make_ddp, no_rules, nothing_to_resolve, nullptr, nullptr, {.extra_buffers = 0, .extra_buffers_text = ""}},
-    {"diloco", make_diloco, no_rules, nothing_to_resolve, nullptr, nullptr, {}},
+    {"ddp", make_ddp, no_rules, nullptr, nullptr, nullptr, {.extra_buffers = 0, .extra_buffers_text = ""}},
+    {"diloco", make_diloco, no_rules, nullptr, nullptr, nullptr, {}},
     {"fedavg", make_fedavg, fedavg::check, fedavg_resolve, make_fedavg_server, fedavg_rounds,
      {.refuses_joiners = kFedavgJoiners}},
     {"streaming_diloco", make_streaming_diloco, streaming_rules, streaming_resolve, nullptr, nullptr, {}},
-    {"async_local_sgd", make_async_local_sgd, async_local_sgd::check_dn_c, nothing_to_resolve,
+    {"async_local_sgd", make_async_local_sgd, async_local_sgd::check_dn_c, nullptr,
      make_async_local_sgd_server, async_rounds, {}},
-    {"demo", make_demo, no_rules, nothing_to_resolve, nullptr, nullptr,
+    {"demo", make_demo, no_rules, nullptr, nullptr, nullptr,
      {.extra_buffers = 3, .extra_buffers_text = "demo residual and DCT buffers x3",  // algorithms/demo.h
       .codec_problem = demo::codec_problem}},
-    {"dipaco", make_dipaco, module_rules, nothing_to_resolve, nullptr, nullptr, {}},
-    {"sparseloco", make_sparseloco, no_rules, nothing_to_resolve, nullptr, nullptr,
+    {"dipaco", make_dipaco, module_rules, nullptr, nullptr, nullptr, {}},
+    {"sparseloco", make_sparseloco, no_rules, nullptr, nullptr, nullptr,
      {.extra_buffers = 4, .extra_buffers_text = "global model, error accumulator and two scratch buffers",
       .codec_problem = sparseloco_codec_problem}},
 };
@@ -114,7 +112,7 @@ std::optional<OptionProblem> check_options(const AlgorithmOptions& options) {
 
 std::optional<OptionProblem> resolve_options(AlgorithmOptions& options) {
   const Entry* e = find(options.name);
-  return e ? e->resolve(options) : std::nullopt;
+  return e && e->resolve ? e->resolve(options) : std::nullopt;
 }
 
 ServerRounds server_rounds(const AlgorithmOptions& options, int64_t examples_per_client) {

@@ -140,6 +140,54 @@ TEST(FedAvg, LostClientIsDroppedAndWeightsRenormaliseOverTheRest) {
   EXPECT_EQ(s.rounds[1].at_s, 3);
 }
 
+// The server's named state between messages (docs/checkpoints.md "Named state"), with lost
+// clients and a result of the open round, loads into a fresh server that then goes on as the
+// first: the same entries back, and the same next round. An entry of a client the run does not
+// have is refused, naming it.
+TEST(FedAvg, ServerStateWithLostClientsAndOpenResultsLoadsIntoAFreshServer) {
+  const int64_t n = 5;
+  auto o = fedavg_options(4, 1.0, 3, 2);
+  at::manual_seed(9);
+  const at::Tensor theta0 = at::randn({n});
+  std::vector<at::Tensor> d;
+  for (int i = 0; i < 4; ++i) d.push_back(at::randn({n}));
+  ServerRun a(o, theta0);
+  a.server->on_time(0);
+  a.server->on_push(0, 0, d[0], 1);
+  a.server->on_push(2, 0, d[2], 2);
+  a.server->on_member_lost(3, 1.5);
+  a.server->on_member_lost(1, 2.5);  // round 0 closes; round 1 waits for 0 and 2
+  a.server->on_time(3);
+  a.server->on_push(2, 1, d[2], 2);  // a result of the open round
+  const transport::OuterServer::State saved = a.server->state();
+  EXPECT_EQ(saved.real("lost.1"), 2.5);
+  EXPECT_EQ(saved.real("lost.3"), 1.5);
+  EXPECT_EQ(saved.real("result.2.weight"), 2.0);
+  EXPECT_TRUE(saved.tensor("result.2.delta").equal(d[2]));
+  ServerRun b(o, theta0);
+  b.server->load(saved);
+  const transport::OuterServer::State back = b.server->state();
+  ASSERT_EQ(back.entries().size(), saved.entries().size());
+  for (size_t i = 0; i < back.entries().size(); ++i) EXPECT_EQ(back.entries()[i].name, saved.entries()[i].name);
+  a.server->on_push(0, 1, d[0], 1);
+  b.server->on_push(0, 1, d[0], 1);
+  ASSERT_EQ(b.rounds.size(), 1u);
+  EXPECT_TRUE(at::equal(b.rounds[0].global, a.rounds.back().global));
+  EXPECT_EQ(b.rounds[0].round, 2);
+  // A lost client 9 of a run of 4.
+  transport::OuterServer::State other = saved;
+  for (auto& e : other.entries())
+    if (e.name == "lost.3") e.name = "lost.9";
+  ServerRun c(o, theta0);
+  try {
+    c.server->load(other);
+    ADD_FAILURE() << "a state naming client 9 of 4 loaded";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what_without_backtrace()).find("no client '9' (entry 'lost.9')"), std::string::npos)
+        << e.what_without_backtrace();
+  }
+}
+
 // A client whose result is not in by the round's deadline (round_timeout_s after the round
 // opened) is dropped from it; its later result is ignored, its pull of the closed round gets
 // the newest model, and rounds nobody delivers to close empty at their deadlines (skipped).
