@@ -17,8 +17,6 @@ namespace atl::compression::quant::detail {
 
 namespace {
 
-constexpr int kChunk = Noise::kChunk;
-
 inline void store_u16(uint8_t* p, uint16_t v) { std::memcpy(p, &v, 2); }
 inline uint16_t load_u16(const uint8_t* p) {
   uint16_t v;
@@ -159,8 +157,8 @@ void decode_bf16(const uint8_t* in, int64_t n, float* out) {
 // ---- fp8 ------------------------------------------------------------------------------------
 
 void encode_fp8(const float* in, int64_t n, int64_t block, const Noise* noise, uint8_t* out) {
-  float scaled[kChunk];
-  uint32_t r[kChunk];
+  float scaled[Noise::kChunk];
+  uint32_t r[Noise::kChunk];
   for (int64_t start = 0; start < n; start += block) {
     const int64_t len = std::min(block, n - start);
     const float* x = in + start;
@@ -174,8 +172,8 @@ void encode_fp8(const float* in, int64_t n, int64_t block, const Noise* noise, u
     }
     const bool tiny = scale < FLT_MIN;  // no finite reciprocal: work on x * 2^64
     const float inv = tiny ? 1.0f / (scale * 0x1.0p64f) : 1.0f / scale;
-    for (int64_t c0 = 0; c0 < len; c0 += kChunk) {
-      const int m = static_cast<int>(std::min<int64_t>(kChunk, len - c0));
+    for (int64_t c0 = 0; c0 < len; c0 += Noise::kChunk) {
+      const int m = static_cast<int>(std::min<int64_t>(Noise::kChunk, len - c0));
       const float* src = x + c0;
       uint8_t* dst = out + c0;
       if (tiny) {
@@ -224,9 +222,9 @@ Status decode_fp8(const uint8_t* in, int64_t n, int64_t block, float* out) {
 // ---- fp4 ------------------------------------------------------------------------------------
 
 void encode_fp4(const float* in, int64_t n, int64_t block, const Noise* noise, uint8_t* out) {
-  float scaled[kChunk];
-  uint32_t r[kChunk];
-  uint8_t codes[kChunk];
+  float scaled[Noise::kChunk];
+  uint32_t r[Noise::kChunk];
+  uint8_t codes[Noise::kChunk];
   for (int64_t start = 0; start < n; start += block) {
     const int64_t len = std::min(block, n - start);
     const float* x = in + start;
@@ -244,8 +242,8 @@ void encode_fp4(const float* in, int64_t n, int64_t block, const Noise* noise, u
     const float below = pow2(6 - ew);
     out[0] = static_cast<uint8_t>(static_cast<int8_t>(e));
     out += 1;
-    for (int64_t c0 = 0; c0 < len; c0 += kChunk) {
-      const int m = static_cast<int>(std::min<int64_t>(kChunk, len - c0));
+    for (int64_t c0 = 0; c0 < len; c0 += Noise::kChunk) {
+      const int m = static_cast<int>(std::min<int64_t>(Noise::kChunk, len - c0));
       const float* src = x + c0;
       if (tiny) {
         for (int j = 0; j < m; ++j) scaled[j] = src[j] * 0x1.0p64f;
@@ -257,7 +255,7 @@ void encode_fp4(const float* in, int64_t n, int64_t block, const Noise* noise, u
       } else {
         for (int j = 0; j < m; ++j) codes[j] = e3m0_nearest(src[j], ew);
       }
-      pack_nibbles(codes, m, out + c0 / 2);  // kChunk is even: chunks start on a byte
+      pack_nibbles(codes, m, out + c0 / 2);  // Noise::kChunk is even: chunks start on a byte
     }
     out += (len + 1) / 2;
   }

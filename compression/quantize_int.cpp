@@ -15,8 +15,6 @@ namespace atl::compression::quant::detail {
 
 namespace {
 
-constexpr int kChunk = Noise::kChunk;
-
 // codes[j] = round(x[j] * inv) clamped to [-qmax, qmax]; non-finite x -> 0.
 void quantize_nearest(const float* x, int len, float inv, float qmax, uint8_t* codes) {
   for (int j = 0; j < len; ++j) {
@@ -46,9 +44,9 @@ void quantize_stochastic(const float* x, int len, float inv, float qmax, const u
 void encode_int(int bits, const float* in, int64_t n, int64_t block, const Noise* noise,
                 uint8_t* out) {
   const float qmax = bits == 8 ? 127.0f : 7.0f;
-  uint8_t codes[kChunk];
-  float scaled[kChunk];
-  uint32_t r[kChunk];
+  uint8_t codes[Noise::kChunk];
+  float scaled[Noise::kChunk];
+  uint32_t r[Noise::kChunk];
   for (int64_t start = 0; start < n; start += block) {
     const int64_t len = std::min(block, n - start);
     const float* x = in + start;
@@ -65,8 +63,8 @@ void encode_int(int bits, const float* in, int64_t n, int64_t block, const Noise
     // (both exact) instead.
     const bool tiny = scale < FLT_MIN;
     const float inv = tiny ? 1.0f / (scale * 0x1.0p64f) : 1.0f / scale;
-    for (int64_t c0 = 0; c0 < len; c0 += kChunk) {
-      const int m = static_cast<int>(std::min<int64_t>(kChunk, len - c0));
+    for (int64_t c0 = 0; c0 < len; c0 += Noise::kChunk) {
+      const int m = static_cast<int>(std::min<int64_t>(Noise::kChunk, len - c0));
       const float* src = x + c0;
       if (tiny) {
         for (int j = 0; j < m; ++j) scaled[j] = src[j] * 0x1.0p64f;
@@ -79,7 +77,7 @@ void encode_int(int bits, const float* in, int64_t n, int64_t block, const Noise
       } else {
         quantize_nearest(src, m, inv, qmax, dst);
       }
-      if (bits == 4) pack_nibbles(codes, m, out + c0 / 2);  // kChunk is even: whole bytes
+      if (bits == 4) pack_nibbles(codes, m, out + c0 / 2);  // Noise::kChunk is even: whole bytes
     }
     out += code_bytes;
   }

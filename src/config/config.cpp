@@ -25,6 +25,7 @@
 #include "src/base/status.h"
 #include "src/config/cross_field.h"
 #include "src/config/schema.h"
+#include "src/config/yaml_place.h"
 #include "src/data/kinds.h"
 
 namespace atl::config {
@@ -41,19 +42,8 @@ struct Overloaded : Fs... {
 template <typename... Fs>
 Overloaded(Fs...) -> Overloaded<Fs...>;
 
-// Throws the one-line user error: "WHERE: key 'KEY': PROBLEM" (parts left out when empty).
-[[noreturn]] void fail(const std::string& where, const std::string& key,
-                       const std::string& problem) {
-  std::string msg = where.empty() ? "" : where + ": ";
-  if (!key.empty()) msg += "key '" + key + "': ";
-  throw UserError(msg + problem);
-}
-
-// "FILE:LINE" (1-based), or just "FILE" when yaml-cpp has no position.
-std::string at(const std::string& source, const YAML::Mark& mark) {
-  if (mark.is_null() || source.rfind("--set ", 0) == 0) return source;  // overrides: no lines
-  return source + ":" + std::to_string(mark.line + 1);
-}
+using yaml_place::at;
+using yaml_place::fail;
 
 // Where `key` was set, falling back to the config's source name.
 std::string origin_of(const Config& c, const std::string& key) {

@@ -15,19 +15,15 @@
 
 #include "src/base/status.h"
 #include "src/config/schema.h"
+#include "src/config/yaml_place.h"
 
 namespace atl::config {
 namespace {
 
 constexpr const char* kSweep = "sweep";
 
-[[noreturn]] void fail(const std::string& where, const std::string& key, const std::string& problem) {
-  throw UserError(where + ": " + (key.empty() ? "" : "key '" + key + "': ") + problem);
-}
-
-std::string at(const std::string& source, const YAML::Mark& mark) {
-  return mark.is_null() ? source : source + ":" + std::to_string(mark.line + 1);
-}
+using yaml_place::at;
+using yaml_place::fail;
 
 // Every key a sweep may vary: "section.key" and "compression".
 std::vector<std::string> config_keys() {

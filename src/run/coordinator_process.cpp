@@ -48,7 +48,7 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 std::atomic<bool> g_stop{false};
-void on_signal(int) { g_stop = true; }
+void stop_on_signal(int) { g_stop = true; }
 
 // The running state of a coordinator of this run that did not finish (docs/checkpoints.md
 // "Coordinator restart"), when this one is its restart: the run directory holds no
@@ -471,8 +471,8 @@ int CoordinatorProcess::run() {
                     coordinator.status().message());
   }
   coordinator_ = std::move(coordinator.value());
-  std::signal(SIGINT, on_signal);
-  std::signal(SIGTERM, on_signal);
+  std::signal(SIGINT, stop_on_signal);
+  std::signal(SIGTERM, stop_on_signal);
   if (!options_.quiet) {
     ATOLL_INFO("coordinator " << coordinator_->endpoint() << ": waiting for " << k_ << " islands; run directory "
                               << run_path_);

@@ -59,7 +59,7 @@ struct Child {
 };
 
 std::atomic<int> g_signal{0};
-void on_signal(int sig) { g_signal = sig; }
+void remember_signal(int sig) { g_signal = sig; }
 
 // Runs `args` with this executable, or with `program` (looked up in PATH, e.g. ssh) when given.
 // `reports`: the child's stdin is a pipe whose write end is Child::report_fd.
@@ -326,7 +326,7 @@ int launch(const config::Config& config, const ProcessOptions& options) {
     }
   }
   struct sigaction sa {};
-  sa.sa_handler = on_signal;
+  sa.sa_handler = remember_signal;
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
 

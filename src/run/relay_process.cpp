@@ -17,7 +17,7 @@ namespace relay = transport::relay;
 namespace {
 
 std::atomic<relay::Relay*> g_relay{nullptr};
-void on_signal(int) {
+void stop_relay_on_signal(int) {
   if (relay::Relay* r = g_relay.load()) r->stop();
 }
 
@@ -101,7 +101,7 @@ int run_relay(const RelayCommand& c, const config::Config* config) {
 
   g_relay = &r;
   struct sigaction sa {};
-  sa.sa_handler = on_signal;
+  sa.sa_handler = stop_relay_on_signal;
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
   r.run();

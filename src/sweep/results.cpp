@@ -14,7 +14,6 @@
 namespace fs = std::filesystem;
 
 namespace atl::sweep {
-namespace {
 
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -22,6 +21,8 @@ std::string read_file(const std::string& path) {
   s << in.rdbuf();
   return s.str();
 }
+
+namespace {
 
 double number(const std::string& json, const char* key) {
   return core::json_find_number(json, key).value_or(kUnknown);

@@ -66,6 +66,9 @@ const std::vector<MetricColumn>& metric_columns();
 
 RunMetrics read_run_metrics(const std::string& run_dir);
 
+// The whole file, or "" when it cannot be read (a run that has not written it yet).
+std::string read_file(const std::string& path);
+
 // A run of a plan with its state: ok | diverged | failed | interrupted (from summary.json or
 // logs/<id>.json, for the run's config hash) | incomplete (started, no outcome: the sweep was
 // killed) | not run.
