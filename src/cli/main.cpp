@@ -32,6 +32,8 @@ constexpr int kExitRuntime = 1;
 constexpr int kExitUsage = 2;
 constexpr int kExitInterrupted = 130;  // a sweep stopped by SIGINT/SIGTERM (128 + SIGINT)
 
+int run_command_line(int argc, char** argv);
+
 // Parses CONFIG with its --set overrides and runs every check `target` needs before
 // anything starts (src/core/validate.h).
 atl::config::Config load_and_check(const std::string& path, const std::vector<std::string>& sets,
@@ -60,6 +62,12 @@ int sweep(const SweepOptions& o) {
   }
   atl::sweep::RunnerOptions runner;
   runner.jobs = o.jobs > 0 ? o.jobs : atl::sweep::default_jobs(plan);
+  runner.warm = [](const std::vector<std::string>& argv) {  // `atoll simulate ...` in a fork of this one
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    return run_command_line(static_cast<int>(argv.size()), args.data());
+  };
   const atl::sweep::SweepOutcome outcome = atl::sweep::run_sweep(plan, runner);
   if (outcome.interrupted) return kExitInterrupted;
   std::printf("%s\n", atl::sweep::write_report(plan.plan.dir, !o.no_report).c_str());
@@ -311,9 +319,8 @@ int CommandLine::run_config_command() {
   return 0;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+// main(): also what a sweep's forked child runs for each run (src/sweep/process.h).
+int run_command_line(int argc, char** argv) {
   CommandLine cli;
   try {
     cli.app.parse(argc, argv);
@@ -338,3 +345,7 @@ int main(int argc, char** argv) {
     return kExitRuntime;
   }
 }
+
+}  // namespace
+
+int main(int argc, char** argv) { return run_command_line(argc, argv); }

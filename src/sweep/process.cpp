@@ -8,7 +8,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <stdexcept>
 
 extern char** environ;
@@ -25,10 +27,22 @@ std::vector<char*> c_argv(const std::vector<std::string>& argv) {
 
 }  // namespace
 
+bool single_threaded() {
+  std::error_code ec;
+  int threads = 0;
+  for (auto it = std::filesystem::directory_iterator("/proc/self/task", ec);
+       !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
+    ++threads;
+  }
+  return !ec && threads == 1;
+}
+
 pid_t spawn_logged(const std::string& path, const std::vector<std::string>& argv,
-                   const std::string& log_path) {
+                   const std::string& log_path, const WarmMain& warm) {
   // Everything the child needs is made before fork(): after it, the child makes only
-  // async-signal-safe calls until exec.
+  // async-signal-safe calls until exec (or, single-threaded, calls `warm`).
+  const bool warm_start = warm && single_threaded();
+  std::fflush(nullptr);  // what this process has buffered is written once, not by both
   auto args = c_argv(argv);
   const int log = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (log < 0) throw std::runtime_error("cannot write " + log_path + ": " + std::strerror(errno));
@@ -57,6 +71,15 @@ pid_t spawn_logged(const std::string& path, const std::vector<std::string>& argv
     if (null >= 0) ::dup2(null, 0);
     ::dup2(log, 1);
     ::dup2(log, 2);
+    if (warm_start) {
+      int code = 1;
+      try {
+        code = warm(argv);
+      } catch (...) {
+      }
+      std::fflush(nullptr);
+      ::_exit(code);  // not exit(): the destructors and atexit handlers are the sweep's
+    }
     ::execve(path.c_str(), args.data(), environ);
     const char msg[] = "atoll sweep: cannot exec the atoll binary\n";
     [[maybe_unused]] auto n = ::write(2, msg, sizeof msg - 1);

@@ -188,7 +188,7 @@ class Runner {
     const std::vector<std::string> argv = {"atoll", "simulate", plan_.dir + "/configs/" + run.id + ".yaml",
                                            "--force", "--quiet"};
     try {
-      running_.emplace_back(i, spawn_logged(options_.atoll_exe, argv, log_path(i)), dir + "/metrics.jsonl");
+      running_.emplace_back(i, spawn_logged(options_.atoll_exe, argv, log_path(i), options_.warm), dir + "/metrics.jsonl");
     } catch (const std::runtime_error& e) {
       record(i, 0, "failed", e.what(), -1);
     }

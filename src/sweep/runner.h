@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "src/sweep/plan.h"
+#include "src/sweep/process.h"
 
 namespace atl::sweep {
 
@@ -34,6 +35,10 @@ struct RunnerOptions {
   // the very binary that planned the sweep, even if build/atoll is rebuilt meanwhile (a new
   // binary could resolve configs differently and so hash them differently).
   std::string atoll_exe = "/proc/self/exe";
+  // Set: each run is a fork of this process that calls it with the run's command line
+  // instead of executing atoll_exe, and skips atoll's start-up ([impl choice],
+  // docs/sweeps.md "How a run starts"; process.h says when it falls back to exec).
+  WarmMain warm;
 };
 
 struct SweepOutcome {

@@ -61,7 +61,9 @@ TEST(Lut2, MatchesAFloat64RecomputationOfTheFormula) {
       ++counts[code];
     }
     // (with two values each is 0.47 scales from the mean: no value reaches an outer bin)
-    if (m >= 7) EXPECT_EQ(bin[0], 3) << "the outlier is clamped into the top bin";
+    if (m >= 7) {
+      EXPECT_EQ(bin[0], 3) << "the outlier is clamped into the top bin";
+    }
     for (int b = 0; b < 4; ++b) {
       const double want = counts[b] ? sums[b] / counts[b] : 0.0;
       EXPECT_NEAR(f32_at(bytes, 4 + 4 * b), want, 1e-5 * (1 + std::fabs(want))) << "bin " << b;

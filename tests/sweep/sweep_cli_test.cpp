@@ -17,6 +17,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "tests/cli_test_util.h"
 
@@ -138,15 +139,39 @@ pid_t start_and_wait_for_first_run(const std::string& path, const fs::path& out_
   return fs::exists(first) ? pid : -1;
 }
 
-// Processes whose command line mentions `needle` (the sweep's runs name their config file).
-int processes_mentioning(const std::string& needle) {
-  int n = 0;
+// The fields of /proc/PID/stat after the command name: state, ppid, ...
+std::vector<std::string> stat_fields(const fs::path& proc_dir) {
+  const std::string stat = read(proc_dir / "stat");
+  std::vector<std::string> fields;
+  const size_t close = stat.rfind(')');
+  if (close == std::string::npos) return fields;
+  std::istringstream in(stat.substr(close + 1));
+  for (std::string f; in >> f;) fields.push_back(f);
+  return fields;
+}
+
+// The pids of `parent`'s child processes.
+std::vector<pid_t> children_of(pid_t parent) {
+  std::vector<pid_t> kids;
   for (const auto& entry : fs::directory_iterator("/proc")) {
-    std::string cmdline = read(entry.path() / "cmdline");
-    std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
-    n += cmdline.find(needle) != std::string::npos;
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    const auto f = stat_fields(entry.path());
+    if (f.size() > 1 && std::stoi(f[1]) == parent) kids.push_back(std::stoi(name));
   }
-  return n;
+  return kids;
+}
+
+// Whether `pid` is a process that has not exited (a zombie has).
+bool alive(pid_t pid) {
+  const auto f = stat_fields(fs::path("/proc") / std::to_string(pid));
+  return !f.empty() && f[0] != "Z" && f[0] != "X";
+}
+
+std::string cmdline_of(pid_t pid) {
+  std::string cmdline = read(fs::path("/proc") / std::to_string(pid) / "cmdline");
+  std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
+  return cmdline;
 }
 
 TEST_F(SweepCli, InterruptedSweepFinishesOnTheNextRun) {
@@ -177,15 +202,18 @@ TEST_F(SweepCli, KilledSweepTakesItsRunsAlong) {
   const std::string log = (dir_ / "sweep.log").string();
   const pid_t pid = start_and_wait_for_first_run(path, dir_ / "sweeps", "kill", log);
   ASSERT_GT(pid, 0) << read(log);
-  const std::string configs = (sweep_dir("kill") / "configs").string();
+  // The second run is under way: a fork of the sweep that did not execute atoll again (its
+  // command line is still the sweep's), so it skipped atoll's start-up.
+  const fs::path second = sweep_dir("kill") / "runs" / "algorithm=diloco,inner_steps=5,seed=0" / "metrics.jsonl";
+  for (int i = 0; i < 100 && !fs::exists(second); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  std::vector<pid_t> runs = children_of(pid);
+  std::erase_if(runs, [](pid_t p) { return !alive(p); });
+  ASSERT_EQ(runs.size(), 1u) << "-j 1: one run at a time, the second one now\n" << read(log);
+  EXPECT_EQ(cmdline_of(runs[0]), cmdline_of(pid)) << "the run executed a program instead of running in a fork";
   ::kill(pid, SIGKILL);
   ASSERT_EQ(::waitpid(pid, nullptr, 0), pid);
-  int left = processes_mentioning(configs);
-  for (int i = 0; i < 100 && left > 0; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    left = processes_mentioning(configs);
-  }
-  EXPECT_EQ(left, 0) << "runs outlived the killed sweep";
+  for (int i = 0; i < 100 && alive(runs[0]); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_FALSE(alive(runs[0])) << "a run outlived the killed sweep";
 
   Result again = run("sweep " + path + out() + " --no-report -j 2");
   ASSERT_EQ(again.code, 0) << again.output;

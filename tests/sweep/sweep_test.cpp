@@ -1,20 +1,28 @@
 // Tests for sweep files (src/config/sweep_spec), their expansion into runs (src/sweep/plan),
-// the CSV helpers and reading results back (src/sweep/results). No processes: the runner is
-// tested through the atoll binary in sweep_cli_test.cpp.
+// the CSV helpers and reading results back (src/sweep/results), and how a run's child starts
+// (src/sweep/process). The runner is tested through the atoll binary in sweep_cli_test.cpp.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <condition_variable>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <set>
+#include <sstream>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "src/base/status.h"
 #include "src/config/sweep_spec.h"
 #include "src/core/run_dir.h"
 #include "src/sweep/csv.h"
 #include "src/sweep/plan.h"
+#include "src/sweep/process.h"
 #include "src/sweep/results.h"
 
 namespace atl::sweep {
@@ -339,6 +347,60 @@ TEST_F(SweepTest, ResultsFollowSummaryHashAndOutcome) {
   EXPECT_EQ(rows[1][loss], "1.5");
   EXPECT_EQ(rows[2][loss], "");  // NaN: an empty cell
   EXPECT_EQ(rows[3][3], "failed");
+}
+
+// A run's child: a fork that calls the warm main while the process has one thread, the
+// executed program once it has two (process.h). Checked in a forked copy of this test,
+// which has one thread whatever the test binary has started.
+TEST_F(SweepTest, ARunIsAWarmForkOnlyWhileTheSweepHasOneThread) {
+  const std::string log = (dir_ / "child.log").string();
+  const WarmMain warm = [](const std::vector<std::string>& argv) {
+    std::printf("warm %s\n", argv.back().c_str());  // buffered: the child must flush it
+    return 7;
+  };
+  // What the child of spawn_logged wrote and its exit code.
+  auto spawn_and_wait = [&](int* code) {
+    fs::remove(log);
+    const pid_t pid = spawn_logged("/bin/sh", {"sh", "-c", "echo exec"}, log, warm);
+    int status = 0;
+    if (::waitpid(pid, &status, 0) != pid || !WIFEXITED(status)) return std::string("no exit");
+    *code = WEXITSTATUS(status);
+    std::ifstream in(log);
+    std::stringstream s;
+    s << in.rdbuf();
+    return s.str();
+  };
+  std::fflush(nullptr);
+  const pid_t tester = ::fork();
+  ASSERT_GE(tester, 0);
+  if (tester == 0) {
+    int code = -1;
+    if (!single_threaded()) ::_exit(10);
+    if (spawn_and_wait(&code) != "warm echo exec\n" || code != 7) ::_exit(11);
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    std::thread other([&] {
+      std::unique_lock<std::mutex> lock(mu);
+      cv.wait(lock, [&] { return done; });
+    });
+    const bool two = !single_threaded();
+    const std::string out = spawn_and_wait(&code);
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      done = true;
+    }
+    cv.notify_all();
+    other.join();
+    if (!two) ::_exit(12);
+    if (out != "exec\n" || code != 0) ::_exit(13);
+    ::_exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(tester, &status, 0), tester);
+  ASSERT_TRUE(WIFEXITED(status));
+  // 10, 12: the thread count is misread; 11: the warm child; 13: the executed child.
+  EXPECT_EQ(WEXITSTATUS(status), 0);
 }
 
 }  // namespace
