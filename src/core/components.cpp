@@ -12,6 +12,7 @@
 #include "compression/stage.h"
 #include "src/base/status.h"
 #include "src/dipaco/run/options.h"
+#include "src/models/model.h"
 
 namespace atl::core {
 
@@ -35,7 +36,7 @@ algorithms::AlgorithmOptions algorithm_options(const config::Config& c,
   o.speeds = c.compute.speeds;
   o.weight_decay = c.train.weight_decay;
   o.model = c.model.name;
-  o.model_blocks = c.model.name == "gpt" ? c.model.layers : 0;
+  o.model_blocks = models::model_blocks(c.model);
   path_options(c, o);  // the path structure's section
   // A key the config leaves out is placed at the algorithm's name.
   if (auto p = algorithms::resolve_options(o))

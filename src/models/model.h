@@ -72,11 +72,18 @@ std::optional<KeyProblem> check_model(const config::ModelConfig& config, const D
 // does not know count as 1). For memory estimates before anything is allocated.
 int64_t estimate_numel(const config::ModelConfig& config, const DataShape& shape);
 
-// Registry (models/registry.cpp): "gpt", "mlp". Initialises parameters from `seed`
-// (same seed -> bitwise same params). Throws atl::UserError for an unknown name (listing
-// the valid ones) or inconsistent sizes.
+// The repeated blocks of the model (a GPT's transformer blocks; 0 when it has none), the
+// units that streaming fragments and path modules are made of, and that ParamSlice::block
+// numbers.
+int model_blocks(const config::ModelConfig& config);
+
+// Registry (models/registry.cpp, one row per model): "gpt", "mlp". Initialises parameters
+// from `seed` (same seed -> bitwise same params). Throws atl::UserError for an unknown name
+// (listing the valid ones) or inconsistent sizes.
 std::unique_ptr<Model> make_model(const config::ModelConfig& config, const DataShape& shape,
                                   c10::Device device, uint64_t seed);
 std::vector<std::string> model_names();
+// The names of the models with blocks (model_blocks > 0 at their defaults).
+std::vector<std::string> block_model_names();
 
 }  // namespace atl::models

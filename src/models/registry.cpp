@@ -1,6 +1,11 @@
 // The model registry: every model atoll can build, by the name `model.name` gives.
 #include <torch/torch.h>
 
+#include <algorithm>
+#include <optional>
+#include <string>
+#include <vector>
+
 #include "src/base/status.h"
 #include "src/models/gpt.h"
 #include "src/models/mlp.h"
@@ -82,37 +87,83 @@ std::unique_ptr<Model> make_mlp(const config::ModelConfig& c, const DataShape& s
   return std::make_unique<Mlp>(input_dim, c.hidden, static_cast<int>(classes), device, seed);
 }
 
-}  // namespace
-
-std::vector<std::string> model_names() { return {"gpt", "mlp"}; }
-
-std::optional<KeyProblem> check_model(const config::ModelConfig& config, const DataShape& shape,
-                                      bool shape_known) {
-  if (config.name == "gpt") return check_gpt(config, shape_known ? shape : DataShape{});
-  if (config.name == "mlp") {
-    int64_t input_dim = 0, classes = 0;
-    return check_mlp(config, shape, shape_known, input_dim, classes);
-  }
-  return KeyProblem{"model.name", "unknown model '" + config.name + "' (valid: " + joined_names() + ")"};
-}
-
-int64_t estimate_numel(const config::ModelConfig& config, const DataShape& shape) {
-  if (config.name == "gpt") return Gpt::expected_numel(config);
-  if (config.name != "mlp") return 0;
-  int64_t in = std::max<int64_t>(1, config.input_dim > 0 ? config.input_dim : shape.input_dim);
-  const int64_t classes = std::max<int64_t>(1, config.classes > 0 ? config.classes : shape.classes);
+int64_t estimate_mlp(const config::ModelConfig& c, const DataShape& shape) {
+  int64_t in = std::max<int64_t>(1, c.input_dim > 0 ? c.input_dim : shape.input_dim);
+  const int64_t classes = std::max<int64_t>(1, c.classes > 0 ? c.classes : shape.classes);
   int64_t n = 0;
-  for (int width : config.hidden) {
+  for (int width : c.hidden) {
     n += in * width + width;
     in = width;
   }
   return n + in * classes + classes;
 }
 
+// One row per model: a new model is its file(s) and a row here.
+struct ModelKind {
+  const char* name;
+  // The size rules make() throws for (check_model in model.h).
+  std::optional<KeyProblem> (*check)(const config::ModelConfig&, const DataShape&, bool shape_known);
+  int64_t (*estimate_numel)(const config::ModelConfig&, const DataShape&);
+  std::unique_ptr<Model> (*make)(const config::ModelConfig&, const DataShape&, c10::Device, uint64_t seed);
+  int (*blocks)(const config::ModelConfig&);  // model_blocks in model.h
+};
+
+const ModelKind kModels[] = {
+    {"gpt",
+     [](const config::ModelConfig& c, const DataShape& shape, bool known) {
+       return check_gpt(c, known ? shape : DataShape{});
+     },
+     [](const config::ModelConfig& c, const DataShape&) { return Gpt::expected_numel(c); }, make_gpt,
+     [](const config::ModelConfig& c) { return c.layers; }},
+    {"mlp",
+     [](const config::ModelConfig& c, const DataShape& shape, bool known) {
+       int64_t input_dim = 0, classes = 0;
+       return check_mlp(c, shape, known, input_dim, classes);
+     },
+     estimate_mlp, make_mlp, [](const config::ModelConfig&) { return 0; }},
+};
+
+const ModelKind* find(const std::string& name) {
+  for (const ModelKind& m : kModels)
+    if (name == m.name) return &m;
+  return nullptr;
+}
+
+}  // namespace
+
+std::vector<std::string> model_names() {
+  std::vector<std::string> names;
+  for (const ModelKind& m : kModels) names.push_back(m.name);
+  return names;
+}
+
+std::vector<std::string> block_model_names() {
+  std::vector<std::string> names;
+  config::ModelConfig probe;  // the defaults: a model with blocks has some by default
+  for (const ModelKind& m : kModels)
+    if (m.blocks(probe) > 0) names.push_back(m.name);
+  return names;
+}
+
+std::optional<KeyProblem> check_model(const config::ModelConfig& config, const DataShape& shape,
+                                      bool shape_known) {
+  if (const ModelKind* m = find(config.name)) return m->check(config, shape, shape_known);
+  return KeyProblem{"model.name", "unknown model '" + config.name + "' (valid: " + joined_names() + ")"};
+}
+
+int64_t estimate_numel(const config::ModelConfig& config, const DataShape& shape) {
+  const ModelKind* m = find(config.name);
+  return m ? m->estimate_numel(config, shape) : 0;
+}
+
+int model_blocks(const config::ModelConfig& config) {
+  const ModelKind* m = find(config.name);
+  return m ? m->blocks(config) : 0;
+}
+
 std::unique_ptr<Model> make_model(const config::ModelConfig& config, const DataShape& shape,
                                   c10::Device device, uint64_t seed) {
-  if (config.name == "gpt") return make_gpt(config, shape, device, seed);
-  if (config.name == "mlp") return make_mlp(config, shape, device, seed);
+  if (const ModelKind* m = find(config.name)) return m->make(config, shape, device, seed);
   throw UserError("model.name '" + config.name +
                   "' is not a model; valid names: " + joined_names());
 }

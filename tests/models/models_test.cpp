@@ -423,6 +423,28 @@ TEST(Registry, ListsNamesAndRejectsUnknownOnes) {
   }
 }
 
+// model_blocks: what the built model's layout numbers as blocks (ParamSlice::block), from the
+// config alone.
+TEST(Registry, BlocksAreThoseTheBuiltModelNumbers) {
+  EXPECT_EQ(block_model_names(), (std::vector<std::string>{"gpt"}));
+  auto gpt = tiny_gpt();
+  gpt.layers = 3;
+  config::ModelConfig mlp;
+  mlp.name = "mlp";
+  mlp.hidden = {8};
+  config::ModelConfig unknown;
+  unknown.name = "resnet";
+  EXPECT_EQ(model_blocks(unknown), 0);
+  for (const auto& c : {gpt, mlp}) {
+    SCOPED_TRACE(c.name);
+    const auto model = make_model(c, DataShape{0, 3, 4}, kCpu, 0);
+    int blocks = 0;
+    for (const ParamSlice& s : model->layout()) blocks = std::max(blocks, s.block + 1);
+    EXPECT_EQ(model_blocks(c), blocks);
+    EXPECT_EQ(estimate_numel(c, DataShape{0, 3, 4}), model->numel());
+  }
+}
+
 TEST(Registry, RejectsInconsistentGptSizes) {
   auto c = tiny_gpt();
   c.heads = 3;  // 16 % 3 != 0

@@ -4,12 +4,15 @@
 #include <string>
 
 #include "src/base/status.h"
+#include "src/models/model.h"
 
 namespace atl::core {
 
 dipaco::Paths dipaco_paths(const config::Config& c) {
-  if (c.model.name != "gpt") {
-    config::fail_key(c, "model.name", "algorithm dipaco needs a model with transformer blocks (gpt), got " +
+  if (models::model_blocks(c.model) == 0) {
+    std::string names;
+    for (const auto& n : models::block_model_names()) names += (names.empty() ? "" : ", ") + n;
+    config::fail_key(c, "model.name", "algorithm dipaco needs a model with transformer blocks (" + names + "), got " +
                                           c.model.name, "algorithm.name");
   }
   if (c.dipaco.levels.empty()) {
