@@ -18,6 +18,7 @@
 #include "src/config/config.h"
 #include "src/config/sweep_spec.h"
 #include "src/run/processes.h"
+#include "src/run/slurm.h"
 #include "src/core/export.h"
 #include "src/core/simulator.h"
 #include "src/core/validate.h"
@@ -110,6 +111,8 @@ struct CommandLine {
   int run();
   // simulate, validate, coordinator, island, launch: the commands that take a CONFIG.
   int run_config_command();
+  // `atoll island` without --id: the island of this Slurm task, and its device.
+  void place_island(atl::config::Config& config);
 
   CLI::App app{"atoll: low-communication decentralized training"};
   CLI::App *simulate = nullptr, *validate = nullptr, *coordinator = nullptr, *island = nullptr, *launch = nullptr;
@@ -172,7 +175,8 @@ void CommandLine::add_run_commands() {
   launch->add_flag("--force", force, "overwrite an existing run directory");
   launch->add_flag("--ssh", ssh, "with a hosts: section, start the processes on their hosts over ssh "
                                  "(default: print the per-host commands)");
-  island->add_option("--id", island_id, "this island's id, 0 .. islands.count-1")->required();
+  island->add_option("--id", island_id, "this island's id, 0 .. islands.count-1 (default under srun: the Slurm "
+                                        "task's, docs/slurm.md)");
   island->add_option("--peer-endpoint", peer_endpoints,
                      "ID=ENDPOINT: dial peer ID at ENDPOINT instead of the endpoint it published "
                      "(launch --emulate-wan: the relay of the link; repeatable)");
@@ -264,6 +268,22 @@ int CommandLine::run() {
   return run_config_command();
 }
 
+void CommandLine::place_island(atl::config::Config& config) {
+  const auto getenv = [](const char* name) -> const char* { return std::getenv(name); };
+  auto p = atl::run::slurm::placement(config.islands.count, 1, getenv);
+  if (!p.is_ok()) {
+    if (p.status().code() == atl::StatusCode::kInvalidArgument)  // the run's shape
+      atl::config::fail_key(config, "islands.count", "does not fit this Slurm task: " + p.status().message());
+    throw atl::UserError("island: the Slurm task's environment: " + p.status().message());
+  }
+  if (!p.value()) throw atl::UserError("island: --id is required outside a Slurm task (SLURM_PROCID is not set)");
+  const atl::run::slurm::Placement& at = *p.value();
+  island_id = at.island;
+  config.run.device = atl::run::slurm::task_device(config.run.device, at, getenv);
+  ATOLL_INFO("island " << island_id << " from the Slurm task's environment" << (at.array ? " (job array)" : "")
+                       << ", device " << config.run.device << (at.restarts > 0 ? ", requeued" : ""));
+}
+
 int CommandLine::run_config_command() {
   // validate checks what simulate needs: it has no mode, and real runs refuse a few more
   // things (islands.events kills, transport settings), each with its own line.
@@ -272,7 +292,9 @@ int CommandLine::run_config_command() {
                                   : *launch    ? atl::core::Target::kLaunch
                                                : atl::core::Target::kSimulate;
   if (resume) sets.push_back("run.resume=true");
-  atl::config::Config config = load_and_check(config_path, sets, target);
+  atl::config::Config config = atl::config::load_config(config_path, sets);
+  if (*island && island_id < 0) place_island(config);
+  atl::core::validate_config(config, target);
   atl::run::ProcessOptions popts;
   popts.force = force;
   popts.no_pickup = no_pickup;

@@ -1,0 +1,255 @@
+// A Slurm task's place in the run (src/run/slurm.h): the hostlist syntax, SLURM_TASKS_PER_NODE,
+// the island and rank of a task of one step or of a job array, the host of an island's rank
+// 0, the task's device, and the refusals. Then `atoll island` without --id as srun starts it:
+// real processes given the variables Slurm sets for each task.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "src/run/slurm.h"
+#include "tests/cli_test_util.h"
+#include "tests/run/process_test_util.h"
+
+namespace atl::run::slurm {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::vector<std::string> hosts(const std::string& list) {
+  auto h = expand_hostlist(list);
+  EXPECT_TRUE(h.is_ok()) << list << ": " << h.status().message();
+  return h.is_ok() ? h.value() : std::vector<std::string>{};
+}
+
+std::string hostlist_error(const std::string& list) {
+  auto h = expand_hostlist(list);
+  return h.is_ok() ? "" : h.status().message();
+}
+
+TEST(SlurmHostlist, ExpandsRangesListsAndPaddingInSlurmsOrder) {
+  using V = std::vector<std::string>;
+  EXPECT_EQ(hosts("n01"), V{"n01"});
+  EXPECT_EQ(hosts("n[01-04,07]"), (V{"n01", "n02", "n03", "n04", "n07"}));
+  EXPECT_EQ(hosts("n[08-10]"), (V{"n08", "n09", "n10"}));  // the first bound's width
+  EXPECT_EQ(hosts("n[1-3]"), (V{"n1", "n2", "n3"}));
+  EXPECT_EQ(hosts("gpu7,n[1-2],login"), (V{"gpu7", "n1", "n2", "login"}));
+  EXPECT_EQ(hosts("r[1-2]-n[1-2]"), (V{"r1-n1", "r1-n2", "r2-n1", "r2-n2"}));
+  EXPECT_EQ(hosts("a[3]b"), (V{"a3b"}));
+  EXPECT_EQ(hosts("node-[009-011].cluster"), (V{"node-009.cluster", "node-010.cluster", "node-011.cluster"}));
+}
+
+TEST(SlurmHostlist, RefusesWhatIsNotAHostlist) {
+  for (const auto& [list, part] : std::vector<std::pair<std::string, std::string>>{
+           {"", "empty"},
+           {"n[1-3", "'[' without ']'"},
+           {"n1-3]", "']' without '['"},
+           {"n[[1]]", "nested"},
+           {"n[]", "is not a number"},
+           {"n[3-1]", "runs backwards"},
+           {"n[a-b]", "is not a number"},
+           {"n[1-2,]", "is not a number"},
+           {"n1,,n2", "an empty name"},
+           {"n[0-99999999]", "too long"},
+       }) {
+    SCOPED_TRACE(list);
+    EXPECT_NE(hostlist_error(list).find(part), std::string::npos) << hostlist_error(list);
+  }
+}
+
+TEST(SlurmTasksPerNode, ExpandsRepeats) {
+  auto t = expand_tasks_per_node("2(x3),1");
+  ASSERT_TRUE(t.is_ok()) << t.status().message();
+  EXPECT_EQ(t.value(), (std::vector<int>{2, 2, 2, 1}));
+  EXPECT_EQ(expand_tasks_per_node("4").value(), std::vector<int>{4});
+  for (const char* bad : {"", "2(3)", "x", "2(x)", "2(x3", "-1"}) {
+    SCOPED_TRACE(bad);
+    EXPECT_FALSE(expand_tasks_per_node(bad).is_ok());
+  }
+}
+
+// An environment for placement(): the variables of `vars`, nothing else.
+Getenv env(const std::map<std::string, std::string>& vars) {
+  return [vars](const char* name) -> const char* {
+    auto it = vars.find(name);
+    return it == vars.end() ? nullptr : it->second.c_str();
+  };
+}
+
+TEST(SlurmPlacement, NotASlurmTaskWithoutProcid) {
+  auto p = placement(4, 1, env({{"SLURM_NTASKS", "4"}}));
+  ASSERT_TRUE(p.is_ok());
+  EXPECT_FALSE(p.value().has_value());
+}
+
+// One step of islands x ranks tasks, block distribution over n[1-3] with 2, 2 and 4 tasks:
+// an island's ranks are consecutive tasks, its rank 0 on the node of its first task.
+TEST(SlurmPlacement, OneStepPlacesIslandsOnConsecutiveTasks) {
+  const std::map<std::string, std::string> step = {{"SLURM_NTASKS", "8"},
+                                                   {"SLURM_JOB_NODELIST", "n[1-3]"},
+                                                   {"SLURM_TASKS_PER_NODE", "2(x2),4"}};
+  const std::vector<std::tuple<int, int, int, std::string>> want = {
+      // procid, island, rank, rank 0's host (islands of 2 ranks)
+      {0, 0, 0, "n1"}, {1, 0, 1, "n1"}, {2, 1, 0, "n2"}, {3, 1, 1, "n2"},
+      {4, 2, 0, "n3"}, {5, 2, 1, "n3"}, {6, 3, 0, "n3"}, {7, 3, 1, "n3"}};
+  for (const auto& [procid, island, rank, host] : want) {
+    SCOPED_TRACE(procid);
+    auto vars = step;
+    vars["SLURM_PROCID"] = std::to_string(procid);
+    vars["SLURM_LOCALID"] = std::to_string(procid < 4 ? procid % 2 : procid - 4);
+    auto p = placement(4, 2, env(vars));
+    ASSERT_TRUE(p.is_ok()) << p.status().message();
+    ASSERT_TRUE(p.value().has_value());
+    EXPECT_EQ(p.value()->island, island);
+    EXPECT_EQ(p.value()->rank, rank);
+    EXPECT_EQ(p.value()->rank0_host, host);
+    EXPECT_EQ(p.value()->local_id, procid < 4 ? procid % 2 : procid - 4);
+    EXPECT_FALSE(p.value()->array);
+  }
+  // One rank per island: the island is the task.
+  auto vars = step;
+  vars["SLURM_PROCID"] = "5";
+  auto p = placement(8, 1, env(vars));
+  ASSERT_TRUE(p.is_ok()) << p.status().message();
+  EXPECT_EQ(p.value()->island, 5);
+  EXPECT_EQ(p.value()->rank, 0);
+  EXPECT_EQ(p.value()->rank0_host, "n3");
+}
+
+// A job array: element K is island K, its tasks its ranks; a requeued element says so.
+TEST(SlurmPlacement, ArrayElementIsAnIsland) {
+  auto p = placement(4, 2, env({{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "2"}, {"SLURM_ARRAY_TASK_ID", "3"},
+                                {"SLURM_JOB_NODELIST", "gpu[07-08]"}, {"SLURM_TASKS_PER_NODE", "1(x2)"},
+                                {"SLURM_RESTART_COUNT", "2"}}));
+  ASSERT_TRUE(p.is_ok()) << p.status().message();
+  EXPECT_EQ(p.value()->island, 3);
+  EXPECT_EQ(p.value()->rank, 1);
+  EXPECT_EQ(p.value()->rank0_host, "gpu07");
+  EXPECT_EQ(p.value()->restarts, 2);
+  EXPECT_TRUE(p.value()->array);
+}
+
+TEST(SlurmPlacement, AnEnvironmentThatDoesNotFitIsRefusedNamingTheVariables) {
+  struct Case {
+    std::map<std::string, std::string> vars;
+    StatusCode code;
+    std::string part;
+  };
+  const std::vector<Case> cases = {
+      {{{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "3"}}, StatusCode::kInvalidArgument,
+       "SLURM_NTASKS=3 but the run has 4 islands of 1 rank: one task per rank, 4 tasks"},
+      {{{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"}, {"SLURM_ARRAY_TASK_ID", "4"}}, StatusCode::kInvalidArgument,
+       "SLURM_ARRAY_TASK_ID=4 but the run has 4 islands of 1 rank: array indices are island ids, 0 to 3"},
+      {{{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_ARRAY_TASK_ID", "1"}}, StatusCode::kInvalidArgument,
+       "SLURM_NTASKS=2 in array element 1 but the run has 4 islands of 1 rank"},
+      {{{"SLURM_PROCID", "x"}, {"SLURM_NTASKS", "4"}}, StatusCode::kCorrupt,
+       "SLURM_PROCID='x' is not a non-negative integer"},
+      {{{"SLURM_PROCID", "0"}}, StatusCode::kCorrupt, "SLURM_NPROCS is not set"},
+      {{{"SLURM_PROCID", "4"}, {"SLURM_NTASKS", "4"}}, StatusCode::kCorrupt, "SLURM_PROCID=4 is not below SLURM_NTASKS=4"},
+      {{{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "4"}, {"SLURM_DISTRIBUTION", "cyclic"}}, StatusCode::kCorrupt,
+       "needs the block distribution"},
+      {{{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "4"}, {"SLURM_JOB_NODELIST", "n[1-2"}}, StatusCode::kCorrupt,
+       "SLURM_JOB_NODELIST: hostlist 'n[1-2': '[' without ']'"},
+      {{{"SLURM_PROCID", "3"}, {"SLURM_NTASKS", "4"}, {"SLURM_JOB_NODELIST", "n[1-2]"}, {"SLURM_TASKS_PER_NODE", "2"}},
+       StatusCode::kCorrupt, "SLURM_TASKS_PER_NODE='2' counts 1 nodes but SLURM_JOB_NODELIST='n[1-2]' names 2"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.part);
+    auto p = placement(4, 1, env(c.vars));
+    ASSERT_FALSE(p.is_ok());
+    EXPECT_EQ(p.status().code(), c.code);
+    EXPECT_NE(p.status().message().find(c.part), std::string::npos) << p.status().message();
+  }
+}
+
+TEST(SlurmDevice, CudaIsTheTasksOwnGpu) {
+  Placement p;
+  p.local_id = 3;
+  EXPECT_EQ(task_device("cuda", p, env({})), "cuda:3");
+  EXPECT_EQ(task_device("cuda", p, env({{"CUDA_VISIBLE_DEVICES", "5"}})), "cuda:0");  // bound by Slurm
+  EXPECT_EQ(task_device("cuda:1", p, env({})), "cuda:1");                             // as given
+  EXPECT_EQ(task_device("cpu", p, env({})), "cpu");
+}
+
+// ---- `atoll island` without --id, as srun starts it ------------------------------------------
+
+class SlurmIsland : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = atl::testing::make_test_dir("atoll_slurm_test");
+    port_ = atl::testing::test_port(14000);
+    std::ostringstream y;
+    y << "run: {name: r, seed: 3, out_dir: " << (dir_ / "runs").string() << ", threads: 1}\n"
+      << "model: {name: gpt, layers: 1, heads: 2, dim: 16, seq_len: 16}\n"
+      << "data: {kind: text, path: " << (dir_ / "corpus.txt").string() << "}\n"
+      << "train: {steps: 20, batch_size: 4, warmup_steps: 0, eval_every: 0}\n"
+      << "islands: {count: 2}\n"
+      << "algorithm: {name: diloco, inner_steps: 5}\n"
+      << "transport: {coordinator: \"tcp://127.0.0.1:" << port_ << "\", base_port: " << port_ + 1 << "}\n";
+    config_ = (dir_ / "c.yaml").string();
+    std::ofstream(config_) << y.str();
+  }
+  void TearDown() override {
+    for (const char* v : {"SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_JOB_NODELIST", "SLURM_TASKS_PER_NODE"})
+      ::unsetenv(v);
+    fs::remove_all(dir_);
+  }
+  fs::path dir_;
+  std::string config_;
+  int port_ = 0;
+};
+
+TEST_F(SlurmIsland, TasksOfOneStepRunTheIslandsTheirIdsSay) {
+  const pid_t coordinator = atl::testing::spawn_atoll({"coordinator", config_, "--quiet"}, dir_ / "coordinator.log");
+  std::vector<pid_t> islands;
+  ::setenv("SLURM_NTASKS", "2", 1);
+  ::setenv("SLURM_JOB_NODELIST", "localhost", 1);
+  ::setenv("SLURM_TASKS_PER_NODE", "2", 1);
+  for (int task = 0; task < 2; ++task) {  // the environment srun gives task `task`, no --id
+    ::setenv("SLURM_PROCID", std::to_string(task).c_str(), 1);
+    ::setenv("SLURM_LOCALID", std::to_string(task).c_str(), 1);
+    islands.push_back(atl::testing::spawn_atoll({"island", config_, "--quiet"}, dir_ / ("task-" + std::to_string(task) + ".log")));
+  }
+  for (int task = 0; task < 2; ++task) {
+    const std::string log = atl::testing::read(dir_ / ("task-" + std::to_string(task) + ".log"));
+    EXPECT_EQ(atl::testing::wait_exit(islands[static_cast<size_t>(task)], 90), 0) << log;
+  }
+  EXPECT_EQ(atl::testing::wait_exit(coordinator, 30), 0) << atl::testing::read(dir_ / "coordinator.log");
+  for (int task = 0; task < 2; ++task) {
+    const std::string log = atl::testing::read(dir_ / ("task-" + std::to_string(task) + ".log"));
+    EXPECT_NE(log.find("island " + std::to_string(task) + " from the Slurm task's environment, device cpu"),
+              std::string::npos) << log;
+  }
+  EXPECT_NE(atl::testing::read(dir_ / "runs/r/summary.json").find("\"islands_finished\":2"), std::string::npos);
+}
+
+// Refused before anything starts, one line, exit 2: a task count that does not fit the run
+// (naming the config's key), a malformed variable, and no --id outside Slurm.
+TEST_F(SlurmIsland, AnEnvironmentThatDoesNotFitIsOneLine) {
+  using atl::testing::run;
+  ::setenv("SLURM_PROCID", "0", 1);
+  ::setenv("SLURM_NTASKS", "3", 1);
+  auto r = run("island " + config_);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_EQ(r.output, "atoll: error: " + config_ + ":5: key 'islands.count': does not fit this Slurm task: "
+                      "SLURM_NTASKS=3 but the run has 2 islands of 1 rank: one task per rank, 2 tasks\n");
+  ::setenv("SLURM_NTASKS", "2", 1);
+  ::setenv("SLURM_JOB_NODELIST", "n[1-", 1);
+  r = run("island " + config_);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_EQ(r.output, "atoll: error: island: the Slurm task's environment: SLURM_JOB_NODELIST: hostlist 'n[1-': "
+                      "'[' without ']'\n");
+  ::unsetenv("SLURM_PROCID");
+  r = run("island " + config_);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_EQ(r.output, "atoll: error: island: --id is required outside a Slurm task (SLURM_PROCID is not set)\n");
+  EXPECT_FALSE(fs::exists(dir_ / "runs")) << "a refused island started a run";
+}
+
+}  // namespace
+}  // namespace atl::run::slurm
