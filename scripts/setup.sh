@@ -19,6 +19,7 @@ PACKAGES=(
   bible-kjv bible-kjv-text dataset-fashion-mnist
   python3-matplotlib    # atoll report: plots (scripts/report.py)
   python3-torch         # tests/checkpoint: torch.load of `atoll export` files (~9 MB download)
+  slurmd slurmctld slurm-client munge   # tests/run/slurm_test: a local Slurm (scripts/slurm_local.sh)
 )
 
 missing=()

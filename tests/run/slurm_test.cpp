@@ -1,9 +1,12 @@
 // A Slurm task's place in the run (src/run/slurm.h): the hostlist syntax, SLURM_TASKS_PER_NODE,
 // the island and rank of a task of one step or of a job array, the host of an island's rank
 // 0, the task's device, and the refusals. Then `atoll island` without --id as srun starts it:
-// real processes given the variables Slurm sets for each task.
+// real processes given the variables Slurm sets for each task, then started by a real Slurm
+// (munged, slurmctld and slurmd on this machine: scripts/slurm_local.sh) with srun and as a
+// job array, ending bitwise as `atoll launch` of the same run.
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -249,6 +252,104 @@ TEST_F(SlurmIsland, AnEnvironmentThatDoesNotFitIsOneLine) {
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_EQ(r.output, "atoll: error: island: --id is required outside a Slurm task (SLURM_PROCID is not set)\n");
   EXPECT_FALSE(fs::exists(dir_ / "runs")) << "a refused island started a run";
+}
+
+// ---- a real Slurm: scripts/slurm_local.sh ------------------------------------------------------
+
+class RealSlurm : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (::geteuid() != 0) return;  // SetUp skips
+    cluster_ = new fs::path(fs::temp_directory_path() / ("atoll_slurm_cluster_" + std::to_string(::getpid())));
+    const int port = atl::testing::test_port(14000);
+    const std::string cmd = "scripts/slurm_local.sh start " + cluster_->string() + " " + std::to_string(port + 10) +
+                            " > " + (fs::temp_directory_path() / "atoll_slurm_start.log").string() + " 2>&1";
+    started_ = std::system(cmd.c_str()) == 0;
+    ::setenv("SLURM_CONF", (*cluster_ / "slurm.conf").c_str(), 1);
+  }
+  static void TearDownTestSuite() {
+    if (cluster_ == nullptr) return;
+    std::system(("scripts/slurm_local.sh stop " + cluster_->string()).c_str());
+    fs::remove_all(*cluster_);
+    delete cluster_;
+    cluster_ = nullptr;
+  }
+  void SetUp() override {
+    if (::geteuid() != 0) GTEST_SKIP() << "slurmd and munged need root (CI runs as root)";
+    ASSERT_TRUE(started_) << "the local Slurm did not start:\n"
+                          << atl::testing::read(fs::temp_directory_path() / "atoll_slurm_start.log");
+    dir_ = atl::testing::make_test_dir("atoll_real_slurm_" + std::string(
+                                           ::testing::UnitTest::GetInstance()->current_test_info()->name()));
+    port_ = atl::testing::test_port(14000);
+    std::ostringstream y;
+    y << "run: {name: r, seed: 4, out_dir: " << (dir_ / "runs").string() << ", threads: 1}\n"
+      << "model: {name: gpt, layers: 1, heads: 2, dim: 16, seq_len: 16}\n"
+      << "data: {kind: text, path: " << (dir_ / "corpus.txt").string() << "}\n"
+      << "train: {steps: 30, batch_size: 4, warmup_steps: 0, eval_every: 10}\n"
+      << "islands: {count: 2}\n"
+      << "algorithm: {name: diloco, inner_steps: 5}\n"
+      << "transport: {coordinator: \"tcp://127.0.0.1:" << port_ << "\", base_port: " << port_ + 1 << "}\n";
+    config_ = (dir_ / "c.yaml").string();
+    std::ofstream(config_) << y.str();
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // `atoll launch` of the config as run `name`: its final parameters.
+  std::string launched(const std::string& name) {
+    EXPECT_EQ(atl::testing::run_atoll("launch " + config_ + " --quiet --set run.name=" + name), 0);
+    return atl::testing::read(dir_ / "runs" / name / "final_params.bin");
+  }
+  // Runs `shell` (srun or sbatch starting the islands of run `name`) while a coordinator of
+  // that run serves them: the islands' exit status; the coordinator must end well too.
+  int with_coordinator(const std::string& name, const std::string& shell) {
+    const pid_t coordinator = atl::testing::spawn_atoll({"coordinator", config_, "--quiet", "--set", "run.name=" + name},
+                                                        dir_ / (name + "-coordinator.log"));
+    const int rc = std::system(("timeout 120 " + shell + " > " + (dir_ / (name + "-islands.log")).string() + " 2>&1").c_str());
+    EXPECT_EQ(atl::testing::wait_exit(coordinator, 30), 0) << atl::testing::read(dir_ / (name + "-coordinator.log"));
+    return rc;
+  }
+  std::string islands_log(const std::string& name) {
+    std::string all = atl::testing::read(dir_ / (name + "-islands.log"));
+    for (const auto& f : fs::directory_iterator(dir_))
+      if (f.path().filename().string().rfind("slurm-", 0) == 0) all += atl::testing::read(f.path());
+    return all;
+  }
+
+  static fs::path* cluster_;
+  static bool started_;
+  fs::path dir_;
+  std::string config_;
+  int port_ = 0;
+};
+fs::path* RealSlurm::cluster_ = nullptr;
+bool RealSlurm::started_ = false;
+
+// One step of two tasks, `srun -n 2 atoll island CONFIG`: task K runs island K.
+TEST_F(RealSlurm, SrunStepOfTwoTasksEndsAsLaunch) {
+  const std::string expected = launched("whole");
+  ASSERT_GT(expected.size(), 100u);
+  const int rc = with_coordinator("srun", "srun -n 2 " + std::string(ATOLL_BINARY) + " island " + config_ +
+                                              " --quiet --set run.name=srun");
+  const std::string log = islands_log("srun");
+  ASSERT_EQ(rc, 0) << log;
+  for (int island = 0; island < 2; ++island)
+    EXPECT_NE(log.find("island " + std::to_string(island) + " from the Slurm task's environment"), std::string::npos) << log;
+  EXPECT_TRUE(atl::testing::read(dir_ / "runs/srun/final_params.bin") == expected) << "final parameters differ from launch's";
+}
+
+// A job array, one element per island: `sbatch --array=0-1 -n 1 --wait`.
+TEST_F(RealSlurm, JobArrayOfOneElementPerIslandEndsAsLaunch) {
+  const std::string expected = launched("whole");
+  ASSERT_GT(expected.size(), 100u);
+  const int rc = with_coordinator("array", "sbatch --wait --array=0-1 -n 1 -D " + dir_.string() + " --wrap \"" +
+                                               std::string(ATOLL_BINARY) + " island " + config_ +
+                                               " --quiet --set run.name=array\"");
+  const std::string log = islands_log("array");
+  ASSERT_EQ(rc, 0) << log;
+  for (int island = 0; island < 2; ++island)
+    EXPECT_NE(log.find("island " + std::to_string(island) + " from the Slurm task's environment (job array)"),
+              std::string::npos) << log;
+  EXPECT_TRUE(atl::testing::read(dir_ / "runs/array/final_params.bin") == expected) << "final parameters differ from launch's";
 }
 
 }  // namespace
