@@ -17,6 +17,14 @@ dir=${2:-}
 [ -n "$cmd" ] && [ -n "$dir" ] || { echo "usage: $0 start DIR PORT | stop DIR" >&2; exit 2; }
 
 stop() {
+  # The cluster's jobs first (their steps outlive slurmd otherwise), then the daemons.
+  if [ -f "$dir/slurm.conf" ] && [ -f "$dir/slurmctld.pid" ]; then
+    SLURM_CONF="$dir/slurm.conf" scancel --quiet --partition=debug 2>/dev/null || true
+    for _ in $(seq 100); do
+      [ -z "$(SLURM_CONF="$dir/slurm.conf" squeue -h -o %A 2>/dev/null)" ] && break
+      sleep 0.1
+    done
+  fi
   for pidfile in "$dir/slurmd.pid" "$dir/slurmctld.pid" "$dir/munge/munged.pid"; do
     [ -f "$pidfile" ] || continue
     pid=$(cat "$pidfile" 2>/dev/null || true)

@@ -115,7 +115,8 @@ struct CommandLine {
   void place_island(atl::config::Config& config);
 
   CLI::App app{"atoll: low-communication decentralized training"};
-  CLI::App *simulate = nullptr, *validate = nullptr, *coordinator = nullptr, *island = nullptr, *launch = nullptr;
+  CLI::App *simulate = nullptr, *validate = nullptr, *coordinator = nullptr, *island = nullptr, *launch = nullptr,
+           *slurm = nullptr;
   CLI::App *relay = nullptr, *sweep_cmd = nullptr, *report = nullptr, *compare = nullptr, *export_cmd = nullptr,
            *keygen = nullptr;
   // simulate, validate and the real runs.
@@ -126,6 +127,7 @@ struct CommandLine {
   bool no_pickup = false;   // launch's first start of the coordinator (restarts pick the run up)
   bool supervised = false;  // started by launch: island processes that exited are reported on stdin
   bool ssh = false;
+  bool submit = false, dry_run = false;  // slurm
   std::vector<std::string> peer_endpoints;
   bool emulate_wan = false;
   atl::run::WanOptions wan;
@@ -177,6 +179,12 @@ void CommandLine::add_run_commands() {
                                  "(default: print the per-host commands)");
   island->add_option("--id", island_id, "this island's id, 0 .. islands.count-1 (default under srun: the Slurm "
                                         "task's, docs/slurm.md)");
+  slurm = app.add_subcommand("slurm", "write the batch scripts of CONFIG for Slurm: a coordinator job and an island "
+                                      "job array (docs/slurm.md); --submit submits them");
+  slurm->add_option("config", config_path, "experiment YAML")->required();
+  slurm->add_option("--set", sets, "override a key (repeatable; the jobs get it too)");
+  slurm->add_flag("--submit", submit, "submit the scripts with sbatch and say how to follow the run");
+  slurm->add_flag("--dry-run", dry_run, "print the scripts only; write nothing");
   island->add_option("--peer-endpoint", peer_endpoints,
                      "ID=ENDPOINT: dial peer ID at ENDPOINT instead of the endpoint it published "
                      "(launch --emulate-wan: the relay of the link; repeatable)");
@@ -289,7 +297,7 @@ int CommandLine::run_config_command() {
   // things (islands.events kills, transport settings), each with its own line.
   const atl::core::Target target = *coordinator ? atl::core::Target::kCoordinator
                                   : *island    ? atl::core::Target::kIsland
-                                  : *launch    ? atl::core::Target::kLaunch
+                                  : *launch || *slurm ? atl::core::Target::kLaunch
                                                : atl::core::Target::kSimulate;
   if (resume) sets.push_back("run.resume=true");
   atl::config::Config config = atl::config::load_config(config_path, sets);
@@ -321,6 +329,7 @@ int CommandLine::run_config_command() {
     return 0;
   }
   if (*launch) return atl::run::launch(config, popts);
+  if (*slurm) return atl::run::slurm::run_slurm_command(config, popts, submit, dry_run);
   if (*validate) {
     std::printf("%s: ok (%s, %d island%s, %s)\n", config_path.c_str(), config.algorithm.name.c_str(),
                 config.islands.count, config.islands.count == 1 ? "" : "s", config.model.name.c_str());

@@ -380,6 +380,25 @@ struct HostsConfig {
   }
 };
 
+// `atoll slurm CONFIG` (docs/slurm.md): the sbatch options of the run's batch scripts.
+struct SlurmConfig {
+  std::string partition;              // "" = the cluster's default
+  std::string account;                // "" = the user's default
+  std::string time;                   // "" = the partition's limit; else sbatch's forms (HH:MM:SS, D-HH:MM:SS)
+  std::vector<std::string> sbatch;    // more sbatch options, one per #SBATCH line: ["--qos=high"]
+  std::string binary = "build/atoll";  // the atoll executable, from the submit directory
+
+  template <class V>
+  void fields(V& v) {
+    using namespace atl::fields;
+    v.field("partition", partition);
+    v.field("account", account);
+    v.field("time", time);
+    v.field("sbatch", sbatch);
+    v.field("binary", binary);
+  }
+};
+
 // Checkpoints of a run (docs/checkpoints.md): written to `dir` every `every` inner steps,
 // the newest `keep` kept; `atoll simulate --resume` (run.resume) continues from the newest.
 struct CheckpointConfig {
@@ -414,6 +433,7 @@ struct Config {
   ComputeConfig compute;
   NetworkConfig network;
   HostsConfig hosts;
+  SlurmConfig slurm;
   DipacoConfig dipaco;
   CheckpointConfig checkpoint;
   // Where each key that the text set came from, for messages about it later (e.g. a missing

@@ -97,6 +97,7 @@ std::vector<Section> build() {
           section("compute", &Config::compute),
           section("network", &Config::network),
           section("hosts", &Config::hosts),
+          section("slurm", &Config::slurm),
           section("dipaco", &Config::dipaco),
           section("checkpoint", &Config::checkpoint)};
 }

@@ -1,10 +1,19 @@
 #include "src/run/slurm.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <initializer_list>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "src/base/log.h"
+#include "src/run/hosts.h"
 
 namespace atl::run::slurm {
 namespace {
@@ -167,10 +176,14 @@ StatusOr<std::vector<int>> expand_tasks_per_node(const std::string& spec) {
 
 StatusOr<std::optional<Placement>> placement(int islands, int ranks, const Getenv& getenv) {
   if (getenv("SLURM_PROCID") == nullptr) return std::optional<Placement>();
-  if (const char* d = getenv("SLURM_DISTRIBUTION"); d != nullptr && std::string(d).rfind("block", 0) != 0) {
-    return bad_env(std::string("SLURM_DISTRIBUTION='") + d +
-                            "': atoll places an island's ranks on consecutive tasks, which needs the block "
-                            "distribution (srun's default; -m block)");
+  // Islands of several ranks are consecutive tasks, placed on nodes in blocks. (srun inside a
+  // batch job reports "cyclic" for a step of one task per node; one-rank islands do not mind.)
+  const char* distribution = getenv("SLURM_DISTRIBUTION");
+  const bool block = distribution == nullptr || std::string(distribution).rfind("block", 0) == 0;
+  if (ranks > 1 && !block) {
+    return bad_env(std::string("SLURM_DISTRIBUTION='") + distribution +
+                   "': atoll places an island's ranks on consecutive tasks, which needs the block "
+                   "distribution (srun -m block)");
   }
   auto procid = integer(getenv, "SLURM_PROCID");
   if (!procid.is_ok()) return procid.status();
@@ -220,9 +233,13 @@ StatusOr<std::optional<Placement>> placement(int islands, int ranks, const Geten
     return bad_env("SLURM_PROCID=" + std::to_string(procid.value()) + " is not below " + ntasks_var + "=" +
                             std::to_string(ntasks.value()));
   }
-  auto host = host_of_task(getenv, rank0_task);
-  if (!host.is_ok()) return host.status();
-  p.rank0_host = host.value();
+  if (const char* own = getenv("SLURMD_NODENAME"); ranks == 1 && own != nullptr) {
+    p.rank0_host = own;  // the island is this task
+  } else if (block) {
+    auto host = host_of_task(getenv, rank0_task);
+    if (!host.is_ok()) return host.status();
+    p.rank0_host = host.value();
+  }
   return std::optional<Placement>(p);
 }
 
@@ -231,6 +248,136 @@ std::string task_device(const std::string& device, const Placement& p, const Get
   const char* visible = getenv("CUDA_VISIBLE_DEVICES");
   if (visible != nullptr && *visible != '\0') return "cuda:0";
   return "cuda:" + std::to_string(p.local_id);
+}
+
+namespace {
+
+bool is_loopback(const std::string& endpoint) {
+  return endpoint.find("127.0.0.1") != std::string::npos || endpoint.find("localhost") != std::string::npos;
+}
+
+// "tcp://node7:29500" -> "node7".
+std::string endpoint_host(const std::string& endpoint) {
+  std::string rest = endpoint.substr(endpoint.find("://") == std::string::npos ? 0 : endpoint.find("://") + 3);
+  return rest.substr(0, rest.rfind(':'));
+}
+
+std::string header(const config::Config& c, const std::string& job, const std::string& cwd) {
+  std::string h = "#!/bin/bash\n";
+  h += "#SBATCH --job-name=" + job + "\n";
+  h += "#SBATCH --chdir=" + cwd + "\n";
+  if (!c.slurm.partition.empty()) h += "#SBATCH --partition=" + c.slurm.partition + "\n";
+  if (!c.slurm.account.empty()) h += "#SBATCH --account=" + c.slurm.account + "\n";
+  if (!c.slurm.time.empty()) h += "#SBATCH --time=" + c.slurm.time + "\n";
+  h += "#SBATCH --requeue\n";
+  return h;
+}
+
+std::string extra(const config::Config& c) {
+  std::string e;
+  for (const auto& line : c.slurm.sbatch) e += "#SBATCH " + line + "\n";
+  return e;
+}
+
+// `srun BINARY ROLE CONFIG --set ... --quiet`, quoted for the shell.
+std::string srun_line(const config::Config& c, const ProcessOptions& o, const std::string& role) {
+  std::string line = "srun --ntasks=1 " + shell_quote(c.slurm.binary) + " " + role + " " + shell_quote(o.config_path);
+  for (const auto& s : o.overrides) line += " --set " + shell_quote(s);
+  return line + " --quiet\n";
+}
+
+bool on_path(const std::string& program) {
+  const char* path = std::getenv("PATH");
+  std::string dirs = path ? path : "";
+  size_t start = 0;
+  while (start <= dirs.size()) {
+    const size_t colon = dirs.find(':', start);
+    const std::string d = dirs.substr(start, colon == std::string::npos ? std::string::npos : colon - start);
+    if (!d.empty() && ::access((d + "/" + program).c_str(), X_OK) == 0) return true;
+    if (colon == std::string::npos) break;
+    start = colon + 1;
+  }
+  return false;
+}
+
+// `sbatch --parsable ARGS FILE`: the job id, or the error it printed.
+StatusOr<std::string> sbatch(const std::string& args, const std::string& file) {
+  const std::string cmd = "sbatch --parsable " + args + " " + shell_quote(file) + " 2>&1";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (p == nullptr) return invalid_argument("cannot run sbatch");
+  std::string out;
+  char buf[512];
+  while (std::fgets(buf, sizeof buf, p) != nullptr) out += buf;
+  const int status = ::pclose(p);
+  while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
+  if (status != 0) return invalid_argument("sbatch " + file + ": " + out);
+  return out.substr(0, out.find(';'));  // "ID" or "ID;CLUSTER"
+}
+
+}  // namespace
+
+BatchScripts batch_scripts(const config::Config& c, const ProcessOptions& o, const std::string& cwd) {
+  BatchScripts b;
+  b.dir = (std::filesystem::path(c.run.out_dir) / (c.run.name + "-slurm")).string();
+  const std::string name = "atoll-" + c.run.name;
+  b.coordinator = header(c, name + "-coordinator", cwd);
+  b.coordinator += "#SBATCH --ntasks=1\n";
+  b.coordinator += "#SBATCH --output=" + b.dir + "/coordinator-%j.out\n";
+  if (!is_loopback(c.transport.coordinator) && !endpoint_host(c.transport.coordinator).empty())
+    b.coordinator += "#SBATCH --nodelist=" + endpoint_host(c.transport.coordinator) + "\n";
+  b.coordinator += extra(c);
+  b.coordinator += "# The coordinator of run " + c.run.name + ". Requeued, it picks the run up where it was.\n";
+  b.coordinator += "exec " + srun_line(c, o, "coordinator");
+
+  b.islands = header(c, name + "-islands", cwd);
+  b.islands += "#SBATCH --array=0-" + std::to_string(c.islands.count - 1) + "\n";
+  b.islands += "#SBATCH --ntasks=1\n";
+  b.islands += "#SBATCH --output=" + b.dir + "/island-%a-%j.out\n";
+  b.islands += extra(c);
+  b.islands += "# Island SLURM_ARRAY_TASK_ID of run " + c.run.name + " (atoll island takes its id from it).\n";
+  b.islands += "# Requeued or resubmitted alone (--array=K), it rejoins the running run.\n";
+  b.islands += "exec " + srun_line(c, o, "island");
+  return b;
+}
+
+int run_slurm_command(const config::Config& config, const ProcessOptions& options, bool submit, bool dry_run) {
+  const BatchScripts b = batch_scripts(config, options, std::filesystem::current_path().string());
+  if (submit && !on_path("sbatch")) {
+    throw UserError("slurm --submit: sbatch is not on PATH (run it on a submit host of the cluster, or install "
+                    "slurm-client)");
+  }
+  std::printf("# %s/coordinator.sbatch\n%s\n# %s/islands.sbatch\n%s", b.dir.c_str(), b.coordinator.c_str(),
+              b.dir.c_str(), b.islands.c_str());
+  if (is_loopback(config.transport.coordinator)) {
+    std::printf("\n# transport.coordinator is a loopback address: every job must run on one node. For islands on\n"
+                "# other nodes, set it to an address of the coordinator's node (its job is then pinned there).\n");
+  }
+  if (dry_run) return 0;
+  std::filesystem::create_directories(b.dir);
+  const std::string coordinator = b.dir + "/coordinator.sbatch", islands = b.dir + "/islands.sbatch";
+  std::ofstream(coordinator) << b.coordinator;
+  std::ofstream(islands) << b.islands;
+  if (!submit) {
+    std::printf("\nwritten: %s, %s (submit: sbatch %s, then sbatch --dependency=after:<its job id> %s)\n",
+                coordinator.c_str(), islands.c_str(), coordinator.c_str(), islands.c_str());
+    return 0;
+  }
+  auto c = sbatch("", coordinator);
+  if (!c.is_ok()) {
+    std::fprintf(stderr, "atoll: slurm: %s\n", c.status().message().c_str());
+    return 1;
+  }
+  auto i = sbatch("--dependency=after:" + c.value(), islands);
+  if (!i.is_ok()) {
+    std::fprintf(stderr, "atoll: slurm: %s (the coordinator job %s was submitted: scancel %s)\n",
+                 i.status().message().c_str(), c.value().c_str(), c.value().c_str());
+    return 1;
+  }
+  std::printf("\nsubmitted: coordinator job %s, islands job array %s (0-%d)\n", c.value().c_str(), i.value().c_str(),
+              config.islands.count - 1);
+  std::printf("follow: squeue -j %s,%s; tail -f %s/%s/metrics.jsonl\n", c.value().c_str(), i.value().c_str(),
+              config.run.out_dir.c_str(), config.run.name.c_str());
+  return 0;
 }
 
 }  // namespace atl::run::slurm

@@ -13,6 +13,8 @@
 #include <vector>
 
 #include "src/base/status.h"
+#include "src/config/config.h"
+#include "src/run/processes.h"
 
 namespace atl::run::slurm {
 
@@ -46,5 +48,22 @@ StatusOr<std::optional<Placement>> placement(int islands, int ranks, const Geten
 // own GPU, cuda:SLURM_LOCALID, unless Slurm bound the task to its GPUs already
 // (CUDA_VISIBLE_DEVICES set: then the first visible one, cuda:0); anything else as given.
 std::string task_device(const std::string& device, const Placement& p, const Getenv& getenv);
+
+// `atoll slurm CONFIG`: the run as two batch scripts, a requeueable coordinator job and a job
+// array of one element per island (`srun atoll island CONFIG`, placed by placement() above)
+// that starts once the coordinator has, with the `slurm:` section's options. `dir` is
+// where they are written: <run.out_dir>/<run.name>-slurm.
+struct BatchScripts {
+  std::string dir;
+  std::string coordinator;
+  std::string islands;
+};
+// `cwd`: the directory sbatch is run from (the jobs' working directory).
+BatchScripts batch_scripts(const config::Config& config, const ProcessOptions& options, const std::string& cwd);
+
+// The command: prints the scripts; writes them unless `dry_run`; with `submit`, submits them
+// with sbatch and says how to follow the run. A missing sbatch is a UserError (nothing is
+// submitted); a refused submission is exit code 1 with sbatch's message.
+int run_slurm_command(const config::Config& config, const ProcessOptions& options, bool submit, bool dry_run);
 
 }  // namespace atl::run::slurm

@@ -8,16 +8,32 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "src/run/slurm.h"
 #include "tests/cli_test_util.h"
 #include "tests/run/process_test_util.h"
+
+namespace atl::testing {
+// The output of a shell command (what it prints on stdout).
+inline std::string run_shell(const std::string& cmd) {
+  std::string out;
+  if (FILE* p = ::popen(cmd.c_str(), "r")) {
+    char buf[512];
+    while (std::fgets(buf, sizeof buf, p) != nullptr) out += buf;
+    ::pclose(p);
+  }
+  return out;
+}
+}  // namespace atl::testing
 
 namespace atl::run::slurm {
 namespace {
@@ -154,8 +170,6 @@ TEST(SlurmPlacement, AnEnvironmentThatDoesNotFitIsRefusedNamingTheVariables) {
        "SLURM_PROCID='x' is not a non-negative integer"},
       {{{"SLURM_PROCID", "0"}}, StatusCode::kCorrupt, "SLURM_NPROCS is not set"},
       {{{"SLURM_PROCID", "4"}, {"SLURM_NTASKS", "4"}}, StatusCode::kCorrupt, "SLURM_PROCID=4 is not below SLURM_NTASKS=4"},
-      {{{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "4"}, {"SLURM_DISTRIBUTION", "cyclic"}}, StatusCode::kCorrupt,
-       "needs the block distribution"},
       {{{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "4"}, {"SLURM_JOB_NODELIST", "n[1-2"}}, StatusCode::kCorrupt,
        "SLURM_JOB_NODELIST: hostlist 'n[1-2': '[' without ']'"},
       {{{"SLURM_PROCID", "3"}, {"SLURM_NTASKS", "4"}, {"SLURM_JOB_NODELIST", "n[1-2]"}, {"SLURM_TASKS_PER_NODE", "2"}},
@@ -168,6 +182,23 @@ TEST(SlurmPlacement, AnEnvironmentThatDoesNotFitIsRefusedNamingTheVariables) {
     EXPECT_EQ(p.status().code(), c.code);
     EXPECT_NE(p.status().message().find(c.part), std::string::npos) << p.status().message();
   }
+}
+
+// Islands of several ranks need consecutive tasks on nodes in blocks; a one-rank island is its
+// task wherever it runs (srun in a batch job says "cyclic"), on the node SLURMD_NODENAME names.
+TEST(SlurmPlacement, OnlyIslandsOfSeveralRanksNeedTheBlockDistribution) {
+  auto several = placement(2, 2, env({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "4"}, {"SLURM_DISTRIBUTION", "cyclic"}}));
+  ASSERT_FALSE(several.is_ok());
+  EXPECT_EQ(several.status().code(), StatusCode::kCorrupt);
+  EXPECT_NE(several.status().message().find("SLURM_DISTRIBUTION='cyclic': atoll places an island's ranks on "
+                                            "consecutive tasks, which needs the block distribution"),
+            std::string::npos) << several.status().message();
+  auto one = placement(4, 1, env({{"SLURM_PROCID", "2"}, {"SLURM_NTASKS", "4"}, {"SLURM_DISTRIBUTION", "cyclic"},
+                                  {"SLURMD_NODENAME", "n7"}, {"SLURM_JOB_NODELIST", "n[6-7]"},
+                                  {"SLURM_TASKS_PER_NODE", "2(x2)"}}));
+  ASSERT_TRUE(one.is_ok()) << one.status().message();
+  EXPECT_EQ(one.value()->island, 2);
+  EXPECT_EQ(one.value()->rank0_host, "n7");
 }
 
 TEST(SlurmDevice, CudaIsTheTasksOwnGpu) {
@@ -350,6 +381,63 @@ TEST_F(RealSlurm, JobArrayOfOneElementPerIslandEndsAsLaunch) {
     EXPECT_NE(log.find("island " + std::to_string(island) + " from the Slurm task's environment (job array)"),
               std::string::npos) << log;
   EXPECT_TRUE(atl::testing::read(dir_ / "runs/array/final_params.bin") == expected) << "final parameters differ from launch's";
+}
+
+// `atoll slurm --submit`: the coordinator job and the island array it writes and submits run
+// the run to its end, bitwise as `atoll launch`.
+TEST_F(RealSlurm, SubmittedBatchScriptsEndAsLaunch) {
+  const std::string expected = launched("whole");
+  ASSERT_GT(expected.size(), 100u);
+  atl::testing::Result r = atl::testing::run("slurm " + config_ + " --submit --set run.name=sub --set slurm.binary=" +
+                                             std::string(ATOLL_BINARY));
+  ASSERT_EQ(r.code, 0) << r.output;
+  const size_t at = r.output.find("submitted: coordinator job ");
+  ASSERT_NE(at, std::string::npos) << r.output;
+  int coordinator = 0, islands = 0;
+  ASSERT_EQ(std::sscanf(r.output.c_str() + at, "submitted: coordinator job %d, islands job array %d", &coordinator,
+                        &islands), 2) << r.output;
+  const std::string jobs = std::to_string(coordinator) + "," + std::to_string(islands);
+  std::string queued = "?";
+  for (int i = 0; i < 600 && queued.find_first_not_of(" \n") != std::string::npos; ++i) {  // up to 120 s
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    queued = atl::testing::run_shell("squeue -h -j " + jobs + " -o %i");
+  }
+  const fs::path scripts = dir_ / "runs/sub-slurm";
+  std::string outputs;
+  for (const auto& f : fs::directory_iterator(scripts)) outputs += f.path().filename().string() + ":\n" + atl::testing::read(f.path());
+  ASSERT_EQ(queued.find_first_not_of(" \n"), std::string::npos) << "jobs still queued after 120 s: " << queued << outputs;
+  EXPECT_TRUE(fs::exists(scripts / "coordinator.sbatch"));
+  EXPECT_TRUE(fs::exists(scripts / "islands.sbatch"));
+  EXPECT_NE(atl::testing::read(dir_ / "runs/sub/summary.json").find("\"islands_finished\":2"), std::string::npos) << outputs;
+  EXPECT_TRUE(atl::testing::read(dir_ / "runs/sub/final_params.bin") == expected) << "final parameters differ from launch's\n"
+                                                                                  << outputs;
+}
+
+// The scripts `atoll slurm` writes: the slurm: section's options on #SBATCH lines, one array
+// element per island after the coordinator; --dry-run writes nothing; no sbatch on PATH is one
+// line, exit 2, nothing written.
+TEST_F(SlurmIsland, BatchScriptsCarryTheSlurmSection) {
+  using atl::testing::run;
+  std::ofstream(config_, std::ios::app) << "slurm: {partition: gpu, account: lab, time: \"02:00:00\", "
+                                           "sbatch: [\"--qos=high\", \"--gpus-per-task=1\"]}\n";
+  auto r = run("slurm " + config_ + " --dry-run --set train.steps=40");
+  ASSERT_EQ(r.code, 0) << r.output;
+  for (const char* line : {"#SBATCH --job-name=atoll-r-coordinator\n", "#SBATCH --job-name=atoll-r-islands\n",
+                           "#SBATCH --partition=gpu\n", "#SBATCH --account=lab\n", "#SBATCH --time=02:00:00\n",
+                           "#SBATCH --qos=high\n", "#SBATCH --gpus-per-task=1\n", "#SBATCH --array=0-1\n",
+                           "#SBATCH --requeue\n", "transport.coordinator is a loopback address"}) {
+    EXPECT_NE(r.output.find(line), std::string::npos) << line << r.output;
+  }
+  EXPECT_NE(r.output.find("exec srun --ntasks=1 'build/atoll' island '" + config_ + "' --set 'train.steps=40' --quiet\n"),
+            std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("exec srun --ntasks=1 'build/atoll' coordinator '" + config_ + "'"), std::string::npos);
+  EXPECT_FALSE(fs::exists(dir_ / "runs")) << "--dry-run wrote something";
+
+  const std::string no_sbatch = "PATH=/nonexistent " + std::string(ATOLL_BINARY) + " slurm " + config_ + " --submit 2>&1";
+  const std::string out = atl::testing::run_shell(no_sbatch);
+  EXPECT_EQ(out, "atoll: error: slurm --submit: sbatch is not on PATH (run it on a submit host of the cluster, or "
+                 "install slurm-client)\n");
+  EXPECT_FALSE(fs::exists(dir_ / "runs/r-slurm")) << "a refused submission wrote its scripts";
 }
 
 }  // namespace
