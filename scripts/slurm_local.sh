@@ -53,10 +53,10 @@ case "$cmd" in
     chmod 400 "$dir/munge/munge.key"
     munged --force --socket="$dir/munge/munge.sock" --key-file="$dir/munge/munge.key" \
       --pid-file="$dir/munge/munged.pid" --log-file="$dir/munge/munged.log" --seed-file="$dir/munge/seed"
-    host=$(hostname)
+    host=$(hostname -s)  # the name slurmd looks itself up by
     cat > "$dir/slurm.conf" <<EOF
 ClusterName=atolltest
-SlurmctldHost=$host
+SlurmctldHost=$host(127.0.0.1)
 SlurmUser=root
 SlurmdUser=root
 SlurmctldPort=$port

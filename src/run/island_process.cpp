@@ -6,10 +6,15 @@
 // coordinator as record sink and its membership deciding the roles (core::Roles). Started
 // again while the run is going (after a crash), it rejoins: it takes a live island's state
 // hand-over (core::Handover, carried by src/run/handover.h) and goes on from there.
+#include <unistd.h>
+
 #include <ATen/ATen.h>
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <atomic>
+#include <csignal>
+#include <cstring>
 #include <chrono>
 #include <filesystem>
 #include <limits>
@@ -46,6 +51,30 @@ namespace atl::run {
 using Clock = std::chrono::steady_clock;
 
 namespace {
+
+// SIGTERM or SIGINT to an island process that trains (Slurm's scancel or requeue, a job's
+// time limit, Ctrl-C through launch): the island leaves the run at its next step boundary or
+// collective wait, unwinding so that its control client says LEAVE, and the others go on at
+// once instead of after the heartbeat timeout. Before its first step (nothing to leave yet)
+// and for a second signal: the default action. An island that has not left within
+// kLeaveWithin exits anyway (Slurm's KillWait is 30 s by default).
+std::atomic<int> g_leave_signal{0};
+std::atomic<bool> g_training{false};
+constexpr auto kLeaveWithin = std::chrono::seconds(10);
+extern "C" void leave_on_signal(int sig) {
+  std::signal(sig, SIG_DFL);
+  if (!g_training) {
+    std::raise(sig);  // delivered when this handler returns
+    return;
+  }
+  g_leave_signal = sig;
+}
+
+Status left_on_signal(int island) {
+  return Status(StatusCode::kUnavailable, "island " + std::to_string(island) + ": left the run on signal " +
+                                              std::to_string(g_leave_signal.load()) + " (" +
+                                              ::strsignal(g_leave_signal.load()) + ")");
+}
 
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
@@ -389,6 +418,7 @@ Status IslandProcess::wait_for_start_set() {
 // (docs/checkpoints.md "Coordinator restart"): the island goes on meanwhile (its collectives
 // are peer to peer) and gives up after transport.join_timeout_s without it.
 Status IslandProcess::in_run() const {
+  if (g_leave_signal != 0) return left_on_signal(island_);
   if (!client_->status().is_ok()) return client_->status();
   if (client_->unreachable_for() > join_timeout_) {
     return Status(StatusCode::kUnavailable, "island " + std::to_string(island_) +
@@ -500,6 +530,7 @@ core::IslandHost IslandProcess::make_host() {
     return times;
   };
   host.after_step = [this](int64_t step, int64_t total, double loss, double) {
+    if (g_leave_signal != 0) throw StatusError("island " + std::to_string(island_), left_on_signal(island_));
     state_.steps_done = step;
     state_.steps_total = total;
     state_.last_loss = loss;
@@ -556,11 +587,13 @@ void IslandProcess::make_runtime() {
 }
 
 StatusOr<IslandEnd> IslandProcess::train() {
+  g_training = true;
   try {
     runtime_->run();
   } catch (const std::exception& e) {
     // Everything here unwinds (the control client LEAVEs) before the island joins again.
-    if (client_->joins() > 1 && config_.transport.max_rejoins > 0 && check_rejoin(config_, *parts_.algorithm).is_ok()) {
+    if (g_leave_signal == 0 && client_->joins() > 1 && config_.transport.max_rejoins > 0 &&
+        check_rejoin(config_, *parts_.algorithm).is_ok()) {
       ATOLL_WARN("island " << island_ << ": declared dead while cut off from the run at step " << runtime_->steps()
                            << " (" << e.what() << "); joining it again");
       return IslandEnd::kJoinAgain;
@@ -608,7 +641,19 @@ void IslandProcess::write_outputs() {
 }  // namespace
 
 Status run_island(const config::Config& config, int island, const ProcessOptions& options) {
+  g_leave_signal = 0;
+  static std::once_flag watchdog;
+  std::call_once(watchdog, [] {
+    std::thread([] {
+      while (g_leave_signal == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      std::this_thread::sleep_for(kLeaveWithin);
+      ::_exit(128 + g_leave_signal);
+    }).detach();
+  });
+  std::signal(SIGTERM, leave_on_signal);
+  std::signal(SIGINT, leave_on_signal);
   for (int rejoins = 0;; ++rejoins) {
+    if (g_leave_signal != 0) return left_on_signal(island);
     StatusOr<IslandEnd> end = IslandProcess(config, island, options).run();
     if (!end.is_ok()) return end.status();
     if (end.value() == IslandEnd::kFinished) return Status::ok();

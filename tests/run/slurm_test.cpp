@@ -212,21 +212,28 @@ TEST(SlurmDevice, CudaIsTheTasksOwnGpu) {
 
 // ---- `atoll island` without --id, as srun starts it ------------------------------------------
 
+// dir/c.yaml: two islands of a small GPT with DiLoCo (H = 5) on dir/corpus.txt, the
+// coordinator on `port` and the data planes after it; `train` is the train: section.
+std::string write_config(const fs::path& dir, int port, const std::string& train) {
+  std::ostringstream y;
+  y << "run: {name: r, seed: 3, out_dir: " << (dir / "runs").string() << ", threads: 1}\n"
+    << "model: {name: gpt, layers: 1, heads: 2, dim: 16, seq_len: 16}\n"
+    << "data: {kind: text, path: " << (dir / "corpus.txt").string() << "}\n"
+    << "train: " << train << "\n"
+    << "islands: {count: 2}\n"
+    << "algorithm: {name: diloco, inner_steps: 5}\n"
+    << "transport: {coordinator: \"tcp://127.0.0.1:" << port << "\", base_port: " << port + 1 << "}\n";
+  const std::string path = (dir / "c.yaml").string();
+  std::ofstream(path) << y.str();
+  return path;
+}
+
 class SlurmIsland : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = atl::testing::make_test_dir("atoll_slurm_test");
     port_ = atl::testing::test_port(14000);
-    std::ostringstream y;
-    y << "run: {name: r, seed: 3, out_dir: " << (dir_ / "runs").string() << ", threads: 1}\n"
-      << "model: {name: gpt, layers: 1, heads: 2, dim: 16, seq_len: 16}\n"
-      << "data: {kind: text, path: " << (dir_ / "corpus.txt").string() << "}\n"
-      << "train: {steps: 20, batch_size: 4, warmup_steps: 0, eval_every: 0}\n"
-      << "islands: {count: 2}\n"
-      << "algorithm: {name: diloco, inner_steps: 5}\n"
-      << "transport: {coordinator: \"tcp://127.0.0.1:" << port_ << "\", base_port: " << port_ + 1 << "}\n";
-    config_ = (dir_ / "c.yaml").string();
-    std::ofstream(config_) << y.str();
+    config_ = write_config(dir_, port_, "{steps: 20, batch_size: 4, warmup_steps: 0, eval_every: 0}");
   }
   void TearDown() override {
     for (const char* v : {"SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_JOB_NODELIST", "SLURM_TASKS_PER_NODE"})
@@ -312,16 +319,7 @@ class RealSlurm : public ::testing::Test {
     dir_ = atl::testing::make_test_dir("atoll_real_slurm_" + std::string(
                                            ::testing::UnitTest::GetInstance()->current_test_info()->name()));
     port_ = atl::testing::test_port(14000);
-    std::ostringstream y;
-    y << "run: {name: r, seed: 4, out_dir: " << (dir_ / "runs").string() << ", threads: 1}\n"
-      << "model: {name: gpt, layers: 1, heads: 2, dim: 16, seq_len: 16}\n"
-      << "data: {kind: text, path: " << (dir_ / "corpus.txt").string() << "}\n"
-      << "train: {steps: 30, batch_size: 4, warmup_steps: 0, eval_every: 10}\n"
-      << "islands: {count: 2}\n"
-      << "algorithm: {name: diloco, inner_steps: 5}\n"
-      << "transport: {coordinator: \"tcp://127.0.0.1:" << port_ << "\", base_port: " << port_ + 1 << "}\n";
-    config_ = (dir_ / "c.yaml").string();
-    std::ofstream(config_) << y.str();
+    config_ = write_config(dir_, port_, "{steps: 30, batch_size: 4, warmup_steps: 0, eval_every: 10}");
   }
   void TearDown() override { fs::remove_all(dir_); }
 
@@ -411,6 +409,91 @@ TEST_F(RealSlurm, SubmittedBatchScriptsEndAsLaunch) {
   EXPECT_NE(atl::testing::read(dir_ / "runs/sub/summary.json").find("\"islands_finished\":2"), std::string::npos) << outputs;
   EXPECT_TRUE(atl::testing::read(dir_ / "runs/sub/final_params.bin") == expected) << "final parameters differ from launch's\n"
                                                                                   << outputs;
+}
+
+// Submits the run as `name` with `sets` (atoll slurm --submit) and waits until its metrics show
+// round 3: the coordinator's and the island array's job ids.
+std::pair<std::string, std::string> submit_and_wait_for_round_3(const std::string& config, const fs::path& dir,
+                                                                 const std::string& name,
+                                                                 const std::vector<std::string>& sets) {
+  std::string args = "slurm " + config + " --submit --set run.name=" + name + " --set slurm.binary=" + ATOLL_BINARY;
+  for (const auto& s : sets) args += " --set " + s;
+  atl::testing::Result r = atl::testing::run(args);
+  int coordinator = 0, islands = 0;
+  const size_t at = r.output.find("submitted: coordinator job ");
+  if (r.code != 0 || at == std::string::npos ||
+      std::sscanf(r.output.c_str() + at, "submitted: coordinator job %d, islands job array %d", &coordinator, &islands) != 2) {
+    ADD_FAILURE() << r.output;
+    return {};
+  }
+  const fs::path metrics = dir / "runs" / name / "metrics.jsonl";
+  for (int i = 0; i < 600 && atl::testing::read(metrics).find("\"round\":3,") == std::string::npos; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_NE(atl::testing::read(metrics).find("\"round\":3,"), std::string::npos) << "no round 3 within 60 s";
+  return {std::to_string(coordinator), std::to_string(islands)};
+}
+
+// Waits up to `seconds` until none of `jobs` is queued or running; whether none is.
+bool wait_until_done(const std::string& jobs, int seconds) {
+  for (int i = 0; i < seconds * 5; ++i) {
+    if (atl::testing::run_shell("squeue -h -j " + jobs + " -o %i").find_first_not_of(" \n") == std::string::npos)
+      return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  return false;
+}
+
+std::string job_outputs(const fs::path& scripts) {
+  std::string all;
+  for (const auto& f : fs::directory_iterator(scripts))
+    if (f.path().extension() == ".out") all += f.path().filename().string() + ":\n" + atl::testing::read(f.path());
+  return all;
+}
+
+// scancel of island 1's array element: SIGTERM, on which the island leaves the run (LEAVE:
+// the coordinator records it as left, not lost after the heartbeat timeout, here 10 min), and
+// island 0 finishes the run without it.
+TEST_F(RealSlurm, CancelledIslandLeavesAndTheOtherFinishes) {
+  const auto [coordinator, islands] =
+      submit_and_wait_for_round_3(config_, dir_, "cancel", {"train.steps=600", "transport.heartbeat_timeout_ms=600000"});
+  ASSERT_FALSE(islands.empty());
+  ASSERT_EQ(std::system(("scancel " + islands + "_1").c_str()), 0);
+  const bool done = wait_until_done(coordinator + "," + islands, 120);
+  const std::string outputs = job_outputs(dir_ / "runs/cancel-slurm");
+  ASSERT_TRUE(done) << "jobs still queued after 120 s\n" << outputs;
+  EXPECT_NE(outputs.find("island 1: left the run on signal 15"), std::string::npos) << outputs;
+  const std::string metrics = atl::testing::read(dir_ / "runs/cancel/metrics.jsonl");
+  EXPECT_NE(metrics.find("\"change\":\"left\""), std::string::npos) << "island 1 did not LEAVE\n" << outputs;
+  EXPECT_NE(atl::testing::read(dir_ / "runs/cancel/summary.json").find("\"islands_finished\":1"), std::string::npos)
+      << outputs;
+}
+
+// scontrol requeue of island 1's element mid-run: it leaves on SIGTERM, Slurm starts it again
+// (SLURM_RESTART_COUNT 1), it rejoins the running run with the state hand-over, and both
+// islands finish (the island's first output is overwritten by the second start's).
+TEST_F(RealSlurm, RequeuedIslandRejoinsTheRun) {
+  const auto [coordinator, islands] = submit_and_wait_for_round_3(config_, dir_, "requeue", {"train.steps=1500"});
+  ASSERT_FALSE(islands.empty());
+  ASSERT_EQ(std::system(("scontrol requeue " + islands + "_1").c_str()), 0);
+  // Slurm holds a requeued job for 120 s (BeginTime); the administrator's override makes it
+  // eligible now, once it is pending again.
+  const std::string element = islands + "_1";
+  bool pending = false;
+  for (int i = 0; i < 100 && !pending; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    pending = atl::testing::run_shell("squeue -h -j " + element + " -o %T").find("PENDING") != std::string::npos;
+  }
+  ASSERT_TRUE(pending) << "the requeued element is not pending";
+  ASSERT_EQ(std::system(("scontrol update JobId=" + element + " StartTime=now").c_str()), 0);
+  const bool done = wait_until_done(coordinator + "," + islands, 150);
+  const std::string outputs = job_outputs(dir_ / "runs/requeue-slurm");
+  ASSERT_TRUE(done) << "jobs still queued after 150 s\n" << outputs;
+  EXPECT_NE(outputs.find("island 1 from the Slurm task's environment (job array), device cpu, requeued"),
+            std::string::npos) << outputs;
+  const std::string metrics = atl::testing::read(dir_ / "runs/requeue/metrics.jsonl");
+  EXPECT_NE(metrics.find("\"event\":\"rejoin\""), std::string::npos) << "no rejoin record\n" << outputs;
+  EXPECT_NE(atl::testing::read(dir_ / "runs/requeue/summary.json").find("\"islands_finished\":2"), std::string::npos)
+      << outputs;
 }
 
 // The scripts `atoll slurm` writes: the slurm: section's options on #SBATCH lines, one array
