@@ -79,6 +79,8 @@ JobCompType=jobcomp/none
 AccountingStorageType=accounting_storage/none
 SlurmdParameters=config_overrides
 KillWait=5
+# The main scheduling loop every second (default 60 s): a released or requeued job starts at once.
+SchedulerParameters=sched_interval=1
 NodeName=$host NodeAddr=127.0.0.1 CPUs=8 State=UNKNOWN
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
 EOF

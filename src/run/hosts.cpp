@@ -17,16 +17,16 @@ std::string shell_quote(const std::string& s) {
   return out + "'";
 }
 
+bool loopback(const std::string& endpoint) {
+  return endpoint.find("127.0.0.1") != std::string::npos || endpoint.find("localhost") != std::string::npos;
+}
+
 namespace {
 
 // "user@host" -> "host".
 std::string host_part(const std::string& destination) {
   const size_t at = destination.rfind('@');
   return at == std::string::npos ? destination : destination.substr(at + 1);
-}
-
-bool loopback(const std::string& endpoint) {
-  return endpoint.find("127.0.0.1") != std::string::npos || endpoint.find("localhost") != std::string::npos;
 }
 
 }  // namespace

@@ -17,6 +17,9 @@ struct HostCommand {
   std::string remote;             // host != "": the shell command for ssh, quoted
 };
 
+// Whether `endpoint` (tcp://HOST:PORT) names this machine's loopback address.
+bool loopback(const std::string& endpoint);
+
 // Whether the config places any process on another machine.
 bool uses_hosts(const config::Config& config);
 

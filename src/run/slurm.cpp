@@ -252,10 +252,6 @@ std::string task_device(const std::string& device, const Placement& p, const Get
 
 namespace {
 
-bool is_loopback(const std::string& endpoint) {
-  return endpoint.find("127.0.0.1") != std::string::npos || endpoint.find("localhost") != std::string::npos;
-}
-
 // "tcp://node7:29500" -> "node7".
 std::string endpoint_host(const std::string& endpoint) {
   std::string rest = endpoint.substr(endpoint.find("://") == std::string::npos ? 0 : endpoint.find("://") + 3);
@@ -323,7 +319,7 @@ BatchScripts batch_scripts(const config::Config& c, const ProcessOptions& o, con
   b.coordinator = header(c, name + "-coordinator", cwd);
   b.coordinator += "#SBATCH --ntasks=1\n";
   b.coordinator += "#SBATCH --output=" + b.dir + "/coordinator-%j.out\n";
-  if (!is_loopback(c.transport.coordinator) && !endpoint_host(c.transport.coordinator).empty())
+  if (!loopback(c.transport.coordinator) && !endpoint_host(c.transport.coordinator).empty())
     b.coordinator += "#SBATCH --nodelist=" + endpoint_host(c.transport.coordinator) + "\n";
   b.coordinator += extra(c);
   b.coordinator += "# The coordinator of run " + c.run.name + ". Requeued, it picks the run up where it was.\n";
@@ -348,7 +344,7 @@ int run_slurm_command(const config::Config& config, const ProcessOptions& option
   }
   std::printf("# %s/coordinator.sbatch\n%s\n# %s/islands.sbatch\n%s", b.dir.c_str(), b.coordinator.c_str(),
               b.dir.c_str(), b.islands.c_str());
-  if (is_loopback(config.transport.coordinator)) {
+  if (loopback(config.transport.coordinator)) {
     std::printf("\n# transport.coordinator is a loopback address: every job must run on one node. For islands on\n"
                 "# other nodes, set it to an address of the coordinator's node (its job is then pinned there).\n");
   }

@@ -472,19 +472,20 @@ TEST_F(RealSlurm, CancelledIslandLeavesAndTheOtherFinishes) {
 // (SLURM_RESTART_COUNT 1), it rejoins the running run with the state hand-over, and both
 // islands finish (the island's first output is overwritten by the second start's).
 TEST_F(RealSlurm, RequeuedIslandRejoinsTheRun) {
-  const auto [coordinator, islands] = submit_and_wait_for_round_3(config_, dir_, "requeue", {"train.steps=1500"});
+  const auto [coordinator, islands] = submit_and_wait_for_round_3(config_, dir_, "requeue", {"train.steps=3000"});
   ASSERT_FALSE(islands.empty());
   ASSERT_EQ(std::system(("scontrol requeue " + islands + "_1").c_str()), 0);
   // Slurm holds a requeued job for 120 s (BeginTime); the administrator's override makes it
   // eligible now, once it is pending again.
+  // (Slurm refuses the update while the requeue is still completing: retried.)
   const std::string element = islands + "_1";
-  bool pending = false;
-  for (int i = 0; i < 100 && !pending; ++i) {
+  bool released = false;
+  for (int i = 0; i < 100 && !released; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    pending = atl::testing::run_shell("squeue -h -j " + element + " -o %T").find("PENDING") != std::string::npos;
+    released = atl::testing::run_shell("squeue -h -j " + element + " -o %T").find("PENDING") != std::string::npos &&
+               std::system(("scontrol update JobId=" + element + " StartTime=now 2>/dev/null").c_str()) == 0;
   }
-  ASSERT_TRUE(pending) << "the requeued element is not pending";
-  ASSERT_EQ(std::system(("scontrol update JobId=" + element + " StartTime=now").c_str()), 0);
+  ASSERT_TRUE(released) << "the requeued element could not be made eligible within 10 s";
   const bool done = wait_until_done(coordinator + "," + islands, 150);
   const std::string outputs = job_outputs(dir_ / "runs/requeue-slurm");
   ASSERT_TRUE(done) << "jobs still queued after 150 s\n" << outputs;

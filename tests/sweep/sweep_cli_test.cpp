@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "tests/cli_test_util.h"
+#include "tests/run/process_test_util.h"
 
 extern char** environ;
 
@@ -139,33 +140,12 @@ pid_t start_and_wait_for_first_run(const std::string& path, const fs::path& out_
   return fs::exists(first) ? pid : -1;
 }
 
-// The fields of /proc/PID/stat after the command name: state, ppid, ...
-std::vector<std::string> stat_fields(const fs::path& proc_dir) {
-  const std::string stat = read(proc_dir / "stat");
-  std::vector<std::string> fields;
-  const size_t close = stat.rfind(')');
-  if (close == std::string::npos) return fields;
-  std::istringstream in(stat.substr(close + 1));
-  for (std::string f; in >> f;) fields.push_back(f);
-  return fields;
-}
-
-// The pids of `parent`'s child processes.
-std::vector<pid_t> children_of(pid_t parent) {
-  std::vector<pid_t> kids;
-  for (const auto& entry : fs::directory_iterator("/proc")) {
-    const std::string name = entry.path().filename().string();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    const auto f = stat_fields(entry.path());
-    if (f.size() > 1 && std::stoi(f[1]) == parent) kids.push_back(std::stoi(name));
-  }
-  return kids;
-}
-
-// Whether `pid` is a process that has not exited (a zombie has).
+// Whether `pid` is a process that has not exited: a zombie has (its state in /proc/PID/stat,
+// after the command name, is Z).
 bool alive(pid_t pid) {
-  const auto f = stat_fields(fs::path("/proc") / std::to_string(pid));
-  return !f.empty() && f[0] != "Z" && f[0] != "X";
+  const std::string stat = read(fs::path("/proc") / std::to_string(pid) / "stat");
+  const size_t close = stat.rfind(')');
+  return close != std::string::npos && close + 2 < stat.size() && stat[close + 2] != 'Z' && stat[close + 2] != 'X';
 }
 
 std::string cmdline_of(pid_t pid) {
@@ -206,8 +186,9 @@ TEST_F(SweepCli, KilledSweepTakesItsRunsAlong) {
   // command line is still the sweep's), so it skipped atoll's start-up.
   const fs::path second = sweep_dir("kill") / "runs" / "algorithm=diloco,inner_steps=5,seed=0" / "metrics.jsonl";
   for (int i = 0; i < 100 && !fs::exists(second); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  std::vector<pid_t> runs = children_of(pid);
-  std::erase_if(runs, [](pid_t p) { return !alive(p); });
+  std::vector<pid_t> runs;
+  for (pid_t p : atl::testing::children_of(pid))
+    if (alive(p)) runs.push_back(p);
   ASSERT_EQ(runs.size(), 1u) << "-j 1: one run at a time, the second one now\n" << read(log);
   EXPECT_EQ(cmdline_of(runs[0]), cmdline_of(pid)) << "the run executed a program instead of running in a fork";
   ::kill(pid, SIGKILL);
