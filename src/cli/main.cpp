@@ -124,6 +124,8 @@ struct CommandLine {
   std::vector<std::string> sets;
   bool force = false, quiet = false, verbose = false, resume = false;
   int island_id = -1;
+  int rank = 0;               // island: its rank in the island (islands.ranks)
+  std::string rank0_host;     // island under Slurm: the node of its island's rank 0
   bool no_pickup = false;   // launch's first start of the coordinator (restarts pick the run up)
   bool supervised = false;  // started by launch: island processes that exited are reported on stdin
   bool ssh = false;
@@ -179,6 +181,8 @@ void CommandLine::add_run_commands() {
                                  "(default: print the per-host commands)");
   island->add_option("--id", island_id, "this island's id, 0 .. islands.count-1 (default under srun: the Slurm "
                                         "task's, docs/slurm.md)");
+  island->add_option("--rank", rank, "this process's rank in its island, 0 .. islands.ranks-1 (docs/ranks.md; "
+                                     "default under srun: the Slurm task's)");
   slurm = app.add_subcommand("slurm", "write the batch scripts of CONFIG for Slurm: a coordinator job and an island "
                                       "job array (docs/slurm.md); --submit submits them");
   slurm->add_option("config", config_path, "experiment YAML")->required();
@@ -278,7 +282,12 @@ int CommandLine::run() {
 
 void CommandLine::place_island(atl::config::Config& config) {
   const auto getenv = [](const char* name) -> const char* { return std::getenv(name); };
-  auto p = atl::run::slurm::placement(config.islands.count, 1, getenv);
+  const atl::config::PerIsland& ranks = config.islands.ranks;
+  if (std::adjacent_find(ranks.values.begin(), ranks.values.end(), std::not_equal_to<>()) != ranks.values.end())
+    atl::config::fail_key(config, "islands.ranks", "differs between islands; a Slurm task finds its island and rank only "
+                                                   "when every island has the same number (start such islands with --id "
+                                                   "and --rank)");
+  auto p = atl::run::slurm::placement(config.islands.count, ranks.values.front(), getenv);
   if (!p.is_ok()) {
     if (p.status().code() == atl::StatusCode::kInvalidArgument)  // the run's shape
       atl::config::fail_key(config, "islands.count", "does not fit this Slurm task: " + p.status().message());
@@ -287,6 +296,8 @@ void CommandLine::place_island(atl::config::Config& config) {
   if (!p.value()) throw atl::UserError("island: --id is required outside a Slurm task (SLURM_PROCID is not set)");
   const atl::run::slurm::Placement& at = *p.value();
   island_id = at.island;
+  rank = at.rank;
+  rank0_host = at.rank0_host;
   config.run.device = atl::run::slurm::task_device(config.run.device, at, getenv);
   ATOLL_INFO("island " << island_id << " from the Slurm task's environment" << (at.array ? " (job array)" : "")
                        << ", device " << config.run.device << (at.restarts > 0 ? ", requeued" : ""));
@@ -313,6 +324,8 @@ int CommandLine::run_config_command() {
   popts.emulate_wan = emulate_wan;
   popts.ssh = ssh;
   popts.wan = wan;
+  popts.rank = rank;
+  popts.rank0_host = rank0_host;
   for (const auto& p : peer_endpoints) {
     const auto eq = p.find('=');
     if (eq == std::string::npos || eq == 0 || p.find_first_not_of("0123456789") < eq) {

@@ -208,6 +208,20 @@ std::string assign_ref(FieldRef ref, const schema::Check& check, const std::stri
             return assign_records(value, name, schema::link_fields(),
                                   "{between: [us, eu], latency_ms: 40}", *p);
           },
+          [&](PerIsland* p) -> std::string {
+            PerIsland v;
+            auto element = [&](const YAML::Node& n, int& x) {
+              int64_t i = 0;
+              auto problem = to_integer(n, INT_MIN, INT_MAX, check, i);
+              x = static_cast<int>(i);
+              return problem;
+            };
+            if (value.IsSequence() && value.size() == 0) return "expected an integer or a list of them, got []";
+            if (value.IsSequence()) return list(element, "integers", p->values);
+            auto problem = element(value, v.values.front());
+            if (problem.empty()) *p = v;
+            return problem;
+          },
           [&](std::vector<ModuleLevel>* p) {
             return assign_records(value, name, schema::level_fields(), "{blocks: [0, 1], modules: 2}", *p);
           },
@@ -619,6 +633,10 @@ void emit(YAML::Emitter& out, FieldRef ref) {
                  [&](std::vector<IslandEvent>* p) { emit_records(out, *p, schema::event_fields()); },
                  [&](std::vector<NetworkLink>* p) { emit_records(out, *p, schema::link_fields()); },
                  [&](std::vector<ModuleLevel>* p) { emit_records(out, *p, schema::level_fields()); },
+                 [&](PerIsland* p) {
+                   if (p->values.size() == 1) out << p->values.front();
+                   else seq(p->values, [&](int x) { out << x; });
+                 },
                  [&](auto* p) { out << *p; },  // integers and bool
              },
              ref);

@@ -5,6 +5,7 @@
 // options live beside it (the `algorithm:` section is algorithms::AlgorithmOptions).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -200,15 +201,30 @@ struct IslandEvent {
   }
 };
 
+// A setting each island may have its own of: one value for every island (`ranks: 2`) or one
+// per island (`ranks: [2, 4]`; islands added by events included).
+struct PerIsland {
+  std::vector<int> values{1};
+  int of(int island) const {
+    return values.size() == 1 ? values.front() : values.at(static_cast<size_t>(island));
+  }
+  int max() const { return *std::max_element(values.begin(), values.end()); }
+  bool operator==(const PerIsland&) const = default;
+};
+
 struct IslandsConfig {
   int count = 4;                // number of islands (FedAvg: clients)
   std::vector<IslandEvent> events;  // simulator: kills, rejoins, additions, partitions
+  // Ranks (processes) of each island: data parallelism inside it over c10d, each rank
+  // taking train.batch_size / ranks rows of every batch (docs/ranks.md).
+  PerIsland ranks;
 
   template <class V>
   void fields(V& v) {
     using namespace atl::fields;
     v.field("count", count, at_least(1));
     v.field("events", events);
+    v.field("ranks", ranks, at_least(1));
   }
 };
 
@@ -298,6 +314,7 @@ struct TransportConfig {
   std::string coordinator = "tcp://127.0.0.1:29500";  // coordinator's control endpoint
   std::string host = "127.0.0.1";   // address islands bind their data sockets on
   int base_port = 29510;        // island k listens on base_port + k
+  int rank_port = 0;            // island k's ranks meet at rank_port + k on its rank 0 (0: base_port + 400)
   int64_t heartbeat_ms = 500;   // island -> coordinator heartbeat period
   int64_t heartbeat_timeout_ms = 5000;  // silence after which an island is declared dead
   // The run starts once every island has joined, or, when join_timeout_s has passed (or
@@ -328,6 +345,7 @@ struct TransportConfig {
     v.field("coordinator", coordinator);
     v.field("host", host);
     v.field("base_port", base_port, closed(1, 65535));
+    v.field("rank_port", rank_port, closed(0, 65535));
     v.field("heartbeat_ms", heartbeat_ms, at_least(1));
     v.field("heartbeat_timeout_ms", heartbeat_timeout_ms, at_least(1));
     v.field("min_islands", min_islands, at_least(0));

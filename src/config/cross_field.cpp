@@ -59,6 +59,15 @@ void check_cross_field(const Config& c) {
   if (c.transport.min_islands > k)
     fail_key(c, "transport.min_islands", std::to_string(c.transport.min_islands) + " is more than islands.count (" + std::to_string(k) + ")");
   count_problem("compute.speeds", c.compute.speeds.size());
+  if (const auto n = static_cast<int>(c.islands.ranks.values.size()); n > 1 && n != k && n != max_islands)
+    fail_key(c, "islands.ranks", "has " + std::to_string(n) + " entries but islands.count is " + std::to_string(k) +
+                                     " (one number for every island, or one per island)");
+  for (int r : c.islands.ranks.values) {
+    if (c.train.batch_size % r != 0)
+      fail_key(c, "islands.ranks",
+               std::to_string(r) + " ranks do not divide train.batch_size (" + std::to_string(c.train.batch_size) +
+                   "): each rank takes batch_size / ranks rows of every batch");
+  }
   count_problem("network.regions", c.network.regions.size());
   if (!c.hosts.islands.empty() && static_cast<int>(c.hosts.islands.size()) != k)
     fail_key(c, "hosts.islands", "has " + std::to_string(c.hosts.islands.size()) + " entries but islands.count is " +

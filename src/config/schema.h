@@ -30,7 +30,7 @@ struct ChoiceRef {
 using FieldRef = std::variant<int*, int64_t*, uint64_t*, double*, bool*, std::string*,
                               std::vector<int>*, std::vector<double>*,
                               std::vector<std::string>*, std::vector<IslandEvent>*,
-                              std::vector<NetworkLink>*, std::vector<ModuleLevel>*, ChoiceRef>;
+                              std::vector<NetworkLink>*, std::vector<ModuleLevel>*, PerIsland*, ChoiceRef>;
 
 // Allowed values of one field (fields::Rule): an optional numeric interval and/or a list of
 // names. An empty Check allows every value of the field's type.

@@ -101,15 +101,60 @@ IslandParts make_island_parts(const config::Config& config, const RunData& data,
   return p;
 }
 
-double forward_backward(IslandParts& parts, const config::TrainConfig& train) {
+namespace {
+
+// Forward + backward of this rank's rows of each micro-batch; the loss as forward_backward.
+double share_gradient(IslandParts& parts, const std::vector<data::Batch>& batches, RankShare share) {
   double loss = 0;
-  for (int a = 0; a < train.grad_accum; ++a) {
-    data::Batch batch = parts.sampler->next(train.batch_size);
+  const auto n = static_cast<double>(batches.size());
+  for (const data::Batch& whole : batches) {
+    data::Batch batch = whole;
+    if (share.ranks > 1) {
+      const int64_t rows = whole.input.size(0) / share.ranks;
+      batch.input = whole.input.narrow(0, share.rank * rows, rows);
+      batch.target = whole.target.narrow(0, share.rank * rows, rows);
+    }
     models::Output out = parts.model->forward(batch);
-    (out.loss / static_cast<double>(train.grad_accum)).backward();
-    loss += out.loss.item<double>() / train.grad_accum;
+    (out.loss / n).backward();
+    loss += out.loss.item<double>() / n;
   }
   return loss;
+}
+
+std::vector<data::Batch> draw_batches(IslandParts& parts, const config::TrainConfig& train) {
+  std::vector<data::Batch> batches;
+  for (int a = 0; a < train.grad_accum; ++a) batches.push_back(parts.sampler->next(train.batch_size));
+  return batches;
+}
+
+}  // namespace
+
+double forward_backward(IslandParts& parts, const config::TrainConfig& train, RankShare share) {
+  return share_gradient(parts, draw_batches(parts, train), share);
+}
+
+double forward_backward_ranks(IslandParts& parts, const config::TrainConfig& train, int ranks, at::Tensor& sum) {
+  if (ranks == 1) return forward_backward(parts, train);
+  const std::vector<data::Batch> batches = draw_batches(parts, train);
+  at::Tensor& grads = parts.model->grads();
+  double loss = 0;
+  for (int r = 0; r < ranks; ++r) {
+    if (r > 0) {
+      at::NoGradGuard no_grad;
+      grads.zero_();
+    }
+    loss += share_gradient(parts, batches, {r, ranks});
+    at::NoGradGuard no_grad;
+    if (r == 0) {
+      if (!sum.defined() || sum.sizes() != grads.sizes()) sum = at::empty_like(grads);
+      sum.copy_(grads);
+    } else {
+      sum.add_(grads);
+    }
+  }
+  at::NoGradGuard no_grad;
+  grads.copy_(sum).div_(ranks);
+  return loss / ranks;
 }
 
 void check_eval_keys(const config::Config& config) {

@@ -111,9 +111,25 @@ void warm_start(const config::ModelConfig& model_config, models::Model& model);
 IslandParts make_island_parts(const config::Config& config, const RunData& data,
                               const algorithms::AlgorithmOptions& options, int island);
 
+// The share of every batch one process of an island computes (islands.ranks, docs/ranks.md):
+// rank `rank` of `ranks` takes rows [rank·b, (rank+1)·b) of each micro-batch, b =
+// train.batch_size / ranks.
+struct RankShare {
+  int rank = 0;
+  int ranks = 1;
+};
+
 // One inner step's forward + backward (with gradient accumulation) into the model's flat
-// gradient buffer; returns the mean training loss.
-double forward_backward(IslandParts& parts, const config::TrainConfig& train);
+// gradient buffer; returns the mean training loss. Every rank draws the island's whole
+// micro-batches from its one sampler stream, so that all ranks' samplers stay alike, and
+// computes its rows of each.
+double forward_backward(IslandParts& parts, const config::TrainConfig& train, RankShare share = {});
+
+// The simulator's island of `ranks` ranks: their shares of the same micro-batches one after
+// the other, the gradients summed in rank order and divided by `ranks` (what a real island's
+// all-reduce gives: bitwise for 2 ranks, whose sum has one order), the loss their mean.
+// `sum`: scratch space the size of the gradient, kept between calls.
+double forward_backward_ranks(IslandParts& parts, const config::TrainConfig& train, int ranks, at::Tensor& sum);
 
 // The evaluator of the global model: its own model instance and the fixed validation batches
 // (data.loss_after's window); for several paths, routed: the batches of every path.

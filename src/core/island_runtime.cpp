@@ -30,7 +30,7 @@ IslandRuntime::IslandRuntime(int island, IslandParts& parts, const config::Train
       context_.shard_size = parts_.sampler->shard_size();
     };
   }
-  context_.time = host_.time;
+  context_.time = host_.algorithm_time != nullptr ? host_.algorithm_time : host_.time;
   context_.on_round = [this](const algorithms::RoundInfo& r) {
     if (host_.after_round) host_.after_round(r);
     host_.record(round_record(island_, r, host_.round_times(), now()));
@@ -46,7 +46,10 @@ IslandRuntime::IslandRuntime(int island, IslandParts& parts, const config::Train
 
   loop_.context = &context_;
   loop_.train = &train_;
-  loop_.forward_backward = [this](int64_t) { return forward_backward(parts_, train_); };
+  loop_.forward_backward = [this](int64_t) {
+    if (host_.reduce_ranks) return host_.reduce_ranks(context_.grads, forward_backward(parts_, train_, host_.share));
+    return forward_backward_ranks(parts_, train_, host_.share.ranks, rank_sum_);
+  };
   loop_.after_compute = host_.after_compute;
   loop_.on_step = [this](int64_t step, int64_t total, double loss, double lr) { on_step(step, total, loss, lr); };
 }

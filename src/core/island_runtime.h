@@ -46,6 +46,15 @@ namespace atl::core {
 struct IslandHost {
   // The algorithm's clock: virtual seconds in the simulator, wall seconds in real runs.
   algorithms::TimeSource* time = nullptr;
+  // The island's ranks (islands.ranks, docs/ranks.md). The simulator sets share.ranks and the
+  // runtime computes every rank's share of a step itself (forward_backward_ranks). A real
+  // rank sets its own share and `reduce_ranks`, which averages the grads and the loss over
+  // the island's ranks (c10d) and returns the loss; and `algorithm_time`, the clock the
+  // algorithm reads when it is not `time` (rank 0's readings, which every rank must see
+  // alike). May be empty / null.
+  RankShare share;
+  std::function<double(at::Tensor& grads, double loss)> reduce_ranks;
+  algorithms::TimeSource* algorithm_time = nullptr;
   // Records' sim_time_s is time->now_s() (the simulator); NaN otherwise.
   bool virtual_clock = false;
   // Wall seconds since the run (process) started: records' wall_time_s.
@@ -162,6 +171,7 @@ class IslandRuntime {
   std::optional<algorithms::AlgorithmCheckpoint> resuming_;
   std::vector<int64_t> path_sizes_;  // fewer islands than paths, after a re-routing:
                                      // every path's shard size (context_.path_shard_sizes)
+  at::Tensor rank_sum_;  // the simulator's sum of its ranks' gradients (share.ranks > 1)
   int64_t steps_ = 0;
   double loss_acc_ = 0;
   int64_t loss_n_ = 0;

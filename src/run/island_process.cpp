@@ -27,6 +27,7 @@
 #include "src/checkpoint/checkpoint_dir.h"
 #include "src/run/data_plane.h"
 #include "src/run/handover.h"
+#include "src/run/island_ranks.h"
 #include "src/run/process_checkpoint.h"
 #include "src/run/processes.h"
 #include "src/run/run_identity.h"
@@ -84,6 +85,12 @@ std::string data_endpoint(const config::TransportConfig& t, int island) {
   return "tcp://" + t.host + ":" + std::to_string(t.base_port + island);
 }
 
+// Where island K's ranks meet (docs/ranks.md): rank 0's host, transport.rank_port + K
+// (0: base_port + 400 + K).
+int rank_port(const config::TransportConfig& t, int island) {
+  return (t.rank_port > 0 ? t.rank_port : t.base_port + 400) + island;
+}
+
 // Set in the store by every island before its first step: an island that finds it when it
 // joins comes into a run that is already going.
 const char kStartedKey[] = "atoll/run/started";
@@ -128,7 +135,8 @@ Status failed(int island, const Status& st, const std::string& what = "") {
 // the runtime, the training and the outputs. Used by the main thread only.
 class IslandProcess {
  public:
-  IslandProcess(const config::Config& config, int island, const ProcessOptions& options);
+  // `ranks`: the island's ranks when it has several (this is rank 0), else null.
+  IslandProcess(const config::Config& config, int island, const ProcessOptions& options, IslandRanks* ranks = nullptr);
   StatusOr<IslandEnd> run();
 
  private:
@@ -138,6 +146,8 @@ class IslandProcess {
   StatusOr<bool> decide_start();
   Status load_resume_point();
   Status fetch_state();
+  // An island of several ranks: tells the others how it starts (src/run/island_ranks.h).
+  void tell_ranks(IslandStart::Kind kind);
   Status start_data_plane();
   Status wait_for_start_set();
   core::IslandHost make_host();
@@ -197,10 +207,15 @@ class IslandProcess {
   core::WallTime wall_time_;
   std::optional<HandoverDonor> donor_;
   std::optional<core::CheckpointSchedule> schedule_;
+  // An island of several ranks: the algorithm's group and clock, mirrored to the other ranks.
+  IslandRanks* ranks_ = nullptr;
+  std::unique_ptr<transport::Group> mirrored_;
+  std::unique_ptr<algorithms::TimeSource> mirrored_time_;
   std::unique_ptr<core::IslandRuntime> runtime_;
 };
 
-IslandProcess::IslandProcess(const config::Config& config, int island, const ProcessOptions& options)
+IslandProcess::IslandProcess(const config::Config& config, int island, const ProcessOptions& options,
+                             IslandRanks* ranks)
     : config_(config),
       island_(island),
       options_(options),
@@ -209,7 +224,8 @@ IslandProcess::IslandProcess(const config::Config& config, int island, const Pro
       ckpt_hash_(core::resume_hash(config)),
       ckpt_dir_(island_checkpoint_dir(config, island), config.checkpoint.keep + 1),
       roles_(config),
-      progress_(options.quiet ? core::Progress::Mode::kQuiet : core::Progress::Mode::kAuto) {
+      progress_(options.quiet ? core::Progress::Mode::kQuiet : core::Progress::Mode::kAuto),
+      ranks_(ranks) {
   if (island < 0 || island >= k_) {
     throw UserError("--id " + std::to_string(island) + ": must be in [0, " + std::to_string(k_) +
                     ") (islands.count is " + std::to_string(k_) + ")");
@@ -230,7 +246,10 @@ StatusOr<IslandEnd> IslandProcess::run() {
   if (Status st = join(); !st.is_ok()) return st;
   StatusOr<bool> runs = decide_start();
   if (!runs.is_ok()) return runs.status();
-  if (!runs.value()) return IslandEnd::kFinished;
+  if (!runs.value()) {
+    tell_ranks(IslandStart::kNothing);
+    return IslandEnd::kFinished;
+  }
   if (Status st = load_resume_point(); !st.is_ok()) return st;
   // A fresh start: checkpoints of an earlier run of this directory are not this run's.
   if (!late_ && !resumed_) {
@@ -239,9 +258,23 @@ StatusOr<IslandEnd> IslandProcess::run() {
   if (late_) {
     if (Status st = fetch_state(); !st.is_ok()) return st;
   }
+  tell_ranks(handover_ ? IslandStart::kJoin : resumed_ ? IslandStart::kResume : IslandStart::kFresh);
   if (Status st = start_data_plane(); !st.is_ok()) return st;
   make_runtime();
   return train();
+}
+
+void IslandProcess::tell_ranks(IslandStart::Kind kind) {
+  if (ranks_ == nullptr) return;
+  IslandStart start;
+  start.kind = kind;
+  if (kind == IslandStart::kResume) {
+    const std::string file = checkpoint::encode(encode_island(*resumed_));
+    start.payload.assign(file.begin(), file.end());
+  } else if (kind == IslandStart::kJoin) {
+    start.payload = encode_handover(*handover_);
+  }
+  broadcast_start(*ranks_, std::move(start));
 }
 
 Status IslandProcess::join() {
@@ -550,9 +583,19 @@ core::IslandHost IslandProcess::make_host() {
 
 void IslandProcess::make_runtime() {
   schedule_.emplace(config_.checkpoint.every, handover_ ? handover_->step : resumed_ ? resumed_->step : 0);
-  runtime_ = std::make_unique<core::IslandRuntime>(island_, parts_, config_.train, &*timed_, &codec_,
+  transport::Group* group = &*timed_;
+  core::IslandHost host = make_host();
+  if (ranks_ != nullptr) {
+    mirrored_ = mirrored_group(*ranks_, group, island_);
+    mirrored_time_ = mirrored_time(*ranks_, &wall_time_);
+    group = mirrored_.get();
+    host.algorithm_time = mirrored_time_.get();
+    host.share = {0, ranks_->ranks()};
+    host.reduce_ranks = [this](at::Tensor& grads, double loss) { return ranks_->average(grads, loss); };
+  }
+  runtime_ = std::make_unique<core::IslandRuntime>(island_, parts_, config_.train, group, &codec_,
                                                    data_.shard_sizes[island_], evaluator_.get(), data_.classifier,
-                                                   make_host());
+                                                   std::move(host));
   core::IslandRuntime& runtime = *runtime_;
   if (resumed_) {
     // The island's training state (core::restore_training, as in every resume), the RNG, the
@@ -567,7 +610,7 @@ void IslandProcess::make_runtime() {
   } else if (handover_) {
     // Every joiner's start (core::IslandRuntime::join): the global model, a fresh inner
     // optimizer and algorithm, the donor's outer state after setup, the steps after the donor's.
-    runtime.join(std::move(*handover_), &*timed_);
+    runtime.join(std::move(*handover_), group);
   } else {
     runtime.evaluate_start();
   }
@@ -592,7 +635,9 @@ StatusOr<IslandEnd> IslandProcess::train() {
     runtime_->run();
   } catch (const std::exception& e) {
     // Everything here unwinds (the control client LEAVEs) before the island joins again.
-    if (g_leave_signal == 0 && client_->joins() > 1 && config_.transport.max_rejoins > 0 &&
+    // An island of several ranks joins again as a whole, restarted (its other ranks have
+    // ended with this one).
+    if (g_leave_signal == 0 && client_->joins() > 1 && config_.transport.max_rejoins > 0 && ranks_ == nullptr &&
         check_rejoin(config_, *parts_.algorithm).is_ok()) {
       ATOLL_WARN("island " << island_ << ": declared dead while cut off from the run at step " << runtime_->steps()
                            << " (" << e.what() << "); joining it again");
@@ -638,6 +683,79 @@ void IslandProcess::write_outputs() {
   }
 }
 
+// A rank > 0 of an island of several ranks (src/run/island_ranks.h): the island's parts, the
+// start rank 0 sends, and the island loop over rank 0's observations. No control plane, no
+// records, evaluations or checkpoint files: rank 0's are the island's. It waits in the
+// algorithm's exchanges where rank 0 waits in the run's (at checkpoint cuts too), so that
+// both run the same algorithm calls in the same order.
+Status run_rank(const config::Config& config, int island, IslandRanks& ranks) {
+  core::validate_config(config, core::Target::kIsland);
+  core::configure_threads(config.run.threads);
+  torch::manual_seed(config.run.seed);
+  const core::RunData data = core::load_run_data(config);
+  const algorithms::AlgorithmOptions algo_options = core::algorithm_options(config, data.shard_sizes);
+  const compression::Pipeline codec = core::make_pipeline(config);
+  core::IslandParts parts = core::make_island_parts(config, data, algo_options, island);
+  struct Release {  // the algorithm before the groups it holds sub-groups of
+    core::IslandParts& parts;
+    ~Release() { parts.algorithm.reset(); }
+  };
+  const IslandStart start = broadcast_start(ranks, {});
+  if (start.kind == IslandStart::kNothing) return Status::ok();
+  std::optional<IslandProcessCheckpoint> resumed;
+  std::optional<Handover> handover;
+  const std::string what = "island " + std::to_string(island) + " rank " + std::to_string(ranks.rank());
+  if (start.kind == IslandStart::kResume) {
+    auto file = checkpoint::decode(std::string_view(reinterpret_cast<const char*>(start.payload.data()), start.payload.size()),
+                                   what + ": rank 0's checkpoint");
+    if (!file.is_ok()) return file.status();
+    auto c = decode_island(file.value(), what + ": rank 0's checkpoint");
+    if (!c.is_ok()) return c.status();
+    resumed = std::move(c.value());
+  } else if (start.kind == IslandStart::kJoin) {
+    handover.emplace();
+    if (Status st = decode_handover(start.payload.data(), start.payload.size(), &*handover); !st.is_ok()) return st;
+  }
+  std::unique_ptr<transport::Group> group = mirrored_group(ranks, nullptr, island);
+  std::unique_ptr<algorithms::TimeSource> time = mirrored_time(ranks, nullptr);
+  core::CheckpointSchedule schedule(config.checkpoint.every, handover ? handover->step : resumed ? resumed->step : 0);
+  auto at_boundary = [&](int64_t step, int64_t total) {
+    for (int64_t cut : schedule.take_due(*parts.algorithm, step, total)) {
+      (void)cut;
+      parts.algorithm->wait_in_flight();  // as rank 0's checkpoint_at
+    }
+  };
+  core::IslandHost host;
+  host.time = time.get();
+  host.wall_s = [] { return 0.0; };
+  host.record = [](const std::string&) {};
+  host.is_lead = [] { return false; };
+  host.eval_recorded = [](int64_t) { return true; };
+  host.wait = [](double) {};
+  host.eval_bytes = [] { return uint64_t{0}; };
+  host.round_times = [] { return core::RoundTimes{}; };
+  host.share = {ranks.rank(), ranks.ranks()};
+  host.reduce_ranks = [&ranks](at::Tensor& grads, double loss) { return ranks.average(grads, loss); };
+  host.after_step = [&](int64_t step, int64_t total, double, double) { at_boundary(step, total); };
+  if (parts.algorithm->checkpoint_cut() == algorithms::CheckpointCut::kServerRound)
+    host.after_setup = [&](int64_t step) { at_boundary(step, std::numeric_limits<int64_t>::max()); };
+  core::IslandRuntime runtime(island, parts, config.train, group.get(), &codec, data.shard_sizes[island], nullptr,
+                              data.classifier, std::move(host));
+  Release release{parts};
+  if (resumed) {
+    core::restore_training(parts, runtime, *resumed);
+    if (resumed->torch_rng.defined()) {
+      at::Generator gen = at::detail::getDefaultCPUGenerator();
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      gen.set_state(resumed->torch_rng);
+    }
+  } else if (handover) {
+    runtime.join(std::move(*handover), group.get());
+  }
+  runtime.run();
+  return Status::ok();
+}
+
 }  // namespace
 
 Status run_island(const config::Config& config, int island, const ProcessOptions& options) {
@@ -650,8 +768,38 @@ Status run_island(const config::Config& config, int island, const ProcessOptions
       ::_exit(128 + g_leave_signal);
     }).detach();
   });
+  std::unique_ptr<IslandRanks> ranks;
+  if (const int r = config.islands.ranks.of(island); r > 1) {
+    if (options.rank < 0 || options.rank >= r)
+      throw UserError("--rank " + std::to_string(options.rank) + ": island " + std::to_string(island) + " has " +
+                      std::to_string(r) + " ranks (islands.ranks)");
+    RankPlace place;
+    place.island = island;
+    place.rank = options.rank;
+    place.ranks = r;
+    place.rank0_host = options.rank0_host.empty() ? config.transport.host : options.rank0_host;
+    place.port = rank_port(config.transport, island);
+    place.bind_host = config.transport.host;
+    const auto join = std::chrono::milliseconds(static_cast<int64_t>(config.transport.join_timeout_s * 1e3));
+    auto got = IslandRanks::connect(place, join, join + std::chrono::minutes(30));
+    if (!got.is_ok()) return got.status();
+    ranks = std::move(got.value());
+    ATOLL_INFO("island " << island << ": rank " << options.rank << " of " << r << " joined its island");
+    if (options.rank > 0) return run_rank(config, island, *ranks);  // the default signal actions: it just ends
+  } else if (options.rank != 0) {
+    throw UserError("--rank " + std::to_string(options.rank) + ": island " + std::to_string(island) +
+                    " has one rank (islands.ranks)");
+  }
   std::signal(SIGTERM, leave_on_signal);
   std::signal(SIGINT, leave_on_signal);
+  if (ranks) {
+    StatusOr<IslandEnd> end = IslandProcess(config, island, options, ranks.get()).run();
+    if (!end.is_ok()) return end.status();
+    if (end.value() == IslandEnd::kFinished) return Status::ok();
+    return Status(StatusCode::kPeerLost, "island " + std::to_string(island) +
+                                             ": declared dead while cut off from the run; an island of several ranks "
+                                             "rejoins when all its ranks are started again");
+  }
   for (int rejoins = 0;; ++rejoins) {
     if (g_leave_signal != 0) return left_on_signal(island);
     StatusOr<IslandEnd> end = IslandProcess(config, island, options).run();

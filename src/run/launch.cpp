@@ -50,6 +50,8 @@ namespace {
 
 struct Child {
   std::string prefix;
+  int island = -1;       // -1: the coordinator
+  int rank = 0;          // within its island (islands.ranks)
   pid_t pid = -1;
   int fd = -1;           // read end of the child's stdout+stderr
   int report_fd = -1;    // the coordinator: write end of its stdin (supervisor reports)
@@ -213,8 +215,8 @@ std::string fresh_summary(const config::Config& config, std::filesystem::file_ti
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
-// The exit code of a finished launch from its children ([0] the coordinator, then `islands`
-// islands), said in one closing line: 0 when all exited 0; kExitSurvivors, naming the islands
+// The exit code of a finished launch from its children ([0] the coordinator, then the
+// `islands` islands' processes: each island's rank 0, then the other ranks), said in one closing line: 0 when all exited 0; kExitSurvivors, naming the islands
 // lost, when the coordinator and at least one island exited 0 (the coordinator exits 0 only
 // when an island finished the run); 1 otherwise, with the coordinator's reason from
 // summary.json (`summary`, "" when it wrote none).
@@ -238,7 +240,7 @@ int run_outcome(const std::vector<Child>& children, size_t islands, const std::s
   std::string lost;
   for (size_t i = 1; i < children.size(); ++i) {
     if (exited_ok(children[i])) {
-      ++finished;
+      finished += children[i].rank == 0 ? 1 : 0;  // an island is its rank 0
       continue;
     }
     std::string name = children[i].prefix;  // "[island 2] "
@@ -286,6 +288,8 @@ int launch(const config::Config& config, const ProcessOptions& options) {
     std::string prefix;
     std::vector<std::string> argv;
     std::string program;  // "" = this executable
+    int island = -1;      // -1: the coordinator
+    int rank = 0;
   };
   std::vector<Start> starts;
   std::unique_ptr<Relays> relays;
@@ -293,6 +297,10 @@ int launch(const config::Config& config, const ProcessOptions& options) {
   if (uses_hosts(config)) {
     if (options.emulate_wan)
       throw UserError("launch: --emulate-wan runs every process on this machine; it cannot be combined with hosts:");
+    if (config.islands.ranks.max() > 1)
+      throw UserError("launch: with a hosts: section it starts one process per island; islands of several ranks "
+                      "(islands.ranks) are started by Slurm (atoll slurm) or one process per rank with atoll island "
+                      "--id K --rank R (docs/ranks.md)");
     const auto commands = host_commands(config, options);
     if (!options.ssh) {
       std::printf("# run these, coordinator first (or: atoll launch --ssh %s)\n", options.config_path.c_str());
@@ -307,8 +315,9 @@ int launch(const config::Config& config, const ProcessOptions& options) {
     for (const auto& c : commands) {
       std::vector<std::string> argv = {"atoll"};
       argv.insert(argv.end(), c.atoll.begin(), c.atoll.end());
-      starts.push_back(c.host.empty() ? Start{"[" + c.role + "] ", argv, ""}
-                                      : Start{"[" + c.role + "@" + c.host + "] ", ssh_argv(c), "ssh"});
+      const int island = static_cast<int>(starts.size()) - 1;  // the coordinator's command comes first
+      starts.push_back(c.host.empty() ? Start{"[" + c.role + "] ", argv, "", island}
+                                      : Start{"[" + c.role + "@" + c.host + "] ", ssh_argv(c), "ssh", island});
     }
   } else {
     if (options.emulate_wan) relays = std::make_unique<Relays>(config, options.wan);
@@ -322,7 +331,13 @@ int launch(const config::Config& config, const ProcessOptions& options) {
     for (int i = 0; i < config.islands.count; ++i) {
       std::vector<std::string> extra = {"--id", std::to_string(i)};
       if (relays) for (auto& a : relays->island_args(i)) extra.push_back(a);
-      starts.push_back({"[island " + std::to_string(i) + "] ", args("island", extra), ""});
+      starts.push_back({"[island " + std::to_string(i) + "] ", args("island", extra), "", i});
+    }
+    // An island's other ranks (islands.ranks; docs/ranks.md): they talk only to its rank 0.
+    for (int i = 0; i < config.islands.count; ++i) {
+      for (int r = 1; r < config.islands.ranks.of(i); ++r)
+        starts.push_back({"[island " + std::to_string(i) + " rank " + std::to_string(r) + "] ",
+                          args("island", {"--id", std::to_string(i), "--rank", std::to_string(r)}), "", i, r});
     }
   }
   struct sigaction sa {};
@@ -335,6 +350,8 @@ int launch(const config::Config& config, const ProcessOptions& options) {
   const auto started_at = std::filesystem::file_time_type::clock::now();
   for (size_t s = 0; s < starts.size(); ++s) {
     children.push_back(spawn(starts[s].prefix, starts[s].argv, starts[s].program, s == 0 && supervised));
+    children.back().island = starts[s].island;
+    children.back().rank = starts[s].rank;
     if (s == 0) usleep(200 * 1000);  // let the coordinator bind before the islands dial (they retry anyway)
   }
   ATOLL_INFO("launch: coordinator + " << config.islands.count << " islands started (pids "
@@ -398,6 +415,7 @@ int launch(const config::Config& config, const ProcessOptions& options) {
           argv.push_back("--set");  // pick the run up, whatever --resume started it
           argv.push_back("run.resume=false");
           c = spawn(starts.front().prefix, argv, starts.front().program, supervised);
+          c.island = -1;
           for (const ExitReport& r : reported) report_exit(c, r);
           continue;
         }
@@ -410,8 +428,9 @@ int launch(const config::Config& config, const ProcessOptions& options) {
                                                       : "signal " + std::to_string(WTERMSIG(status))));
           // An island: the coordinator hears of it at once (one that had not joined yet is
           // then not waited for).
-          if (supervised && &c != &children.front()) {
-            reported.push_back({static_cast<int>(&c - &children.front()) - 1, how_it_ended(c)});
+          // An island's other ranks end with its rank 0, whose exit is the island's.
+          if (supervised && &c != &children.front() && c.rank == 0) {
+            reported.push_back({c.island, how_it_ended(c)});
             report_exit(children.front(), reported.back());
           }
         }
@@ -428,7 +447,7 @@ int launch(const config::Config& config, const ProcessOptions& options) {
     return 130;
   }
   // The run directory is the coordinator's: here unless hosts.coordinator puts it elsewhere.
-  return run_outcome(children, children.size() - 1, config.hosts.coordinator.empty() ? fresh_summary(config, started_at) : "");
+  return run_outcome(children, static_cast<size_t>(config.islands.count), config.hosts.coordinator.empty() ? fresh_summary(config, started_at) : "");
 }
 
 }  // namespace atl::run

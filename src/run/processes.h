@@ -43,6 +43,8 @@ struct ProcessOptions {
   WanOptions wan;                     // launch --emulate-wan: what the profile leaves open
   std::map<int, std::string> peer_endpoints;  // island: dial peer id at this endpoint instead
                                               // of the one it published (the link's relay)
+  int rank = 0;        // island: this process's rank in its island (islands.ranks; docs/ranks.md)
+  std::string rank0_host;  // island: the host of its island's rank 0 ("": transport.host)
 };
 
 // Each starts with core::validate_config for its target (src/core/validate.h).

@@ -1,0 +1,285 @@
+#include "src/run/island_ranks.h"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <utility>
+
+#include "src/base/bytes.h"
+
+namespace atl::run {
+
+namespace {
+
+c10d::ProcessGroupGloo& pg(const std::shared_ptr<c10d::ProcessGroupGloo>& g) { return *g; }
+
+// c10d keeps its objects in intrusive pointers; this class holds one reference in a
+// shared_ptr whose deleter drops it (so that the header needs no c10d).
+template <class T>
+std::shared_ptr<T> hold(c10::intrusive_ptr<T> p) {
+  T* raw = p.release();
+  return std::shared_ptr<T>(raw, [](T* q) { c10::intrusive_ptr<T>::reclaim(q); });
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<IslandRanks>> IslandRanks::connect(const RankPlace& place,
+                                                            std::chrono::milliseconds join_timeout,
+                                                            std::chrono::milliseconds op_timeout) {
+  std::unique_ptr<IslandRanks> ranks(new IslandRanks(place));
+  const std::string where = "island " + std::to_string(place.island) + " rank " + std::to_string(place.rank) +
+                            " of " + std::to_string(place.ranks) + ": ";
+  try {
+    c10d::TCPStoreOptions so;
+    so.port = static_cast<uint16_t>(place.port);
+    so.isServer = place.rank == 0;
+    so.numWorkers = static_cast<size_t>(place.ranks);
+    so.waitWorkers = true;
+    so.timeout = join_timeout;
+    auto store = c10::make_intrusive<c10d::TCPStore>(place.rank0_host, so);
+    auto options = c10d::ProcessGroupGloo::Options::create(op_timeout);
+    options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(place.bind_host));
+    options->threads = 1;
+    auto group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, place.rank, place.ranks, options);
+    ranks->store_ = hold(c10::intrusive_ptr<c10d::Store>(std::move(store)));
+    ranks->group_ = hold(std::move(group));
+  } catch (const std::exception& e) {
+    return Status(StatusCode::kTimeout, where + "the island's ranks did not meet at " + place.rank0_host + ":" +
+                                            std::to_string(place.port) + ": " + e.what());
+  }
+  return ranks;
+}
+
+IslandRanks::~IslandRanks() = default;
+
+double IslandRanks::average(at::Tensor& grads, double loss) {
+  at::Tensor l = at::full({1}, loss, at::kDouble);
+  std::vector<at::Tensor> g{grads}, ls{l};
+  pg(group_).allreduce(g)->wait();
+  pg(group_).allreduce(ls)->wait();
+  grads.div_(ranks());
+  return l.item<double>() / ranks();
+}
+
+void IslandRanks::broadcast(at::Tensor& t) {
+  std::vector<at::Tensor> v{t};
+  c10d::BroadcastOptions o;
+  o.rootRank = 0;
+  pg(group_).broadcast(v, o)->wait();
+}
+
+std::vector<uint8_t> IslandRanks::broadcast_bytes(std::vector<uint8_t> bytes) {
+  at::Tensor n = at::full({1}, static_cast<int64_t>(bytes.size()), at::kLong);
+  broadcast(n);
+  const int64_t size = n.item<int64_t>();
+  at::Tensor t = leads() ? at::from_blob(bytes.data(), {size}, at::kByte).clone() : at::empty({size}, at::kByte);
+  if (size > 0) broadcast(t);
+  const auto* p = t.data_ptr<uint8_t>();
+  return std::vector<uint8_t>(p, p + size);
+}
+
+double IslandRanks::broadcast_double(double v) {
+  at::Tensor t = at::full({1}, v, at::kDouble);
+  broadcast(t);
+  return t.item<double>();
+}
+
+bool IslandRanks::broadcast_flag(bool v) {
+  at::Tensor t = at::full({1}, v ? 1 : 0, at::kByte);
+  broadcast(t);
+  return t.item<uint8_t>() != 0;
+}
+
+IslandStart broadcast_start(IslandRanks& ranks, IslandStart start) {
+  std::vector<uint8_t> bytes;
+  if (ranks.leads()) {
+    bytes.push_back(start.kind);
+    bytes.insert(bytes.end(), start.payload.begin(), start.payload.end());
+  }
+  bytes = ranks.broadcast_bytes(std::move(bytes));
+  IslandStart got;
+  if (bytes.empty() || bytes[0] > IslandStart::kNothing) throw std::runtime_error("island ranks: malformed start message");
+  got.kind = static_cast<IslandStart::Kind>(bytes[0]);
+  got.payload.assign(bytes.begin() + 1, bytes.end());
+  return got;
+}
+
+namespace {
+
+// A collective's result as rank 0 saw it, for the other ranks.
+std::vector<uint8_t> encode_result(const transport::CollectiveResult& r) {
+  bytes::ByteWriter w;
+  w.u8(static_cast<uint8_t>(r.status.code()));
+  w.str(r.status.message());
+  w.u64(r.contributors.size());
+  for (int c : r.contributors) w.i64(c);
+  w.f64(r.weight_sum);
+  std::string s = std::move(w).bytes();
+  return {s.begin(), s.end()};
+}
+
+transport::CollectiveResult decode_result(const std::vector<uint8_t>& b) {
+  const std::string s(b.begin(), b.end());
+  bytes::Reader r(s, "collective result");
+  transport::CollectiveResult out;
+  const uint8_t code = r.u8();
+  std::string message = r.str();
+  out.status = Status(static_cast<StatusCode>(code), std::move(message));
+  const uint64_t n = r.u64();
+  for (uint64_t i = 0; i < n && r.ok(); ++i) out.contributors.push_back(static_cast<int>(r.i64()));
+  out.weight_sum = r.f64();
+  if (!r.done()) throw std::runtime_error("island ranks: malformed collective result");
+  return out;
+}
+
+// One collective of the island's algorithm on every rank. Rank 0 waits for the real one
+// (`inner`), then hands its completion, its result and the buffers it filled to the others.
+class MirroredHandle final : public transport::Handle {
+ public:
+  // `outputs`: the tensors the collective fills (the buffer, `transmitted`); `gathered`:
+  // allgather's output vectors.
+  MirroredHandle(IslandRanks& ranks, std::unique_ptr<transport::Handle> inner, std::vector<at::Tensor> outputs,
+                 std::vector<std::vector<uint8_t>>* gathered = nullptr)
+      : ranks_(ranks), inner_(std::move(inner)), outputs_(std::move(outputs)), gathered_(gathered) {}
+
+  bool done() const override {
+    if (result_) return true;
+    return ranks_.broadcast_flag(inner_ ? inner_->done() : false);
+  }
+
+  transport::CollectiveResult wait(transport::Deadline deadline) override {
+    if (result_) return *result_;
+    std::vector<uint8_t> bytes;
+    if (inner_) bytes = encode_result(inner_->wait(deadline));
+    transport::CollectiveResult r = decode_result(ranks_.broadcast_bytes(std::move(bytes)));
+    if (r.status.code() == StatusCode::kTimeout) return r;  // it may still complete
+    for (at::Tensor& t : outputs_)
+      if (t.defined()) ranks_.broadcast(t);
+    if (gathered_) share_gathered();
+    result_ = r;
+    return r;
+  }
+
+ private:
+  void share_gathered() {
+    bytes::ByteWriter w;
+    if (ranks_.leads()) {
+      w.u64(gathered_->size());
+      for (const auto& g : *gathered_) w.str(std::string(g.begin(), g.end()));
+    }
+    std::string s = std::move(w).bytes();
+    const std::vector<uint8_t> got = ranks_.broadcast_bytes({s.begin(), s.end()});
+    const std::string text(got.begin(), got.end());
+    bytes::Reader r(text, "allgather result");
+    std::vector<std::vector<uint8_t>> out(r.u64());
+    for (auto& g : out) {
+      const std::string one = r.str();
+      g.assign(one.begin(), one.end());
+    }
+    if (!r.done()) throw std::runtime_error("island ranks: malformed allgather result");
+    *gathered_ = std::move(out);
+  }
+
+  IslandRanks& ranks_;
+  std::unique_ptr<transport::Handle> inner_;
+  std::vector<at::Tensor> outputs_;
+  std::vector<std::vector<uint8_t>>* gathered_;
+  std::optional<transport::CollectiveResult> result_;
+};
+
+class MirroredGroup final : public transport::Group {
+ public:
+  MirroredGroup(IslandRanks& ranks, transport::Group* inner, std::unique_ptr<transport::Group> owned, int island)
+      : ranks_(ranks), inner_(inner), owned_(std::move(owned)), island_(island) {}
+
+  transport::MembershipView view() const override {
+    bytes::ByteWriter w;
+    if (inner_) {
+      const transport::MembershipView v = inner_->view();
+      w.u64(v.epoch);
+      w.u64(v.members.size());
+      for (int m : v.members) w.i64(m);
+    }
+    std::string s = std::move(w).bytes();
+    const std::vector<uint8_t> got = ranks_.broadcast_bytes({s.begin(), s.end()});
+    const std::string text(got.begin(), got.end());
+    bytes::Reader r(text, "membership view");
+    transport::MembershipView v;
+    v.epoch = r.u64();
+    v.members.resize(r.u64());
+    for (int& m : v.members) m = static_cast<int>(r.i64());
+    if (!r.done()) throw std::runtime_error("island ranks: malformed membership view");
+    v.self = island_;
+    return v;
+  }
+
+  std::unique_ptr<transport::Handle> allreduce_mean(at::Tensor buffer, const compression::Pipeline& codec,
+                                                    double weight, at::Tensor transmitted) override {
+    return mirror(inner_ ? inner_->allreduce_mean(buffer, codec, weight, transmitted) : nullptr, {buffer, transmitted});
+  }
+  std::unique_ptr<transport::Handle> broadcast(int root, at::Tensor buffer,
+                                               const compression::Pipeline& codec) override {
+    return mirror(inner_ ? inner_->broadcast(root, buffer, codec) : nullptr, {buffer});
+  }
+  std::unique_ptr<transport::Handle> allgather(std::vector<uint8_t> bytes,
+                                               std::vector<std::vector<uint8_t>>* out) override {
+    auto inner = inner_ ? inner_->allgather(std::move(bytes), out) : nullptr;
+    return std::make_unique<MirroredHandle>(ranks_, std::move(inner), std::vector<at::Tensor>{}, out);
+  }
+  std::unique_ptr<transport::Group> subgroup(uint32_t key, std::vector<int> ids) override {
+    std::unique_ptr<transport::Group> sub = inner_ ? inner_->subgroup(key, std::move(ids)) : nullptr;
+    transport::Group* raw = sub.get();
+    return std::make_unique<MirroredGroup>(ranks_, raw, std::move(sub), island_);
+  }
+  std::unique_ptr<transport::Handle> push(uint64_t tag, at::Tensor buffer, const compression::Pipeline& codec,
+                                          double weight, at::Tensor transmitted) override {
+    return mirror(inner_ ? inner_->push(tag, buffer, codec, weight, transmitted) : nullptr, {transmitted});
+  }
+  std::unique_ptr<transport::Handle> pull(uint64_t tag, at::Tensor out, const compression::Pipeline& codec) override {
+    return mirror(inner_ ? inner_->pull(tag, out, codec) : nullptr, {out});
+  }
+  // Rank 0's own count (records only; the others send nothing).
+  transport::ByteCounters bytes() const override { return inner_ ? inner_->bytes() : transport::ByteCounters{}; }
+  std::unique_ptr<transport::Handle> resume_in_flight() override {
+    std::unique_ptr<transport::Handle> h = inner_ ? inner_->resume_in_flight() : nullptr;
+    if (!ranks_.broadcast_flag(h != nullptr)) return nullptr;
+    return std::make_unique<MirroredHandle>(ranks_, std::move(h), std::vector<at::Tensor>{});
+  }
+
+ private:
+  std::unique_ptr<transport::Handle> mirror(std::unique_ptr<transport::Handle> inner, std::vector<at::Tensor> outputs) {
+    return std::make_unique<MirroredHandle>(ranks_, std::move(inner), std::move(outputs));
+  }
+
+  IslandRanks& ranks_;
+  transport::Group* inner_;                  // null on ranks > 0
+  std::unique_ptr<transport::Group> owned_;  // a sub-group's
+  const int island_;
+};
+
+class MirroredTime final : public algorithms::TimeSource {
+ public:
+  MirroredTime(IslandRanks& ranks, algorithms::TimeSource* inner) : ranks_(ranks), inner_(inner) {}
+  double now_s() const override { return ranks_.broadcast_double(ranks_.leads() ? inner_->now_s() : 0.0); }
+  // Rank 0 idles; the others meet it at its next broadcast.
+  void sleep_until_s(double t) override {
+    if (ranks_.leads()) inner_->sleep_until_s(t);
+  }
+
+ private:
+  IslandRanks& ranks_;
+  algorithms::TimeSource* inner_;
+};
+
+}  // namespace
+
+std::unique_ptr<transport::Group> mirrored_group(IslandRanks& ranks, transport::Group* inner, int island) {
+  return std::make_unique<MirroredGroup>(ranks, ranks.leads() ? inner : nullptr, nullptr, island);
+}
+
+std::unique_ptr<algorithms::TimeSource> mirrored_time(IslandRanks& ranks, algorithms::TimeSource* inner) {
+  return std::make_unique<MirroredTime>(ranks, inner);
+}
+
+}  // namespace atl::run

@@ -1,0 +1,93 @@
+// The ranks of one island in a real run (islands.ranks > 1; docs/ranks.md).
+//
+// An island of R ranks is R processes (`atoll island CONFIG --id K --rank r`) that talk over
+// libtorch's own c10d: a TCPStore served by rank 0 and a ProcessGroupGloo. Every rank holds
+// the whole model and runs the same island loop:
+//   - inner steps are data parallel: each rank computes its rows of every batch
+//     (core::RankShare) and the island averages the gradient with one all-reduce;
+//   - rank 0 is the island's voice in the run: it joins the coordinator, takes part in the
+//     islands' exchanges, writes records, evaluations and checkpoints;
+//   - the other ranks are its replicas: every input rank 0's algorithm observes from outside
+//     (a collective's result and its completion, the membership view, the clock) reaches them
+//     by a broadcast at the point where it is observed (MirroredGroup, MirroredTime), so that
+//     the same algorithm code on every rank takes the same decisions and holds bitwise the
+//     same state;
+//   - an island that resumes or rejoins: rank 0 sends the others the checkpoint or the
+//     hand-over it starts from (IslandStart), and each applies it as rank 0 does.
+// A rank that dies ends its island: the others' next c10d operation fails (a closed
+// connection), or times out after transport.rank_timeout_s.
+//
+// Threads: everything here is used by the island's main thread only.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "algorithms/algorithm.h"
+#include "src/base/status.h"
+#include "transport/group.h"
+
+namespace c10d {
+class ProcessGroupGloo;
+class Store;
+}  // namespace c10d
+
+namespace atl::run {
+
+struct RankPlace {
+  int island = 0;
+  int rank = 0;
+  int ranks = 1;
+  std::string rank0_host;  // where rank 0 serves the island's c10d store
+  int port = 0;            // the store's port
+  std::string bind_host;   // this rank's address for the process group's connections
+};
+
+class IslandRanks {
+ public:
+  // Rendezvous of the island's ranks: returns once all have joined. kTimeout when they do
+  // not within `join_timeout`; `op_timeout` bounds every later operation.
+  static StatusOr<std::unique_ptr<IslandRanks>> connect(const RankPlace& place, std::chrono::milliseconds join_timeout,
+                                                         std::chrono::milliseconds op_timeout);
+  ~IslandRanks();
+
+  int rank() const { return place_.rank; }
+  int ranks() const { return place_.ranks; }
+  bool leads() const { return place_.rank == 0; }
+
+  // grads <- (sum over the ranks of grads) / ranks; returns the mean of the ranks' losses.
+  double average(at::Tensor& grads, double loss);
+  // Rank 0's `t` (same shape and dtype on every rank) into every rank's `t`.
+  void broadcast(at::Tensor& t);
+  // Rank 0's bytes to every rank (the others' argument is ignored).
+  std::vector<uint8_t> broadcast_bytes(std::vector<uint8_t> bytes);
+  double broadcast_double(double v);
+  bool broadcast_flag(bool v);
+
+ private:
+  explicit IslandRanks(RankPlace place) : place_(std::move(place)) {}
+  RankPlace place_;
+  std::shared_ptr<c10d::Store> store_;
+  std::shared_ptr<c10d::ProcessGroupGloo> group_;
+};
+
+// What rank 0 starts from, sent to the other ranks before the island's algorithm is set up.
+struct IslandStart {
+  enum Kind : uint8_t { kFresh = 0, kResume = 1, kJoin = 2, kNothing = 3 };
+  Kind kind = kFresh;
+  std::vector<uint8_t> payload;  // kResume: the island checkpoint file's bytes; kJoin: the hand-over's
+};
+IslandStart broadcast_start(IslandRanks& ranks, IslandStart start);
+
+// The group the algorithm of an island of several ranks talks through (see above). On rank 0
+// it wraps the island's group; on the others `inner` is null and every answer is rank 0's.
+std::unique_ptr<transport::Group> mirrored_group(IslandRanks& ranks, transport::Group* inner, int island);
+// The algorithm's clock: rank 0's readings of `inner` on every rank (`inner` unused elsewhere).
+std::unique_ptr<algorithms::TimeSource> mirrored_time(IslandRanks& ranks, algorithms::TimeSource* inner);
+
+}  // namespace atl::run
