@@ -241,6 +241,9 @@ struct ComputeConfig {
   double straggler_prob = 0;    // per-step chance an island starts a slow episode
   double straggler_factor = 3;  // step time multiplier during an episode
   int64_t straggler_steps = 20; // inner steps an episode lasts
+  // An island of R > 1 ranks (islands.ranks) computes a step in step_time / (R * rank_scaling),
+  // then all-reduces the gradient over network.intra_island_* (docs/ranks.md).
+  double rank_scaling = 1.0;
 
   template <class V>
   void fields(V& v) {
@@ -253,6 +256,7 @@ struct ComputeConfig {
     v.field("straggler_prob", straggler_prob, closed(0, 1));
     v.field("straggler_factor", straggler_factor, at_least(1));
     v.field("straggler_steps", straggler_steps, at_least(1));
+    v.field("rank_scaling", rank_scaling, open_closed(0, 1));
   }
 };
 
@@ -291,6 +295,10 @@ struct NetworkConfig {
   std::vector<std::string> regions;  // region name of each island (index = id); empty = one
   std::vector<NetworkLink> links;    // region pairs with their own latency/bandwidth
   std::string server_region;    // where the coordinator / server role sits; "" = island 0's
+  // The fabric between the ranks of one island (islands.ranks > 1): its ring all-reduce of the
+  // gradient after each step (docs/ranks.md).
+  double intra_island_mbps = 100000;
+  double intra_island_latency_ms = 0.01;
 
   template <class V>
   void fields(V& v) {
@@ -302,6 +310,8 @@ struct NetworkConfig {
     v.field("jitter_ms", jitter_ms, at_least(0));
     v.field("loss", loss, closed_open(0, 1));
     v.field("regions", regions);
+    v.field("intra_island_mbps", intra_island_mbps, above(0));
+    v.field("intra_island_latency_ms", intra_island_latency_ms, at_least(0));
     v.field("links", links);
     v.field("server_region", server_region);
   }

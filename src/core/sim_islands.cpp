@@ -116,7 +116,14 @@ RoundTimes Simulation::round_times(int i) {
 }
 
 void Simulation::after_compute(int i) {
-  const double dt = cost_->next_step_s(i);
+  double dt = cost_->next_step_s(i);
+  if (const int r = config_.islands.ranks.of(i); r > 1) {
+    // R ranks share the step, then all-reduce the gradient in a ring on the island's fabric:
+    // 2 (R - 1) messages of N / R values each way (docs/ranks.md).
+    const double bytes = 4.0 * static_cast<double>(n_params_) * 2.0 * (r - 1) / r;
+    dt = dt / (r * config_.compute.rank_scaling) + bytes * 8.0 / (config_.network.intra_island_mbps * 1e6) +
+         2.0 * (r - 1) * config_.network.intra_island_latency_ms * 1e-3;
+  }
   islands_[i].compute_s += dt;
   scheduler_->advance(i, scheduler_->time(i) + dt);
   for (auto& kill : membership_.kills[static_cast<size_t>(i)])

@@ -645,6 +645,7 @@ StatusOr<IslandEnd> IslandProcess::train() {
     }
     throw;
   }
+  if (ranks_ != nullptr) (void)ranks_->check_replica(parts_.model->params());  // the others compare
   // Steps kept for a lead that may have died are recorded by someone before island_end.
   runtime_->finish();
   // After island_end, on the same connection: a checkpoint cut after this lists the island as
@@ -753,7 +754,7 @@ Status run_rank(const config::Config& config, int island, IslandRanks& ranks) {
     runtime.join(std::move(*handover), group.get());
   }
   runtime.run();
-  return Status::ok();
+  return ranks.check_replica(parts.model->params());
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "src/base/bytes.h"
+#include "src/base/hash.h"
 
 namespace atl::run {
 
@@ -53,11 +54,28 @@ StatusOr<std::unique_ptr<IslandRanks>> IslandRanks::connect(const RankPlace& pla
 
 IslandRanks::~IslandRanks() = default;
 
+// A c10d operation that failed (another rank of the island is gone: a closed connection, or
+// the operation timeout) ends this rank's part in the run with one line that says so.
+template <class Op>
+void IslandRanks::c10d(const char* what, Op&& op) {
+  try {
+    op();
+  } catch (const std::exception& e) {
+    std::string why = e.what();
+    if (const size_t nl = why.find('\n'); nl != std::string::npos) why.resize(nl);
+    throw StatusError("island " + std::to_string(place_.island) + " rank " + std::to_string(rank()),
+                      Status(StatusCode::kPeerLost, std::string(what) + " among the island's " +
+                                                        std::to_string(ranks()) + " ranks failed (a rank is gone?): " + why));
+  }
+}
+
 double IslandRanks::average(at::Tensor& grads, double loss) {
   at::Tensor l = at::full({1}, loss, at::kDouble);
   std::vector<at::Tensor> g{grads}, ls{l};
-  pg(group_).allreduce(g)->wait();
-  pg(group_).allreduce(ls)->wait();
+  c10d("the gradient all-reduce", [&] {
+    pg(group_).allreduce(g)->wait();
+    pg(group_).allreduce(ls)->wait();
+  });
   grads.div_(ranks());
   return l.item<double>() / ranks();
 }
@@ -66,7 +84,7 @@ void IslandRanks::broadcast(at::Tensor& t) {
   std::vector<at::Tensor> v{t};
   c10d::BroadcastOptions o;
   o.rootRank = 0;
-  pg(group_).broadcast(v, o)->wait();
+  c10d("a broadcast from rank 0", [&] { pg(group_).broadcast(v, o)->wait(); });
 }
 
 std::vector<uint8_t> IslandRanks::broadcast_bytes(std::vector<uint8_t> bytes) {
@@ -89,6 +107,17 @@ bool IslandRanks::broadcast_flag(bool v) {
   at::Tensor t = at::full({1}, v ? 1 : 0, at::kByte);
   broadcast(t);
   return t.item<uint8_t>() != 0;
+}
+
+Status IslandRanks::check_replica(const at::Tensor& params) {
+  const at::Tensor p = params.detach().cpu().contiguous();
+  const auto mine = static_cast<int64_t>(xxh64(p.data_ptr(), p.nbytes()));
+  at::Tensor t = at::full({1}, mine, at::kLong);
+  broadcast(t);
+  if (t.item<int64_t>() == mine) return Status::ok();
+  return Status(StatusCode::kInternal, "island " + std::to_string(place_.island) + " rank " + std::to_string(rank()) +
+                                           ": its parameters differ from rank 0's after the last step (the ranks "
+                                           "diverged)");
 }
 
 IslandStart broadcast_start(IslandRanks& ranks, IslandStart start) {

@@ -68,9 +68,14 @@ class IslandRanks {
   std::vector<uint8_t> broadcast_bytes(std::vector<uint8_t> bytes);
   double broadcast_double(double v);
   bool broadcast_flag(bool v);
+  // After the island's last step, on every rank: kInternal on a rank whose `params` are not
+  // bitwise rank 0's (the replicas diverged: a defect, never a WAN outcome).
+  Status check_replica(const at::Tensor& params);
 
  private:
   explicit IslandRanks(RankPlace place) : place_(std::move(place)) {}
+  template <class Op>
+  void c10d(const char* what, Op&& op);
   RankPlace place_;
   std::shared_ptr<c10d::Store> store_;
   std::shared_ptr<c10d::ProcessGroupGloo> group_;

@@ -4,7 +4,9 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <filesystem>
 #include <fstream>
 #include <initializer_list>
@@ -276,8 +278,12 @@ std::string extra(const config::Config& c) {
 }
 
 // `srun BINARY ROLE CONFIG --set ... --quiet`, quoted for the shell.
+// An island's task count is its ranks (islands.ranks, the same for every island under Slurm),
+// placed in a block so that its ranks are consecutive tasks.
 std::string srun_line(const config::Config& c, const ProcessOptions& o, const std::string& role) {
-  std::string line = "srun --ntasks=1 " + shell_quote(c.slurm.binary) + " " + role + " " + shell_quote(o.config_path);
+  const int tasks = role == "island" ? c.islands.ranks.values.front() : 1;
+  std::string line = "srun --ntasks=" + std::to_string(tasks) + (tasks > 1 ? " --distribution=block " : " ") +
+                     shell_quote(c.slurm.binary) + " " + role + " " + shell_quote(o.config_path);
   for (const auto& s : o.overrides) line += " --set " + shell_quote(s);
   return line + " --quiet\n";
 }
@@ -327,16 +333,23 @@ BatchScripts batch_scripts(const config::Config& c, const ProcessOptions& o, con
 
   b.islands = header(c, name + "-islands", cwd);
   b.islands += "#SBATCH --array=0-" + std::to_string(c.islands.count - 1) + "\n";
-  b.islands += "#SBATCH --ntasks=1\n";
+  const int ranks = c.islands.ranks.values.front();
+  b.islands += "#SBATCH --ntasks=" + std::to_string(ranks) + "\n";
+  if (ranks > 1) b.islands += "#SBATCH --nodes=1\n";  // an island's ranks meet on its node (docs/ranks.md)
   b.islands += "#SBATCH --output=" + b.dir + "/island-%a-%j.out\n";
   b.islands += extra(c);
-  b.islands += "# Island SLURM_ARRAY_TASK_ID of run " + c.run.name + " (atoll island takes its id from it).\n";
+  b.islands += "# Island SLURM_ARRAY_TASK_ID of run " + c.run.name + " (atoll island takes its id from it" +
+               (ranks > 1 ? ", each task its rank" : "") + ").\n";
   b.islands += "# Requeued or resubmitted alone (--array=K), it rejoins the running run.\n";
   b.islands += "exec " + srun_line(c, o, "island");
   return b;
 }
 
 int run_slurm_command(const config::Config& config, const ProcessOptions& options, bool submit, bool dry_run) {
+  const auto& ranks = config.islands.ranks.values;
+  if (std::adjacent_find(ranks.begin(), ranks.end(), std::not_equal_to<>()) != ranks.end())
+    config::fail_key(config, "islands.ranks", "differs between islands; atoll slurm writes one island job array, whose "
+                                              "elements have one task count (write one config per island size)");
   const BatchScripts b = batch_scripts(config, options, std::filesystem::current_path().string());
   if (submit && !on_path("sbatch")) {
     throw UserError("slurm --submit: sbatch is not on PATH (run it on a submit host of the cluster, or install "

@@ -106,6 +106,7 @@ void expect_same(const Config& a, const Config& b) {
   EXPECT_EQ(a.train.eval_batches, b.train.eval_batches);
   EXPECT_EQ(a.train.log_every, b.train.log_every);
   EXPECT_EQ(a.islands.count, b.islands.count);
+  EXPECT_EQ(a.islands.ranks, b.islands.ranks);
   EXPECT_EQ(a.algorithm.name, b.algorithm.name);
   EXPECT_EQ(a.algorithm.inner_steps, b.algorithm.inner_steps);
   EXPECT_EQ(a.algorithm.outer.kind, b.algorithm.outer.kind);
@@ -197,6 +198,7 @@ TEST_F(ConfigTest, RoundTripOfEveryField) {
   c.train.eval_batches = 0;
   c.train.log_every = 1;
   c.islands.count = 100;
+  c.islands.ranks.values.assign(100, 1);  // one per island (batch_size is 1 here)
   c.algorithm.name = "ddp";
   c.algorithm.inner_steps = 500;
   c.algorithm.outer.kind = algorithms::OuterKind::kAdam;
@@ -350,6 +352,25 @@ TEST_F(ConfigTest, AKeyOfAnotherAlgorithmIsRefused) {
     for (const char* k : row.keys) yaml += std::string("  ") + k + ": " + defaults.at(std::string("algorithm.") + k) + "\n";
     EXPECT_NO_THROW(parse_config(yaml, "c.yaml")) << yaml;
   }
+}
+
+// islands.ranks: one number for every island, or one per island; written back as it was given.
+TEST_F(ConfigTest, RanksAreOneNumberOrOnePerIsland) {
+  const Config one = parse_config("train: {batch_size: 8}\nislands: {count: 3, ranks: 4}\n", "c.yaml");
+  EXPECT_EQ(one.islands.ranks.values, std::vector<int>{4});
+  EXPECT_EQ(one.islands.ranks.of(2), 4);
+  EXPECT_NE(to_yaml(one).find("ranks: 4\n"), std::string::npos) << to_yaml(one);
+  const Config each = parse_config("train: {batch_size: 8}\nislands: {count: 3, ranks: [1, 2, 8]}\n", "c.yaml");
+  EXPECT_EQ(each.islands.ranks.of(0), 1);
+  EXPECT_EQ(each.islands.ranks.of(2), 8);
+  EXPECT_EQ(each.islands.ranks.max(), 8);
+  EXPECT_EQ(to_yaml(parse_config(to_yaml(each), "back.yaml")), to_yaml(each));
+  EXPECT_EQ(Config{}.islands.ranks.of(7), 1);
+  auto error = [](const std::string& yaml) { return error_of([&] { parse_config(yaml, "c.yaml"); }); };
+  EXPECT_EQ(error("islands: {ranks: []}\n"),
+            "c.yaml:1: key 'islands.ranks': expected an integer or a list of them, got []");
+  EXPECT_EQ(error("islands: {ranks: [2, x]}\n"), "c.yaml:1: key 'islands.ranks': ranks[1]: expected an integer, got 'x'");
+  EXPECT_EQ(error("islands: {ranks: 1.5}\n"), "c.yaml:1: key 'islands.ranks': expected an integer, got '1.5'");
 }
 
 TEST_F(ConfigTest, MisspeltKeySuggestsClosest) {

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <cstring>
 #include <map>
 #include <optional>
 #include <regex>
@@ -766,3 +767,120 @@ TEST_F(Processes, RestartedIslandRejoinsADemoRun) {
 }
 
 }  // namespace
+
+// ---- islands of several ranks (islands.ranks, docs/ranks.md) ----------------------------------
+
+// Every algorithm with islands of two ranks (two processes each, c10d between them): launch
+// ends bitwise as simulate, which executes each island's two shares one after the other. The
+// ranks of an island end with bitwise the same model (each rank > 0 checks it against rank 0
+// and fails otherwise, and launch then does not exit 0). async_local_sgd is not bitwise
+// between the modes even with one rank (its server applies pushes in wall-clock order), so it
+// is only run to its end, replicas checked.
+TEST_F(Processes, IslandsOfTwoRanksMatchSimulateBitwiseForEveryAlgorithm) {
+  const std::string cfg = config(3, 20);
+  struct Case {
+    std::string name, sets;
+    bool bitwise = true;
+  };
+  const std::vector<Case> cases = {
+      {"ddp", " --set 'algorithm={name: ddp}'"},
+      {"diloco_eager", " --set 'algorithm={name: diloco, inner_steps: 5, overlap: eager}'"},
+      {"diloco_gloo", " --set transport.kind=gloo"},
+      {"streaming_diloco", " --set 'algorithm={name: streaming_diloco, inner_steps: 8, fragments: 2, overlap_steps: 2}'"},
+      {"demo", kDemo},
+      {"sparseloco", " --set 'algorithm={name: sparseloco, inner_steps: 4, chunk: 16, topk: 8}'"},
+      {"dipaco_gloo", " --set algorithm.name=dipaco --set 'dipaco={levels: [{blocks: [0], modules: 2}], prefix: 8}'"
+                      " --set transport.kind=gloo"},
+      {"fedavg", " --set 'algorithm={name: fedavg, client_fraction: 0.6, local_steps: 3, rounds: 4}'"},
+      {"async_local_sgd", " --set 'algorithm={name: async_local_sgd, inner_steps: 5}'", false},
+  };
+  const std::string ranks = " --quiet --set model.layers=2 --set islands.ranks=2 --set transport.rank_port=" +
+                            std::to_string(port_ + 10);
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const fs::path log = dir_ / (c.name + ".log");
+    if (c.bitwise) ASSERT_EQ(run("simulate " + cfg + ranks + c.sets + " --set run.name=sim_" + c.name), 0);
+    const int status = std::system((std::string(ATOLL_BINARY) + " launch " + cfg + ranks + c.sets +
+                                    " --set run.name=real_" + c.name + " > " + log.string() + " 2>&1").c_str());
+    const int rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    ASSERT_EQ(rc, 0) << read(log);
+    const std::string real = read(dir_ / "runs" / ("real_" + c.name) / "final_params.bin");
+    ASSERT_GT(real.size(), 100u);
+    if (c.bitwise)
+      EXPECT_TRUE(read(dir_ / "runs" / ("sim_" + c.name) / "final_params.bin") == real)
+          << "final parameters differ between simulate and launch";
+    EXPECT_NE(read(log).find("island 2: rank 1 of 2 joined its island"), std::string::npos) << read(log);
+  }
+}
+
+// Two ranks at batch 2 each train like one rank at batch 4 (docs/ranks.md): the real run with
+// islands of two ranks ends within float-summation distance of the simulated run of one rank
+// per island, and not bitwise (the gradient is summed in another order).
+TEST_F(Processes, IslandsOfTwoRanksTrainLikeOneRankOfTheWholeBatch) {
+  const std::string cfg = config(3, 20);
+  ASSERT_EQ(run("simulate " + cfg + " --quiet --set run.name=one"), 0);
+  ASSERT_EQ(run("launch " + cfg + " --quiet --set run.name=two --set islands.ranks=2 --set transport.rank_port=" +
+                std::to_string(port_ + 10)), 0);
+  auto params = [&](const std::string& name) {
+    const std::string b = read(dir_ / "runs" / name / "final_params.bin");
+    std::vector<float> v((b.size() - 16 - 8) / 4);  // "ATLP", version, count; values; checksum
+    std::memcpy(v.data(), b.data() + 16, v.size() * 4);
+    return v;
+  };
+  const auto one = params("one"), two = params("two");
+  ASSERT_EQ(one.size(), two.size());
+  ASSERT_GT(one.size(), 1000u);
+  double max_diff = 0;
+  for (size_t i = 0; i < one.size(); ++i) max_diff = std::max(max_diff, static_cast<double>(std::abs(one[i] - two[i])));
+  EXPECT_LT(max_diff, 1e-4) << "two ranks did not train like one rank of the whole batch";
+  EXPECT_GT(max_diff, 0.0) << "bitwise equal: the ranks' shares were not summed apart";
+}
+
+// kill -9 of one rank of a two-rank island mid-run: its rank 0 fails at its next step (c10d
+// sees the closed connection), the island leaves, the other islands finish (launch's survivors
+// exit code), nothing hangs. Both ranks started again by hand rejoin with a state hand-over and
+// end with the others' global model.
+TEST_F(Processes, KilledRankTakesItsIslandDownAndTheRestartedIslandRejoins) {
+  const int steps = 3000;
+  const std::string cfg = config(3, steps);
+  const std::string rank_port = "transport.rank_port=" + std::to_string(port_ + 10);
+  const fs::path metrics = dir_ / "runs/r/metrics.jsonl";
+  const pid_t launch = spawn({"launch", cfg, "--quiet", "--set", "islands.ranks=2", "--set", rank_port}, dir_ / "launch.log");
+  ASSERT_GT(launch, 0);
+  ASSERT_TRUE(wait_for_record(metrics, {"\"event\":\"round\"", "\"round\":3,"}, 30)) << "no rounds within 30 s";
+  const auto kids = children_of(launch);
+  ASSERT_EQ(kids.size(), 7u);  // the coordinator, three ranks 0, three ranks 1
+  ASSERT_EQ(kill(*kids.rbegin(), SIGKILL), 0);  // the newest: island 2's rank 1
+  const auto killed_at = std::chrono::steady_clock::now();
+  ASSERT_TRUE(wait_for_record(metrics, {"\"event\":\"round\"", "\"contributors\":2,"}, 30))
+      << "the others did not go on without island 2\n" << read(dir_ / "launch.log");
+  // Island 2's rank 0 is gone well within the heartbeat timeout.
+  bool rank0_gone = false;
+  while (!rank0_gone && std::chrono::steady_clock::now() - killed_at < std::chrono::seconds(5)) {
+    rank0_gone = children_of(launch).size() == 5;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_TRUE(rank0_gone) << read(dir_ / "launch.log");
+  EXPECT_NE(read(dir_ / "launch.log").find("[island 2] exited with code 1"), std::string::npos) << read(dir_ / "launch.log");
+
+  std::vector<pid_t> restarted;
+  for (const char* r : {"0", "1"})
+    restarted.push_back(spawn({"island", cfg, "--id", "2", "--rank", r, "--quiet", "--set", "islands.ranks=2", "--set",
+                               rank_port}, dir_ / ("island2-" + std::string(r) + ".log")));
+  const int launch_rc = wait_bounded(launch, 90);
+  ASSERT_NE(launch_rc, -1) << "launch did not finish (a hang)\n" << read(dir_ / "launch.log");
+  EXPECT_EQ(launch_rc, 3) << read(dir_ / "launch.log");
+  for (int r = 0; r < 2; ++r)
+    EXPECT_EQ(wait_bounded(restarted[static_cast<size_t>(r)], 30), 0) << read(dir_ / ("island2-" + std::to_string(r) + ".log"));
+  bool rejoined = false;
+  std::map<int, std::string> global;
+  for (const auto& l : lines(metrics)) {
+    const std::string event = json_find_string(l, "event").value_or("");
+    if (event == "rejoin" && json_find_number(l, "island") == 2) rejoined = true;
+    if (event == "island_end")
+      global[static_cast<int>(json_find_number(l, "island").value_or(-1))] = json_find_string(l, "global_xxh64").value_or("");
+  }
+  EXPECT_TRUE(rejoined) << "no rejoin record of island 2";
+  ASSERT_EQ(global.size(), 3u);
+  EXPECT_EQ(global[0], global[2]) << "the restarted island's final global model differs";
+}

@@ -218,7 +218,8 @@ TEST_F(Resume, DdpResumedFromACheckpointEndsTheSame) {
 // with fragments in flight across step boundaries and int8 with stochastic rounding (its
 // seeds follow the collectives' sequence numbers, which the resumed groups continue); DiPaCo
 // with sub-groups, with fewer islands than paths (islands take paths in turn), and over gloo;
-// diloco with algorithm.overlap, an all-reduce in flight at every checkpoint.
+// diloco with algorithm.overlap, an all-reduce in flight at every checkpoint, also with islands
+// of two ranks.
 TEST_F(Resume, EveryAlgorithmResumesBitwiseFromAnOlderCheckpoint) {
   struct Case {
     std::string name, algorithm, extra, sets;
@@ -239,6 +240,10 @@ TEST_F(Resume, EveryAlgorithmResumesBitwiseFromAnOlderCheckpoint) {
       {"diloco_eager", "{name: diloco, inner_steps: 5, overlap: eager, error_feedback: true}",
        "compression: [{quantize: int8, rounding: stochastic}]\n", ""},
       {"diloco_delayed_gloo", "{name: diloco, inner_steps: 5, overlap: delayed}", "", " --set transport.kind=gloo"},
+      // Islands of two ranks (docs/ranks.md): rank 0 writes the island's checkpoint and sends
+      // it to rank 1 when the run resumes.
+      {"diloco_eager_two_ranks", "{name: diloco, inner_steps: 5, overlap: eager}", "",
+       " --set islands.ranks=2 --set transport.rank_port=" + std::to_string(port_ + 10)},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);

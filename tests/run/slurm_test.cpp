@@ -381,13 +381,16 @@ TEST_F(RealSlurm, JobArrayOfOneElementPerIslandEndsAsLaunch) {
   EXPECT_TRUE(atl::testing::read(dir_ / "runs/array/final_params.bin") == expected) << "final parameters differ from launch's";
 }
 
-// `atoll slurm --submit`: the coordinator job and the island array it writes and submits run
-// the run to its end, bitwise as `atoll launch`.
+// `atoll slurm --submit` of two islands of two ranks: the coordinator job and the island
+// array it writes and submits (each element a step of two tasks, rank 0 and rank 1 of its
+// island) run the run to its end, bitwise as `atoll launch`.
 TEST_F(RealSlurm, SubmittedBatchScriptsEndAsLaunch) {
-  const std::string expected = launched("whole");
+  const std::string two_ranks = " --set islands.ranks=2 --set transport.rank_port=" + std::to_string(port_ + 10);
+  EXPECT_EQ(atl::testing::run_atoll("launch " + config_ + " --quiet --set run.name=whole" + two_ranks), 0);
+  const std::string expected = atl::testing::read(dir_ / "runs/whole/final_params.bin");
   ASSERT_GT(expected.size(), 100u);
   atl::testing::Result r = atl::testing::run("slurm " + config_ + " --submit --set run.name=sub --set slurm.binary=" +
-                                             std::string(ATOLL_BINARY));
+                                             std::string(ATOLL_BINARY) + two_ranks);
   ASSERT_EQ(r.code, 0) << r.output;
   const size_t at = r.output.find("submitted: coordinator job ");
   ASSERT_NE(at, std::string::npos) << r.output;
@@ -407,6 +410,7 @@ TEST_F(RealSlurm, SubmittedBatchScriptsEndAsLaunch) {
   EXPECT_TRUE(fs::exists(scripts / "coordinator.sbatch"));
   EXPECT_TRUE(fs::exists(scripts / "islands.sbatch"));
   EXPECT_NE(atl::testing::read(dir_ / "runs/sub/summary.json").find("\"islands_finished\":2"), std::string::npos) << outputs;
+  EXPECT_NE(outputs.find("island 1: rank 1 of 2 joined its island"), std::string::npos) << outputs;
   EXPECT_TRUE(atl::testing::read(dir_ / "runs/sub/final_params.bin") == expected) << "final parameters differ from launch's\n"
                                                                                   << outputs;
 }
