@@ -51,6 +51,7 @@ struct SweepOptions {
   int jobs = 0;               // 0 = default_jobs
   bool dry_run = false;
   bool no_report = false;
+  bool slurm = false;         // submit the unfinished runs as one Slurm job array
 };
 
 // `atoll sweep`: plan (every run resolved and checked), then run, then report.
@@ -58,6 +59,14 @@ int sweep(const SweepOptions& o) {
   const atl::config::SweepSpec spec = atl::config::load_sweep_spec(o.path);
   const atl::sweep::ExpandedSweep plan = atl::sweep::expand(
       spec, o.root, [](const atl::config::Config& c) { atl::core::validate_config(c, atl::core::Target::kSimulate); });
+  if (o.slurm) {  // docs/sweeps.md "On Slurm": -j is the array's concurrency limit
+    if (o.dry_run) std::fputs(atl::sweep::plan_text(plan.plan).c_str(), stdout);
+    std::vector<std::string> ids;
+    for (const auto& r : plan.plan.runs)
+      if (!atl::sweep::run_finished(plan.plan, r)) ids.push_back(r.id);
+    return atl::run::slurm::submit_sweep(plan.configs.front(), plan.plan.dir, ids, o.jobs, o.dry_run,
+                                         [&] { atl::sweep::prepare_runs(plan); });
+  }
   if (o.dry_run) {
     std::fputs(atl::sweep::plan_text(plan.plan).c_str(), stdout);
     return 0;
@@ -234,6 +243,8 @@ void CommandLine::add_tools() {
   sweep_cmd->add_flag("--dry-run", sweep_options.dry_run, "print the plan (runs, done or to run) and stop");
   sweep_cmd->add_flag("--no-report", sweep_options.no_report, "tables only: no plots or report.html at the end");
   sweep_cmd->add_option("--out", sweep_options.root, "parent of sweep directories (default: sweeps)");
+  sweep_cmd->add_flag("--slurm", sweep_options.slurm, "submit the runs not finished yet as one Slurm job array (-j: "
+                                                      "how many at a time; docs/sweeps.md); with --dry-run print it");
 
   report = app.add_subcommand("report", "tables, plots and report.html of a sweep directory");
   report->add_option("sweep_dir", sweep_dir, "sweeps/<name>")->required();

@@ -415,6 +415,10 @@ struct SlurmConfig {
   std::string time;                   // "" = the partition's limit; else sbatch's forms (HH:MM:SS, D-HH:MM:SS)
   std::vector<std::string> sbatch;    // more sbatch options, one per #SBATCH line: ["--qos=high"]
   std::string binary = "build/atoll";  // the atoll executable, from the submit directory
+  // A run across several clusters runs one `atoll slurm` per site: the islands this site's
+  // array runs (empty: all), and whether this site also runs the coordinator.
+  std::vector<int> islands;
+  bool coordinator = true;
 
   template <class V>
   void fields(V& v) {
@@ -424,6 +428,8 @@ struct SlurmConfig {
     v.field("time", time);
     v.field("sbatch", sbatch);
     v.field("binary", binary);
+    v.field("islands", islands, at_least(0));
+    v.field("coordinator", coordinator);
   }
 };
 

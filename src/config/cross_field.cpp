@@ -69,6 +69,10 @@ void check_cross_field(const Config& c) {
                    "): each rank takes batch_size / ranks rows of every batch");
   }
   count_problem("network.regions", c.network.regions.size());
+  for (int island : c.slurm.islands)
+    if (island >= k)
+      fail_key(c, "slurm.islands", "island " + std::to_string(island) + " does not exist (islands.count is " +
+                                       std::to_string(k) + ")");
   if (!c.hosts.islands.empty() && static_cast<int>(c.hosts.islands.size()) != k)
     fail_key(c, "hosts.islands", "has " + std::to_string(c.hosts.islands.size()) + " entries but islands.count is " +
              std::to_string(k) + " (one host per island)");

@@ -318,6 +318,21 @@ StatusOr<std::string> sbatch(const std::string& args, const std::string& file) {
 
 }  // namespace
 
+namespace {
+
+// The island array's indices: this site's islands (slurm.islands), or 0-(count - 1).
+std::string array_spec(const config::Config& c) {
+  if (c.slurm.islands.empty()) return "0-" + std::to_string(c.islands.count - 1);
+  std::vector<int> ids = c.slurm.islands;
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  std::string spec;
+  for (int id : ids) spec += (spec.empty() ? "" : ",") + std::to_string(id);
+  return spec;
+}
+
+}  // namespace
+
 BatchScripts batch_scripts(const config::Config& c, const ProcessOptions& o, const std::string& cwd) {
   BatchScripts b;
   b.dir = (std::filesystem::path(c.run.out_dir) / (c.run.name + "-slurm")).string();
@@ -332,7 +347,7 @@ BatchScripts batch_scripts(const config::Config& c, const ProcessOptions& o, con
   b.coordinator += "exec " + srun_line(c, o, "coordinator");
 
   b.islands = header(c, name + "-islands", cwd);
-  b.islands += "#SBATCH --array=0-" + std::to_string(c.islands.count - 1) + "\n";
+  b.islands += "#SBATCH --array=" + array_spec(c) + "\n";
   const int ranks = c.islands.ranks.values.front();
   b.islands += "#SBATCH --ntasks=" + std::to_string(ranks) + "\n";
   if (ranks > 1) b.islands += "#SBATCH --nodes=1\n";  // an island's ranks meet on its node (docs/ranks.md)
@@ -355,17 +370,35 @@ int run_slurm_command(const config::Config& config, const ProcessOptions& option
     throw UserError("slurm --submit: sbatch is not on PATH (run it on a submit host of the cluster, or install "
                     "slurm-client)");
   }
-  std::printf("# %s/coordinator.sbatch\n%s\n# %s/islands.sbatch\n%s", b.dir.c_str(), b.coordinator.c_str(),
-              b.dir.c_str(), b.islands.c_str());
-  if (loopback(config.transport.coordinator)) {
+  const bool with_coordinator = config.slurm.coordinator;
+  if (!with_coordinator && loopback(config.transport.coordinator))
+    config::fail_key(config, "transport.coordinator", "is a loopback address, but slurm.coordinator is false: the "
+                                                      "coordinator runs at another site, whose address this must be");
+  if (with_coordinator) std::printf("# %s/coordinator.sbatch\n%s\n", b.dir.c_str(), b.coordinator.c_str());
+  std::printf("# %s/islands.sbatch\n%s", b.dir.c_str(), b.islands.c_str());
+  if (with_coordinator && loopback(config.transport.coordinator)) {
     std::printf("\n# transport.coordinator is a loopback address: every job must run on one node. For islands on\n"
                 "# other nodes, set it to an address of the coordinator's node (its job is then pinned there).\n");
   }
   if (dry_run) return 0;
   std::filesystem::create_directories(b.dir);
   const std::string coordinator = b.dir + "/coordinator.sbatch", islands = b.dir + "/islands.sbatch";
-  std::ofstream(coordinator) << b.coordinator;
   std::ofstream(islands) << b.islands;
+  if (!with_coordinator) {  // another site's coordinator: this site's islands alone
+    if (!submit) {
+      std::printf("\nwritten: %s (submit: sbatch %s once the coordinator runs)\n", islands.c_str(), islands.c_str());
+      return 0;
+    }
+    auto i = sbatch("", islands);
+    if (!i.is_ok()) {
+      std::fprintf(stderr, "atoll: slurm: %s\n", i.status().message().c_str());
+      return 1;
+    }
+    std::printf("\nsubmitted: islands job array %s (%s) of the run coordinated at %s\n", i.value().c_str(),
+                array_spec(config).c_str(), config.transport.coordinator.c_str());
+    return 0;
+  }
+  std::ofstream(coordinator) << b.coordinator;
   if (!submit) {
     std::printf("\nwritten: %s, %s (submit: sbatch %s, then sbatch --dependency=after:<its job id> %s)\n",
                 coordinator.c_str(), islands.c_str(), coordinator.c_str(), islands.c_str());
@@ -382,10 +415,59 @@ int run_slurm_command(const config::Config& config, const ProcessOptions& option
                  i.status().message().c_str(), c.value().c_str(), c.value().c_str());
     return 1;
   }
-  std::printf("\nsubmitted: coordinator job %s, islands job array %s (0-%d)\n", c.value().c_str(), i.value().c_str(),
-              config.islands.count - 1);
+  std::printf("\nsubmitted: coordinator job %s, islands job array %s (%s)\n", c.value().c_str(), i.value().c_str(),
+              array_spec(config).c_str());
   std::printf("follow: squeue -j %s,%s; tail -f %s/%s/metrics.jsonl\n", c.value().c_str(), i.value().c_str(),
               config.run.out_dir.c_str(), config.run.name.c_str());
+  return 0;
+}
+
+std::string sweep_batch_script(const config::Config& base, const std::string& sweep_dir, size_t runs, int jobs,
+                               const std::string& cwd) {
+  const std::string dir = std::filesystem::absolute(sweep_dir).lexically_normal().string();
+  std::string b = header(base, "atoll-sweep-" + std::filesystem::path(dir).filename().string(), cwd);
+  b += "#SBATCH --array=0-" + std::to_string(runs - 1) + (jobs > 0 ? "%" + std::to_string(jobs) : "") + "\n";
+  b += "#SBATCH --ntasks=1\n";
+  if (base.run.threads > 0) b += "#SBATCH --cpus-per-task=" + std::to_string(base.run.threads) + "\n";
+  b += "#SBATCH --output=" + dir + "/slurm/run-%a-%A.out\n";
+  b += extra(base);
+  b += "# Element K runs line K + 1 of runs.txt: atoll simulate of its config, as `atoll sweep` runs it\n";
+  b += "# locally (same run directory, same log); `atoll sweep` or `atoll report` afterwards see the results.\n";
+  b += "id=$(sed -n \"$((SLURM_ARRAY_TASK_ID + 1))p\" " + shell_quote(dir + "/slurm/runs.txt") + ")\n";
+  b += "exec " + shell_quote(base.slurm.binary) + " simulate " + shell_quote(dir + "/configs/") +
+       "\"$id.yaml\" --force --quiet > " + shell_quote(dir + "/logs/") + "\"$id.log\" 2>&1\n";
+  return b;
+}
+
+int submit_sweep(const config::Config& base, const std::string& sweep_dir, const std::vector<std::string>& ids,
+                 int jobs, bool dry_run, const std::function<void()>& prepare) {
+  if (!dry_run && !on_path("sbatch"))
+    throw UserError("sweep --slurm: sbatch is not on PATH (run it on a submit host of the cluster, or install "
+                    "slurm-client)");
+  if (ids.empty()) {
+    std::printf("sweep --slurm: every run is finished; nothing to submit\n");
+    return 0;
+  }
+  const std::string script = sweep_batch_script(base, sweep_dir, ids.size(), jobs, std::filesystem::current_path().string());
+  std::printf("# %s/slurm/sweep.sbatch\n%s", sweep_dir.c_str(), script.c_str());
+  if (dry_run) return 0;
+  prepare();
+  const std::string dir = sweep_dir + "/slurm";
+  std::filesystem::create_directories(dir);
+  std::string list;
+  for (const auto& id : ids) list += id + "\n";
+  std::ofstream(dir + "/runs.txt") << list;
+  std::ofstream(dir + "/sweep.sbatch") << script;
+  auto job = sbatch("", dir + "/sweep.sbatch");
+  if (!job.is_ok()) {
+    std::fprintf(stderr, "atoll: sweep --slurm: %s\n", job.status().message().c_str());
+    return 1;
+  }
+  std::printf("\nsubmitted: sweep job array %s (%zu runs%s)\n", job.value().c_str(), ids.size(),
+              jobs > 0 ? (", " + std::to_string(jobs) + " at a time").c_str() : "");
+  std::printf("follow: squeue -j %s; when it has ended, `atoll sweep` of the same file again submits (or, without\n"
+              "--slurm, runs) only what did not finish, and `atoll report %s` writes the tables and plots\n",
+              job.value().c_str(), sweep_dir.c_str());
   return 0;
 }
 

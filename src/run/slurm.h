@@ -66,4 +66,17 @@ BatchScripts batch_scripts(const config::Config& config, const ProcessOptions& o
 // submitted); a refused submission is exit code 1 with sbatch's message.
 int run_slurm_command(const config::Config& config, const ProcessOptions& options, bool submit, bool dry_run);
 
+// `atoll sweep FILE --slurm` (docs/sweeps.md "On Slurm"): the runs `ids` of the sweep in
+// `sweep_dir` (prepared: configs/<id>.yaml written) as one job array, one `atoll simulate` of
+// configs/<id>.yaml per element, at most `jobs` at a time (0: no limit), with the `slurm:`
+// section of `base` (partition, account, time, extra lines, binary). Writes
+// <sweep_dir>/slurm/{runs.txt,sweep.sbatch} and prints the script; unless `dry_run` writes
+// and submits it and says how to follow it. A missing sbatch is a UserError before anything is written;
+// a refused submission is exit code 1 with sbatch's message.
+std::string sweep_batch_script(const config::Config& base, const std::string& sweep_dir, size_t runs, int jobs,
+                               const std::string& cwd);
+// `prepare` writes the sweep's plan and configs (called once sbatch is known to be there).
+int submit_sweep(const config::Config& base, const std::string& sweep_dir, const std::vector<std::string>& ids,
+                 int jobs, bool dry_run, const std::function<void()>& prepare);
+
 }  // namespace atl::run::slurm

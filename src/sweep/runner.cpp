@@ -162,14 +162,8 @@ class Runner {
   std::string outcome_path(size_t i) const { return plan_.dir + "/logs/" + plan_.runs[i].id + ".json"; }
 
   void prepare() {
-    for (const char* sub : {"configs", "logs", "runs"}) fs::create_directories(fs::path(plan_.dir) / sub);
-    write_plan(plan_);
-    for (size_t i = 0; i < plan_.runs.size(); ++i) {
-      const auto& run = plan_.runs[i];
-      core::write_file_atomic(plan_.dir + "/configs/" + run.id + ".yaml", config::to_yaml(sweep_.configs[i]));
-      if (run_finished(plan_, run)) ++outcome_.skipped;
-      else todo_.push_back(i);
-    }
+    todo_ = prepare_runs(sweep_);
+    outcome_.skipped = static_cast<int>(plan_.runs.size() - todo_.size());
     std::printf("sweep %s: %zu runs, %d finished before, %zu to run, %d at a time -> %s\n",
                 plan_.name.c_str(), plan_.runs.size(), outcome_.skipped, todo_.size(), options_.jobs,
                 plan_.dir.c_str());
@@ -374,6 +368,19 @@ class Runner {
 };
 
 }  // namespace
+
+std::vector<size_t> prepare_runs(const ExpandedSweep& sweep) {
+  const SweepPlan& plan = sweep.plan;
+  for (const char* sub : {"configs", "logs", "runs"}) fs::create_directories(fs::path(plan.dir) / sub);
+  write_plan(plan);
+  std::vector<size_t> todo;
+  for (size_t i = 0; i < plan.runs.size(); ++i) {
+    const auto& run = plan.runs[i];
+    core::write_file_atomic(plan.dir + "/configs/" + run.id + ".yaml", config::to_yaml(sweep.configs[i]));
+    if (!run_finished(plan, run)) todo.push_back(i);
+  }
+  return todo;
+}
 
 int default_jobs(const ExpandedSweep& sweep) {
   cpu_set_t set;

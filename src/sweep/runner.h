@@ -50,6 +50,11 @@ struct SweepOutcome {
   std::vector<std::string> problems;  // "run id: reason" of each failed or diverged run
 };
 
+// Writes plan.csv and every run's configs/<id>.yaml (and the configs, logs and runs folders);
+// returns the indices of the runs not finished yet (run_finished), in plan order. What
+// run_sweep does first, and what `atoll sweep --slurm` submits.
+std::vector<size_t> prepare_runs(const ExpandedSweep& sweep);
+
 // Runs at a time that the machine's cores allow: cores / run.threads (run.threads 0 = all
 // cores), at least 1.
 int default_jobs(const ExpandedSweep& sweep);

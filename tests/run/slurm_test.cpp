@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -279,7 +280,12 @@ TEST_F(SlurmIsland, AnEnvironmentThatDoesNotFitIsOneLine) {
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_EQ(r.output, "atoll: error: " + config_ + ":5: key 'islands.count': does not fit this Slurm task: "
                       "SLURM_NTASKS=3 but the run has 2 islands of 1 rank: one task per rank, 2 tasks\n");
+  // Islands of two ranks: four tasks, not two.
   ::setenv("SLURM_NTASKS", "2", 1);
+  r = run("island " + config_ + " --set islands.ranks=2");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_EQ(r.output, "atoll: error: " + config_ + ":5: key 'islands.count': does not fit this Slurm task: "
+                      "SLURM_NTASKS=2 but the run has 2 islands of 2 ranks: one task per rank, 4 tasks\n");
   ::setenv("SLURM_JOB_NODELIST", "n[1-", 1);
   r = run("island " + config_);
   EXPECT_EQ(r.code, 2) << r.output;
@@ -501,6 +507,80 @@ TEST_F(RealSlurm, RequeuedIslandRejoinsTheRun) {
       << outputs;
 }
 
+// summary.csv's rows without the columns that differ between two sweeps of one file
+// (wall_time_s; config_hash, which covers run.out_dir): cells split on commas outside quotes.
+std::vector<std::string> comparable_summary(const fs::path& csv) {
+  std::vector<std::string> rows;
+  std::vector<size_t> dropped;
+  std::istringstream in(atl::testing::read(csv));
+  for (std::string line; std::getline(in, line);) {
+    std::vector<std::string> cells(1);
+    bool quoted = false;
+    for (char ch : line) {
+      if (ch == '"') quoted = !quoted;
+      if (ch == ',' && !quoted) cells.emplace_back();
+      else cells.back() += ch;
+    }
+    if (rows.empty())
+      for (size_t i = 0; i < cells.size(); ++i)
+        if (cells[i] == "wall_time_s" || cells[i] == "config_hash") dropped.push_back(i);
+    std::string row;
+    for (size_t i = 0; i < cells.size(); ++i)
+      if (std::find(dropped.begin(), dropped.end(), i) == dropped.end()) row += cells[i] + "|";
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+// `atoll sweep FILE --slurm -j 1`: the four runs of a sweep as one job array, one at a time.
+// The last element is cancelled while it waits: the sweep's second submission runs only that
+// run, and the report then equals a local sweep's of the same file (every run ok, the same
+// losses and bytes; wall times aside).
+TEST_F(RealSlurm, SweepSubmittedAsAJobArrayEndsAsALocalSweep) {
+  const fs::path sweep = dir_ / "s.yaml";
+  std::ofstream(sweep) << "run: {threads: 1}\n"
+                          "model: {name: mlp, hidden: [8]}\n"
+                          "data: {kind: synthetic, synthetic_examples: 256, synthetic_dim: 4, synthetic_classes: 2}\n"
+                          "train: {steps: 20, batch_size: 8, warmup_steps: 0, eval_every: 10}\n"
+                          "islands: {count: 2}\n"
+                          "algorithm: {name: diloco, inner_steps: 5}\n"
+                          "slurm: {binary: " << ATOLL_BINARY << "}\n"
+                          "sweep:\n  name: s\n  seeds: [1, 2]\n  grid: {train.lr: [0.05, 0.1]}\n";
+  const std::string on_slurm = "sweep " + sweep.string() + " --slurm -j 1 --out " + (dir_ / "slurm").string();
+  auto submit = [&]() -> std::string {
+    atl::testing::Result r = atl::testing::run(on_slurm);
+    int job = 0;
+    const size_t at = r.output.find("submitted: sweep job array ");
+    EXPECT_EQ(r.code, 0) << r.output;
+    if (at == std::string::npos || std::sscanf(r.output.c_str() + at, "submitted: sweep job array %d", &job) != 1) {
+      ADD_FAILURE() << r.output;
+      return "";
+    }
+    EXPECT_NE(r.output.find("#SBATCH --array=0-"), std::string::npos) << r.output;
+    return std::to_string(job);
+  };
+  const std::string first = submit();
+  ASSERT_FALSE(first.empty());
+  ASSERT_EQ(std::system(("scancel " + first + "_3").c_str()), 0);
+  ASSERT_TRUE(wait_until_done(first, 120)) << "the sweep's jobs still queued after 120 s";
+  const std::string runs = atl::testing::read(dir_ / "slurm/s/slurm/runs.txt");
+  const std::string last = runs.substr(runs.rfind('\n', runs.size() - 2) + 1);
+  ASSERT_FALSE(fs::exists(dir_ / "slurm/s/runs" / last.substr(0, last.size() - 1) / "summary.json"))
+      << "the cancelled element ran";
+
+  const std::string second = submit();
+  ASSERT_FALSE(second.empty());
+  EXPECT_EQ(atl::testing::read(dir_ / "slurm/s/slurm/runs.txt"), last) << "the second submission is not the one run left";
+  ASSERT_TRUE(wait_until_done(second, 120)) << "the second submission still queued after 120 s";
+
+  ASSERT_EQ(atl::testing::run_atoll("report " + (dir_ / "slurm/s").string()), 0);
+  ASSERT_EQ(atl::testing::run_atoll("sweep " + sweep.string() + " --no-report --out " + (dir_ / "local").string()), 0);
+  const auto on_slurm_rows = comparable_summary(dir_ / "slurm/s/summary.csv");
+  ASSERT_EQ(on_slurm_rows.size(), 5u);
+  for (size_t i = 1; i < on_slurm_rows.size(); ++i) EXPECT_NE(on_slurm_rows[i].find("|ok|"), std::string::npos) << on_slurm_rows[i];
+  EXPECT_EQ(on_slurm_rows, comparable_summary(dir_ / "local/s/summary.csv"));
+}
+
 // The scripts `atoll slurm` writes: the slurm: section's options on #SBATCH lines, one array
 // element per island after the coordinator; --dry-run writes nothing; no sbatch on PATH is one
 // line, exit 2, nothing written.
@@ -526,6 +606,39 @@ TEST_F(SlurmIsland, BatchScriptsCarryTheSlurmSection) {
   EXPECT_EQ(out, "atoll: error: slurm --submit: sbatch is not on PATH (run it on a submit host of the cluster, or "
                  "install slurm-client)\n");
   EXPECT_FALSE(fs::exists(dir_ / "runs/r-slurm")) << "a refused submission wrote its scripts";
+
+  // A sweep: --slurm --dry-run prints the plan and the array script (a run per element, -j
+  // the concurrency limit); without sbatch, one line and nothing written.
+  const fs::path sweep = dir_ / "s.yaml";
+  std::ofstream(sweep) << atl::testing::read(config_) << "sweep:\n  name: s\n  grid: {train.lr: [0.1, 0.2, 0.3]}\n";
+  r = run("sweep " + sweep.string() + " --slurm --dry-run -j 2 --out " + (dir_ / "sweeps").string());
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("#SBATCH --array=0-2%2\n"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("#SBATCH --partition=gpu\n"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("simulate '" + fs::absolute(dir_ / "sweeps/s/configs/").lexically_normal().string() +
+                          "'\"$id.yaml\" --force --quiet"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(dir_ / "sweeps")) << "--dry-run wrote something";
+  const std::string sweep_out = atl::testing::run_shell("PATH=/nonexistent " + std::string(ATOLL_BINARY) + " sweep " +
+                                                        sweep.string() + " --slurm --out " + (dir_ / "sweeps").string() + " 2>&1");
+  EXPECT_EQ(sweep_out, "atoll: error: sweep --slurm: sbatch is not on PATH (run it on a submit host of the cluster, "
+                       "or install slurm-client)\n");
+  EXPECT_FALSE(fs::exists(dir_ / "sweeps")) << "a refused submission wrote something";
+
+  // A second site of a run across two clusters: its islands alone (slurm.islands), no
+  // coordinator job, no dependency; the coordinator's address must be the other site's.
+  const std::string site_b = " --dry-run --set 'slurm.islands=[1]' --set slurm.coordinator=false";
+  r = run("slurm " + config_ + site_b + " --set transport.coordinator=tcp://site-a.example.org:29500");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("#SBATCH --array=1\n"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("coordinator.sbatch"), std::string::npos) << r.output;
+  r = run("slurm " + config_ + site_b);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("key 'transport.coordinator': is a loopback address, but slurm.coordinator is false"),
+            std::string::npos) << r.output;
+  r = run("slurm " + config_ + " --dry-run --set 'slurm.islands=[0, 2]'");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("key 'slurm.islands': island 2 does not exist (islands.count is 2)"), std::string::npos)
+      << r.output;
 }
 
 }  // namespace
