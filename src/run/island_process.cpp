@@ -117,6 +117,17 @@ Status check_rejoin(const config::Config& config, const algorithms::Algorithm& a
 
 namespace {
 
+// A resumed island's training state (core::restore_training, as in every resume) and libtorch's
+// generator (dropout).
+void restore_island(core::IslandParts& parts, core::IslandRuntime& runtime, const IslandProcessCheckpoint& c) {
+  core::restore_training(parts, runtime, c);
+  if (c.torch_rng.defined()) {
+    at::Generator gen = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    gen.set_state(c.torch_rng);
+  }
+}
+
 // How one life of an island in the run ended: it ran all its steps, or it was declared dead
 // while cut off and came back into a run that went on without it, and is to join again
 // (with a state hand-over).
@@ -600,12 +611,7 @@ void IslandProcess::make_runtime() {
   if (resumed_) {
     // The island's training state (core::restore_training, as in every resume), the RNG, the
     // bytes.
-    core::restore_training(parts_, runtime, *resumed_);
-    if (resumed_->torch_rng.defined()) {
-      at::Generator gen = at::detail::getDefaultCPUGenerator();
-      std::lock_guard<std::mutex> lock(gen.mutex());
-      gen.set_state(resumed_->torch_rng);
-    }
+    restore_island(parts_, runtime, *resumed_);
     timed_->set_bytes_base(resumed_->bytes);
   } else if (handover_) {
     // Every joiner's start (core::IslandRuntime::join): the global model, a fresh inner
@@ -744,12 +750,7 @@ Status run_rank(const config::Config& config, int island, IslandRanks& ranks) {
                               data.classifier, std::move(host));
   Release release{parts};
   if (resumed) {
-    core::restore_training(parts, runtime, *resumed);
-    if (resumed->torch_rng.defined()) {
-      at::Generator gen = at::detail::getDefaultCPUGenerator();
-      std::lock_guard<std::mutex> lock(gen.mutex());
-      gen.set_state(resumed->torch_rng);
-    }
+    restore_island(parts, runtime, *resumed);
   } else if (handover) {
     runtime.join(std::move(*handover), group.get());
   }
