@@ -419,6 +419,9 @@ struct SlurmConfig {
   // array runs (empty: all), and whether this site also runs the coordinator.
   std::vector<int> islands;
   bool coordinator = true;
+  // With a time limit (`time`) and checkpoints on: Slurm signals the islands this long before
+  // it, and they checkpoint (#SBATCH --signal=USR1@N; docs/checkpoints.md). 0: no signal.
+  int signal_before_s = 120;
 
   template <class V>
   void fields(V& v) {
@@ -430,6 +433,7 @@ struct SlurmConfig {
     v.field("binary", binary);
     v.field("islands", islands, at_least(0));
     v.field("coordinator", coordinator);
+    v.field("signal_before_s", signal_before_s, closed(0, 65535));
   }
 };
 

@@ -17,17 +17,24 @@ CheckpointGathering::CheckpointGathering(int islands, int64_t every, int64_t res
 
 std::vector<int64_t> CheckpointSchedule::take_due(const algorithms::Algorithm& a, int64_t step, int64_t total) {
   std::vector<int64_t> cuts;
-  if (every_ <= 0) return cuts;
+  if (every_ <= 0 && extra_ <= 0) return cuts;
   if (const auto kind = a.checkpoint_cut(); kind != algorithms::CheckpointCut::kStep) {
+    if (every_ <= 0) return cuts;  // add_cut is for step cuts
     const double at = a.checkpoint_position(step);
     const auto position = static_cast<int64_t>(
         at < 0 ? -1 : kind == algorithms::CheckpointCut::kServerRound ? at : std::floor(at / cut_unit_s_ + 1e-9));
     for (; position >= 0 && position >= due_; due_ += every_) cuts.push_back(due_);
     return cuts;
   }
-  if (step >= due_ && step < total && a.can_checkpoint()) {
-    due_ = next_after(step);
-    cuts.push_back(step);
+  if (step < total && a.can_checkpoint()) {
+    if (every_ > 0 && step >= due_) {
+      due_ = next_after(step);
+      cuts.push_back(step);
+    }
+    if (extra_ > 0 && step >= extra_) {
+      if (cuts.empty()) cuts.push_back(step);  // one file for both when they fall together
+      extra_ = 0;
+    }
   }
   return cuts;
 }

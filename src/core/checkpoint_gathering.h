@@ -38,6 +38,11 @@ class CheckpointSchedule {
   std::vector<int64_t> take_due(const algorithms::Algorithm& algorithm, int64_t step, int64_t total);
   // A hand-over at `step`: the next cut due is the next multiple after it.
   void restart_after(int64_t step) { due_ = next_after(step); }
+  // One more cut, off the multiples, at the boundary after `step` (or the first one after it
+  // where the algorithm can cut, as for the scheduled cuts): a real run's checkpoint asked by
+  // a signal (docs/checkpoints.md "A checkpoint on a signal"). CheckpointCut::kStep only.
+  void add_cut(int64_t step) { extra_ = step; }
+  int64_t extra() const { return extra_; }
   // The first cut still due (0 with checkpoints off).
   int64_t due() const { return due_; }
 
@@ -46,6 +51,7 @@ class CheckpointSchedule {
   int64_t every_;
   double cut_unit_s_;
   int64_t due_;  // the first cut still due
+  int64_t extra_ = 0;  // add_cut's, until taken (0: none)
 };
 
 class CheckpointGathering {

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <stdexcept>
 
 #include "src/base/hash.h"
@@ -20,7 +21,13 @@ namespace fs = std::filesystem;
 namespace atl::core {
 
 std::string config_hash(const config::Config& config) {
-  const std::string yaml = config::to_yaml(config, config::YamlKeys::kAll);  // stable across atoll versions
+  static const std::map<std::string, std::string> defaults =
+      config::flatten_yaml(config::to_yaml(config::Config{}, config::YamlKeys::kAll));
+  std::string yaml;
+  for (const auto& [key, value] : config::flatten_yaml(config::to_yaml(config, config::YamlKeys::kAll))) {
+    const auto d = defaults.find(key);
+    if (d == defaults.end() || d->second != value) yaml += key + ": " + value + "\n";
+  }
   char hex[17];
   std::snprintf(hex, sizeof hex, "%016" PRIx64, static_cast<uint64_t>(xxh64(yaml.data(), yaml.size())));
   return hex;

@@ -85,9 +85,11 @@ void add_outcome(JsonObject& summary, const RunOutcome& outcome);
 // records not written to metrics.jsonl"; the checkpoint count whenever checkpoints were asked.
 std::string outcome_note(const RunOutcome& outcome);
 
-// Identity of a resolved config: 16 hex digits of xxh64(to_yaml(config, YamlKeys::kAll)), so
-// that it did not change when config.yaml began to leave out other algorithms' keys. summary.json
-// carries it as "config_hash"; `atoll sweep` skips a run whose summary has its hash.
+// Identity of a resolved config: 16 hex digits of the xxh64 of its "section.key: value" lines
+// (config::flatten_yaml of to_yaml(config, YamlKeys::kAll)) that differ from the defaults', so
+// that it does not change when config.yaml leaves out other algorithms' keys, nor when a newer
+// atoll adds a key (a config that does not set it keeps its hash). summary.json carries it as
+// "config_hash"; `atoll sweep` skips a run whose summary has its hash.
 std::string config_hash(const config::Config& config);
 
 // Writes `content` to `path` via a temporary file, fsync and rename. On failure the temporary

@@ -174,6 +174,9 @@ std::string resume_hash(const config::Config& config) {
   // Policies for failed writes: a run may resume under another one.
   c.checkpoint.on_failure = config::CheckpointConfig().on_failure;
   c.run.metrics_on_failure = config::RunConfig().metrics_on_failure;
+  // Where the processes run and how they were submitted: a run resubmitted elsewhere resumes.
+  c.hosts = config::HostsConfig();
+  c.slurm = config::SlurmConfig();
   return config_hash(c);
 }
 

@@ -83,8 +83,9 @@ struct SimCheckpoint {
 };
 
 // The config's identity for resuming: config_hash() of the config with run.resume, the
-// checkpoint: section's keep and dir, and the failed-write policies (checkpoint.on_failure,
-// run.metrics_on_failure) left out (they may differ between the two runs).
+// checkpoint: section's keep and dir, the failed-write policies (checkpoint.on_failure,
+// run.metrics_on_failure), and the hosts: and slurm: sections left out (they may differ
+// between the two runs).
 std::string resume_hash(const config::Config& config);
 
 std::vector<checkpoint::Section> encode_sim_checkpoint(const SimCheckpoint& c);

@@ -24,6 +24,7 @@
 #include "src/base/log.h"
 #include "src/base/status.h"
 #include "src/checkpoint/checkpoint_dir.h"
+#include "src/run/hosts.h"
 #include "src/run/process_checkpoint.h"
 #include "src/run/processes.h"
 #include "src/run/run_identity.h"
@@ -155,6 +156,7 @@ class CoordinatorProcess {
   void announce(const StartDecision& d);
   void decide_resume();
   void cut_checkpoints(const transport::Membership& now);
+  void announce_signal_cut();
   int finish();
 
   const config::Config& config_;
@@ -208,6 +210,10 @@ class CoordinatorProcess {
   // islands are released, and marks up to it are ignored.
   std::vector<int64_t> skipped_;
   int64_t skip_through_ = -1;
+  // A checkpoint asked by a signal: proposed (kCheckpointAskKey, by island asked_by_), then
+  // announced and pending until cut (under marks_mu_).
+  int64_t asked_cut_ = 0, signal_cut_ = 0;
+  int asked_by_ = -1;
 
   // The server role (fedavg, async_local_sgd, core::ServerHost): it holds the global model,
   // so it is evaluated here.
@@ -426,6 +432,14 @@ void CoordinatorProcess::on_store_set(int island, const std::string& key, std::s
     finished_.insert(island);
     return;
   }
+  if (key == kCheckpointAskKey) {  // a signal asks for a checkpoint: the first ask while none is pending
+    const std::vector<int64_t> step = parse_steps(std::string(value.begin(), value.end()));
+    if (step.size() == 1 && signal_cut_ == 0 && asked_cut_ == 0) {
+      asked_cut_ = step[0];
+      asked_by_ = island;
+    }
+    return;
+  }
   if (key == kFinalParamsFailedKey) {
     if (final_params_failure_.empty())
       final_params_failure_ = "island " + std::to_string(island) + ": " + std::string(value.begin(), value.end());
@@ -471,8 +485,15 @@ int CoordinatorProcess::run() {
                     coordinator.status().message());
   }
   coordinator_ = std::move(coordinator.value());
+  if (coordinator_discovered(config_)) {
+    publish_coordinator_address(config_);
+    ATOLL_INFO("coordinator: islands find it at " << coordinator_address_file(config_));
+  }
   std::signal(SIGINT, stop_on_signal);
   std::signal(SIGTERM, stop_on_signal);
+  // Slurm's --signal before a time limit reaches every task of a job; the islands checkpoint
+  // on it, the coordinator has nothing to do (docs/checkpoints.md "A checkpoint on a signal").
+  std::signal(SIGUSR1, SIG_IGN);
   if (!options_.quiet) {
     ATOLL_INFO("coordinator " << coordinator_->endpoint() << ": waiting for " << k_ << " islands; run directory "
                               << run_path_);
@@ -485,6 +506,7 @@ int CoordinatorProcess::run() {
   if (pickup_) take_pickup();
   watch();
   coordinator_->stop();
+  if (coordinator_discovered(config_)) withdraw_coordinator_address(config_);
   return finish();
 }
 
@@ -558,6 +580,23 @@ void CoordinatorProcess::decide_resume() {
   announce(d);
 }
 
+// A checkpoint asked by a signal (docs/checkpoints.md "A checkpoint on a signal"): the step an
+// island proposed becomes every island's extra cut.
+void CoordinatorProcess::announce_signal_cut() {
+  int64_t cut = 0;
+  int by = -1;
+  {
+    std::lock_guard<std::mutex> lock(marks_mu_);
+    if (asked_cut_ == 0) return;
+    cut = signal_cut_ = asked_cut_;
+    by = asked_by_;
+    asked_cut_ = 0;
+  }
+  const std::string text = std::to_string(cut);
+  coordinator_->store_set(kCheckpointCutKey, {text.begin(), text.end()});
+  ATOLL_INFO("coordinator: island " << by << " received a signal to checkpoint; every island cuts at step " << cut);
+}
+
 // A checkpoint is complete when every island that takes part has marked it: the records up to
 // it are all in metrics.jsonl (each island marked after them, on the same connection) and
 // none after it (each waits until the coordinator has written its file).
@@ -602,6 +641,7 @@ void CoordinatorProcess::cut_checkpoints(const transport::Membership& now) {
       ATOLL_WARN("coordinator: checkpoint of step " << step << " not written (" << not_written << ")");
     }
     coordinator_->store_set(checkpoint_done_key(step), {1});
+    if (signal_cut_ > 0 && step >= signal_cut_) signal_cut_ = 0;  // another signal may ask again
     marks_.erase(marks_.begin());
   }
 }
@@ -642,7 +682,10 @@ void CoordinatorProcess::watch() {
     reports.poll(k_, exited_);
     if (!decision_) decide(view);
     if (awaiting_resume_) decide_resume();
-    if (dir_ && config_.checkpoint.every > 0) cut_checkpoints(view);
+    if (dir_ && config_.checkpoint.every > 0) {
+      announce_signal_cut();
+      cut_checkpoints(view);
+    }
     if (decision_ && decision_->start && view.members.empty()) break;
     // A failed start: the islands hear of it when they join (an early failure may come while
     // some are still starting) and leave; stop once every island not refused has joined and

@@ -1,8 +1,59 @@
 #include "src/run/hosts.h"
 
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
 #include "src/base/status.h"
+#include "src/core/run_dir.h"
 
 namespace atl::run {
+
+bool coordinator_discovered(const config::Config& config) {
+  return config.transport.coordinator.rfind("tcp://*:", 0) == 0;
+}
+
+std::string coordinator_address_file(const config::Config& config) {
+  return (std::filesystem::path(config.run.out_dir) / config.run.name / "coordinator.address").string();
+}
+
+void publish_coordinator_address(const config::Config& config) {
+  std::string host;
+  if (const char* node = std::getenv("SLURMD_NODENAME"); node != nullptr && *node != '\0') {
+    host = node;
+  } else {
+    char name[256] = {};
+    if (::gethostname(name, sizeof name - 1) == 0) host = name;
+  }
+  if (host.empty()) host = "127.0.0.1";
+  const std::string port = config.transport.coordinator.substr(std::string("tcp://*:").size());
+  std::filesystem::create_directories(std::filesystem::path(coordinator_address_file(config)).parent_path());
+  core::write_file_atomic(coordinator_address_file(config), "tcp://" + host + ":" + port + "\n");
+}
+
+void withdraw_coordinator_address(const config::Config& config) {
+  std::error_code ec;
+  std::filesystem::remove(coordinator_address_file(config), ec);
+}
+
+StatusOr<std::string> read_coordinator_address(const config::Config& config,
+                                               std::chrono::steady_clock::time_point deadline) {
+  const std::string file = coordinator_address_file(config);
+  for (;;) {
+    std::ifstream in(file);
+    std::string address;
+    if (in && std::getline(in, address) && address.rfind("tcp://", 0) == 0) return address;
+    if (std::chrono::steady_clock::now() >= deadline)
+      return Status(StatusCode::kTimeout, "transport.coordinator is " + config.transport.coordinator + " but " + file +
+                                              " names no coordinator (is its job running, on a file system this "
+                                              "island shares?)");
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+}
 
 bool uses_hosts(const config::Config& config) {
   if (!config.hosts.coordinator.empty()) return true;

@@ -5,6 +5,9 @@
 #include <string>
 #include <vector>
 
+#include <chrono>
+
+#include "src/base/status.h"
 #include "src/config/config.h"
 #include "src/run/processes.h"
 
@@ -19,6 +22,19 @@ struct HostCommand {
 
 // Whether `endpoint` (tcp://HOST:PORT) names this machine's loopback address.
 bool loopback(const std::string& endpoint);
+
+// transport.coordinator "tcp://*:PORT" (docs/slurm.md "The coordinator's address"): the
+// coordinator binds every interface and writes the address islands dial, tcp://HOST:PORT
+// (HOST: SLURMD_NODENAME, else this machine's name), to <run dir>/coordinator.address, where
+// the islands read it (the run directory on a file system they share); it removes the file
+// when the run ends.
+bool coordinator_discovered(const config::Config& config);
+std::string coordinator_address_file(const config::Config& config);
+void publish_coordinator_address(const config::Config& config);
+void withdraw_coordinator_address(const config::Config& config);
+// An island's side: waits until `deadline` for the file; kTimeout naming it.
+StatusOr<std::string> read_coordinator_address(const config::Config& config,
+                                               std::chrono::steady_clock::time_point deadline);
 
 // Whether the config places any process on another machine.
 bool uses_hosts(const config::Config& config);

@@ -16,6 +16,7 @@
 #include <csignal>
 #include <cstring>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <limits>
 #include <mutex>
@@ -27,6 +28,7 @@
 #include "src/checkpoint/checkpoint_dir.h"
 #include "src/run/data_plane.h"
 #include "src/run/handover.h"
+#include "src/run/hosts.h"
 #include "src/run/island_ranks.h"
 #include "src/run/process_checkpoint.h"
 #include "src/run/processes.h"
@@ -70,6 +72,12 @@ extern "C" void leave_on_signal(int sig) {
   }
   g_leave_signal = sig;
 }
+
+// SIGUSR1 (Slurm's --signal=USR1@N before a job's time limit): the island asks the run for a
+// checkpoint soon (IslandProcess::follow_signal_cut; docs/checkpoints.md "A checkpoint on a
+// signal").
+std::atomic<bool> g_checkpoint_signal{false};
+extern "C" void checkpoint_on_signal(int) { g_checkpoint_signal = true; }
 
 Status left_on_signal(int island) {
   return Status(StatusCode::kUnavailable, "island " + std::to_string(island) + ": left the run on signal " +
@@ -172,6 +180,9 @@ class IslandProcess {
     // next, at the boundary where that pull is its next action; the file of cut c is step-c).
     for (int64_t cut : schedule_->take_due(*parts_.algorithm, step, total)) checkpoint_at(cut);
   }
+  // At each step boundary, before the due checkpoints: a signal's ask, and the cut the run
+  // agreed on (polled at most once a second) added to the schedule.
+  void follow_signal_cut(int64_t step);
   Status in_run() const;
   bool in_store(const std::string& key);
   std::vector<int> running() const;
@@ -218,6 +229,9 @@ class IslandProcess {
   core::WallTime wall_time_;
   std::optional<HandoverDonor> donor_;
   std::optional<core::CheckpointSchedule> schedule_;
+  Clock::time_point last_cut_poll_{};
+  std::pair<Clock::time_point, int64_t> rate_from_{{}, -1};  // when, and at which step, it first trained
+  int64_t signal_cut_ = 0;  // the newest signal cut taken up
   // An island of several ranks: the algorithm's group and clock, mirrored to the other ranks.
   IslandRanks* ranks_ = nullptr;
   std::unique_ptr<transport::Group> mirrored_;
@@ -291,6 +305,13 @@ void IslandProcess::tell_ranks(IslandStart::Kind kind) {
 Status IslandProcess::join() {
   const auto& t = config_.transport;
   cc_.coordinator = t.coordinator;
+  if (coordinator_discovered(config_)) {  // the coordinator wrote where it is into the run directory
+    auto address = read_coordinator_address(config_, Clock::now() + join_timeout_);
+    if (!address.is_ok()) return failed(address.status());
+    cc_.coordinator = address.value();
+    ATOLL_INFO("island " << island_ << ": the coordinator is at " << cc_.coordinator << " ("
+                         << coordinator_address_file(config_) << ")");
+  }
   cc_.island = island_;
   cc_.run = run_identity(config_);
   // Joined without a data endpoint, the island takes part in no collective until it holds
@@ -309,7 +330,7 @@ Status IslandProcess::join() {
     cc_.give_up_when_refused = true;  // a refused island exits at once (the run goes on without it)
   }
   auto client = transport::ZmqControlClient::connect(cc_, Clock::now() + join_timeout_);
-  if (!client.is_ok()) return failed(client.status(), "cannot join " + t.coordinator + ": ");
+  if (!client.is_ok()) return failed(client.status(), "cannot join " + cc_.coordinator + ": ");
   client_ = std::move(client.value());
   join_epoch_ = client_->membership().epoch;
   control_.emplace(*client_, options_.peer_endpoints);
@@ -538,6 +559,59 @@ void IslandProcess::checkpoint_at(int64_t step) {
   }
 }
 
+// The margin of an asked cut covers the islands of a synchronous run being a round or two
+// apart and each learning of the cut up to a second (its poll) late: 2 x inner_steps + 3 s of
+// steps at this island's rate since its first step. An island past the cut when it learns of it marks the
+// cut as not written by it (so nobody waits), and the run resumes from the checkpoint before.
+void IslandProcess::follow_signal_cut(int64_t step) {
+  if (rate_from_.second < 0) rate_from_ = {Clock::now(), step};
+  const bool step_cuts = parts_.algorithm->checkpoint_cut() == algorithms::CheckpointCut::kStep;
+  const bool on = config_.checkpoint.every > 0 && step_cuts;
+  if (g_checkpoint_signal.exchange(false)) {
+    if (!on) {
+      ATOLL_WARN("island " << island_ << ": a signal asks for a checkpoint, but "
+                           << (config_.checkpoint.every <= 0 ? std::string("checkpoint.every is 0 (checkpoints are off)")
+                                                             : config_.algorithm.name + " cuts its checkpoints at server "
+                                                                                        "interactions")
+                           << "; ignored");
+    } else {
+      // Steps per second since this island's first step here (not since the process began:
+      // joining and loading may take longer than the training so far).
+      const double rate = static_cast<double>(step - rate_from_.second) /
+                          std::max(1e-3, seconds_since(rate_from_.first));
+      const int64_t cut = step + 2 * std::max<int64_t>(1, config_.algorithm.inner_steps) +
+                          static_cast<int64_t>(std::ceil(rate * 3.0)) + 1;
+      const std::string text = std::to_string(cut);
+      if (Status st = client_->store_set(kCheckpointAskKey, {text.begin(), text.end()}); !st.is_ok())
+        ATOLL_WARN("island " << island_ << ": " << st.to_string());
+      ATOLL_INFO("island " << island_ << ": a signal asks for a checkpoint; proposed step " << cut);
+      last_cut_poll_ = {};
+    }
+  }
+  if (!on) return;
+  int64_t cut = 0;
+  if (Clock::now() - last_cut_poll_ >= std::chrono::seconds(1)) {
+    last_cut_poll_ = Clock::now();
+    auto got = client_->store_peek(kCheckpointCutKey);
+    if (got.is_ok() && got.value()) {
+      const std::vector<int64_t> s = parse_steps(std::string(got.value()->begin(), got.value()->end()));
+      if (s.size() == 1) cut = s[0];
+    }
+  }
+  if (ranks_ != nullptr) cut = static_cast<int64_t>(ranks_->broadcast_double(static_cast<double>(cut)));
+  if (cut <= signal_cut_) return;
+  signal_cut_ = cut;
+  if (cut < step) {
+    const std::string why = "island " + std::to_string(island_) + " was at step " + std::to_string(step) +
+                            " when it learned of the cut";
+    ATOLL_WARN("island " << island_ << ": the checkpoint asked at step " << cut << " is behind it (" << why << ")");
+    if (Status st = client_->store_set(checkpoint_mark_key(cut, island_), {why.begin(), why.end()}); !st.is_ok())
+      ATOLL_WARN("island " << island_ << ": " << st.to_string());
+    return;
+  }
+  schedule_->add_cut(cut);
+}
+
 // The island runtime's host in a real run: the wall clock, the coordinator as record sink,
 // the membership deciding the lead (core::Roles; src/core/eval_role.h: every eval step is
 // recorded exactly once, the lead's role moves when it dies), the store saying which steps
@@ -582,6 +656,7 @@ core::IslandHost IslandProcess::make_host() {
     if (!options_.quiet && core::Roles::leads_run(island_, running())) progress_.update(state_);
     // A due checkpoint, before any hand-over of this boundary: a joiner served here starts
     // after it and is not waited for.
+    follow_signal_cut(step);
     at_boundary(step, total);
     if (donor_ && parts_.algorithm->can_hand_over()) donor_->at_step_boundary();
   };
@@ -726,6 +801,16 @@ Status run_rank(const config::Config& config, int island, IslandRanks& ranks) {
   std::unique_ptr<transport::Group> group = mirrored_group(ranks, nullptr, island);
   std::unique_ptr<algorithms::TimeSource> time = mirrored_time(ranks, nullptr);
   core::CheckpointSchedule schedule(config.checkpoint.every, handover ? handover->step : resumed ? resumed->step : 0);
+  // Rank 0's signal cuts (IslandProcess::follow_signal_cut), in the same broadcast.
+  const bool signal_cuts = config.checkpoint.every > 0 && parts.algorithm->checkpoint_cut() == algorithms::CheckpointCut::kStep;
+  int64_t signal_cut = 0;
+  auto follow_signal_cut = [&](int64_t step) {
+    if (!signal_cuts) return;
+    const auto cut = static_cast<int64_t>(ranks.broadcast_double(0));
+    if (cut <= signal_cut) return;
+    signal_cut = cut;
+    if (cut >= step) schedule.add_cut(cut);
+  };
   auto at_boundary = [&](int64_t step, int64_t total) {
     for (int64_t cut : schedule.take_due(*parts.algorithm, step, total)) {
       (void)cut;
@@ -743,7 +828,10 @@ Status run_rank(const config::Config& config, int island, IslandRanks& ranks) {
   host.round_times = [] { return core::RoundTimes{}; };
   host.share = {ranks.rank(), ranks.ranks()};
   host.reduce_ranks = [&ranks](at::Tensor& grads, double loss) { return ranks.average(grads, loss); };
-  host.after_step = [&](int64_t step, int64_t total, double, double) { at_boundary(step, total); };
+  host.after_step = [&](int64_t step, int64_t total, double, double) {
+    follow_signal_cut(step);
+    at_boundary(step, total);
+  };
   if (parts.algorithm->checkpoint_cut() == algorithms::CheckpointCut::kServerRound)
     host.after_setup = [&](int64_t step) { at_boundary(step, std::numeric_limits<int64_t>::max()); };
   core::IslandRuntime runtime(island, parts, config.train, group.get(), &codec, data.shard_sizes[island], nullptr,
@@ -787,13 +875,18 @@ Status run_island(const config::Config& config, int island, const ProcessOptions
     if (!got.is_ok()) return got.status();
     ranks = std::move(got.value());
     ATOLL_INFO("island " << island << ": rank " << options.rank << " of " << r << " joined its island");
-    if (options.rank > 0) return run_rank(config, island, *ranks);  // the default signal actions: it just ends
+    if (options.rank > 0) {
+      std::signal(SIGUSR1, SIG_IGN);  // rank 0 asks for the checkpoint; the other ranks follow it
+      return run_rank(config, island, *ranks);  // SIGTERM's default action: it just ends
+    }
   } else if (options.rank != 0) {
     throw UserError("--rank " + std::to_string(options.rank) + ": island " + std::to_string(island) +
                     " has one rank (islands.ranks)");
   }
   std::signal(SIGTERM, leave_on_signal);
   std::signal(SIGINT, leave_on_signal);
+  g_checkpoint_signal = false;
+  std::signal(SIGUSR1, checkpoint_on_signal);
   if (ranks) {
     StatusOr<IslandEnd> end = IslandProcess(config, island, options, ranks.get()).run();
     if (!end.is_ok()) return end.status();

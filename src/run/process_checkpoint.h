@@ -36,6 +36,12 @@ namespace atl::run {
 std::string checkpoint_mark_key(int64_t step, int island);
 // The coordinator has written checkpoint S: the islands waiting at S go on.
 std::string checkpoint_done_key(int64_t step);
+// A checkpoint asked by a signal (docs/checkpoints.md "A checkpoint on a signal"): an island
+// that received SIGUSR1 proposes the step to cut at (decimal); the coordinator copies the
+// first proposal it sees while none is pending to kCheckpointCutKey, which every island
+// polls and adds to its schedule.
+inline constexpr char kCheckpointAskKey[] = "atoll/signal/ask";
+inline constexpr char kCheckpointCutKey[] = "atoll/signal/cut";
 // --resume: the steps of the checkpoints island K holds whole, newest first ("40,30,20").
 std::string resume_have_key(int island);
 // --resume: the coordinator's decision, "fresh" or "step:S"; set before atoll/run/start.

@@ -340,7 +340,8 @@ BatchScripts batch_scripts(const config::Config& c, const ProcessOptions& o, con
   b.coordinator = header(c, name + "-coordinator", cwd);
   b.coordinator += "#SBATCH --ntasks=1\n";
   b.coordinator += "#SBATCH --output=" + b.dir + "/coordinator-%j.out\n";
-  if (!loopback(c.transport.coordinator) && !endpoint_host(c.transport.coordinator).empty())
+  if (!loopback(c.transport.coordinator) && !endpoint_host(c.transport.coordinator).empty() &&
+      endpoint_host(c.transport.coordinator) != "*")  // "*": wherever it runs (hosts.h)
     b.coordinator += "#SBATCH --nodelist=" + endpoint_host(c.transport.coordinator) + "\n";
   b.coordinator += extra(c);
   b.coordinator += "# The coordinator of run " + c.run.name + ". Requeued, it picks the run up where it was.\n";
@@ -351,6 +352,10 @@ BatchScripts batch_scripts(const config::Config& c, const ProcessOptions& o, con
   const int ranks = c.islands.ranks.values.front();
   b.islands += "#SBATCH --ntasks=" + std::to_string(ranks) + "\n";
   if (ranks > 1) b.islands += "#SBATCH --nodes=1\n";  // an island's ranks meet on its node (docs/ranks.md)
+  // Before the time limit every task gets SIGUSR1 and the run checkpoints (docs/checkpoints.md
+  // "A checkpoint on a signal"); requeued or resubmitted with --resume it goes on from there.
+  if (!c.slurm.time.empty() && c.checkpoint.every > 0 && c.slurm.signal_before_s > 0)
+    b.islands += "#SBATCH --signal=USR1@" + std::to_string(c.slurm.signal_before_s) + "\n";
   b.islands += "#SBATCH --output=" + b.dir + "/island-%a-%j.out\n";
   b.islands += extra(c);
   b.islands += "# Island SLURM_ARRAY_TASK_ID of run " + c.run.name + " (atoll island takes its id from it" +

@@ -45,6 +45,33 @@ TEST(CheckpointSchedule, StepCutsAtMultiplesWhereTheAlgorithmCan) {
   EXPECT_EQ(off.take_due(a, 4, 20), V{});
 }
 
+// A cut asked by a signal, off the multiples: taken once at its step (or at the next boundary
+// that can cut), one file when it falls on a multiple; the multiples go on.
+TEST(CheckpointSchedule, AnAddedCutIsTakenOnceBesideTheMultiples) {
+  Cuts a;
+  CheckpointSchedule s(10);
+  s.add_cut(13);
+  EXPECT_EQ(s.take_due(a, 10, 40), V{10});
+  EXPECT_EQ(s.take_due(a, 12, 40), V{});
+  EXPECT_EQ(s.take_due(a, 13, 40), V{13});
+  EXPECT_EQ(s.extra(), 0);
+  EXPECT_EQ(s.take_due(a, 14, 40), V{});
+  EXPECT_EQ(s.take_due(a, 20, 40), V{20});
+  s.add_cut(30);
+  EXPECT_EQ(s.take_due(a, 30, 40), V{30}) << "a multiple and the added cut: one file";
+  s.add_cut(33);
+  a.can = false;
+  EXPECT_EQ(s.take_due(a, 33, 40), V{});
+  a.can = true;
+  EXPECT_EQ(s.take_due(a, 34, 40), V{34});
+  EXPECT_EQ(s.take_due(a, 35, 40), V{});
+  a.cut = algorithms::CheckpointCut::kServerRound;  // server cuts take no added cut
+  CheckpointSchedule server(0);
+  server.add_cut(5);
+  a.position = 9;
+  EXPECT_EQ(server.take_due(a, 9, 40), V{});
+}
+
 TEST(CheckpointSchedule, ResumesAndHandOversStartAtTheNextMultiple) {
   Cuts a;
   CheckpointSchedule resumed(5, 10);

@@ -884,3 +884,21 @@ TEST_F(Processes, KilledRankTakesItsIslandDownAndTheRestartedIslandRejoins) {
   ASSERT_EQ(global.size(), 3u);
   EXPECT_EQ(global[0], global[2]) << "the restarted island's final global model differs";
 }
+
+// transport.coordinator tcp://*:PORT: the coordinator binds every interface and writes where it
+// is into the run directory; the islands read it there (docs/slurm.md "The coordinator's
+// address"), and the run ends as with the address in the config. The file goes with the run.
+TEST_F(Processes, IslandsFindTheCoordinatorThroughTheRunDirectory) {
+  const std::string cfg = config(2, 20);
+  ASSERT_EQ(run("launch " + cfg + " --quiet --set run.name=given"), 0);
+  const fs::path log = dir_ / "found.log";
+  const std::string found = "launch " + cfg + " --set run.name=found --set 'transport.coordinator=tcp://*:" +
+                            std::to_string(port_) + "'";
+  const int status = std::system((std::string(ATOLL_BINARY) + " " + found + " > " + log.string() + " 2>&1").c_str());
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << read(log);
+  const std::string address_file = (dir_ / "runs/found/coordinator.address").string();
+  EXPECT_NE(read(log).find("island 1: the coordinator is at tcp://"), std::string::npos) << read(log);
+  EXPECT_NE(read(log).find(":" + std::to_string(port_) + " (" + address_file + ")"), std::string::npos) << read(log);
+  EXPECT_FALSE(fs::exists(address_file)) << "the address outlived the run";
+  EXPECT_TRUE(read(dir_ / "runs/found/final_params.bin") == read(dir_ / "runs/given/final_params.bin"));
+}

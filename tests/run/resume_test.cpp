@@ -199,6 +199,54 @@ TEST_F(Resume, LaunchKilledAndResumedEndsAsTheUninterruptedRun) {
   expect_same_records(comparable(run_dir("cut") / "metrics.jsonl"), expected_metrics);
 }
 
+// SIGUSR1 to one island (what Slurm's --signal=USR1@N sends before a job's time limit): the
+// coordinator takes the step it proposes as every island's extra cut, every process writes it,
+// and the run, killed as a whole after it and resumed with --resume, ends bitwise as the
+// uninterrupted run with the same records. checkpoint.every lies beyond the run's last step:
+// the signal's is the only checkpoint.
+TEST_F(Resume, ASignalsCheckpointIsCutAndTheRunResumesFromIt) {
+  const std::string cfg = config(3000, "", "{name: diloco, inner_steps: 5}", 100000);
+  ASSERT_EQ(run("launch " + cfg + " --quiet --set run.name=whole", dir_ / "whole.log"), 0) << read(dir_ / "whole.log");
+  const std::string expected = read(run_dir("whole") / "final_params.bin");
+  ASSERT_GT(expected.size(), 100u);
+  const auto expected_metrics = comparable(run_dir("whole") / "metrics.jsonl");
+
+  const pid_t pid = atl::testing::spawn_atoll({"launch", cfg, "--set", "run.name=cut"}, dir_ / "cut.log",
+                                            /*new_group=*/true);
+  ASSERT_GT(pid, 0);
+  ASSERT_TRUE(wait_for(run_dir("cut") / "metrics.jsonl", "\"round\":20,", 60)) << read(dir_ / "cut.log");
+  const std::set<pid_t> children = atl::testing::children_of(pid);  // coordinator, islands 0, 1, 2
+  const std::vector<pid_t> kids(children.begin(), children.end());  // in the order launch started them
+  ASSERT_EQ(kids.size(), 4u);
+  ASSERT_EQ(kill(kids[2], SIGUSR1), 0);
+  const fs::path coordinator_ckpts = run_dir("cut") / "checkpoints/coordinator";
+  std::string written;
+  for (int i = 0; i < 600 && written.empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (fs::exists(coordinator_ckpts))
+      for (const auto& f : fs::directory_iterator(coordinator_ckpts))
+        if (f.path().filename().string().rfind("step-", 0) == 0) written = f.path().filename().string();
+  }
+  ASSERT_FALSE(written.empty()) << "no checkpoint within 30 s of the signal\n" << read(dir_ / "cut.log");
+  ASSERT_FALSE(fs::exists(run_dir("cut") / "summary.json")) << "the run ended before the kill";
+  ASSERT_EQ(kill(-pid, SIGKILL), 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const std::string log = read(dir_ / "cut.log");
+  EXPECT_NE(log.find("island 1: a signal asks for a checkpoint; proposed step"), std::string::npos) << log;
+  EXPECT_NE(log.find("coordinator: island 1 received a signal to checkpoint; every island cuts at step"),
+            std::string::npos) << log;
+
+  ASSERT_EQ(run("launch " + cfg + " --quiet --resume --set run.name=cut", dir_ / "resume.log"), 0)
+      << read(dir_ / "resume.log");
+  const std::string step = std::to_string(std::stoll(written.substr(5, 12)));
+  EXPECT_NE(read(dir_ / "resume.log").find("coordinator: resuming after step " + step), std::string::npos)
+      << read(dir_ / "resume.log");
+  EXPECT_TRUE(read(run_dir("cut") / "final_params.bin") == expected) << "final parameters differ after the resume";
+  expect_same_records(comparable(run_dir("cut") / "metrics.jsonl"), expected_metrics);
+}
+
 // ddp checkpoints every step's state as well: stopped and resumed, the same end.
 TEST_F(Resume, DdpResumedFromACheckpointEndsTheSame) {
   const std::string cfg = config(30, "");

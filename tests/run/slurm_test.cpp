@@ -507,6 +507,43 @@ TEST_F(RealSlurm, RequeuedIslandRejoinsTheRun) {
       << outputs;
 }
 
+// The time limit's signal: `atoll slurm` asks Slurm for SIGUSR1 before the limit (#SBATCH
+// --signal=USR1@N, written when slurm.time is set); here it is sent at once with scancel
+// --signal, as Slurm sends it then. Island 1's job asks for a checkpoint and every process
+// writes it; the jobs are then ended (scancel, as the limit ends them), and `atoll launch
+// --resume` of the run ends bitwise as the uninterrupted run.
+TEST_F(RealSlurm, SignalledIslandCheckpointsAndTheRunResumesBitwise) {
+  const std::vector<std::string> sets = {"train.steps=3000", "checkpoint.every=100000"};
+  std::string set_args;
+  for (const auto& s : sets) set_args += " --set " + s;
+  ASSERT_EQ(atl::testing::run_atoll("launch " + config_ + " --quiet --set run.name=whole" + set_args), 0);
+  const std::string expected = atl::testing::read(dir_ / "runs/whole/final_params.bin");
+  ASSERT_GT(expected.size(), 100u);
+  const auto [coordinator, islands] = submit_and_wait_for_round_3(config_, dir_, "limit", sets);
+  ASSERT_FALSE(islands.empty());
+  ASSERT_EQ(std::system(("scancel --signal=USR1 " + islands + "_1").c_str()), 0);
+  const fs::path ckpts = dir_ / "runs/limit/checkpoints/coordinator";
+  std::string written;
+  for (int i = 0; i < 300 && written.empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::error_code ec;
+    for (const auto& f : fs::directory_iterator(ckpts, ec))
+      if (f.path().filename().string().rfind("step-", 0) == 0) written = f.path().filename().string();
+  }
+  ASSERT_FALSE(written.empty()) << "no checkpoint within 30 s of the signal\n" << job_outputs(dir_ / "runs/limit-slurm");
+  ASSERT_EQ(std::system(("scancel " + coordinator + " " + islands).c_str()), 0);
+  ASSERT_TRUE(wait_until_done(coordinator + "," + islands, 60));
+  const std::string outputs = job_outputs(dir_ / "runs/limit-slurm");
+  EXPECT_NE(outputs.find("island 1: a signal asks for a checkpoint"), std::string::npos) << outputs;
+  const fs::path log = dir_ / "resume.log";
+  const int status = std::system((std::string(ATOLL_BINARY) + " launch " + config_ + " --resume --set run.name=limit" +
+                                  set_args + " > " + log.string() + " 2>&1").c_str());
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << atl::testing::read(log);
+  EXPECT_NE(atl::testing::read(log).find("coordinator: resuming after step " + std::to_string(std::stoll(written.substr(5, 12)))),
+            std::string::npos) << atl::testing::read(log);
+  EXPECT_TRUE(atl::testing::read(dir_ / "runs/limit/final_params.bin") == expected) << "final parameters differ after the resume";
+}
+
 // summary.csv's rows without the columns that differ between two sweeps of one file
 // (wall_time_s; config_hash, which covers run.out_dir): cells split on commas outside quotes.
 std::vector<std::string> comparable_summary(const fs::path& csv) {
@@ -600,6 +637,10 @@ TEST_F(SlurmIsland, BatchScriptsCarryTheSlurmSection) {
             std::string::npos) << r.output;
   EXPECT_NE(r.output.find("exec srun --ntasks=1 'build/atoll' coordinator '" + config_ + "'"), std::string::npos);
   EXPECT_FALSE(fs::exists(dir_ / "runs")) << "--dry-run wrote something";
+  // The time limit's signal, with checkpoints on: SIGUSR1 two minutes before (slurm.signal_before_s).
+  EXPECT_EQ(r.output.find("--signal"), std::string::npos) << "a signal without checkpoints";
+  r = run("slurm " + config_ + " --dry-run --set checkpoint.every=50");
+  EXPECT_NE(r.output.find("#SBATCH --signal=USR1@120\n"), std::string::npos) << r.output;
 
   const std::string no_sbatch = "PATH=/nonexistent " + std::string(ATOLL_BINARY) + " slurm " + config_ + " --submit 2>&1";
   const std::string out = atl::testing::run_shell(no_sbatch);
