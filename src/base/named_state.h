@@ -47,11 +47,6 @@ class NamedState {
     push(std::move(name), Kind::kTensor).tensor = std::move(t);
     return *this;
   }
-  // Every entry of `other`, appended in its order.
-  NamedState& add_all(const NamedState& other) {
-    for (const Entry& e : other.entries_) push(e.name, e.kind) = e;
-    return *this;
-  }
 
   bool has(const std::string& name) const { return find(name) != nullptr; }
   int64_t integer(const std::string& name) const { return get(name, Kind::kInteger).integer; }
