@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "src/base/status.h"
+#include "src/models/convnet.h"
 #include "src/models/gpt.h"
 #include "src/models/mlp.h"
 #include "src/models/model.h"
@@ -98,6 +99,41 @@ int64_t estimate_mlp(const config::ModelConfig& c, const DataShape& shape) {
   return n + in * classes + classes;
 }
 
+// cnn, lenet5: classifiers of square single-channel images (input_dim = side²).
+std::optional<KeyProblem> check_convnet(ConvNet::Kind kind, const config::ModelConfig& c, const DataShape& shape,
+                                        bool known, int64_t& side, int64_t& classes) {
+  int64_t input_dim = 0;
+  if (auto p = resolve("input_dim", c.input_dim, shape.input_dim, "features", known, input_dim)) return p;
+  if (auto p = resolve("classes", c.classes, shape.classes, "classes", known, classes)) return p;
+  side = input_dim > 0 ? ConvNet::image_side(kind, input_dim) : 0;
+  if (input_dim > 0 && side == 0)
+    return KeyProblem{"model.name", c.name + " takes square single-channel images of at least " +
+                                        (kind == ConvNet::Kind::kCnn ? std::string("4x4") : std::string("12x12")) +
+                                        " pixels, but the data has " + std::to_string(input_dim) + " features"};
+  return std::nullopt;
+}
+
+template <ConvNet::Kind kKind>
+std::unique_ptr<Model> make_convnet(const config::ModelConfig& c, const DataShape& shape, c10::Device device,
+                                    uint64_t seed) {
+  int64_t side = 0, classes = 0;
+  if (auto p = check_convnet(kKind, c, shape, true, side, classes)) throw_problem(*p);
+  return std::make_unique<ConvNet>(kKind, side * side, static_cast<int>(classes), device, seed);
+}
+
+template <ConvNet::Kind kKind>
+std::optional<KeyProblem> check_convnet_row(const config::ModelConfig& c, const DataShape& shape, bool known) {
+  int64_t side = 0, classes = 0;
+  return check_convnet(kKind, c, shape, known, side, classes);
+}
+
+template <ConvNet::Kind kKind>
+int64_t estimate_convnet(const config::ModelConfig& c, const DataShape& shape) {
+  const int64_t input_dim = c.input_dim > 0 ? c.input_dim : shape.input_dim;
+  const int64_t side = std::max<int64_t>(ConvNet::image_side(kKind, input_dim), kKind == ConvNet::Kind::kCnn ? 4 : 12);
+  return ConvNet::expected_numel(kKind, side, std::max<int64_t>(1, c.classes > 0 ? c.classes : shape.classes));
+}
+
 // One row per model: a new model is its file(s) and a row here.
 struct ModelKind {
   const char* name;
@@ -121,6 +157,10 @@ const ModelKind kModels[] = {
        return check_mlp(c, shape, known, input_dim, classes);
      },
      estimate_mlp, make_mlp, [](const config::ModelConfig&) { return 0; }},
+    {"cnn", check_convnet_row<ConvNet::Kind::kCnn>, estimate_convnet<ConvNet::Kind::kCnn>,
+     make_convnet<ConvNet::Kind::kCnn>, [](const config::ModelConfig&) { return 0; }},
+    {"lenet5", check_convnet_row<ConvNet::Kind::kLenet5>, estimate_convnet<ConvNet::Kind::kLenet5>,
+     make_convnet<ConvNet::Kind::kLenet5>, [](const config::ModelConfig&) { return 0; }},
 };
 
 const ModelKind* find(const std::string& name) {

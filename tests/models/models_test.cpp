@@ -9,6 +9,7 @@
 #include <set>
 
 #include "src/base/status.h"
+#include "src/models/convnet.h"
 #include "src/models/flat_params.h"
 #include "src/models/gpt.h"
 #include "src/models/mlp.h"
@@ -55,7 +56,21 @@ data::Batch mlp_batch(int64_t batch, uint64_t seed) {
 
 torch::nn::Module& module_of(Model& model) {
   if (auto* gpt = dynamic_cast<Gpt*>(&model)) return gpt->module();
+  if (auto* conv = dynamic_cast<ConvNet*>(&model)) return conv->module();
   return dynamic_cast<Mlp&>(model).module();
+}
+
+config::ModelConfig image_model(const char* name) {
+  config::ModelConfig c;
+  c.name = name;
+  return c;
+}
+
+// 12x12 images, 3 classes: the smallest lenet5 takes.
+const DataShape kImageShape{0, 3, 144};
+data::Batch image_batch(int64_t batch, uint64_t seed) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  return {torch::randn({batch, kImageShape.input_dim}, gen), torch::randint(kImageShape.classes, {batch}, gen, torch::kLong)};
 }
 
 bool inside(const torch::Tensor& buffer, const torch::Tensor& t) {
@@ -83,6 +98,8 @@ std::vector<Case> cases() {
       {"gpt_untied", tiny_gpt(false), DataShape{11, 0, 0},
        [] { return gpt_batch(tiny_gpt(), 3, 8, 7); }},
       {"mlp", tiny_mlp(), kMlpShape, [] { return mlp_batch(5, 7); }},
+      {"cnn", image_model("cnn"), kImageShape, [] { return image_batch(4, 7); }},
+      {"lenet5", image_model("lenet5"), kImageShape, [] { return image_batch(4, 7); }},
   };
 }
 
@@ -409,7 +426,7 @@ TEST(Mlp, LearnsSeparableClusters) {
 // ---- registry ----------------------------------------------------------------------------------
 
 TEST(Registry, ListsNamesAndRejectsUnknownOnes) {
-  EXPECT_EQ(model_names(), (std::vector<std::string>{"gpt", "mlp"}));
+  EXPECT_EQ(model_names(), (std::vector<std::string>{"gpt", "mlp", "cnn", "lenet5"}));
   config::ModelConfig c;
   c.name = "resnet";
   try {
@@ -420,6 +437,7 @@ TEST(Registry, ListsNamesAndRejectsUnknownOnes) {
     EXPECT_NE(what.find("resnet"), std::string::npos) << what;
     EXPECT_NE(what.find("gpt"), std::string::npos) << what;
     EXPECT_NE(what.find("mlp"), std::string::npos) << what;
+    EXPECT_NE(what.find("lenet5"), std::string::npos) << what;
   }
 }
 

@@ -1,0 +1,149 @@
+// The papers' image classifiers (src/models/convnet.h): their parameter counts (the FedAvg
+// paper's 1,663,370 for its CNN), and their loss and gradient against PyTorch's own Conv2d,
+// MaxPool2d and Linear with the same parameters (python3-torch, Debian's libtorch's Python
+// side), for a batch of random images.
+#include <ATen/CPUGeneratorImpl.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "src/base/status.h"
+#include "src/models/convnet.h"
+#include "src/models/model.h"
+
+namespace atl::models {
+namespace {
+
+namespace fs = std::filesystem;
+
+config::ModelConfig named(const char* name) {
+  config::ModelConfig c;
+  c.name = name;
+  return c;
+}
+
+const DataShape kMnist{0, 10, 784};  // vocab, classes, input_dim
+
+TEST(ConvNet, ParameterCountsAreThePapers) {
+  EXPECT_EQ(ConvNet::expected_numel(ConvNet::Kind::kCnn, 28, 10), 1663370);  // McMahan et al., section 3
+  EXPECT_EQ(ConvNet::expected_numel(ConvNet::Kind::kLenet5, 28, 10), 61706);
+  for (const char* name : {"cnn", "lenet5"}) {
+    auto model = make_model(named(name), kMnist, c10::Device(c10::kCPU), 1);
+    EXPECT_EQ(model->numel(), estimate_numel(named(name), kMnist)) << name;
+    EXPECT_EQ(model->name(), name);
+  }
+  auto cnn = make_model(named("cnn"), kMnist, c10::Device(c10::kCPU), 1);
+  std::vector<std::string> names;
+  for (const auto& s : cnn->layout()) names.push_back(s.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"conv1.weight", "conv1.bias", "conv2.weight", "conv2.bias", "fc1.weight",
+                                             "fc1.bias", "out.weight", "out.bias"}));
+}
+
+TEST(ConvNet, ImagesThatAreNotSquareAreRefusedNamingTheKey) {
+  auto p = check_model(named("cnn"), DataShape{0, 3, 10}, true);
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(p->key, "model.name");
+  EXPECT_NE(p->message.find("square single-channel images of at least 4x4 pixels, but the data has 10 features"),
+            std::string::npos) << p->message;
+  p = check_model(named("lenet5"), DataShape{0, 3, 64}, true);  // 8x8: too small to pool twice after a valid 5x5
+  ASSERT_TRUE(p.has_value());
+  EXPECT_NE(p->message.find("at least 12x12"), std::string::npos) << p->message;
+  EXPECT_FALSE(check_model(named("lenet5"), DataShape{0, 3, 144}, true).has_value());
+}
+
+// The Python side: the same architecture from torch.nn, the flat parameters loaded in the
+// layout's order, the loss and the flat gradient written back.
+const char* kReference = R"py(
+import struct, sys, torch, torch.nn as nn, torch.nn.functional as F
+kind, side, classes, batch, path = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+def floats(name):
+    return torch.frombuffer(bytearray(open(path + name, 'rb').read()), dtype=torch.float32)
+if kind == 'cnn':
+    layers = [nn.Conv2d(1, 32, 5, padding=2), nn.Conv2d(32, 64, 5, padding=2)]
+    hidden = [512]
+else:
+    layers = [nn.Conv2d(1, 6, 5, padding=2), nn.Conv2d(6, 16, 5, padding=0)]
+    hidden = [120, 84]
+with torch.no_grad():
+    probe = torch.zeros(1, 1, side, side)
+    for c in layers:
+        probe = F.max_pool2d(F.relu(c(probe)), 2)
+    widths = [probe.numel()] + hidden
+fcs = [nn.Linear(widths[i], widths[i + 1]) for i in range(len(hidden))]
+out = nn.Linear(widths[-1], classes)
+params = [p for m in layers + fcs + [out] for p in (m.weight, m.bias)]
+flat, at = floats('.params'), 0
+with torch.no_grad():
+    for p in params:
+        p.copy_(flat[at:at + p.numel()].view_as(p))
+        at += p.numel()
+assert at == flat.numel(), (at, flat.numel())
+x = floats('.input').view(batch, 1, side, side)
+target = floats('.target').long()
+for c in layers:
+    x = F.max_pool2d(F.relu(c(x)), 2)
+x = x.flatten(1)
+for f in fcs:
+    x = F.relu(f(x))
+loss = F.cross_entropy(out(x), target)
+loss.backward()
+g = torch.cat([p.grad.reshape(-1) for p in params]).tolist()
+open(path + '.grads', 'wb').write(struct.pack('<%df' % len(g), *g))
+open(path + '.loss', 'w').write(repr(loss.item()))
+)py";
+
+std::string python_with_torch() {
+  for (const char* candidate : {"/usr/bin/python3", "python3"})
+    if (std::system((std::string(candidate) + " -c 'import torch' >/dev/null 2>&1").c_str()) == 0) return candidate;
+  return "";
+}
+
+TEST(ConvNet, LossAndGradientAreThoseOfPyTorch) {
+  const std::string python = python_with_torch();
+  if (python.empty()) GTEST_SKIP() << "python3-torch is not installed (scripts/setup.sh installs it)";
+  const fs::path dir = fs::temp_directory_path() / ("atoll_convnet_test_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  std::ofstream(dir / "reference.py") << kReference;
+  for (const char* name : {"cnn", "lenet5"}) {
+    SCOPED_TRACE(name);
+    auto model = make_model(named(name), kMnist, c10::Device(c10::kCPU), 7);
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(11);
+    data::Batch batch{torch::randn({6, 784}, gen), torch::randint(10, {6}, gen, torch::kLong)};
+    model->set_training(true);
+    model->grads().zero_();
+    Output out = model->forward(batch);
+    out.loss.backward();
+    const std::string file = (dir / name).string();
+    auto write = [&](const std::string& suffix, const at::Tensor& t) {
+      const at::Tensor f = t.to(torch::kFloat).contiguous();
+      std::ofstream(file + suffix, std::ios::binary).write(static_cast<const char*>(f.data_ptr()), f.nbytes());
+    };
+    write(".params", model->params());
+    write(".input", batch.input);
+    write(".target", batch.target);
+    const std::string cmd = python + " " + (dir / "reference.py").string() + " " + name + " 28 10 6 " + file;
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    std::ifstream g(file + ".grads", std::ios::binary);
+    std::vector<char> bytes((std::istreambuf_iterator<char>(g)), std::istreambuf_iterator<char>());
+    ASSERT_EQ(bytes.size(), static_cast<size_t>(model->numel()) * 4);
+    const at::Tensor grads = torch::from_blob(bytes.data(), {model->numel()}, torch::kFloat).clone();
+    double reference_loss = 0;
+    std::ifstream(file + ".loss") >> reference_loss;
+    const at::Tensor loss = torch::full({1}, reference_loss, torch::kDouble);
+    EXPECT_NEAR(out.loss.item<double>(), loss.item<double>(), 1e-6 * std::abs(loss.item<double>()));
+    ASSERT_EQ(grads.numel(), model->numel());
+    EXPECT_TRUE(at::allclose(model->grads(), grads, 1e-4, 1e-6))
+        << "max difference " << (model->grads() - grads).abs().max().item<double>();
+    EXPECT_GT(grads.abs().sum().item<double>(), 0.0);
+  }
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace atl::models
