@@ -3,10 +3,11 @@
 # (same libtorch 1.13, same shapes, same thread count). Prints both JSON lines and a table.
 #
 #   scripts/bench_inner.sh                       # quickstart GPT, threads = nproc
+#   scripts/bench_inner.sh --model cnn --batch 32  # the FedAvg CNN on 28x28 images (also lenet5)
 #   THREADS=1 REPEATS=3 scripts/bench_inner.sh --steps 30
 #   ATOLL_BUILD_DIR=build-bench scripts/bench_inner.sh
 #
-# Extra arguments go to both programs (--layers --heads --dim --seq-len --vocab --batch
+# Extra arguments go to both programs (--model --layers --heads --dim --seq-len --vocab --batch
 # --warmup --steps --device --seed). The two run alternately REPEATS times; the best run of
 # each is reported (the machine may be busy with other work).
 #
@@ -57,7 +58,7 @@ for r in runs:
         best[r["impl"]] = r
 a, p = best["atoll"], best["pytorch"]
 print()
-print(f"GPT inner step: {a['params']:,} params, batch {a['batch']} x seq {a['seq_len']}, "
+print(f"{a.get('model', 'gpt')} inner step: {a['params']:,} params, batch {a['batch']} x seq {a['seq_len']}, "
       f"{a['threads']} threads, {a['device']}, best of {len(runs) // 2}")
 print(f"{'':<22}{'tokens/s':>12}{'ms/step':>10}{'loss':>8}")
 print(f"{'atoll (C++)':<22}{a['tokens_per_s']:>12,.0f}{a['ms_per_step']:>10.1f}{a['final_loss']:>8.3f}")

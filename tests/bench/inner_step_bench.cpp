@@ -1,7 +1,9 @@
-// Inner-step throughput of atoll's GPT on its flat buffers, to compare with the same loop in
-// PyTorch Python (tests/bench/inner_step_pytorch.py; scripts/bench_inner.sh runs both).
+// Inner-step throughput of atoll's models on their flat buffers, to compare with the same loop
+// in PyTorch Python (tests/bench/inner_step_pytorch.py; scripts/bench_inner.sh runs both).
+// --model gpt (default) or one of the papers' image classifiers, cnn or lenet5, on random
+// 28x28 images of 10 classes (then seq_len counts as 1: tokens_per_s is examples per second).
 //
-// One inner step = zero grads, forward on a random byte batch [batch, seq_len], backward,
+// One inner step = zero grads, forward on a random batch ([batch, seq_len] bytes), backward,
 // global grad-norm clip to 1.0, AdamW (lr 1e-3, betas 0.9/0.95, eps 1e-8, wd 0.1) written as
 // a handful of whole-buffer ops on params()/grads() -- the way the trainer updates a model.
 // Prints one JSON line: {"impl":"atoll", ..., "tokens_per_s": ...}.
@@ -19,6 +21,7 @@
 namespace {
 
 struct Options {
+  std::string model = "gpt";
   int layers = 4, heads = 4, dim = 128, seq_len = 128, vocab = 256, batch = 16;
   int warmup = 5;   // untimed steps first (allocator, thread pool)
   int steps = 20;   // timed steps
@@ -59,6 +62,7 @@ void clip_grad_norm(torch::Tensor& grads, double max_norm) {
 int main(int argc, char** argv) {
   Options o;
   CLI::App app("atoll inner-step throughput (GPT, flat-buffer AdamW)");
+  app.add_option("--model", o.model, "gpt, cnn or lenet5");
   app.add_option("--layers", o.layers);
   app.add_option("--heads", o.heads);
   app.add_option("--dim", o.dim);
@@ -77,7 +81,9 @@ int main(int argc, char** argv) {
   torch::set_num_threads(threads);
 
   atl::config::ModelConfig config;
-  config.name = "gpt";
+  config.name = o.model;
+  const bool image = o.model != "gpt";
+  if (image) o.seq_len = 1;
   config.layers = o.layers;
   config.heads = o.heads;
   config.dim = o.dim;
@@ -86,8 +92,8 @@ int main(int argc, char** argv) {
   config.dropout = 0.0;
   config.tie_embeddings = true;
   const c10::Device device(o.device);
-  auto model =
-      atl::models::make_model(config, atl::models::DataShape{o.vocab, 0, 0}, device, o.seed);
+  auto model = atl::models::make_model(
+      config, image ? atl::models::DataShape{0, 10, 784} : atl::models::DataShape{o.vocab, 0, 0}, device, o.seed);
   model->set_training(true);
 
   auto gen = at::make_generator<at::CPUGeneratorImpl>(o.seed + 1);
@@ -99,8 +105,13 @@ int main(int argc, char** argv) {
       (void)model->params().sum().item<float>();  // drain queued device work before timing
       start = std::chrono::steady_clock::now();
     }
-    auto tokens = torch::randint(o.vocab, {o.batch, o.seq_len + 1}, gen, torch::kLong);
-    atl::data::Batch batch{tokens.narrow(1, 0, o.seq_len), tokens.narrow(1, 1, o.seq_len)};
+    atl::data::Batch batch;
+    if (image) {
+      batch = {torch::randn({o.batch, 784}, gen), torch::randint(10, {o.batch}, gen, torch::kLong)};
+    } else {
+      auto tokens = torch::randint(o.vocab, {o.batch, o.seq_len + 1}, gen, torch::kLong);
+      batch = {tokens.narrow(1, 0, o.seq_len), tokens.narrow(1, 1, o.seq_len)};
+    }
     model->grads().zero_();
     auto out = model->forward(batch);
     out.loss.backward();
@@ -114,10 +125,10 @@ int main(int argc, char** argv) {
   const double tokens = static_cast<double>(o.steps) * o.batch * o.seq_len;
 
   std::printf(
-      "{\"impl\":\"atoll\",\"threads\":%d,\"device\":\"%s\",\"params\":%lld,\"batch\":%d,"
+      "{\"impl\":\"atoll\",\"model\":\"%s\",\"threads\":%d,\"device\":\"%s\",\"params\":%lld,\"batch\":%d,"
       "\"seq_len\":%d,\"steps\":%d,\"seconds\":%.4f,\"ms_per_step\":%.3f,\"tokens_per_s\":%.1f,"
       "\"final_loss\":%.4f}\n",
-      threads, o.device.c_str(), static_cast<long long>(model->numel()), o.batch, o.seq_len,
+      o.model.c_str(), threads, o.device.c_str(), static_cast<long long>(model->numel()), o.batch, o.seq_len,
       o.steps, seconds, 1e3 * seconds / o.steps, tokens / seconds, loss);
   return 0;
 }

@@ -80,8 +80,35 @@ class Gpt(nn.Module):
         return F.linear(self.ln_f(x), self.tok_emb.weight)  # tied head
 
 
+class ConvNet(nn.Module):
+    """src/models/convnet.h: cnn (the FedAvg paper's MNIST CNN) or lenet5, on 28x28 images."""
+
+    def __init__(self, kind, classes=10, side=28):
+        super().__init__()
+        if kind == "cnn":
+            self.conv1, self.conv2, hidden = nn.Conv2d(1, 32, 5, padding=2), nn.Conv2d(32, 64, 5, padding=2), [512]
+        else:
+            self.conv1, self.conv2, hidden = nn.Conv2d(1, 6, 5, padding=2), nn.Conv2d(6, 16, 5), [120, 84]
+        with torch.no_grad():
+            flat = self.features(torch.zeros(1, 1, side, side)).numel()
+        widths = [flat] + hidden
+        self.fc = nn.ModuleList(nn.Linear(widths[i], widths[i + 1]) for i in range(len(hidden)))
+        self.out = nn.Linear(widths[-1], classes)
+
+    def features(self, x):
+        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
+        return F.max_pool2d(F.relu(self.conv2(x)), 2).flatten(1)
+
+    def forward(self, x):  # [B, 784] -> logits [B, classes]
+        x = self.features(x.view(-1, 1, 28, 28))
+        for f in self.fc:
+            x = F.relu(f(x))
+        return self.out(x)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="gpt", help="gpt, cnn or lenet5")
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--heads", type=int, default=4)
     ap.add_argument("--dim", type=int, default=128)
@@ -99,7 +126,10 @@ def main():
     torch.set_num_threads(threads)
     torch.manual_seed(a.seed)
     device = torch.device(a.device)
-    model = Gpt(a.layers, a.heads, a.dim, a.seq_len, a.vocab, 0.0).to(device)
+    image = a.model != "gpt"
+    if image:
+        a.seq_len = 1
+    model = (ConvNet(a.model) if image else Gpt(a.layers, a.heads, a.dim, a.seq_len, a.vocab, 0.0)).to(device)
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.95), eps=1e-8,
                             weight_decay=0.1)
@@ -111,9 +141,13 @@ def main():
         if step == a.warmup:
             sum(p.sum() for p in model.parameters()).item()  # drain queued device work
             start = time.perf_counter()
-        tokens = torch.randint(a.vocab, (a.batch, a.seq_len + 1), generator=gen)
-        x = tokens[:, :-1].to(device, non_blocking=True)
-        y = tokens[:, 1:].to(device, non_blocking=True)
+        if image:
+            x = torch.randn(a.batch, 784, generator=gen).to(device, non_blocking=True)
+            y = torch.randint(10, (a.batch,), generator=gen).to(device, non_blocking=True)
+        else:
+            tokens = torch.randint(a.vocab, (a.batch, a.seq_len + 1), generator=gen)
+            x = tokens[:, :-1].to(device, non_blocking=True)
+            y = tokens[:, 1:].to(device, non_blocking=True)
         opt.zero_grad(set_to_none=True)
         logits = model(x)
         loss = F.cross_entropy(logits.view(-1, logits.size(-1)), y.reshape(-1))
@@ -124,7 +158,7 @@ def main():
     seconds = time.perf_counter() - start
     tokens_done = a.steps * a.batch * a.seq_len
     print(json.dumps({
-        "impl": "pytorch", "threads": threads, "device": a.device, "params": params,
+        "impl": "pytorch", "model": a.model, "threads": threads, "device": a.device, "params": params,
         "batch": a.batch, "seq_len": a.seq_len, "steps": a.steps, "seconds": round(seconds, 4),
         "ms_per_step": round(1e3 * seconds / a.steps, 3),
         "tokens_per_s": round(tokens_done / seconds, 1), "final_loss": round(final_loss, 4),
