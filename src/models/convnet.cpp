@@ -132,12 +132,7 @@ at::Tensor ConvNet::logits(const at::Tensor& input) {
 
 Output ConvNet::forward(const data::Batch& batch) {
   auto target = batch.target.to(device_, /*non_blocking=*/true);
-  auto logits = this->logits(batch.input);
-  Output out;
-  out.loss = torch::nn::functional::cross_entropy(logits, target);
-  out.correct = logits.argmax(1).eq(target).sum().item<int64_t>();
-  out.count = target.size(0);
-  return out;
+  return layers::classify(logits(batch.input), target);
 }
 
 void ConvNet::set_training(bool training) { net_->train(training); }

@@ -11,6 +11,8 @@
 #include <cmath>
 #include <vector>
 
+#include "src/models/model.h"
+
 namespace atl::models::layers {
 
 // Init draws on the CPU from `gen` (float32); the flat buffer copies them to the device.
@@ -81,5 +83,15 @@ class NormImpl : public torch::nn::Module {
   torch::Tensor bias_;
 };
 TORCH_MODULE(Norm);
+
+// A classifier's output for `logits` [B, classes] and `target` [B] (on the logits' device):
+// mean cross-entropy, argmax hits, B.
+inline Output classify(const torch::Tensor& logits, const torch::Tensor& target) {
+  Output out;
+  out.loss = torch::nn::functional::cross_entropy(logits, target);
+  out.correct = logits.argmax(1).eq(target).sum().item<int64_t>();
+  out.count = target.size(0);
+  return out;
+}
 
 }  // namespace atl::models::layers
