@@ -213,6 +213,7 @@ class CoordinatorProcess {
   // A checkpoint asked by a signal: proposed (kCheckpointAskKey, by island asked_by_), then
   // announced and pending until cut (under marks_mu_).
   int64_t asked_cut_ = 0, signal_cut_ = 0;
+  int64_t last_cut_ = -1;  // the newest cut completed (or skipped) by this coordinator
   int asked_by_ = -1;
 
   // The server role (fedavg, async_local_sgd, core::ServerHost): it holds the global model,
@@ -449,7 +450,9 @@ void CoordinatorProcess::on_store_set(int island, const std::string& key, std::s
   const size_t slash = key.find('/', prefix.size());
   if (key.rfind(prefix, 0) != 0 || slash == std::string::npos) return;
   const std::vector<int64_t> step = parse_steps(key.substr(prefix.size(), slash - prefix.size()));
-  if (step.size() == 1 && step[0] > skip_through_ && key == checkpoint_mark_key(step[0], island)) {
+  // A mark of a cut already completed (an island that joined later saying it was behind a
+  // signal's cut) is not a new one.
+  if (step.size() == 1 && step[0] > skip_through_ && step[0] > last_cut_ && key == checkpoint_mark_key(step[0], island)) {
     marks_[step[0]].insert(island);
     // A mark with a value: the island's file of this step was not written, and why.
     if (!value.empty()) mark_failures_[step[0]][island] = std::string(value.begin(), value.end());
@@ -642,6 +645,7 @@ void CoordinatorProcess::cut_checkpoints(const transport::Membership& now) {
     }
     coordinator_->store_set(checkpoint_done_key(step), {1});
     if (signal_cut_ > 0 && step >= signal_cut_) signal_cut_ = 0;  // another signal may ask again
+    last_cut_ = std::max(last_cut_, step);
     marks_.erase(marks_.begin());
   }
 }

@@ -125,6 +125,13 @@ Status check_rejoin(const config::Config& config, const algorithms::Algorithm& a
 
 namespace {
 
+// Re-routing the data mid-run (the paths' re-sharding) needs an evaluator and the routing's
+// outcome on every rank; islands of several ranks do not have that yet.
+std::string reroute_with_ranks(const config::Config& config) {
+  return config.source + ": key 'islands.ranks': an island of several ranks cannot re-route its data mid-run (the "
+                         "run re-shards its paths at a step); use one rank per island";
+}
+
 // A resumed island's training state (core::restore_training, as in every resume) and libtorch's
 // generator (dropout).
 void restore_island(core::IslandParts& parts, core::IslandRuntime& runtime, const IslandProcessCheckpoint& c) {
@@ -262,6 +269,7 @@ IslandProcess::IslandProcess(const config::Config& config, int island, const Pro
   algo_options_ = core::algorithm_options(config, data_.shard_sizes);
   codec_ = core::make_pipeline(config);
   parts_ = core::make_island_parts(config, data_, algo_options_, island);
+  if (ranks_ != nullptr && parts_.rerouter) throw UserError(reroute_with_ranks(config));
   if (!parts_.algorithm->global_on_server()) evaluator_ = core::make_evaluator(config, data_);
   check_min_islands(config, parts_.algorithm->global_on_server());
   join_timeout_ = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(config.transport.join_timeout_s));
@@ -669,6 +677,7 @@ core::IslandHost IslandProcess::make_host() {
 
 void IslandProcess::make_runtime() {
   schedule_.emplace(config_.checkpoint.every, handover_ ? handover_->step : resumed_ ? resumed_->step : 0);
+  signal_cut_ = handover_ ? handover_->step : resumed_ ? resumed_->step : 0;  // cuts before its start are not its
   transport::Group* group = &*timed_;
   core::IslandHost host = make_host();
   if (ranks_ != nullptr) {
@@ -726,7 +735,9 @@ StatusOr<IslandEnd> IslandProcess::train() {
     }
     throw;
   }
-  if (ranks_ != nullptr) (void)ranks_->check_replica(parts_.model->params());  // the others compare
+  if (ranks_ != nullptr) {
+    if (Status st = ranks_->check_replica(parts_.model->params()); !st.is_ok()) throw StatusError("island " + std::to_string(island_), st);
+  }
   // Steps kept for a lead that may have died are recorded by someone before island_end.
   runtime_->finish();
   // After island_end, on the same connection: a checkpoint cut after this lists the island as
@@ -778,6 +789,7 @@ Status run_rank(const config::Config& config, int island, IslandRanks& ranks) {
   const algorithms::AlgorithmOptions algo_options = core::algorithm_options(config, data.shard_sizes);
   const compression::Pipeline codec = core::make_pipeline(config);
   core::IslandParts parts = core::make_island_parts(config, data, algo_options, island);
+  if (parts.rerouter) throw UserError(reroute_with_ranks(config));
   struct Release {  // the algorithm before the groups it holds sub-groups of
     core::IslandParts& parts;
     ~Release() { parts.algorithm.reset(); }
@@ -803,7 +815,7 @@ Status run_rank(const config::Config& config, int island, IslandRanks& ranks) {
   core::CheckpointSchedule schedule(config.checkpoint.every, handover ? handover->step : resumed ? resumed->step : 0);
   // Rank 0's signal cuts (IslandProcess::follow_signal_cut), in the same broadcast.
   const bool signal_cuts = config.checkpoint.every > 0 && parts.algorithm->checkpoint_cut() == algorithms::CheckpointCut::kStep;
-  int64_t signal_cut = 0;
+  int64_t signal_cut = handover ? handover->step : resumed ? resumed->step : 0;  // as rank 0's
   auto follow_signal_cut = [&](int64_t step) {
     if (!signal_cuts) return;
     const auto cut = static_cast<int64_t>(ranks.broadcast_double(0));
@@ -858,6 +870,9 @@ Status run_island(const config::Config& config, int island, const ProcessOptions
       ::_exit(128 + g_leave_signal);
     }).detach();
   });
+  // Before the rendezvous, which may wait: a signal meanwhile has its meaning already.
+  std::signal(SIGUSR1, options.rank > 0 ? SIG_IGN : checkpoint_on_signal);
+  g_checkpoint_signal = false;
   std::unique_ptr<IslandRanks> ranks;
   if (const int r = config.islands.ranks.of(island); r > 1) {
     if (options.rank < 0 || options.rank >= r)
@@ -875,18 +890,13 @@ Status run_island(const config::Config& config, int island, const ProcessOptions
     if (!got.is_ok()) return got.status();
     ranks = std::move(got.value());
     ATOLL_INFO("island " << island << ": rank " << options.rank << " of " << r << " joined its island");
-    if (options.rank > 0) {
-      std::signal(SIGUSR1, SIG_IGN);  // rank 0 asks for the checkpoint; the other ranks follow it
-      return run_rank(config, island, *ranks);  // SIGTERM's default action: it just ends
-    }
+    if (options.rank > 0) return run_rank(config, island, *ranks);  // SIGTERM's default action: it just ends
   } else if (options.rank != 0) {
     throw UserError("--rank " + std::to_string(options.rank) + ": island " + std::to_string(island) +
                     " has one rank (islands.ranks)");
   }
   std::signal(SIGTERM, leave_on_signal);
   std::signal(SIGINT, leave_on_signal);
-  g_checkpoint_signal = false;
-  std::signal(SIGUSR1, checkpoint_on_signal);
   if (ranks) {
     StatusOr<IslandEnd> end = IslandProcess(config, island, options, ranks.get()).run();
     if (!end.is_ok()) return end.status();

@@ -114,10 +114,15 @@ Status IslandRanks::check_replica(const at::Tensor& params) {
   const auto mine = static_cast<int64_t>(xxh64(p.data_ptr(), p.nbytes()));
   at::Tensor t = at::full({1}, mine, at::kLong);
   broadcast(t);
-  if (t.item<int64_t>() == mine) return Status::ok();
-  return Status(StatusCode::kInternal, "island " + std::to_string(place_.island) + " rank " + std::to_string(rank()) +
-                                           ": its parameters differ from rank 0's after the last step (the ranks "
-                                           "diverged)");
+  // Every rank learns whether any differs, rank 0 included (its island then fails the run).
+  at::Tensor differ = at::full({1}, t.item<int64_t>() == mine ? 0 : 1, at::kLong);
+  std::vector<at::Tensor> v{differ};
+  c10d("the replica check", [&] { pg(group_).allreduce(v)->wait(); });
+  const int64_t n = differ.item<int64_t>();
+  if (n == 0) return Status::ok();
+  return Status(StatusCode::kInternal, "island " + std::to_string(place_.island) + ": " + std::to_string(n) + " of its " +
+                                           std::to_string(ranks()) + " ranks hold parameters that differ from rank 0's "
+                                           "after the last step (the ranks diverged)");
 }
 
 IslandStart broadcast_start(IslandRanks& ranks, IslandStart start) {

@@ -68,8 +68,8 @@ class IslandRanks {
   std::vector<uint8_t> broadcast_bytes(std::vector<uint8_t> bytes);
   double broadcast_double(double v);
   bool broadcast_flag(bool v);
-  // After the island's last step, on every rank: kInternal on a rank whose `params` are not
-  // bitwise rank 0's (the replicas diverged: a defect, never a WAN outcome).
+  // After the island's last step, on every rank: kInternal on every rank when any rank's
+  // `params` are not bitwise rank 0's (the replicas diverged: a defect, never a WAN outcome).
   Status check_replica(const at::Tensor& params);
 
  private:
