@@ -6,6 +6,10 @@
 // coordinator as record sink and its membership deciding the roles (core::Roles). Started
 // again while the run is going (after a crash), it rejoins: it takes a live island's state
 // hand-over (core::Handover, carried by src/run/handover.h) and goes on from there.
+// Length: over 800 lines because rank 0 (IslandProcess) and the other ranks of an island
+// (run_rank) share this file's signal handlers, start message and restore helpers, which must
+// stay in step line for line; splitting the ranks' side out (with those helpers in a header of
+// src/run) is the next cut, when the outer exchange is sharded over the ranks (issue 25).
 #include <unistd.h>
 
 #include <ATen/ATen.h>

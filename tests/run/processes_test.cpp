@@ -1,5 +1,8 @@
 // Real processes on loopback: `atoll launch` against `atoll simulate` (bitwise), Ctrl-C
 // leaving nothing behind, an island killed with SIGKILL mid-run, and one restarted after that.
+// Length: over 800 lines; its tests share the Processes fixture and helpers defined here.
+// The islands-of-several-ranks tests at the end are the next to move, with the fixture into
+// tests/run/process_test_util.h.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
