@@ -164,3 +164,32 @@ TEST_F(Cli, UsageErrorsExitTwo) {
 }
 
 }  // namespace
+
+// islands.ranks on the simulator's clock (docs/ranks.md): a step takes step_time / (R ×
+// compute.rank_scaling) plus the ring all-reduce on network.intra_island_* (here 2 (R - 1)
+// latencies; the bandwidth made free).
+TEST_F(Cli, RanksDivideTheSimulatedStepAndAddTheIslandsAllReduce) {
+  const std::string path = write(
+      "r.yaml", "run: {name: r, threads: 1, out_dir: " + (dir_ / "runs").string() + "}\n"
+                "model: {name: mlp, hidden: [8]}\n"
+                "data: {kind: synthetic, synthetic_examples: 64, synthetic_dim: 4, synthetic_classes: 2}\n"
+                "train: {steps: 10, batch_size: 4, warmup_steps: 0, eval_every: 0}\n"
+                "islands: {count: 2}\n"
+                "algorithm: {name: diloco, inner_steps: 5}\n"
+                "compute: {step_time_s: 0.01}\n"
+                "network: {intra_island_mbps: 1e12, intra_island_latency_ms: 0}\n");
+  auto sim_time = [&](const std::string& sets) {
+    EXPECT_EQ(run("simulate " + path + " --force --quiet" + sets).code, 0);
+    std::ifstream in(dir_ / "runs/r/summary.json");
+    const std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const size_t at = s.find("\"sim_time_s\":");
+    return at == std::string::npos ? -1.0 : std::stod(s.substr(at + 13));
+  };
+  const double one = sim_time("");
+  ASSERT_GT(one, 0.1);
+  EXPECT_NEAR(one - sim_time(" --set islands.ranks=2"), 10 * 0.005, 1e-6);
+  EXPECT_NEAR(sim_time(" --set islands.ranks=2 --set compute.rank_scaling=0.5"), one, 1e-6);
+  EXPECT_NEAR(sim_time(" --set islands.ranks=2 --set network.intra_island_latency_ms=1") -
+                  sim_time(" --set islands.ranks=2"),
+              10 * 2 * 1e-3, 1e-6);
+}
