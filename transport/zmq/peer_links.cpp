@@ -94,6 +94,10 @@ void PeerLinks::send(int peer, Outbound msg) {
   if (p == peers_.end()) return drop("outgoing message to a non-member");
   if (opts_.curve && p->second.public_key.size() != 40) return drop("outgoing message to a member without a CURVE key");
   OutLink& l = link(peer);
+  // Counted when handed over, not when pump() transmits it: a collective can complete while
+  // its last messages still wait for acknowledgements, and a checkpoint cut then must count
+  // them, or a resumed run's raw_sent would depend on timing.
+  raw_sent_ += msg.raw_bytes;
   l.waiting.push_back(std::move(msg));
   pump(l);
 }
@@ -139,7 +143,6 @@ void PeerLinks::pump(OutLink& l) {
     m.header.payload_len = static_cast<uint32_t>(s.length);
     if (m.hashed) encode_header_hashed(m.header, m.payload_hash, s.header);
     else encode_header(m.header, s.length ? s.data : nullptr, s.header);
-    raw_sent_ += m.raw_bytes;
     l.waiting.pop_front();
     const bool first = l.unacked.empty();
     l.unacked.push_back(std::move(s));
