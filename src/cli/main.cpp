@@ -51,6 +51,7 @@ struct SweepOptions {
   int jobs = 0;               // 0 = default_jobs
   bool dry_run = false;
   bool no_report = false;
+  bool smoke = false;         // one tiny run per algorithm (sweep.smoke), into <root>/<name>-smoke/
   bool slurm = false;         // submit the unfinished runs as one Slurm job array
 };
 
@@ -58,7 +59,8 @@ struct SweepOptions {
 int sweep(const SweepOptions& o) {
   const atl::config::SweepSpec spec = atl::config::load_sweep_spec(o.path);
   const atl::sweep::ExpandedSweep plan = atl::sweep::expand(
-      spec, o.root, [](const atl::config::Config& c) { atl::core::validate_config(c, atl::core::Target::kSimulate); });
+      spec, o.root, [](const atl::config::Config& c) { atl::core::validate_config(c, atl::core::Target::kSimulate); },
+      o.smoke);
   if (o.slurm) {  // docs/sweeps.md "On Slurm": -j is the array's concurrency limit
     if (o.dry_run) std::fputs(atl::sweep::plan_text(plan.plan).c_str(), stdout);
     std::vector<std::string> ids;
@@ -242,6 +244,8 @@ void CommandLine::add_tools() {
       ->check(CLI::PositiveNumber);
   sweep_cmd->add_flag("--dry-run", sweep_options.dry_run, "print the plan (runs, done or to run) and stop");
   sweep_cmd->add_flag("--no-report", sweep_options.no_report, "tables only: no plots or report.html at the end");
+  sweep_cmd->add_flag("--smoke", sweep_options.smoke,
+                      "check the file: one tiny run per algorithm, its sweep.smoke keys set, into <out>/<name>-smoke/");
   sweep_cmd->add_option("--out", sweep_options.root, "parent of sweep directories (default: sweeps)");
   sweep_cmd->add_flag("--slurm", sweep_options.slurm, "submit the runs not finished yet as one Slurm job array (-j: "
                                                       "how many at a time; docs/sweeps.md); with --dry-run print it");

@@ -139,8 +139,10 @@ class SpecParser {
       } else if (k == "per_algorithm") {
         per_algorithm = v;
         per_algorithm_where = w;
+      } else if (k == "smoke") {
+        parse_smoke(v, "sweep.smoke", spec_.common);
       } else {
-        unknown(k, w, "sweep", {"name", "seeds", "grid", "zip", "per_algorithm"});
+        unknown(k, w, "sweep", {"name", "seeds", "grid", "zip", "per_algorithm", "smoke"});
       }
     }
     // Last, so that its keys are checked against every common one.
@@ -261,7 +263,8 @@ class SpecParser {
         if (k == "grid") parse_grid(b->second, path + ".grid", block);
         else if (k == "zip") parse_zip(b->second, path + ".zip", block);
         else if (k == "set") parse_set(b->second, path + ".set", block);
-        else unknown(k, bw, path, {"set", "grid", "zip"});
+        else if (k == "smoke") parse_smoke(b->second, path + ".smoke", block);
+        else unknown(k, bw, path, {"set", "grid", "zip", "smoke"});
       }
     }
   }
@@ -273,6 +276,21 @@ class SpecParser {
       if (key == "algorithm.name") fail(where, path + "." + key, "cannot be set per algorithm");
       claim(key, path, where, used_by(block));
       block.set.emplace_back(key, SweepValue{flow_text(it->second), value_label(key, it->second)});
+    }
+  }
+
+  // `smoke:` keys. Any config key the sweep may vary, each once in its mapping; unlike `set:`
+  // they may repeat a varied key, since they replace it in the smoke run only.
+  void parse_smoke(const YAML::Node& smoke, const std::string& path, SweepBlock& block) {
+    if (!smoke.IsMap()) fail(at(source_, smoke.Mark()), path, "expected a mapping of key: value, e.g. {train.steps: 4}");
+    std::set<std::string> seen;
+    for (auto it = smoke.begin(); it != smoke.end(); ++it) {
+      const std::string key = it->first.Scalar(), where = at(source_, it->first.Mark());
+      if (auto problem = key_problem(key); !problem.empty()) fail(where, path + "." + key, problem);
+      if (!seen.insert(key).second) fail(where, path + "." + key, "is listed twice");
+      if (key == "algorithm.name") fail(where, path + "." + key, "a smoke run keeps its run's algorithm");
+      spec_.where[path + "." + key] = where;
+      block.smoke.emplace_back(key, SweepValue{flow_text(it->second), value_label(key, it->second)});
     }
   }
 

@@ -16,6 +16,8 @@
 //       diloco:
 //         set: {algorithm.outer_lr: 0.7}  # fixed keys
 //         grid: {algorithm.inner_steps: [10, 50]}   # and grid/zip like above
+//         smoke: {algorithm.inner_steps: 2}        # this algorithm's part of the smoke run
+//     smoke: {train.steps: 4}             # `atoll sweep --smoke`: a tiny run per algorithm
 #pragma once
 
 #include <cstdint>
@@ -42,6 +44,10 @@ struct SweepAxis {
 struct SweepBlock {
   std::vector<std::pair<std::string, SweepValue>> set;  // fixed keys (per_algorithm only)
   std::vector<SweepAxis> axes;  // crossed with each other, in file order (grid keys first)
+  // `smoke:` keys: set over a run's own values in `atoll sweep --smoke` (plan.h), which runs
+  // one tiny run per algorithm to check that the file still runs. They may repeat a swept or
+  // set key (shrinking what the sweep varies is their point).
+  std::vector<std::pair<std::string, SweepValue>> smoke;
 };
 
 struct SweepSpec {
@@ -53,14 +59,16 @@ struct SweepSpec {
   std::vector<uint64_t> seeds;   // empty: one run per point, with the base's run.seed
   SweepBlock common;             // sweep.grid / sweep.zip
   std::map<std::string, SweepBlock> per_algorithm;  // algorithm.name -> its keys
-  std::map<std::string, std::string> where;         // "per_algorithm.NAME" etc. -> FILE:LINE
+  // FILE:LINE of "per_algorithm.NAME" and of each smoke key ("sweep.smoke.KEY",
+  // "sweep.per_algorithm.NAME.smoke.KEY").
+  std::map<std::string, std::string> where;
 };
 
 // Parses a sweep file. Checked here, before anything runs, each as a one-line atl::UserError
 // "FILE:LINE: key 'sweep.grid.algorithm.inner_step': unknown config key (did you mean
 // 'algorithm.inner_steps'?)":
 // - the file has a block-style `sweep:` mapping; its keys are name, seeds, grid, zip,
-//   per_algorithm (a per_algorithm entry: set, grid, zip);
+//   per_algorithm, smoke (a per_algorithm entry: set, grid, zip, smoke);
 // - every varied or set key is a config key ("section.key" or "compression"), other than
 //   run.name, run.out_dir (the sweep places runs) and run.seed (use `seeds:`);
 // - a key is varied or set at most once for a given run (per_algorithm keys may not repeat

@@ -111,12 +111,13 @@ std::map<std::string, std::string> key_places(const config::SweepSpec& spec) {
 
 }  // namespace
 
-ExpandedSweep expand(const config::SweepSpec& spec, const std::string& root, const ConfigCheck& check) {
+ExpandedSweep expand(const config::SweepSpec& spec, const std::string& root, const ConfigCheck& check,
+                     bool smoke) {
   const config::Config base = config::parse_config(spec.base_yaml, spec.source);
   ExpandedSweep out;
   SweepPlan& plan = out.plan;
-  plan.name = spec.name;
-  plan.dir = (fs::path(root) / spec.name).string();
+  plan.name = smoke ? spec.name + "-smoke" : spec.name;
+  plan.dir = (fs::path(root) / plan.name).string();
   auto add_keys = [&](const config::SweepBlock& block) {
     for (const auto& axis : block.axes)
       for (const auto& k : axis.keys)
@@ -138,16 +139,20 @@ ExpandedSweep expand(const config::SweepSpec& spec, const std::string& root, con
   }
   const std::vector<uint64_t> seeds = spec.seeds.empty() ? std::vector<uint64_t>{base.run.seed} : spec.seeds;
   std::map<std::string, std::string> run_of_config;  // hash with run.name blanked -> run id
+  std::set<std::string> smoked;                      // smoke: the algorithms that have their run
   for (size_t c = 0; c < commons.size(); ++c) {
     const auto per = spec.per_algorithm.find(algos[c]);
-    const std::vector<Point> tails =
+    if (smoke && !smoked.insert(algos[c]).second) continue;
+    std::vector<Point> tails =
         per == spec.per_algorithm.end() ? std::vector<Point>(1) : product(per->second.axes);
+    if (smoke) tails.resize(1);
     for (const Point& tail : tails) {
       Point point = commons[c];
       point.insert(point.end(), tail.begin(), tail.end());
       if (per != spec.per_algorithm.end())
         for (const auto& [k, v] : per->second.set) point.push_back({k, v, false});
       for (uint64_t seed : seeds) {
+        if (smoke && seed != seeds.front()) break;
         PlannedRun run;
         run.seed = seed;
         run.values.assign(plan.keys.size(), "");
@@ -169,12 +174,24 @@ ExpandedSweep expand(const config::SweepSpec& spec, const std::string& root, con
         overrides.push_back("run.seed=" + std::to_string(seed));
         overrides.push_back("run.name=\"" + run.id + "\"");
         overrides.push_back("run.out_dir=\"" + plan.dir + "/runs\"");
+        auto run_places = places;  // a smoke key's error names its line in the smoke mapping
+        if (smoke) {
+          for (const auto& [k, v] : spec.common.smoke) {
+            overrides.push_back(k + "=" + v.text);
+            run_places[k] = spec.where.at("sweep.smoke." + k);
+          }
+          if (per != spec.per_algorithm.end())
+            for (const auto& [k, v] : per->second.smoke) {
+              overrides.push_back(k + "=" + v.text);
+              run_places[k] = spec.where.at("sweep.per_algorithm." + algos[c] + ".smoke." + k);
+            }
+        }
         config::Config cfg;
         try {
           cfg = config::parse_config(spec.base_yaml, spec.source, overrides);
           check(cfg);
         } catch (const UserError& e) {
-          rethrow_for_run(e, run.id, places);
+          rethrow_for_run(e, run.id, run_places);
         }
         run.hash = core::config_hash(cfg);
         config::Config anonymous = cfg;

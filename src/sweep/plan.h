@@ -48,7 +48,13 @@ using ConfigCheck = std::function<void(const config::Config&)>;
 // or fails `check` ("sweep run 'algorithm=ddp,seed=1': --set train.lr=-1: key 'train.lr':
 // must be > 0 (got -1)"), when a per_algorithm entry names an algorithm no run uses, or when
 // two runs resolve to the same config.
-ExpandedSweep expand(const config::SweepSpec& spec, const std::string& root, const ConfigCheck& check);
+//
+// `smoke` (`atoll sweep --smoke`): the smoke plan instead, placed under <root>/<name>-smoke/:
+// for each algorithm of the sweep, its first run (the first point of the grid that uses it,
+// the first seed) with the `sweep.smoke` keys and then its `per_algorithm` entry's `smoke`
+// keys set over the run's own values. Checked like the real plan.
+ExpandedSweep expand(const config::SweepSpec& spec, const std::string& root, const ConfigCheck& check,
+                     bool smoke = false);
 
 // True when runs/<id>/summary.json exists, carries the run's config hash and does not say
 // "status": "failed".

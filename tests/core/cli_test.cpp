@@ -157,6 +157,41 @@ TEST(ShippedConfigs, AllValidate) {
   EXPECT_GE(checked, 10);
 }
 
+// Every reproduction sweep (configs/sweeps/paper-*.yaml, docs/reproductions.md) still runs:
+// its smoke plan (`atoll sweep --smoke`: the first run of each algorithm, shrunk by the file's
+// smoke: keys) ends ok, and small (at most 20 steps), so that none rots between the hour-long
+// runs that fill the document.
+TEST(ShippedConfigs, EveryPaperSweepsSmokeRunsEnd) {
+  const fs::path root = ATOLL_SOURCE_DIR;
+  if (!fs::exists(root / "data/kjv.txt") || !fs::exists(root / "data/fashion-mnist"))
+    GTEST_SKIP() << "data/ is not prepared (scripts/setup.sh prepares it)";
+  const fs::path out = fs::temp_directory_path() / ("atoll_paper_smoke_" + std::to_string(::getpid()));
+  int sweeps = 0;
+  for (const auto& entry : fs::directory_iterator(root / "configs/sweeps")) {
+    const std::string file = entry.path().filename().string();
+    if (file.rfind("paper-", 0) != 0 || entry.path().extension() != ".yaml") continue;
+    ++sweeps;
+    const std::string rel = fs::relative(entry.path(), root).string();
+    Result r = run("sweep " + rel + " --smoke --no-report --out " + out.string(), root.string());
+    EXPECT_EQ(r.code, 0) << rel << ": " << r.output;
+    // Every run ended ok and small: a run of more than 20 steps means the file lacks smoke: keys.
+    int runs = 0;
+    const fs::path runs_dir = out / (entry.path().stem().string() + "-smoke") / "runs";
+    for (const auto& run_dir : fs::directory_iterator(runs_dir)) {
+      ++runs;
+      std::ifstream in(run_dir.path() / "summary.json");
+      const std::string summary((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      EXPECT_NE(summary.find("\"status\":\"finished\""), std::string::npos) << rel << ": " << summary;
+      const size_t at = summary.find("\"steps\":");
+      ASSERT_NE(at, std::string::npos) << rel << ": " << summary;
+      EXPECT_LE(std::stoll(summary.substr(at + 8)), 20) << rel << ": " << run_dir.path().filename();
+    }
+    EXPECT_GE(runs, 1) << rel << ": " << r.output;
+  }
+  fs::remove_all(out);
+  EXPECT_GE(sweeps, 2);
+}
+
 TEST_F(Cli, UsageErrorsExitTwo) {
   EXPECT_EQ(run("").code, 2);
   EXPECT_EQ(run("frobnicate").code, 2);

@@ -65,6 +65,15 @@ class SweepTest : public ::testing::Test {
     }
     return "";
   }
+  // The same for the smoke plan (`atoll sweep --smoke`).
+  std::string error_of_smoke(const std::string& text) {
+    try {
+      expand(config::parse_sweep_spec(text, "s.yaml"), dir_.string(), [](const config::Config&) {}, true);
+    } catch (const UserError& e) {
+      return e.what();
+    }
+    return "";
+  }
   static std::vector<std::string> ids(const SweepPlan& plan) {
     std::vector<std::string> out;
     for (const auto& r : plan.runs) out.push_back(r.id);
@@ -140,6 +149,50 @@ TEST_F(SweepTest, PerAlgorithmKeysApplyOnlyToThatAlgorithm) {
   EXPECT_DOUBLE_EQ(s.configs[0].algorithm.outer.lr, 0.7);  // the default, untouched
   EXPECT_DOUBLE_EQ(s.configs[1].algorithm.outer.lr, 0.5);
   EXPECT_EQ(s.configs[2].algorithm.inner_steps, 10);
+}
+
+// `atoll sweep --smoke`: the first run of each algorithm, first seed only, with the common
+// smoke keys and then its algorithm's set over its own values, in <name>-smoke/.
+TEST_F(SweepTest, SmokePlanIsTheFirstRunOfEachAlgorithmShrunk) {
+  const std::string text = kNamesBase +
+                           "sweep:\n"
+                           "  name: demo\n"
+                           "  seeds: [4, 5]\n"
+                           "  grid:\n"
+                           "    algorithm.name: [ddp, diloco]\n"
+                           "    train.steps: [20, 40]\n"
+                           "  per_algorithm:\n"
+                           "    diloco:\n"
+                           "      grid: {algorithm.inner_steps: [5, 10]}\n"
+                           "      smoke: {algorithm.inner_steps: 2}\n"
+                           "  smoke: {train.steps: 4, train.eval_every: 2}\n";
+  const auto whole = expand_text(text);
+  ASSERT_EQ(whole.plan.runs.size(), 12u);
+  EXPECT_EQ(whole.configs[0].train.steps, 20);  // smoke keys leave the real plan alone
+  EXPECT_EQ(whole.configs[4].algorithm.inner_steps, 5);
+  const auto s = expand(config::parse_sweep_spec(text, "s.yaml"), dir_.string(), [](const config::Config&) {}, true);
+  EXPECT_EQ(s.plan.name, "demo-smoke");
+  EXPECT_EQ(s.plan.dir, (dir_ / "demo-smoke").string());
+  EXPECT_EQ(ids(s.plan), (std::vector<std::string>{"algorithm=ddp,steps=20,seed=4",
+                                                   "algorithm=diloco,steps=20,inner_steps=5,seed=4"}));
+  for (const auto& c : s.configs) {
+    EXPECT_EQ(c.train.steps, 4);
+    EXPECT_EQ(c.train.eval_every, 2);
+    EXPECT_EQ(c.run.seed, 4u);
+  }
+  EXPECT_EQ(s.configs[0].algorithm.name, "ddp");
+  EXPECT_EQ(s.configs[1].algorithm.inner_steps, 2);
+
+  // A bad smoke value names its line in the smoke mapping; smoke keys are checked like others.
+  std::string msg = error_of_smoke(kBase + "sweep:\n  grid: {train.lr: [0.1]}\n  smoke: {train.steps: -4}\n");
+  EXPECT_EQ(msg.rfind("s.yaml:9: ", 0), 0u) << msg;
+  EXPECT_NE(msg.find("train.steps"), std::string::npos) << msg;
+  msg = error_of(kBase + "sweep:\n  smoke: {train.stepz: 4}\n");
+  EXPECT_NE(msg.find("did you mean 'train.steps'"), std::string::npos) << msg;
+  msg = error_of(kBase + "sweep:\n  smoke: {algorithm.name: ddp}\n");
+  EXPECT_NE(msg.find("keeps its run's algorithm"), std::string::npos) << msg;
+  msg = error_of(kBase + "sweep:\n  per_algorithm:\n    diloco: {smok: {train.steps: 4}}\n");
+  EXPECT_NE(msg.find("did you mean 'sweep.per_algorithm.diloco.smoke'"), std::string::npos) << msg;
 }
 
 TEST_F(SweepTest, TypoInASweptKeyNamesTheKeyTheLineAndTheFix) {
