@@ -2,6 +2,7 @@
 #include "src/core/components.h"
 
 #include <ATen/Parallel.h>
+#include <dlfcn.h>
 
 #include <algorithm>
 #include <string>
@@ -20,6 +21,13 @@ int configure_threads(int requested) {
   int n = requested > 0 ? requested : static_cast<int>(std::thread::hardware_concurrency());
   n = std::max(1, n);
   at::set_num_threads(n);
+  // OpenBLAS keeps its own pool of threads, as many as the machine has cores, and Debian's
+  // libtorch calls it through the generic libblas.so.3, so at::set_num_threads does not reach
+  // it: a run of `run.threads: 1` still multiplied matrices on every core, its idle BLAS
+  // threads yielding in a loop, and two such runs of a sweep fought over two cores. When the
+  // selected BLAS is OpenBLAS, its pool is sized here too (docs/benchmarks.md).
+  using SetThreads = void (*)(int);
+  if (auto set = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) set(n);
   return n;
 }
 
