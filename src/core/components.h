@@ -46,7 +46,8 @@ class ServerEvalSchedule {
   int64_t prev_ = 0;
 };
 
-// libtorch intra-op threads for `requested` (0 = all cores); returns the count set.
+// libtorch intra-op threads, and OpenBLAS's own pool when it is the BLAS, for `requested`
+// (0 = all cores); returns the count set.
 int configure_threads(int requested);
 
 }  // namespace atl::core
