@@ -25,7 +25,7 @@ dipaco::Matrix routing_features(const config::Config& config, models::Gpt& gpt, 
   const int64_t n = split.size(), prefix = config.dipaco.prefix;
   dipaco::Matrix x(n, config.model.dim);
   const int threads = at::get_num_threads();
-  at::set_num_threads(1);
+  core::configure_threads(1);  // libtorch's and OpenBLAS's pools
   at::NoGradGuard no_grad;
   for (int64_t from = 0; from < n; from += 256) {
     std::vector<int64_t> idx;
@@ -36,7 +36,7 @@ dipaco::Matrix routing_features(const config::Config& config, models::Gpt& gpt, 
                              .contiguous();
     std::copy(h.data_ptr<double>(), h.data_ptr<double>() + h.numel(), x.row(from));
   }
-  at::set_num_threads(threads);
+  core::configure_threads(threads);
   return x;
 }
 
