@@ -33,6 +33,10 @@ import sys
 # first at or below train.target_loss.
 SECTIONS = {
     "diloco-scaling": {"baseline": "algorithm=ddp", "tune": "algorithm.outer_lr"},
+    "diloco": {"baseline": "algorithm=ddp"},
+    "streaming": {"baseline": "algorithm=diloco"},
+    "async": {"baseline": "algorithm=diloco"},
+    "demo": {"baseline": "algorithm=ddp"},
     "fedavg": {"target": True, "rounds": "algorithm.local_steps"},
 }
 

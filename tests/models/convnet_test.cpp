@@ -13,6 +13,10 @@
 #include <fstream>
 #include <string>
 
+#include <yaml-cpp/yaml.h>
+
+#include <cmath>
+
 #include "src/base/status.h"
 #include "src/models/convnet.h"
 #include "src/models/model.h"
@@ -143,6 +147,74 @@ TEST(ConvNet, LossAndGradientAreThoseOfPyTorch) {
     EXPECT_GT(grads.abs().sum().item<double>(), 0.0);
   }
   fs::remove_all(dir);
+}
+
+// Against PyTorch's numbers computed once and stored in tests/models/convnet_reference.json
+// (tests/models/make_convnet_reference.py says how; it needs python3-torch, this test does
+// not): fixed parameters and images from sin/cos formulas both sides evaluate alike, then the
+// logits, the loss, and each parameter tensor's gradient (its sum of squares and 16 values),
+// all within 1e-5 (relative where the value exceeds 1).
+TEST(ConvNet, MatchesTheStoredPyTorchReference) {
+  const YAML::Node ref = YAML::LoadFile(std::string(ATOLL_SOURCE_DIR) + "/tests/models/convnet_reference.json");
+  const int64_t batch = ref["batch"].as<int64_t>(), side = ref["side"].as<int64_t>();
+  const int64_t classes = ref["classes"].as<int64_t>();
+  std::vector<float> pixels(static_cast<size_t>(batch * side * side));
+  for (size_t j = 0; j < pixels.size(); ++j) pixels[j] = static_cast<float>(std::cos(0.013 * static_cast<double>(j)));
+  std::vector<int64_t> labels;
+  for (int64_t b = 0; b < batch; ++b) labels.push_back((3 * b + 1) % classes);
+  const data::Batch input{torch::from_blob(pixels.data(), {batch, side * side}, torch::kFloat).clone(),
+                          torch::tensor(labels, torch::kLong)};
+  auto near = [](double got, double want) { return std::abs(got - want) <= 1e-5 * std::max(1.0, std::abs(want)); };
+  for (const char* name : {"cnn", "lenet5"}) {
+    SCOPED_TRACE(name);
+    const YAML::Node m = ref["models"][name];
+    auto model = make_model(named(name), DataShape{0, classes, side * side}, c10::Device(c10::kCPU), 1);
+    ASSERT_EQ(model->numel(), m["numel"].as<int64_t>());
+    // Parameter i of the flat buffer: 2 sin(0.37 i + 0.1) / sqrt(fan-in of its layer).
+    std::vector<float> values(static_cast<size_t>(model->numel()));
+    int64_t fan_in = 1;
+    for (const auto& slice : model->layout()) {
+      if (slice.shape.size() > 1) {
+        fan_in = 1;
+        for (size_t d = 1; d < slice.shape.size(); ++d) fan_in *= slice.shape[d];
+      }
+      for (int64_t i = slice.offset; i < slice.offset + slice.numel; ++i)
+        values[static_cast<size_t>(i)] =
+            static_cast<float>(2.0 * std::sin(0.37 * static_cast<double>(i) + 0.1) / std::sqrt(static_cast<double>(fan_in)));
+    }
+    {
+      torch::NoGradGuard no_grad;
+      model->params().copy_(torch::from_blob(values.data(), {model->numel()}, torch::kFloat));
+    }
+    model->set_training(true);
+    model->grads().zero_();
+    Output out = model->forward(input);
+    out.loss.backward();
+    EXPECT_TRUE(near(out.loss.item<double>(), m["loss"].as<double>()))
+        << out.loss.item<double>() << " vs " << m["loss"].as<double>();
+    at::Tensor logits;
+    {
+      torch::NoGradGuard no_grad;
+      logits = dynamic_cast<ConvNet&>(*model).logits(input.input).reshape(-1).to(torch::kDouble).contiguous();
+    }
+    const auto want_logits = m["logits"].as<std::vector<double>>();
+    ASSERT_EQ(logits.numel(), static_cast<int64_t>(want_logits.size()));
+    for (size_t k = 0; k < want_logits.size(); ++k)
+      EXPECT_TRUE(near(logits[static_cast<int64_t>(k)].item<double>(), want_logits[k])) << "logit " << k;
+    ASSERT_EQ(model->layout().size(), m["tensors"].size());
+    for (size_t t = 0; t < model->layout().size(); ++t) {
+      const auto& slice = model->layout()[t];
+      const YAML::Node r = m["tensors"][t];
+      ASSERT_EQ(slice.numel, r["numel"].as<int64_t>()) << slice.name;
+      const at::Tensor g = model->grads().narrow(0, slice.offset, slice.numel).to(torch::kDouble);
+      EXPECT_TRUE(near(g.pow(2).sum().item<double>(), r["grad_sumsq"].as<double>()))
+          << slice.name << ": " << g.pow(2).sum().item<double>() << " vs " << r["grad_sumsq"].as<double>();
+      const auto picks = r["picks"].as<std::vector<int64_t>>();
+      const auto at = r["grad_at"].as<std::vector<double>>();
+      for (size_t k = 0; k < picks.size(); ++k)
+        EXPECT_TRUE(near(g[picks[k]].item<double>(), at[k])) << slice.name << "[" << picks[k] << "]";
+    }
+  }
 }
 
 }  // namespace
