@@ -14,7 +14,8 @@ replaced with:
   step (or round) at which each seed first reached train.target_loss;
 - where the section names a key to tune (the papers report each setting at its best value
   of it), a second table with the best value of that key per setting;
-- the plots of `atoll report`, copied to docs/reproductions/NAME/.
+- the plots of `atoll report` (loss against steps, final losses; against simulated time
+  where the section says so), copied to docs/reproductions/NAME/.
 
 The prose around the markers (the paper's claim, its numbers, the verdict) is written by
 hand and left alone. Run by scripts/reproduce.sh; the standard library only.
@@ -30,12 +31,13 @@ import sys
 # with; tune: the swept key the paper tunes per setting (best final loss chosen per value of
 # the other keys); rounds: the key whose value divides a step into rounds (FedAvg counts
 # rounds, its curves count local steps); target: show the step (or round) of each seed
-# first at or below train.target_loss.
+# first at or below train.target_loss; time: the comparison is against simulated time
+# (plots/loss_vs_time.png is shown too).
 SECTIONS = {
     "diloco-scaling": {"baseline": "algorithm=ddp", "tune": "algorithm.outer_lr"},
     "diloco": {"baseline": "algorithm=ddp"},
     "streaming": {"baseline": "algorithm=diloco"},
-    "async": {"baseline": "algorithm=diloco"},
+    "async": {"baseline": "algorithm=diloco", "time": True},
     "demo": {"baseline": "algorithm=ddp"},
     "fedavg": {"target": True, "rounds": "algorithm.local_steps"},
 }
@@ -169,7 +171,7 @@ def generate(name, sweep_dir, doc_dir):
     plots = os.path.join(sweep_dir, "plots")
     dest = os.path.join(doc_dir, "reproductions", name)
     shown = []
-    for plot in ("loss_vs_steps.png", "loss_vs_time.png", "final_bars.png"):
+    for plot in ("loss_vs_steps.png",) + (("loss_vs_time.png",) if opts.get("time") else ()) + ("final_bars.png",):
         if os.path.exists(os.path.join(plots, plot)):
             os.makedirs(dest, exist_ok=True)
             shutil.copyfile(os.path.join(plots, plot), os.path.join(dest, plot))
