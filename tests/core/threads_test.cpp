@@ -13,10 +13,14 @@ TEST(ConfigureThreads, SizesLibtorchAndOpenBlas) {
   auto openblas = reinterpret_cast<GetThreads>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
   EXPECT_EQ(atl::core::configure_threads(1), 1);
   EXPECT_EQ(at::get_num_threads(), 1);
-  if (openblas) EXPECT_EQ(openblas(), 1);
+  if (openblas) {
+    EXPECT_EQ(openblas(), 1);
+  }
   EXPECT_EQ(atl::core::configure_threads(2), 2);
   EXPECT_EQ(at::get_num_threads(), 2);
-  if (openblas) EXPECT_EQ(openblas(), 2);
+  if (openblas) {
+    EXPECT_EQ(openblas(), 2);
+  }
   if (!openblas) GTEST_SKIP() << "the selected libblas.so.3 is not OpenBLAS (scripts/setup.sh selects it)";
 }
 
