@@ -189,6 +189,8 @@ TEST_F(SweepTest, SmokePlanIsTheFirstRunOfEachAlgorithmShrunk) {
   EXPECT_NE(msg.find("train.steps"), std::string::npos) << msg;
   msg = error_of(kBase + "sweep:\n  smoke: {train.stepz: 4}\n");
   EXPECT_NE(msg.find("did you mean 'train.steps'"), std::string::npos) << msg;
+  msg = error_of(kBase + "sweep:\n  smoke:\n    train.steps: 4\n    train.steps: 5\n");
+  EXPECT_NE(msg.find("'sweep.smoke.train.steps': is listed twice"), std::string::npos) << msg;
   msg = error_of(kBase + "sweep:\n  smoke: {algorithm.name: ddp}\n");
   EXPECT_NE(msg.find("keeps its run's algorithm"), std::string::npos) << msg;
   msg = error_of(kBase + "sweep:\n  per_algorithm:\n    diloco: {smok: {train.steps: 4}}\n");
