@@ -61,26 +61,18 @@ TEST(ConvNet, ImagesThatAreNotSquareAreRefusedNamingTheKey) {
   EXPECT_FALSE(check_model(named("lenet5"), DataShape{0, 3, 144}, true).has_value());
 }
 
-// The Python side: the same architecture from torch.nn, the flat parameters loaded in the
-// layout's order, the loss and the flat gradient written back.
+// The Python side: the architecture from torch.nn as tests/models/make_convnet_reference.py
+// builds it (imported from argv[6]), the flat parameters loaded in the layout's order, the
+// loss and the flat gradient written back.
 const char* kReference = R"py(
-import struct, sys, torch, torch.nn as nn, torch.nn.functional as F
+import struct, sys, torch, torch.nn.functional as F
 kind, side, classes, batch, path = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+sys.dont_write_bytecode = True  # leave the source tree as it is
+sys.path.insert(0, sys.argv[6])
+from make_convnet_reference import build, logits_of
 def floats(name):
     return torch.frombuffer(bytearray(open(path + name, 'rb').read()), dtype=torch.float32)
-if kind == 'cnn':
-    layers = [nn.Conv2d(1, 32, 5, padding=2), nn.Conv2d(32, 64, 5, padding=2)]
-    hidden = [512]
-else:
-    layers = [nn.Conv2d(1, 6, 5, padding=2), nn.Conv2d(6, 16, 5, padding=0)]
-    hidden = [120, 84]
-with torch.no_grad():
-    probe = torch.zeros(1, 1, side, side)
-    for c in layers:
-        probe = F.max_pool2d(F.relu(c(probe)), 2)
-    widths = [probe.numel()] + hidden
-fcs = [nn.Linear(widths[i], widths[i + 1]) for i in range(len(hidden))]
-out = nn.Linear(widths[-1], classes)
+layers, fcs, out = build(kind, side, classes)
 params = [p for m in layers + fcs + [out] for p in (m.weight, m.bias)]
 flat, at = floats('.params'), 0
 with torch.no_grad():
@@ -88,14 +80,8 @@ with torch.no_grad():
         p.copy_(flat[at:at + p.numel()].view_as(p))
         at += p.numel()
 assert at == flat.numel(), (at, flat.numel())
-x = floats('.input').view(batch, 1, side, side)
 target = floats('.target').long()
-for c in layers:
-    x = F.max_pool2d(F.relu(c(x)), 2)
-x = x.flatten(1)
-for f in fcs:
-    x = F.relu(f(x))
-loss = F.cross_entropy(out(x), target)
+loss = F.cross_entropy(logits_of(layers, fcs, out, floats('.input').view(batch, 1, side, side)), target)
 loss.backward()
 g = torch.cat([p.grad.reshape(-1) for p in params]).tolist()
 open(path + '.grads', 'wb').write(struct.pack('<%df' % len(g), *g))
@@ -131,7 +117,7 @@ TEST(ConvNet, LossAndGradientAreThoseOfPyTorch) {
     write(".params", model->params());
     write(".input", batch.input);
     write(".target", batch.target);
-    const std::string cmd = python + " " + (dir / "reference.py").string() + " " + name + " 28 10 6 " + file;
+    const std::string cmd = python + " " + (dir / "reference.py").string() + " " + name + " 28 10 6 " + file + " " + ATOLL_SOURCE_DIR + "/tests/models";
     ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
     std::ifstream g(file + ".grads", std::ios::binary);
     std::vector<char> bytes((std::istreambuf_iterator<char>(g)), std::istreambuf_iterator<char>());

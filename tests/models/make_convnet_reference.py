@@ -22,19 +22,31 @@ import torch.nn.functional as F
 BATCH, SIDE, CLASSES = 4, 28, 10
 
 
-def build(kind):
+def build(kind, side=SIDE, classes=CLASSES):
+    """The model from torch.nn: its convolutions, hidden fully connected layers and output.
+    Also imported by ConvNet.LossAndGradientAreThoseOfPyTorch's script."""
     if kind == "cnn":
         convs, hidden = [nn.Conv2d(1, 32, 5, padding=2), nn.Conv2d(32, 64, 5, padding=2)], [512]
     else:
         convs, hidden = [nn.Conv2d(1, 6, 5, padding=2), nn.Conv2d(6, 16, 5, padding=0)], [120, 84]
     with torch.no_grad():
-        probe = torch.zeros(1, 1, SIDE, SIDE)
+        probe = torch.zeros(1, 1, side, side)
         for c in convs:
             probe = F.max_pool2d(F.relu(c(probe)), 2)
     widths = [probe.numel()] + hidden
     fcs = [nn.Linear(widths[i], widths[i + 1]) for i in range(len(hidden))]
-    out = nn.Linear(widths[-1], CLASSES)
+    out = nn.Linear(widths[-1], classes)
     return convs, fcs, out
+
+
+def logits_of(convs, fcs, out, x):
+    """The forward pass of build()'s model on images x [batch, 1, side, side]."""
+    for c in convs:
+        x = F.max_pool2d(F.relu(c(x)), 2)
+    x = x.flatten(1)
+    for f in fcs:
+        x = F.relu(f(x))
+    return out(x)
 
 
 def main():
@@ -53,13 +65,7 @@ def main():
                 values = [2.0 * math.sin(0.37 * (at + i) + 0.1) / math.sqrt(f) for i in range(n)]
                 p.copy_(torch.tensor(values, dtype=torch.float32).view_as(p))
                 at += n
-        x = images.view(BATCH, 1, SIDE, SIDE)
-        for c in convs:
-            x = F.max_pool2d(F.relu(c(x)), 2)
-        x = x.flatten(1)
-        for f in fcs:
-            x = F.relu(f(x))
-        logits = out(x)
+        logits = logits_of(convs, fcs, out, images.view(BATCH, 1, SIDE, SIDE))
         loss = F.cross_entropy(logits, labels)
         loss.backward()
         tensors = []
