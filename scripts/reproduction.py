@@ -44,8 +44,11 @@ SECTIONS = {
 
 
 def read_csv(path):
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
+    try:
+        with open(path, newline="") as f:
+            return list(csv.DictReader(f))
+    except OSError as e:
+        raise SystemExit(f"reproduction.py: cannot read {path} ({e.strerror}): run `atoll sweep` or `atoll report` first")
 
 
 def number(text):
