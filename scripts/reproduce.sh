@@ -54,6 +54,7 @@ for n in "${names[@]}"; do
   status=0
   build/atoll sweep "configs/sweeps/paper-$n.yaml" "${sweep_args[@]}" || status=$?
   if ((status == 130)); then exit 130; fi  # interrupted: the next call goes on from here
+  if ((status == 2)); then exit 2; fi      # the file was refused before anything ran
   # A failed or diverged run is reported by the sweep and shows in the table as such.
   python3 scripts/reproduction.py "$n" "sweeps/paper-$n" docs/reproductions.md
 done
