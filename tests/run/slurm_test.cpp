@@ -481,9 +481,16 @@ TEST_F(RealSlurm, CancelledIslandLeavesAndTheOtherFinishes) {
 // scontrol requeue of island 1's element mid-run: it leaves on SIGTERM, Slurm starts it again
 // (SLURM_RESTART_COUNT 1), it rejoins the running run with the state hand-over, and both
 // islands finish (the island's first output is overwritten by the second start's).
+// Island 0's element is suspended (SIGSTOP through Slurm) from before the requeue until the
+// coordinator records island 1's return, so that island 0 cannot finish the run alone however
+// long Slurm takes to start the element again (a CI run once saw it finish first). The
+// heartbeat timeout is long enough that the coordinator does not count the stopped island lost.
 TEST_F(RealSlurm, RequeuedIslandRejoinsTheRun) {
-  const auto [coordinator, islands] = submit_and_wait_for_round_3(config_, dir_, "requeue", {"train.steps=3000"});
+  const auto [coordinator, islands] =
+      submit_and_wait_for_round_3(config_, dir_, "requeue", {"train.steps=3000", "transport.heartbeat_timeout_ms=600000"});
   ASSERT_FALSE(islands.empty());
+  const std::string survivor = islands + "_0";
+  ASSERT_EQ(std::system(("scontrol suspend " + survivor).c_str()), 0);
   ASSERT_EQ(std::system(("scontrol requeue " + islands + "_1").c_str()), 0);
   // Slurm holds a requeued job for 120 s (BeginTime); the administrator's override makes it
   // eligible now, once it is pending again.
@@ -496,12 +503,20 @@ TEST_F(RealSlurm, RequeuedIslandRejoinsTheRun) {
                std::system(("scontrol update JobId=" + element + " StartTime=now 2>/dev/null").c_str()) == 0;
   }
   ASSERT_TRUE(released) << "the requeued element could not be made eligible within 10 s";
+  const fs::path metrics_file = dir_ / "runs/requeue/metrics.jsonl";
+  bool back = false;
+  for (int i = 0; i < 600 && !back; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    back = atl::testing::read(metrics_file).find("\"island\":1,\"change\":\"rejoined\"") != std::string::npos;
+  }
+  ASSERT_EQ(std::system(("scontrol resume " + survivor).c_str()), 0);
+  ASSERT_TRUE(back) << "island 1 did not come back within 60 s of its release\n" << job_outputs(dir_ / "runs/requeue-slurm");
   const bool done = wait_until_done(coordinator + "," + islands, 150);
   const std::string outputs = job_outputs(dir_ / "runs/requeue-slurm");
   ASSERT_TRUE(done) << "jobs still queued after 150 s\n" << outputs;
   EXPECT_NE(outputs.find("island 1 from the Slurm task's environment (job array), device cpu, requeued"),
             std::string::npos) << outputs;
-  const std::string metrics = atl::testing::read(dir_ / "runs/requeue/metrics.jsonl");
+  const std::string metrics = atl::testing::read(metrics_file);
   EXPECT_NE(metrics.find("\"event\":\"rejoin\""), std::string::npos) << "no rejoin record\n" << outputs;
   EXPECT_NE(atl::testing::read(dir_ / "runs/requeue/summary.json").find("\"islands_finished\":2"), std::string::npos)
       << outputs;
