@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/grad_mode.h>
 
+#include <algorithm>
 #include <cmath>
 
 namespace atl::train {
@@ -18,7 +19,6 @@ class AdamW final : public InnerOptimizer {
     if (!m_.defined()) {
       m_ = at::zeros_like(p);
       v_ = at::zeros_like(p);
-      denom_ = at::empty_like(p);
     }
     ++t_;
     if (wd_ != 0) p.mul_(1 - lr * wd_);
@@ -26,8 +26,18 @@ class AdamW final : public InnerOptimizer {
     v_.mul_(b2_).addcmul_(g, g, 1 - b2_);
     const double bc1 = 1 - std::pow(b1_, static_cast<double>(t_));
     const double bc2 = 1 - std::pow(b2_, static_cast<double>(t_));
-    at::sqrt_out(denom_, v_).div_(std::sqrt(bc2)).add_(eps_);
-    p.addcdiv_(m_, denom_, -lr / bc1);
+    // The denominator a slice at a time, in a scratch buffer of kDenomSlice values instead of
+    // one of the parameters' size: an island keeps two state buffers, not three (a simulation
+    // holds one optimizer per island). Element-wise, so bitwise the same as one pass.
+    const int64_t n = p.numel();
+    if (!denom_.defined()) denom_ = at::empty({std::min(n, kDenomSlice)}, p.options());
+    at::Tensor flat_p = p.view({n}), flat_m = m_.view({n}), flat_v = v_.view({n});
+    for (int64_t from = 0; from < n; from += kDenomSlice) {
+      const int64_t len = std::min(kDenomSlice, n - from);
+      at::Tensor denom = denom_.narrow(0, 0, len);
+      at::sqrt_out(denom, flat_v.narrow(0, from, len)).div_(std::sqrt(bc2)).add_(eps_);
+      flat_p.narrow(0, from, len).addcdiv_(flat_m.narrow(0, from, len), denom, -lr / bc1);
+    }
   }
   int64_t steps() const override { return t_; }
   std::vector<at::Tensor> state() const override { return {m_, v_}; }
@@ -37,12 +47,13 @@ class AdamW final : public InnerOptimizer {
     t_ = steps;
     m_ = state[0].defined() ? state[0].clone() : at::Tensor();
     v_ = state[1].defined() ? state[1].clone() : at::Tensor();
-    denom_ = m_.defined() ? at::empty_like(m_) : at::Tensor();
   }
 
  private:
+  static constexpr int64_t kDenomSlice = int64_t{1} << 16;
   double b1_, b2_, eps_, wd_;
-  at::Tensor m_, v_, denom_;
+  at::Tensor m_, v_;
+  at::Tensor denom_;  // scratch: kDenomSlice values at most
   int64_t t_ = 0;
 };
 
