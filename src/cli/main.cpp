@@ -102,7 +102,7 @@ int sweep(const SweepOptions& o) {
 // arena of its own (up to 8 per core), and an arena keeps what its thread freed. A simulated
 // island is a thread, so each island kept the peak of its own forward and backward
 // (activations) for the whole run although only one island computes at a time: 4 quickstart
-// islands peaked at 799 MB, 459 MB with two arenas, at the same speed (docs/simulator.md
+// islands peaked at 780 MiB, 448 MiB with two arenas, at the same speed (docs/simulator.md
 // "Memory"). Two arenas: the islands' threads share their freed memory, and the main thread
 // or a transport's threads rarely wait for a lock. A user's MALLOC_ARENA_MAX or
 // GLIBC_TUNABLES wins.

@@ -36,6 +36,28 @@ TEST(InnerOptimizer, AdamWMatchesTorchAdamW) {
   EXPECT_EQ(opt->steps(), 20);
 }
 
+// AdamW computes its denominator a slice of 64K values at a time (one scratch slice per
+// island instead of a parameter-sized buffer): bitwise the one-pass update, written here,
+// over more than two slices and a ragged last one.
+TEST(InnerOptimizer, AdamWSlicedDenominatorIsBitwiseOnePass) {
+  torch::manual_seed(2);
+  config::TrainConfig c = base();
+  const int64_t n = 3 * (int64_t{1} << 16) + 1001;
+  at::Tensor p = torch::randn({n});
+  at::Tensor q = p.clone(), m = torch::zeros({n}), v = torch::zeros({n});
+  auto opt = make_inner_optimizer(c);
+  for (int t = 1; t <= 5; ++t) {
+    at::Tensor g = torch::randn({n});
+    opt->step(p, g, c.lr);
+    q.mul_(1 - c.lr * c.weight_decay);
+    m.mul_(c.beta1).add_(g, 1 - c.beta1);
+    v.mul_(c.beta2).addcmul_(g, g, 1 - c.beta2);
+    const double bc1 = 1 - std::pow(c.beta1, t), bc2 = 1 - std::pow(c.beta2, t);
+    q.addcdiv_(m, v.sqrt().div_(std::sqrt(bc2)).add_(c.eps), -c.lr / bc1);
+  }
+  EXPECT_TRUE(torch::equal(p, q));
+}
+
 TEST(InnerOptimizer, SgdMomentumMatchesTorchSgd) {
   torch::manual_seed(1);
   config::TrainConfig c = base();
