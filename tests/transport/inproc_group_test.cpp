@@ -67,6 +67,23 @@ TEST(InprocGroup, AllreduceMeanIsExactMeanAndBitwiseEqualEverywhere) {
   }
 }
 
+// The hub runs every member's program at once; a message is freed once its receiver has
+// consumed it, so the hub holds about a round of messages (each member's chunk: one buffer's
+// worth in all, two across a round's boundary), not the whole all-reduce's 2(W-1) chunks per
+// member (before: 14 buffers' worth at W = 8).
+TEST(InprocGroup, RingHoldsAboutOneRoundOfMessages) {
+  const int k = 8;
+  const int64_t n = 80000;
+  Fixture f(k);
+  std::vector<at::Tensor> buffers;
+  for (int i = 0; i < k; ++i) buffers.push_back(at::full({n}, static_cast<float>(i)));
+  f.scheduler.run([&](int i) { EXPECT_TRUE(f.groups[i]->allreduce_mean(buffers[i], f.codec, 1.0)->wait().status.is_ok()); });
+  EXPECT_TRUE(at::equal(buffers[0], at::full({n}, 3.5f)));
+  const uint64_t one_buffer = 4 * n + k * compression::kMinFrameHeaderBytes;
+  EXPECT_GT(f.hub.peak_message_bytes(), 0u);
+  EXPECT_LE(f.hub.peak_message_bytes(), 2 * one_buffer);
+}
+
 TEST(InprocGroup, WeightedMean) {
   Fixture f(3);
   std::vector<at::Tensor> b = {at::full({10}, 1.0), at::full({10}, 2.0), at::full({10}, 4.0)};

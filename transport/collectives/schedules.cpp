@@ -130,6 +130,7 @@ Program ring_allreduce(Wire& wire, AllreduceSetup s) {
       frames[t].push_back(encode(codec, src, 0));
       const Bytes& f = frames[t].back();
       wire.send(next, key(t, c, k), f.data(), f.size(), fp32_bytes(pe - pb), false);
+      if (wire.copies_sends()) frames[t].pop_back();
     }
   };
 
@@ -201,6 +202,7 @@ Program direct_allreduce(Wire& wire, AllreduceSetup s) {
     if (s.transmitted.defined()) decode_own(codec, out0[c], chunk(s.transmitted, w, c));
     wire.send(s.members[c], {Tag::kDirect, 0, static_cast<uint32_t>(c)}, out0[c].data(), out0[c].size(),
               fp32_bytes(src.numel()), false);
+    if (wire.copies_sends()) out0[c] = Bytes();
   }
   // The owner's fp32 sum in member order, divided, encoded once for everyone.
   at::Tensor own = chunk(s.buffer, w, r);

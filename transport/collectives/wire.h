@@ -68,6 +68,11 @@ class Wire {
   // Whether an empty pipeline's (lossless fp32) data travels as raw little-endian fp32
   // without a compression frame around it. Wires that count frames (the simulator's) say no.
   virtual bool raw_fp32() const = 0;
+  // Whether send() copies the bytes before it returns, so that the schedule may free an
+  // encoded frame right after sending it instead of keeping it until the end (the
+  // simulator's wire, which runs every member's program at once: kept frames would be about
+  // two parameter-sized buffers per member at the same time).
+  virtual bool copies_sends() const { return false; }
 
   // Posts `size` bytes at `data` to island `to`. `raw_bytes`: the fp32 bytes they stand for
   // (ByteCounters::raw_sent); `raw`: they are raw fp32 (raw_fp32()), not a frame.

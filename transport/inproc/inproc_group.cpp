@@ -212,7 +212,11 @@ class InprocGroup final : public Group {
 // One member's wire in a collective run by InprocHub::run_programs: sends are counted and
 // join the current network phase at once, and are delivered (made visible to their
 // receiver) when the round ends. A payload is copied at send: its sender may end (and free
-// its frames) in the round before the receiver reads it.
+// its frames) in the round before the receiver reads it, and frees each frame once sent
+// (copies_sends). A payload taken is valid until its program next suspends (the schedules
+// consume each one before their next co_await; this wire keeps none, Wire::keep): then
+// run_programs frees it (release_taken). So a collective holds about one round of messages,
+// not all of them, while every member's program runs.
 class InprocWire final : public collectives::Wire {
  public:
   using Message = std::vector<uint8_t>;
@@ -228,6 +232,7 @@ class InprocWire final : public collectives::Wire {
   int self() const override { return self_; }
   // Every message is a compression frame (the simulator counts frame bytes).
   bool raw_fp32() const override { return false; }
+  bool copies_sends() const override { return true; }
   void send(int to, const collectives::MsgKey& key, const uint8_t* data, size_t size, uint64_t raw_bytes,
             bool) override {
     hub_.count(self_, to, size, raw_bytes);
@@ -239,10 +244,17 @@ class InprocWire final : public collectives::Wire {
   }
   bool ready(collectives::RecvId id) override { return mail_.delivered.count(recvs_.at(static_cast<size_t>(id))) > 0; }
   collectives::Payload take(collectives::RecvId id) override {
-    const Message& m = mail_.delivered.at(recvs_.at(static_cast<size_t>(id)));
+    const Key& key = recvs_.at(static_cast<size_t>(id));
+    const Message& m = mail_.delivered.at(key);
+    taken_.push_back(key);
     return {m.data(), m.size()};
   }
   bool sent() override { return true; }
+  // Frees the messages taken since the last call (their program has suspended or ended).
+  void release_taken() {
+    for (const Key& key : taken_) mail_.delivered.erase(key);
+    taken_.clear();
+  }
 
  private:
   static Key make_key(int from, int to, const collectives::MsgKey& k) {
@@ -252,6 +264,7 @@ class InprocWire final : public collectives::Wire {
   Mail& mail_;
   int self_;
   std::vector<Key> recvs_;
+  std::vector<Key> taken_;  // taken, not yet released
 };
 
 InprocHub::InprocHub(int islands, Scheduler& scheduler) : scheduler_(scheduler) {
@@ -463,10 +476,17 @@ void InprocHub::run_programs(const std::vector<int>& ids, const MakeProgram& mak
   for (;;) {
     bool all_done = true;
     for (size_t i = 0; i < programs.size(); ++i) {
-      if (!programs[i].done() && wires[i]->can_resume()) programs[i].resume();
+      if (!programs[i].done() && wires[i]->can_resume()) {
+        programs[i].resume();
+        wires[i]->release_taken();
+      }
       all_done = all_done && programs[i].done();
     }
     const bool moved = !mail.pending.empty();
+    uint64_t held = 0;
+    for (const auto& [key, msg] : mail.pending) held += msg.size();
+    for (const auto& [key, msg] : mail.delivered) held += msg.size();
+    peak_message_bytes_ = std::max(peak_message_bytes_, held);
     end_phase(clock);
     for (auto& [key, msg] : mail.pending) mail.delivered.emplace(key, std::move(msg));
     mail.pending.clear();

@@ -115,6 +115,10 @@ class InprocHub {
     std::string rng;  // the network RNG, as std::mt19937_64's operator<< writes it
     std::vector<Settled> settled;  // ascending (key, seq)
   };
+  // The most bytes of messages the hub held at once while it ran a collective's programs
+  // (sent and not yet consumed by their receiver): about one round of the schedule, since a
+  // consumed message is freed when its program next suspends (docs/simulator.md "Memory").
+  uint64_t peak_message_bytes() const { return peak_message_bytes_; }
   bool quiescent() const { return collectives_.empty(); }
   // Virtual time the latest push reached the server role (0: none yet).
   double last_push_arrival() const { return st_.last_push_arrival; }
@@ -184,6 +188,7 @@ class InprocHub {
   OuterServer* server_ = nullptr;
   State st_;
   std::map<CollectiveId, Collective> collectives_;
+  uint64_t peak_message_bytes_ = 0;  // peak_message_bytes()
   std::vector<uint8_t> scratch_;
   const NetworkModel* network_ = nullptr;
   std::mt19937_64 rng_;
