@@ -59,7 +59,13 @@ class DiLoCo final : public Algorithm {
   void setup(IslandContext& ctx) override {
     at::NoGradGuard no_grad;
     anchor_ = ctx.params.detach().clone();
-    delta_ = at::empty({ctx.params.numel()}, ctx.params.options().device(at::kCPU));
+    // Without overlap the exchange happens after the round's last optimizer step and is over
+    // before the next step's backward: the gradient's buffer is dead meanwhile and holds the
+    // delta (one parameter-sized buffer less per island; docs/simulator.md "Memory").
+    const bool in_gradient = options_.overlap == Overlap::kNone && ctx.grads.defined() && ctx.grads.is_cpu() &&
+                             ctx.grads.is_contiguous() && ctx.grads.numel() == ctx.params.numel();
+    delta_ = in_gradient ? ctx.grads.view({ctx.params.numel()})
+                         : at::empty({ctx.params.numel()}, ctx.params.options().device(at::kCPU));
     if (options_.overlap == Overlap::kEager) sent_ = at::empty_like(delta_);
   }
 
