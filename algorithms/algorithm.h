@@ -73,6 +73,8 @@ struct ParamRange {
                        // through it); 0 for a model that is not modular
 };
 
+class SharedTensors;  // algorithms/shared_tensors.h
+
 struct IslandContext {
   int island = 0;                            // this island's id
   at::Tensor params;                         // [N] float32: the model's parameters (views)
@@ -105,6 +107,9 @@ struct IslandContext {
   // `weighting: shard_size` (a re-routing changes them; not owned). Null:
   // AlgorithmOptions::shard_sizes.
   const std::vector<int64_t>* path_shard_sizes = nullptr;
+  // The simulator: where state that islands in step hold bitwise alike is held once
+  // (algorithms/shared_tensors.h). Null in real runs and tests.
+  SharedTensors* shared = nullptr;
 };
 
 // Where an algorithm's checkpoints are cut (docs/checkpoints.md).

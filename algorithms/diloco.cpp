@@ -58,7 +58,8 @@ class DiLoCo final : public Algorithm {
 
   void setup(IslandContext& ctx) override {
     at::NoGradGuard no_grad;
-    anchor_ = ctx.params.detach().clone();
+    anchor_ = share(ctx.shared, ctx.params.detach().clone());
+    outer_.set_shared(ctx.shared);
     // Without overlap the exchange happens after the round's last optimizer step and is over
     // before the next step's backward: the gradient's buffer is dead meanwhile and holds the
     // delta (one parameter-sized buffer less per island; docs/simulator.md "Memory").
@@ -141,7 +142,9 @@ class DiLoCo final : public Algorithm {
     TORCH_CHECK(overlap == state.has("in_flight"), "diloco checkpoint: saved ", overlap ? "without" : "with",
                 " algorithm.overlap");
     const bool in_flight = overlap && state.integer("in_flight") == 1;
+    writable(ctx.shared, anchor_);
     load_anchor_and_outer(state, round_, anchor_, outer_);
+    anchor_ = share(ctx.shared, anchor_);
     at::NoGradGuard no_grad;
     feedback_.load(state.tensor("feedback.residual"));
     if (!in_flight) return;
@@ -168,7 +171,7 @@ class DiLoCo final : public Algorithm {
     at::Tensor transmitted = feedback_.compensate(delta_, *ctx.codec);
     handle_ = ctx.group->allreduce_mean(delta_, *ctx.codec, weight(ctx), transmitted);
     complete(ctx, step);
-    outer_.step(anchor_, delta_.device() == anchor_.device() ? delta_ : delta_.to(anchor_.device()));
+    outer_step(ctx, delta_.device() == anchor_.device() ? delta_ : delta_.to(anchor_.device()));
     ctx.params.copy_(anchor_);
   }
 
@@ -180,12 +183,12 @@ class DiLoCo final : public Algorithm {
       const at::Tensor mean = delta_.to(anchor_.device());
       if (eager) {
         const double share = weight(ctx) / result.weight_sum;
-        outer_.step(anchor_, diloco::eager_delta(mean, sent_.to(anchor_.device()), fresh, share));
+        outer_step(ctx, diloco::eager_delta(mean, sent_.to(anchor_.device()), fresh, share));
       } else {
-        outer_.step(anchor_, mean);
+        outer_step(ctx, mean);
       }
     } else if (eager) {
-      outer_.step(anchor_, fresh * first_share(ctx));
+      outer_step(ctx, fresh * first_share(ctx));
     }
     meter_ = RoundMeter(*ctx.group);
     delta_.copy_(fresh);
@@ -193,6 +196,14 @@ class DiLoCo final : public Algorithm {
     if (eager) sent_.copy_(delta_);
     handle_ = ctx.group->allreduce_mean(delta_, *ctx.codec, weight(ctx), transmitted);
     ctx.params.copy_(anchor_);
+  }
+
+  // The outer step on the anchor, which may be held once for all islands in step
+  // (IslandContext::shared): written on a private copy, then shared again.
+  void outer_step(IslandContext& ctx, const at::Tensor& delta) {
+    writable(ctx.shared, anchor_);
+    outer_.step(anchor_, delta);
+    anchor_ = share(ctx.shared, anchor_);
   }
 
   // Waits for the exchange in flight (its average lands in delta_) and reports the round.

@@ -24,6 +24,14 @@ void OuterOptimizer::load(const NamedState& s, const std::string& prefix, c10::D
 }
 
 void OuterOptimizer::step(at::Tensor& theta_g, const at::Tensor& delta) {
+  writable(shared_, buf_);
+  writable(shared_, v_);
+  update(theta_g, delta);
+  buf_ = share(shared_, buf_);
+  v_ = share(shared_, v_);
+}
+
+void OuterOptimizer::update(at::Tensor& theta_g, const at::Tensor& delta) {
   at::NoGradGuard no_grad;
   ++steps_;
   const double lr = options_.lr;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "algorithms/options.h"
+#include "algorithms/shared_tensors.h"
 #include "src/base/named_state.h"
 
 namespace atl::algorithms {
@@ -22,6 +23,9 @@ class OuterOptimizer {
   explicit OuterOptimizer(OuterOptimizerOptions options) : options_(options) {}
   // theta_g -= update(delta). Both [N] float32 on the same device. Under no-grad.
   void step(at::Tensor& theta_g, const at::Tensor& delta);
+  // The simulator: the state goes through `shared` after every step (docs/simulator.md
+  // "Memory"), so that islands in step hold it once. May be null.
+  void set_shared(SharedTensors* shared) { shared_ = shared; }
   int64_t steps() const { return steps_; }
   const at::Tensor& momentum() const { return buf_; }
   // Its state as named entries (src/base/named_state.h), for checkpoints and hand-overs:
@@ -36,6 +40,8 @@ class OuterOptimizer {
   at::Tensor buf_;  // nesterov/sgd momentum; adam first moment
   at::Tensor v_;    // adam second moment
   int64_t steps_ = 0;
+  SharedTensors* shared_ = nullptr;
+  void update(at::Tensor& theta_g, const at::Tensor& delta);
 };
 
 }  // namespace atl::algorithms

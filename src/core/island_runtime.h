@@ -57,6 +57,9 @@ struct IslandHost {
   algorithms::TimeSource* algorithm_time = nullptr;
   // Records' sim_time_s is time->now_s() (the simulator); NaN otherwise.
   bool virtual_clock = false;
+  // The simulator's state held once for the islands in step (IslandContext::shared); null
+  // in real runs.
+  algorithms::SharedTensors* shared = nullptr;
   // Wall seconds since the run (process) started: records' wall_time_s.
   std::function<double()> wall_s;
   // Appends one record (a JSON object) to the run's metrics.

@@ -45,6 +45,7 @@ IslandHost Simulation::make_host(int i) {
   IslandHost host;
   host.time = is.time.get();
   host.virtual_clock = true;
+  host.shared = &shared_tensors_;
   host.share.ranks = config_.islands.ranks.of(i);  // executed here, one share after the other
   host.wall_s = [t0 = t0_] { return seconds_since(t0); };
   host.record = [this](const std::string& json) { dir_->record(json); };

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "algorithms/algorithm.h"
+#include "algorithms/shared_tensors.h"
 #include "compression/pipeline.h"
 #include "src/checkpoint/checkpoint_dir.h"
 #include "src/config/config.h"
@@ -183,6 +184,7 @@ class Simulation {
   // The scheduler and the hub outlive the islands, whose algorithms may hold handles into it.
   std::unique_ptr<transport::Scheduler> scheduler_;
   std::unique_ptr<transport::InprocHub> hub_;
+  algorithms::SharedTensors shared_tensors_;  // docs/simulator.md "Memory"
   std::vector<Island> islands_;
   std::unique_ptr<Evaluator> evaluator_;
   int64_t n_params_ = 0;
