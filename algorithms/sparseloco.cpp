@@ -68,7 +68,7 @@ class SparseLoCo final : public Algorithm {
     int64_t sent = 0;
     for (const auto& p : plans_) sent += p.sent();
     const auto cpu = at::TensorOptions().dtype(at::kFloat).device(at::kCPU);
-    anchor_ = ctx.params.detach().clone();
+    anchor_ = share(ctx.shared, ctx.params.detach().clone());  // held once for islands in step
     error_ = at::zeros({n}, cpu);
     tiles_ = at::zeros({n}, cpu);
     sum_ = at::zeros({n}, cpu);
@@ -141,7 +141,9 @@ class SparseLoCo final : public Algorithm {
       at::Tensor x = tiles_.narrow(0, p.offset, p.numel());
       from_tiles(p, sum_.narrow(0, p.offset, p.numel()), x);
     }
+    writable(ctx.shared, anchor_);
     anchor_.sub_(tiles_.device() == anchor_.device() ? tiles_ : tiles_.to(anchor_.device()), options_.outer.lr);
+    anchor_ = share(ctx.shared, anchor_);
     ctx.params.copy_(anchor_);
     ++round_;
     if (ctx.on_round) {
@@ -161,14 +163,16 @@ class SparseLoCo final : public Algorithm {
   AlgorithmCheckpoint state() const override {
     return AlgorithmCheckpoint().add("round", round_).add("anchor", anchor_).add("error", error_);
   }
-  void load(IslandContext&, const AlgorithmCheckpoint& state) override {
+  void load(IslandContext& ctx, const AlgorithmCheckpoint& state) override {
     const at::Tensor &anchor = state.tensor("anchor"), &error = state.tensor("error");
     TORCH_CHECK(anchor.defined() && anchor.numel() == anchor_.numel() && error.defined() &&
                     error.numel() == error_.numel(),
                 "sparseloco checkpoint: expected the global model and the accumulator of ", error_.numel(), " elements");
     at::NoGradGuard no_grad;
     round_ = state.integer("round");
+    writable(ctx.shared, anchor_);
     anchor_.copy_(anchor);
+    anchor_ = share(ctx.shared, anchor_);
     error_.copy_(error);
   }
 

@@ -156,10 +156,11 @@ class StreamingDiLoCo final : public Algorithm {
 
   void setup(IslandContext& ctx) override {
     at::NoGradGuard no_grad;
-    anchor_ = ctx.params.detach().clone();
+    anchor_ = share(ctx.shared, ctx.params.detach().clone());  // held once for islands in step
     auto runs = streaming_diloco::assign_fragments(ctx.layout, ctx.params.numel(),
                                                    options_.fragments, options_.fragment_mode);
     for (auto& r : runs) fragments_.emplace_back(std::move(r), options_, ctx.params.options());
+    for (auto& f : fragments_) f.outer.set_shared(ctx.shared);
   }
 
   int64_t planned_steps(int64_t configured) override {
@@ -222,7 +223,9 @@ class StreamingDiLoCo final : public Algorithm {
     for (size_t p = 0; p < fragments_.size(); ++p) state.tensor(fragment_name(p, "residual"));  // all there first
     import_state(ctx, state);
     at::NoGradGuard no_grad;
+    writable(ctx.shared, anchor_);
     anchor_.copy_(state.tensor("anchor"));
+    anchor_ = share(ctx.shared, anchor_);
     for (size_t p = 0; p < fragments_.size(); ++p) fragments_[p].feedback.load(state.tensor(fragment_name(p, "residual")));
   }
 
@@ -284,7 +287,9 @@ class StreamingDiLoCo final : public Algorithm {
     f.feedback.update();
     at::Tensor global = gather(anchor_, f.runs);
     f.outer.step(global, f.buffer.to(global.device()));
+    writable(ctx.shared, anchor_);
     scatter(global, f.runs, anchor_);
+    anchor_ = share(ctx.shared, anchor_);
     const double alpha = options_.mix_alpha;
     if (alpha == 0) {
       scatter(global, f.runs, ctx.params);
