@@ -481,17 +481,28 @@ TEST_F(RealSlurm, CancelledIslandLeavesAndTheOtherFinishes) {
 // scontrol requeue of island 1's element mid-run: it leaves on SIGTERM, Slurm starts it again
 // (SLURM_RESTART_COUNT 1), it rejoins the running run with the state hand-over, and both
 // islands finish (the island's first output is overwritten by the second start's).
-// Island 0's element is suspended (SIGSTOP through Slurm) from before the requeue until the
+// Island 0's element is suspended (SIGSTOP through Slurm) from island 1's LEAVE until the
 // coordinator records island 1's return, so that island 0 cannot finish the run alone however
-// long Slurm takes to start the element again (a CI run once saw it finish first). The
-// heartbeat timeout is long enough that the coordinator does not count the stopped island lost.
+// long Slurm takes to start the element again (a CI run once saw it finish first). It is
+// suspended only after island 1 has left: an island 1 sending to a stopped island 0 could not
+// leave cleanly. The heartbeat timeout is long enough that the coordinator does not count the
+// stopped island lost.
 TEST_F(RealSlurm, RequeuedIslandRejoinsTheRun) {
   const auto [coordinator, islands] =
       submit_and_wait_for_round_3(config_, dir_, "requeue", {"train.steps=3000", "transport.heartbeat_timeout_ms=600000"});
   ASSERT_FALSE(islands.empty());
+  const fs::path metrics_file = dir_ / "runs/requeue/metrics.jsonl";
+  ASSERT_EQ(std::system(("scontrol requeue " + islands + "_1").c_str()), 0);
+  bool left = false;
+  for (int i = 0; i < 400 && !left; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    left = atl::testing::read(metrics_file).find("\"island\":1,\"change\":\"left\"") != std::string::npos;
+  }
+  ASSERT_TRUE(left) << "island 1 did not leave within 10 s of the requeue\n" << job_outputs(dir_ / "runs/requeue-slurm");
   const std::string survivor = islands + "_0";
   ASSERT_EQ(std::system(("scontrol suspend " + survivor).c_str()), 0);
-  ASSERT_EQ(std::system(("scontrol requeue " + islands + "_1").c_str()), 0);
+  ASSERT_EQ(atl::testing::read(metrics_file).find("\"island\":0,\"change\":\"left\""), std::string::npos)
+      << "island 0 finished the run before it could be suspended";
   // Slurm holds a requeued job for 120 s (BeginTime); the administrator's override makes it
   // eligible now, once it is pending again.
   // (Slurm refuses the update while the requeue is still completing: retried.)
@@ -503,7 +514,6 @@ TEST_F(RealSlurm, RequeuedIslandRejoinsTheRun) {
                std::system(("scontrol update JobId=" + element + " StartTime=now 2>/dev/null").c_str()) == 0;
   }
   ASSERT_TRUE(released) << "the requeued element could not be made eligible within 10 s";
-  const fs::path metrics_file = dir_ / "runs/requeue/metrics.jsonl";
   bool back = false;
   for (int i = 0; i < 600 && !back; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
