@@ -175,6 +175,26 @@ TEST(DiLoCo, AnchorsBitwiseIdenticalAcrossIslands) {
   for (int i = 1; i < k; ++i) EXPECT_TRUE(at::equal(run.globals[0], run.globals[i]));
 }
 
+// The simulator holds the anchor and outer momentum of islands in step once
+// (algorithms/shared_tensors.h): every island ends with the same global tensor, and every
+// number is bitwise that of islands that share nothing. With eager overlap each island's
+// anchor takes its own fresh delta, so the anchors differ and stay each island's own.
+TEST(DiLoCo, IslandsInStepHoldOneGlobalModelBitwiseAsUnshared) {
+  auto c = targets(4, 300);
+  const at::Tensor theta0 = at::randn({300});
+  for (Overlap overlap : {Overlap::kNone, Overlap::kDelayed, Overlap::kEager}) {
+    AlgorithmOptions o = diloco(4, 3, OuterKind::kNesterov, 0.7, 0.9);
+    o.overlap = overlap;
+    const auto alone = run_quadratic(o, sgd_train(0.1, 10), c, theta0);
+    const auto shared = atl::testing::run_quadratic_shared(o, sgd_train(0.1, 10), c, theta0);
+    EXPECT_EQ(shared.one_global, overlap != Overlap::kEager) << static_cast<int>(overlap);
+    for (int i = 0; i < 4; ++i) {
+      EXPECT_TRUE(at::equal(shared.run.params[i], alone.params[i]));
+      EXPECT_TRUE(at::equal(shared.run.globals[i], alone.globals[i]));
+    }
+  }
+}
+
 TEST(DiLoCo, FinalPartialRoundSyncs) {
   auto c = targets(2, 10);
   auto run = run_quadratic(diloco(2, 4, OuterKind::kSgd, 1.0, 0.0), sgd_train(0.1, 10), c, at::zeros({10}));

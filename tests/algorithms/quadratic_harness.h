@@ -5,11 +5,13 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <functional>
 #include <memory>
 #include <vector>
 
 #include "algorithms/algorithm.h"
+#include "algorithms/shared_tensors.h"
 #include "src/config/config.h"
 #include "src/core/island_loop.h"
 #include "src/train/inner_optimizer.h"
@@ -144,6 +146,26 @@ inline QuadraticRun run_quadratic(const algorithms::AlgorithmOptions& options,
     if (hooks.at_end) hooks.at_end(i, *algo);
     out.bytes[i] = groups[i]->bytes();
   });
+  return out;
+}
+
+// The run with the simulator's SharedTensors (IslandContext::shared): its result, and
+// whether every island ended holding the very same global-model tensor (held once).
+struct SharedRun {
+  QuadraticRun run;
+  bool one_global = false;
+};
+inline SharedRun run_quadratic_shared(const algorithms::AlgorithmOptions& options, const config::TrainConfig& train,
+                                      const std::vector<at::Tensor>& targets, const at::Tensor& theta0,
+                                      const std::vector<algorithms::ParamRange>& layout = {}) {
+  algorithms::SharedTensors shared;
+  std::vector<at::Tensor> globals(targets.size());
+  HarnessHooks hooks;
+  hooks.setup_context = [&](algorithms::IslandContext& ctx) { ctx.shared = &shared; };
+  hooks.at_end = [&](int island, const algorithms::Algorithm& a) { globals[island] = a.global_params(); };
+  SharedRun out;
+  out.run = run_quadratic(options, train, targets, theta0, {}, nullptr, layout, hooks);
+  out.one_global = std::all_of(globals.begin(), globals.end(), [&](const at::Tensor& g) { return g.is_same(globals[0]); });
   return out;
 }
 

@@ -146,6 +146,21 @@ TEST(SparseLoCo, SendingEverythingIsDiLoCoWithPlainOuterSgd) {
   EXPECT_FALSE(at::allclose(a.globals[0], theta0, 1e-3, 1e-3)) << "the runs moved";
 }
 
+// Its global model held once for islands in step: the same tensor on every island, every
+// number bitwise as without sharing.
+TEST(SparseLoCo, IslandsInStepHoldOneGlobalModelBitwiseAsUnshared) {
+  const auto targets = testing::random_targets(3, 106, 6);
+  const at::Tensor theta0 = at::randn({106});
+  const AlgorithmOptions o = sparseloco(2, 3, 1.0, 0.95);
+  const auto alone = testing::run_quadratic(o, testing::sgd_train(0.1, 6), targets, theta0, {}, nullptr, kLayout);
+  const auto shared = testing::run_quadratic_shared(o, testing::sgd_train(0.1, 6), targets, theta0, kLayout);
+  EXPECT_TRUE(shared.one_global);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_TRUE(at::equal(shared.run.params[i], alone.params[i]));
+    EXPECT_TRUE(at::equal(shared.run.globals[i], alone.globals[i]));
+  }
+}
+
 // Each island sends indices (12 bits each in a 64 x 64 tile, here 4 bits in a 4 x 4 tile)
 // and per tensor a u32 size plus one codec frame of its values; lut2 makes them 2 bits each.
 TEST(SparseLoCo, Lut2ValuesShrinkTheMessageAndKeepIslandsIdentical) {

@@ -90,6 +90,22 @@ TEST(StreamingDiLoCo, OneFragmentNoOverlapAlphaZeroEqualsDiLoCoBitwise) {
 // Oracle 9: alpha = 1 -> the merge keeps the local values (each island trains as if alone),
 // while the anchors still advance: with outer SGD lr 1 they end at the mean of the
 // islands' parameters (every fragment is synced after the last step).
+// Its anchor and every fragment's outer state held once for islands in step: the same
+// global tensor on every island, every number bitwise as without sharing.
+TEST(StreamingDiLoCo, IslandsInStepHoldOneGlobalModelBitwiseAsUnshared) {
+  auto [layout, n] = toy_layout(4);
+  auto c = random_targets(3, n, 5);
+  const at::Tensor theta0 = at::randn({n});
+  const AlgorithmOptions o = streaming(3, 4, 2, 1, 0.5);
+  const auto alone = run_quadratic(o, sgd_train(0.1, 13), c, theta0, {}, nullptr, layout);
+  const auto shared = atl::testing::run_quadratic_shared(o, sgd_train(0.1, 13), c, theta0, layout);
+  EXPECT_TRUE(shared.one_global);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_TRUE(at::equal(shared.run.params[i], alone.params[i]));
+    EXPECT_TRUE(at::equal(shared.run.globals[i], alone.globals[i]));
+  }
+}
+
 TEST(StreamingDiLoCo, AlphaOneKeepsLocalValuesButAnchorsAdvance) {
   const int k = 3, steps = 13;
   auto [layout, n] = toy_layout(4);
