@@ -259,6 +259,28 @@ TEST(ZmqControl, CoordinatorRestartedWithItsStateKeepsTheIslandAndWritesEachReco
   EXPECT_EQ(*v, std::vector<uint8_t>{7});
 }
 
+// A restarted coordinator's membership() holds the restored members from its start, before
+// any island has been heard from: the coordinator process ends a run whose members are all
+// gone, and an empty view read before the first message once ended a picked-up run at once.
+TEST(ZmqControl, ARestoredCoordinatorShowsItsMembersBeforeHearingFromThem) {
+  CoordinatorSnapshot saved;
+  saved.epoch = 6;
+  saved.members = {{0, 11, "tcp://127.0.0.1:1", ""}, {2, 12, "tcp://127.0.0.1:2", ""}};
+  CoordinatorOptions co = fast_coordinator();
+  co.restore = saved;
+  auto coord = start_coordinator(co);
+  ASSERT_TRUE(coord);
+  const Membership view = coord->membership();
+  EXPECT_EQ(view.epoch, 6u);
+  ASSERT_EQ(view.members.size(), 2u);
+  EXPECT_EQ(view.members[0].id, 0);
+  EXPECT_EQ(view.members[1].id, 2);
+  EXPECT_EQ(view.members[1].endpoint, "tcp://127.0.0.1:2");
+  // Waiting for a change from the restored epoch waits; from any other epoch it does not.
+  EXPECT_EQ(coord->wait_for_change(6, in_ms(50)).epoch, 6u);
+  EXPECT_EQ(coord->wait_for_change(0, in_ms(5000)).members.size(), 2u);
+}
+
 TEST(ZmqControl, StoreGetWaitsForTheSet) {
   auto coord = start_coordinator();
   auto a = join(fast_client(coord->endpoint(), 0));

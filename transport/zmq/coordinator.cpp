@@ -61,7 +61,12 @@ std::chrono::milliseconds tick_period(const CoordinatorOptions& o) {
 
 Coordinator::Coordinator(CoordinatorOptions options)
     : options_(std::move(options)), sockets_(std::make_unique<Sockets>()),
-      state_(std::make_unique<CoordinatorState>(options_)) {}
+      state_(std::make_unique<CoordinatorState>(options_)) {
+  // A restarted coordinator's members are its members from the start: a view read before the
+  // loop has heard from anyone must not be empty (the coordinator process ends a run whose
+  // members are all gone).
+  membership_ = state_->membership();
+}
 
 StatusOr<std::unique_ptr<Coordinator>> Coordinator::start(CoordinatorOptions options) {
   if (Status st = check_options(options); !st.is_ok()) return st;

@@ -192,7 +192,7 @@ class Coordinator {
 
   mutable std::mutex mu_;  // guards the snapshot below
   mutable std::condition_variable changed_;
-  Membership membership_;  // written by the loop thread only (which may read it without mu_)
+  Membership membership_;  // set at construction, then written by the loop thread only (which may read it without mu_)
   CoordinatorStats stats_;
   std::vector<std::string> refused_keys_;
   std::vector<std::pair<std::string, std::vector<uint8_t>>> store_sets_;  // for the loop
