@@ -32,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "algorithms/catalog.h"
 #include "algorithms/options.h"
 #include "compression/pipeline.h"
 #include "src/base/named_state.h"
@@ -112,14 +113,6 @@ struct IslandContext {
   SharedTensors* shared = nullptr;
 };
 
-// Where an algorithm's checkpoints are cut (docs/checkpoints.md).
-enum class CheckpointCut {
-  kStep,         // at a step boundary every island reaches; checkpoint.every counts steps
-  kServerRound,  // fedavg: at server rounds, checkpoint.every rounds apart
-  kServerTime,   // async_local_sgd: at virtual time T, before every server interaction at or
-                 // after T; checkpoint.every counts the fastest island's nominal steps
-};
-
 // An island's algorithm state in a checkpoint (docs/checkpoints.md "Named state"): what
 // state() returns at a step boundary and load() takes back, by name (e.g. "round",
 // "outer.momentum", "anchor"); each algorithm documents its names beside its state(). The
@@ -178,11 +171,6 @@ class Algorithm {
   // uncollected (diloco with overlap): state() saves what it needs of it and load() takes
   // its handle back from ctx.group->resume_in_flight().
   //
-  // checkpoint_limit(): empty when state() and load() capture everything this algorithm,
-  // with its options, needs to continue exactly; otherwise a phrase saying what keeps it
-  // from that ("the exchange in flight of algorithm.overlap"), for the user's error.
-  // Default: not supported (an algorithm opts in by overriding all three).
-  virtual std::string checkpoint_limit() const { return "its state is not saved in checkpoints yet"; }
   // Whether this step boundary may hold a checkpoint: false while an exchange of this island
   // is in flight (streaming_diloco between a fragment's send and its receive). A checkpoint
   // that is due then falls at the next boundary where it is true; it must be true at the
@@ -195,7 +183,9 @@ class Algorithm {
   // kServerTime (async_local_sgd, "async_local_sgd: a cut in virtual time"): the virtual time
   // of this island's next server interaction when it comes before any further compute, -1
   // otherwise; the algorithm calls ctx.before_server_call before each one.
-  virtual CheckpointCut checkpoint_cut() const { return CheckpointCut::kStep; }
+  // Default: the algorithm's catalog row (AlgorithmTraits::checkpoint_cut; kStep for a name
+  // without one), where validation reads it too.
+  virtual CheckpointCut checkpoint_cut() const;
   // The position of the boundary after `step` (0: before the first step) in the units above;
   // negative: no checkpoint here. Default: the step.
   virtual double checkpoint_position(int64_t step) const { return static_cast<double>(step); }
@@ -212,24 +202,6 @@ class Algorithm {
 // Registry (algorithms/registry.cpp). Throws atl::UserError for an unknown name, listing
 // the valid names.
 std::unique_ptr<Algorithm> make_algorithm(const AlgorithmOptions& options, int island);
-std::vector<std::string> algorithm_names();
-
-// What validation and the run ask of an algorithm, from its registry row, so that they never
-// compare names. An algorithm's `algorithm:` keys are its row of algorithm_keys()
-// (algorithms/options.h, where the torch-free config layer reads them).
-struct AlgorithmTraits {
-  // Rejoin and add events: nullptr when the algorithm takes joiners, else why it does not
-  // (validation's message: "rejoin and add events are not available with NAME (WHY)").
-  const char* refuses_joiners = nullptr;
-  // Full-size fp32 buffers an island holds beyond its parameters, gradients and inner
-  // optimizer state, and what they are (validate's memory estimate).
-  int extra_buffers = 1;
-  const char* extra_buffers_text = "global model";
-  // Why `codec` cannot carry this algorithm's exchange, or nullopt; null: every pipeline can.
-  std::optional<std::string> (*codec_problem)(const compression::Pipeline& codec) = nullptr;
-};
-// The row of `name`; throws atl::UserError for an unknown name, listing the valid names.
-const AlgorithmTraits& algorithm_traits(const std::string& name);
 // A round the server role closed, as its on_round callback sees it.
 struct ServerRound {
   int64_t round = 0;   // fedavg: rounds closed so far (1-based); async_local_sgd: local steps
@@ -246,18 +218,6 @@ struct ServerRound {
   bool skipped = false;        // fewer than algorithm.min_clients delivered: model unchanged
 };
 
-// How a server role's rounds are numbered for its evaluations (core::ServerEvalSchedule):
-// `counts_steps`: each round reports the local steps applied so far, summed over islands
-// (async_local_sgd); else outer rounds, each standing for `steps_per_round` nominal inner
-// steps (fedavg). `last`: the final round's number.
-struct ServerRounds {
-  bool counts_steps = false;
-  int64_t last = 0;
-  int64_t steps_per_round = 0;
-};
-// Of `options.name`'s server role, with `examples_per_client` training examples per island;
-// an algorithm without one: {} (never asked).
-ServerRounds server_rounds(const AlgorithmOptions& options, int64_t examples_per_client);
 
 // The server role of `options.name`, or nullptr when it has none. `initial` is θ_0 [N].
 // `on_round` is called each time the server closes a round (async_local_sgd: after every

@@ -41,42 +41,8 @@
 #include "src/base/status.h"
 
 namespace atl::algorithms {
+// The planning rules of async_local_sgd.h (DyLU, step counts, dn_c) are in algorithms/planning.cpp.
 namespace async_local_sgd {
-
-int64_t dylu_local_steps(double speed, double max_speed, int64_t h, int64_t min_steps) {
-  // +1e-9: a ratio meant to be exact (0.29 * 100) must not floor one below.
-  const auto steps = static_cast<int64_t>(std::floor(speed / max_speed * static_cast<double>(h) + 1e-9));
-  return std::max(steps, min_steps);
-}
-
-double speed(const AlgorithmOptions& options, int island) {
-  return island < static_cast<int>(options.speeds.size()) ? options.speeds[island] : 1.0;
-}
-
-double max_speed(const AlgorithmOptions& options) {
-  double m = 0;
-  for (int i = 0; i < options.islands; ++i) m = std::max(m, speed(options, i));
-  for (double s : options.speeds) m = std::max(m, s);
-  return m;
-}
-
-int64_t task_steps(const AlgorithmOptions& options, int island) {
-  if (!options.dynamic_local_updates) return options.inner_steps;
-  return dylu_local_steps(speed(options, island), max_speed(options), options.inner_steps,
-                          options.min_local_steps);
-}
-
-int64_t island_steps(const AlgorithmOptions& options, int island, int64_t train_steps) {
-  const double share = speed(options, island) / max_speed(options);
-  const auto steps = static_cast<int64_t>(std::floor(static_cast<double>(train_steps) * share + 1e-9));
-  return std::max<int64_t>(steps, 1);
-}
-
-int64_t total_steps(const AlgorithmOptions& options) {
-  int64_t total = 0;
-  for (int i = 0; i < options.islands; ++i) total += island_steps(options, i, options.train_steps);
-  return total;
-}
 
 DelayedNesterov::DelayedNesterov(double lr, double momentum, int buffer, double c)
     : lr_(lr), beta_(momentum), c_(c), n_(buffer) {
@@ -105,16 +71,6 @@ void DelayedNesterov::load(int64_t arrivals, const at::Tensor& m, const at::Tens
   arrivals_ = arrivals;
   m_ = m.defined() ? m.clone() : m;
   d_ = d.defined() ? d.clone() : d;
-}
-
-std::optional<OptionProblem> check_dn_c(const AlgorithmOptions& options) {
-  const int n = options.buffer_size > 0 ? options.buffer_size : options.islands;
-  if (options.async_update == AsyncUpdate::kDelayedNesterov && options.dn_c > 1.0 / n + 1e-12) {
-    return OptionProblem{"algorithm.dn_c", std::to_string(options.dn_c) +
-                                               " must be in [0, 1/N] with N = buffer_size = " +
-                                               std::to_string(n) + " (0: islands.count)"};
-  }
-  return std::nullopt;
 }
 
 }  // namespace async_local_sgd
@@ -183,8 +139,6 @@ class AsyncWorker final : public Algorithm {
   // the round's byte counters at its pull "round.sent", ".received", ".raw_sent" and its
   // "round.members", "global" (the pulled global model), "feedback.residual" (undefined
   // before a lossy push).
-  std::string checkpoint_limit() const override { return {}; }
-  CheckpointCut checkpoint_cut() const override { return CheckpointCut::kServerTime; }
   double checkpoint_position(int64_t step) const override {
     if (time_ == nullptr) return -1;
     if (pending_steps_ > 0) return time_->now_s();                       // the push, now

@@ -17,9 +17,7 @@ std::unique_ptr<Algorithm> make_async_local_sgd(const AlgorithmOptions& options,
 std::unique_ptr<Algorithm> make_demo(const AlgorithmOptions& options, int island);
 // DiLoCo per module of a modular model's paths (options.module_islands).
 std::unique_ptr<Algorithm> make_dipaco(const AlgorithmOptions& options, int island);
-// SparseLoCo (algorithms/sparseloco.cpp) and why a codec cannot carry its values.
 std::unique_ptr<Algorithm> make_sparseloco(const AlgorithmOptions& options, int island);
-std::optional<std::string> sparseloco_codec_problem(const compression::Pipeline& codec);
 std::unique_ptr<transport::OuterServer> make_fedavg_server(
     const AlgorithmOptions& options, const at::Tensor& initial,
     std::function<void(const ServerRound&)> on_round);

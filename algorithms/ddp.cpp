@@ -35,7 +35,6 @@ class Ddp final : public Algorithm {
   at::Tensor global_params() const override { return params_; }
 
   // Checkpoint: "round"; the parameters and inner optimizer are the island's.
-  std::string checkpoint_limit() const override { return {}; }
   AlgorithmCheckpoint state() const override { return AlgorithmCheckpoint().add("round", round_); }
   void load(IslandContext&, const AlgorithmCheckpoint& state) override { round_ = state.integer("round"); }
 

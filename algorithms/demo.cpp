@@ -191,20 +191,8 @@ void select_blocks(const std::vector<TensorPlan>& plans, const float* x, uint32_
   }
 }
 
-std::optional<std::string> codec_problem(const compression::Pipeline& codec) {
-  for (const auto& s : codec.stages()) {
-    for (const auto& info : compression::kStageInfo) {
-      if (info.id == s.id && (info.slot == compression::Slot::kTransform || info.slot == compression::Slot::kSparsify)) {
-        return std::string("stage '") + info.name + "' does not apply to demo, which sends its own DCT top-k "
-               "coefficients (only quantize and zstd stages, applied to their values)";
-      }
-    }
-  }
-  return std::nullopt;
-}
-
 void Demo::setup(IslandContext& ctx) {
-  if (auto problem = codec_problem(*ctx.codec)) throw UserError("compression: " + *problem);
+  if (auto problem = algorithms::codec_problem(name(), ctx.codec->stages())) throw UserError("compression: " + *problem);
   params_ = ctx.params;
   const int64_t n = ctx.params.numel();
   plans_ = plan(ctx.layout, n, options_.chunk, options_.topk);

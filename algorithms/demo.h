@@ -63,10 +63,6 @@ void block_topk(const float* x, int64_t n, int64_t k, uint32_t* idx);
 // their values into values, sum of sent() of each (SparseLoCo selects this way too).
 void select_blocks(const std::vector<TensorPlan>& plans, const float* x, uint32_t* idx, float* values);
 
-// Why `codec` cannot carry DeMo's values (a transform or sparsify stage: DeMo does its own),
-// or nullopt. Checked by setup() and by config validation.
-std::optional<std::string> codec_problem(const compression::Pipeline& codec);
-
 // One island's DeMo. Owned by that island's thread.
 class Demo final : public Algorithm {
  public:
@@ -83,7 +79,6 @@ class Demo final : public Algorithm {
   void import_state(IslandContext& ctx, const AlgorithmState& state) override;
   // Checkpoint (docs/checkpoints.md): "round" (the step count), "residual" (δ). Every other
   // buffer is scratch, rewritten by each step; the exchange completes within the step.
-  std::string checkpoint_limit() const override { return {}; }
   AlgorithmCheckpoint state() const override;
   void load(IslandContext& ctx, const AlgorithmCheckpoint& state) override;
 

@@ -111,7 +111,6 @@ class DiLoCo final : public Algorithm {
   // tensors "in_flight.average", "in_flight.sent_delta" (eager; else undefined),
   // "in_flight.compensated" and "in_flight.transmitted" (error feedback; else undefined)
   // follow; with nothing in flight yet, "in_flight" is 0.
-  std::string checkpoint_limit() const override { return {}; }
   AlgorithmCheckpoint state() const override {
     AlgorithmCheckpoint s = anchor_and_outer(round_, anchor_, outer_);
     s.add("feedback.residual", feedback_.residual());

@@ -154,7 +154,6 @@ class DiPaCo final : public Algorithm {
   // (undefined until a lossy round; always undefined for a module only this island goes
   // through). Every module's exchange completes within the sync step, so any step boundary
   // may hold a checkpoint.
-  std::string checkpoint_limit() const override { return {}; }
   AlgorithmCheckpoint state() const override {
     if (rotating()) return tasks_state();
     AlgorithmCheckpoint s = anchor_and_outer(round_, anchor_, outer_);

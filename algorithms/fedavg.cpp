@@ -15,47 +15,8 @@
 #include "algorithms/exchange.h"
 #include "src/base/hash.h"
 
+// fedavg's client selection and local steps (fedavg.h) are in algorithms/planning.cpp.
 namespace atl::algorithms {
-namespace fedavg {
-
-int clients_per_round(double fraction, int clients) {
-  const int m = static_cast<int>(std::floor(fraction * clients + 1e-9));
-  return std::clamp(m, 1, clients);
-}
-
-std::vector<int> select_clients(uint64_t seed, int64_t round, int clients, int m) {
-  std::vector<int> all(static_cast<size_t>(clients));
-  std::iota(all.begin(), all.end(), 0);
-  uint64_t state = seed * 0x2545f4914f6cdd1dULL + static_cast<uint64_t>(round) + 0x51ed27ULL;
-  // Partial Fisher-Yates: the first m entries are a uniform sample without replacement.
-  for (int i = 0; i < m; ++i) {
-    const int j = i + static_cast<int>(splitmix64_next(state) % static_cast<uint64_t>(clients - i));
-    std::swap(all[i], all[j]);
-  }
-  all.resize(static_cast<size_t>(m));
-  std::sort(all.begin(), all.end());
-  return all;
-}
-
-int64_t local_steps(const AlgorithmOptions& options, int64_t shard_size) {
-  if (options.local_steps > 0) return options.local_steps;
-  const int64_t b = std::max(1, options.batch_size);
-  return options.local_epochs * ((shard_size + b - 1) / b);
-}
-
-std::optional<OptionProblem> check(const AlgorithmOptions& options) {
-  const int m = clients_per_round(options.client_fraction, options.islands);
-  if (options.min_clients > m)
-    return OptionProblem{"algorithm.min_clients", std::to_string(options.min_clients) +
-                                                      " is more than the clients selected per round (" +
-                                                      std::to_string(m) + " = max(floor(client_fraction x " +
-                                                      std::to_string(options.islands) +
-                                                      " islands), 1)): every round would be skipped"};
-  return std::nullopt;
-}
-
-}  // namespace fedavg
-
 namespace {
 
 class FedAvgClient final : public Algorithm {
@@ -116,8 +77,6 @@ class FedAvgClient final : public Algorithm {
   // Checkpoints at server rounds (docs/checkpoints.md): a client is at the cut at the
   // boundaries where its next action is a pull. State: "participations" (done, next_),
   // "global" (the pulled global model), "feedback.residual" (undefined before a lossy push).
-  std::string checkpoint_limit() const override { return {}; }
-  CheckpointCut checkpoint_cut() const override { return CheckpointCut::kServerRound; }
   double checkpoint_position(int64_t step) const override {
     if (next_ >= plan_.size() || plan_[next_].first_step != step + 1) return -1;
     return static_cast<double>(plan_[next_].round);

@@ -61,7 +61,8 @@ class SparseLoCo final : public Algorithm {
   std::string name() const override { return "sparseloco"; }
 
   void setup(IslandContext& ctx) override {
-    if (auto problem = codec_problem(*ctx.codec)) throw UserError("compression: " + *problem);
+    // A transform or sparsify stage cannot apply: SparseLoCo selects its values itself.
+    if (auto problem = algorithms::codec_problem(name(), ctx.codec->stages())) throw UserError("compression: " + *problem);
     at::NoGradGuard no_grad;
     const int64_t n = ctx.params.numel();
     plans_ = demo::plan(ctx.layout, n, options_.chunk, options_.topk);
@@ -159,7 +160,6 @@ class SparseLoCo final : public Algorithm {
 
   // Checkpoint: "round", "anchor" (theta_g), "error" (e). The exchange completes within the
   // round, so nothing is ever in flight at a step boundary.
-  std::string checkpoint_limit() const override { return {}; }
   AlgorithmCheckpoint state() const override {
     return AlgorithmCheckpoint().add("round", round_).add("anchor", anchor_).add("error", error_);
   }
@@ -174,18 +174,6 @@ class SparseLoCo final : public Algorithm {
     anchor_.copy_(anchor);
     anchor_ = share(ctx.shared, anchor_);
     error_.copy_(error);
-  }
-
-  // Why `codec` cannot carry the values: SparseLoCo selects them itself.
-  static std::optional<std::string> codec_problem(const compression::Pipeline& codec) {
-    for (const auto& s : codec.stages()) {
-      const compression::StageInfo* info = compression::find_stage_info(s.id);
-      if (info && (info->slot == compression::Slot::kTransform || info->slot == compression::Slot::kSparsify)) {
-        return std::string("stage '") + info->name + "' does not apply to sparseloco, which sends its own top-k "
-               "values (only quantize and zstd stages, applied to those values)";
-      }
-    }
-    return std::nullopt;
   }
 
  private:
@@ -255,10 +243,6 @@ class SparseLoCo final : public Algorithm {
 
 std::unique_ptr<Algorithm> make_sparseloco(const AlgorithmOptions& options, int) {
   return std::make_unique<SparseLoCo>(options);
-}
-
-std::optional<std::string> sparseloco_codec_problem(const compression::Pipeline& codec) {
-  return SparseLoCo::codec_problem(codec);
 }
 
 }  // namespace atl::algorithms

@@ -79,29 +79,6 @@ std::vector<std::vector<Run>> assign_fragments(const std::vector<ParamRange>& la
   return out;
 }
 
-std::optional<OptionProblem> Schedule::check(int64_t inner_steps, int fragments,
-                                             int64_t overlap_steps) {
-  if (fragments > inner_steps) {
-    return OptionProblem{"algorithm.fragments", std::to_string(fragments) +
-                                                    " fragments must not exceed algorithm.inner_steps (" +
-                                                    std::to_string(inner_steps) + ")"};
-  }
-  int64_t min_gap = inner_steps, previous = 0;
-  for (int p = 1; p < fragments; ++p) {
-    const int64_t offset = static_cast<int64_t>(p) * inner_steps / fragments;
-    min_gap = std::min(min_gap, offset - previous);
-    previous = offset;
-  }
-  min_gap = std::min(min_gap, inner_steps - previous);
-  if (overlap_steps >= min_gap) {
-    return OptionProblem{"algorithm.overlap_steps",
-                         std::to_string(overlap_steps) +
-                             " must be smaller than the steps between two fragment syncs (" +
-                             std::to_string(min_gap) +
-                             " = inner_steps / fragments): at most one fragment may be in flight"};
-  }
-  return std::nullopt;
-}
 
 Schedule::Schedule(int64_t inner_steps, int fragments, int64_t overlap_steps, int64_t last_step)
     : h_(inner_steps), tau_(overlap_steps), last_step_(last_step) {
@@ -207,7 +184,6 @@ class StreamingDiLoCo final : public Algorithm {
   // "fragment.<p>.outer.*" and "fragment.<p>.residual" (error feedback). Checkpoints fall
   // where no fragment is in flight (with overlap_steps > 0, a due one moves to the step after
   // the receive; at most one fragment is ever in flight).
-  std::string checkpoint_limit() const override { return {}; }
   bool can_checkpoint() const override { return can_hand_over(); }
   AlgorithmCheckpoint state() const override {
     TORCH_CHECK(can_hand_over(), "streaming_diloco: checkpoint with a fragment in flight");

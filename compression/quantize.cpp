@@ -3,8 +3,7 @@
 // and the NaN/Inf rule are documented once, in quantize.h.
 #include "compression/quantize.h"
 
-#include <c10/util/Exception.h>
-
+#include <stdexcept>
 #include <string>
 
 #include "compression/quantize_internal.h"
@@ -12,6 +11,12 @@
 namespace atl::compression::quant {
 
 namespace {
+
+// A caller's broken contract: std::invalid_argument "quantize: WHAT" (this file, like the
+// whole codec core, needs nothing of libtorch).
+void require(bool ok, const std::string& what) {
+  if (!ok) throw std::invalid_argument("quantize: " + what);
+}
 
 // Local names, so this file does not depend on the stage registry.
 const char* format_name(StageId f) {
@@ -74,7 +79,7 @@ bool is_quantizer(StageId format) {
 
 size_t encoded_size(StageId format, int64_t n, int64_t block) {
   const std::string bad = bad_args(format, n, block);
-  TORCH_CHECK(bad.empty(), "quantize: ", bad);
+  require(bad.empty(), bad);
   return static_cast<size_t>(size_unchecked(format, n, block));
 }
 
@@ -86,10 +91,10 @@ void encode(StageId format, const float* in, int64_t n, int64_t block, Rounding 
 void encode(StageId format, const float* in, int64_t n, int64_t block, Rounding rounding,
             uint64_t seed, int64_t index_offset, uint8_t* out) {
   const std::string bad = bad_args(format, n, block);
-  TORCH_CHECK(bad.empty(), "quantize: ", bad);
-  TORCH_CHECK(index_offset >= 0, "quantize: negative index_offset ", index_offset);
-  TORCH_CHECK(rounding == Rounding::kNearest || rounding == Rounding::kStochastic,
-              "quantize: unknown rounding mode ", static_cast<int>(rounding));
+  require(bad.empty(), bad);
+  require(index_offset >= 0, "negative index_offset " + std::to_string(index_offset));
+  require(rounding == Rounding::kNearest || rounding == Rounding::kStochastic,
+          "unknown rounding mode " + std::to_string(static_cast<int>(rounding)));
   if (n == 0) return;
   const detail::Noise noise(seed, static_cast<uint64_t>(index_offset));
   const detail::Noise* np = rounding == Rounding::kStochastic ? &noise : nullptr;
@@ -102,7 +107,7 @@ void encode(StageId format, const float* in, int64_t n, int64_t block, Rounding 
     case StageId::kFp4: return detail::encode_fp4(in, n, block, np, out);
     default: break;
   }
-  TORCH_CHECK(false, "quantize: unreachable format");
+  require(false, "unreachable format");
 }
 
 Status decode(StageId format, const uint8_t* in, size_t size, int64_t n, int64_t block,

@@ -66,7 +66,7 @@ bool is_quantizer(StageId format);
 
 // Exact encoded size in bytes of n values (block = elements per scale block; ignored by
 // fp16/bf16). Scales are stored per block, so n need not be a multiple of block.
-// Throws (c10::Error) unless is_quantizer(format), 0 <= n <= kMaxValues and, for the
+// Throws std::invalid_argument unless is_quantizer(format), 0 <= n <= kMaxValues and, for the
 // blockwise formats, block >= 1.
 size_t encoded_size(StageId format, int64_t n, int64_t block);
 

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "src/base/log.h"
+#include "src/cli/command_line.h"
 #include "src/base/status.h"
 #include "src/config/config.h"
 #include "src/config/sweep_spec.h"
@@ -30,6 +31,9 @@
 #include "src/sweep/runner.h"
 
 namespace {
+
+using atl::cli::CommandLine;
+using atl::cli::SweepOptions;
 
 constexpr int kExitRuntime = 1;
 constexpr int kExitUsage = 2;
@@ -46,15 +50,6 @@ atl::config::Config load_and_check(const std::string& path, const std::vector<st
   return c;
 }
 
-struct SweepOptions {
-  std::string path;           // the sweep file
-  std::string root = "sweeps";  // sweeps/<name>/
-  int jobs = 0;               // 0 = default_jobs
-  bool dry_run = false;
-  bool no_report = false;
-  bool smoke = false;         // one tiny run per algorithm (sweep.smoke), into <root>/<name>-smoke/
-  bool slurm = false;         // submit the unfinished runs as one Slurm job array
-};
 
 // `atoll sweep`: plan (every run resolved and checked), then run, then report.
 int sweep(const SweepOptions& o) {
@@ -116,176 +111,12 @@ void process_defaults(int, char**, char**) {
 __attribute__((section(".preinit_array"), used)) static void (*const kProcessDefaults)(int, char**, char**) =
     process_defaults;
 
-namespace {
-
-// The command line: every command's options, as the parser fills them, and the command run.
-// Lives on main()'s stack (the parser holds references to its members).
-struct CommandLine {
-  CommandLine() {
-    app.require_subcommand(1);
-    app.set_version_flag("--version", "atoll 0.1.0");
-    add_run_commands();
-    add_relay();
-    add_tools();
-  }
-  void add_run_commands();
-  void add_relay();
-  void add_tools();
-  // The chosen command's exit code; errors throw (main() maps them to exit codes).
-  int run();
-  // simulate, validate, coordinator, island, launch: the commands that take a CONFIG.
-  int run_config_command();
-  // `atoll island` without --id: the island of this Slurm task, and its device.
-  void place_island(atl::config::Config& config);
-
-  CLI::App app{"atoll: low-communication decentralized training"};
-  CLI::App *simulate = nullptr, *validate = nullptr, *coordinator = nullptr, *island = nullptr, *launch = nullptr,
-           *slurm = nullptr;
-  CLI::App *relay = nullptr, *sweep_cmd = nullptr, *report = nullptr, *compare = nullptr, *export_cmd = nullptr,
-           *keygen = nullptr;
-  // simulate, validate and the real runs.
-  std::string config_path;
-  std::vector<std::string> sets;
-  bool force = false, quiet = false, verbose = false, resume = false;
-  int island_id = -1;
-  int rank = 0;               // island: its rank in the island (islands.ranks)
-  std::string rank0_host;     // island under Slurm: the node of its island's rank 0
-  bool no_pickup = false;   // launch's first start of the coordinator (restarts pick the run up)
-  bool supervised = false;  // started by launch: island processes that exited are reported on stdin
-  bool ssh = false;
-  bool submit = false, dry_run = false;  // slurm
-  std::vector<std::string> peer_endpoints;
-  bool emulate_wan = false;
-  atl::run::WanOptions wan;
-  // relay, sweep, report, compare, export, keygen.
-  atl::run::RelayCommand relay_cmd;
-  std::string relay_config;
-  SweepOptions sweep_options;
-  std::string sweep_dir;
-  std::vector<std::string> run_dirs;
-  atl::core::ExportOptions export_options;
-  std::string key_dir, key_name;
-};
-
-void CommandLine::add_run_commands() {
-  simulate = app.add_subcommand("simulate", "run all islands of CONFIG in this process");
-  simulate->add_option("config", config_path, "experiment YAML")->required();
-  simulate->add_option("--set", sets, "override a key: --set algorithm.inner_steps=100 (repeatable)");
-  simulate->add_flag("--force", force, "overwrite an existing run directory");
-  simulate->add_flag("--resume", resume, "continue the run from its newest usable checkpoint (run.resume; "
-                                         "docs/checkpoints.md)");
-  simulate->add_flag("-q,--quiet", quiet, "no progress output");
-  simulate->add_flag("-v,--verbose", verbose, "debug logging");
-
-  validate = app.add_subcommand("validate", "check CONFIG without running it");
-  validate->add_option("config", config_path, "experiment YAML")->required();
-  validate->add_option("--set", sets, "override a key (repeatable)");
-
-  // Real runs: one coordinator and one process per island (or `launch` for all of them).
-  coordinator = app.add_subcommand("coordinator", "serve membership, rendezvous and the server role of CONFIG");
-  island = app.add_subcommand("island", "run island --id K of CONFIG");
-  launch = app.add_subcommand("launch", "start the coordinator and all islands of CONFIG on this machine");
-  for (auto* sc : {coordinator, island, launch}) {
-    sc->add_option("config", config_path, "experiment YAML")->required();
-    sc->add_option("--set", sets, "override a key (repeatable)");
-    sc->add_flag("-q,--quiet", quiet, "no progress output");
-  }
-  launch->footer("Exit codes: 0 every island finished; 3 the run finished with the surviving islands after "
-                 "others died, were refused or never joined (one line names them); 1 the run failed; "
-                 "2 usage or config error; 130 interrupted (docs/errors.md).");
-  for (auto* sc : {coordinator, island, launch}) {
-    sc->add_flag("--resume", resume, "continue the run from the newest checkpoint that the coordinator and every "
-                                     "island hold (run.resume; docs/checkpoints.md \"Real runs\")");
-  }
-  coordinator->add_flag("--force", force, "overwrite an existing run directory");
-  coordinator->add_flag("--no-pickup", no_pickup, "never pick up a running run of this run directory")->group("");
-  coordinator->add_flag("--supervised", supervised, "read 'exited ID HOW' lines from stdin (atoll launch)")->group("");
-  launch->add_flag("--force", force, "overwrite an existing run directory");
-  launch->add_flag("--ssh", ssh, "with a hosts: section, start the processes on their hosts over ssh "
-                                 "(default: print the per-host commands)");
-  island->add_option("--id", island_id, "this island's id, 0 .. islands.count-1 (default under srun: the Slurm "
-                                        "task's, docs/slurm.md)");
-  island->add_option("--rank", rank, "this process's rank in its island, 0 .. islands.ranks-1 (docs/ranks.md; "
-                                     "default under srun: the Slurm task's)");
-  slurm = app.add_subcommand("slurm", "write the batch scripts of CONFIG for Slurm: a coordinator job and an island "
-                                      "job array (docs/slurm.md); --submit submits them");
-  slurm->add_option("config", config_path, "experiment YAML")->required();
-  slurm->add_option("--set", sets, "override a key (repeatable; the jobs get it too)");
-  slurm->add_flag("--submit", submit, "submit the scripts with sbatch and say how to follow the run");
-  slurm->add_flag("--dry-run", dry_run, "print the scripts only; write nothing");
-  island->add_option("--peer-endpoint", peer_endpoints,
-                     "ID=ENDPOINT: dial peer ID at ENDPOINT instead of the endpoint it published "
-                     "(launch --emulate-wan: the relay of the link; repeatable)");
-
-}
-
-void CommandLine::add_relay() {
-  // WAN emulation (docs/wan-emulation.md): launch through relays, or one relay by hand.
-  launch->add_flag("--emulate-wan", emulate_wan,
-                   "route island traffic through relays that impose the network: profile "
-                   "(latency, jitter, rates, loss stalls, partitions)");
-  launch->add_flag("--wan-blackhole", wan.blackhole, "--emulate-wan: partitions stop forwarding (default: reset connections)");
-  launch->add_flag("--wan-random-loss", wan.random_loss, "--emulate-wan: draw losses per packet (default: evenly spaced)");
-  launch->add_option("--wan-stall-every-s", wan.stall_every_s, "--emulate-wan: a stall on every link this often");
-  launch->add_option("--wan-stall-s", wan.stall_s, "--emulate-wan: length of those stalls");
-  relay = app.add_subcommand("relay", "forward one TCP port like a WAN link: latency, jitter, rate cap, "
-                                            "loss stalls, cuts (docs/wan-emulation.md); Ctrl-C stops it");
-  relay->add_option("--listen", relay_cmd.listen, "HOST:PORT to accept on (default 127.0.0.1:0: a free port, printed)");
-  relay->add_option("--to", relay_cmd.to, "HOST:PORT to forward to (with --config: default the --to-island endpoint)");
-  relay->add_option("--config", relay_config, "take the link from this config's network: section and partitions");
-  relay->add_option("--set", sets, "override a key of --config (repeatable)");
-  relay->add_option("--from", relay_cmd.from, "with --config: the island that dials (-1: the coordinator)");
-  relay->add_option("--to-island", relay_cmd.to_endpoint, "with --config: the island dialled (-1: the coordinator)");
-  relay->add_option("--latency-ms", relay_cmd.latency_ms, "one-way latency, each direction");
-  relay->add_option("--jitter-ms", relay_cmd.jitter_ms, "extra latency, uniform in [0, J] per chunk (order kept)");
-  relay->add_option("--bandwidth-mbps", relay_cmd.bandwidth_mbps, "rate cap, each direction (Mbit/s)");
-  relay->add_option("--loss", relay_cmd.loss, "probability that a 1460-byte packet is lost; each loss stalls the stream one RTT");
-  relay->add_flag("--random-loss", relay_cmd.wan.random_loss, "draw losses per packet (default: evenly spaced, the mean rate)");
-  relay->add_option("--cut-at-s", relay_cmd.cut_at_s, "cut the link this many seconds after the start");
-  relay->add_option("--cut-for-s", relay_cmd.cut_for_s, "for this long");
-  relay->add_flag("--blackhole", relay_cmd.wan.blackhole, "a cut stops forwarding and keeps connections (default: resets them)");
-  relay->add_option("--stall-every-s", relay_cmd.wan.stall_every_s, "stall both directions this often");
-  relay->add_option("--stall-s", relay_cmd.wan.stall_s, "for this long each time");
-
-}
-
-void CommandLine::add_tools() {
-  sweep_cmd = app.add_subcommand("sweep", "run every run of SWEEP.yaml (docs/sweeps.md); resumes where it stopped");
-  sweep_cmd->add_option("sweep", sweep_options.path, "sweep YAML: a config plus a sweep: section")->required();
-  sweep_cmd->add_option("-j,--jobs", sweep_options.jobs, "runs at a time (default: cores / run.threads)")
-      ->check(CLI::PositiveNumber);
-  sweep_cmd->add_flag("--dry-run", sweep_options.dry_run, "print the plan (runs, done or to run) and stop");
-  sweep_cmd->add_flag("--no-report", sweep_options.no_report, "tables only: no plots or report.html at the end");
-  sweep_cmd->add_flag("--smoke", sweep_options.smoke,
-                      "check the file: one tiny run per algorithm, its sweep.smoke keys set, into <out>/<name>-smoke/");
-  sweep_cmd->add_option("--out", sweep_options.root, "parent of sweep directories (default: sweeps)");
-  sweep_cmd->add_flag("--slurm", sweep_options.slurm, "submit the runs not finished yet as one Slurm job array (-j: "
-                                                      "how many at a time; docs/sweeps.md); with --dry-run print it");
-
-  report = app.add_subcommand("report", "tables, plots and report.html of a sweep directory");
-  report->add_option("sweep_dir", sweep_dir, "sweeps/<name>")->required();
-  compare = app.add_subcommand("compare", "a table of runs: the keys that differ, then their results");
-  compare->add_option("runs", run_dirs, "run directories (or sweep directories: all their runs)")->required();
-
-  export_cmd = app.add_subcommand("export", "write a run's final (or a checkpoint's) parameters as a file "
-                                                  "PyTorch loads with torch.load (docs/checkpoints.md)");
-  export_cmd->add_option("run_dir", export_options.run_dir, "runs/<name>")->required();
-  export_cmd->add_option("--format", export_options.format, "pt (a dict of parameter name -> tensor)");
-  export_cmd->add_option("--checkpoint", export_options.checkpoint, "a checkpoint file instead of final_params.bin");
-  export_cmd->add_option("--path", export_options.path, "a run of several paths: path P's parameters (final_params.path<P>.bin)")
-      ->check(CLI::NonNegativeNumber);
-  export_cmd->add_option("--out", export_options.out, "the file to write (default RUN_DIR/final_params.pt, or "
-                                                      "RUN_DIR/step-S.pt for a checkpoint)");
-
-  keygen = app.add_subcommand("keygen", "write a CurveZMQ key pair DIR/NAME.key and DIR/NAME.pub");
-  keygen->add_option("dir", key_dir, "directory for the key files")->required();
-  keygen->add_option("--name", key_name, "coordinator or island-K")->required();
-}
+namespace atl::cli {
 
 int CommandLine::run() {
   if (verbose) atl::set_log_level(atl::LogLevel::kDebug);
   if (*keygen) return atl::run::keygen(key_dir, key_name);
-  if (*sweep_cmd) return sweep(sweep_options);
+  if (*sweep_cmd) return ::sweep(sweep_options);
   if (*export_cmd) {
     const atl::core::ExportResult r = atl::core::export_params(export_options);
     std::printf("%s: %lld tensors, %lld parameters from %s\n", r.out.c_str(), static_cast<long long>(r.tensors),
@@ -372,8 +203,7 @@ int CommandLine::run_config_command() {
   if (*launch) return atl::run::launch(config, popts);
   if (*slurm) return atl::run::slurm::run_slurm_command(config, popts, submit, dry_run);
   if (*validate) {
-    std::printf("%s: ok (%s, %d island%s, %s)\n", config_path.c_str(), config.algorithm.name.c_str(),
-                config.islands.count, config.islands.count == 1 ? "" : "s", config.model.name.c_str());
+    std::fputs(validated(config_path, config).c_str(), stdout);
     return 0;
   }
   atl::core::SimulateOptions options;
@@ -390,6 +220,10 @@ int CommandLine::run_config_command() {
               atl::core::outcome_note(s.outcome).c_str());
   return 0;
 }
+
+}  // namespace atl::cli
+
+namespace {
 
 // main(): also what a sweep's forked child runs for each run (src/sweep/process.h).
 int run_command_line(int argc, char** argv) {
@@ -420,4 +254,6 @@ int run_command_line(int argc, char** argv) {
 
 }  // namespace
 
+// atoll-engine: every command, with libtorch loaded; `atoll` (src/cli/front.cpp) hands it
+// the commands that need it.
 int main(int argc, char** argv) { return run_command_line(argc, argv); }

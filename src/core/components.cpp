@@ -9,11 +9,8 @@
 #include <utility>
 #include <thread>
 
-#include "algorithms/algorithm.h"
-#include "compression/stage.h"
+#include "algorithms/catalog.h"
 #include "src/base/status.h"
-#include "src/dipaco/run/options.h"
-#include "src/models/model.h"
 
 namespace atl::core {
 
@@ -31,51 +28,10 @@ int configure_threads(int requested) {
   return n;
 }
 
-algorithms::AlgorithmOptions algorithm_options(const config::Config& c,
-                                               const std::vector<int64_t>& shard_sizes) {
-  // The config keys are AlgorithmOptions' own (algorithms/options.h fields()); the rest
-  // describes the run.
-  algorithms::AlgorithmOptions o = c.algorithm;
-  o.islands = c.islands.count;
-  o.seed = c.run.seed;
-  o.batch_size = c.train.batch_size * c.train.grad_accum;
-  o.shard_sizes = shard_sizes;
-  o.train_steps = c.train.steps;
-  o.speeds = c.compute.speeds;
-  o.weight_decay = c.train.weight_decay;
-  o.model = c.model.name;
-  o.model_blocks = models::model_blocks(c.model);
-  path_options(c, o);  // the path structure's section
-  // A key the config leaves out is placed at the algorithm's name.
-  if (auto p = algorithms::resolve_options(o))
-    config::fail_key(c, p->key, p->message, c.origins.count(p->key) ? "" : "algorithm.name");
-  return o;
-}
-
 compression::Pipeline make_pipeline(const config::Config& c) {
-  std::vector<compression::StageConfig> stages;
-  for (size_t i = 0; i < c.compression.size(); ++i) {
-    const config::CompressionStage& s = c.compression[i];
-    compression::StageConfig st;
-    const std::string name = s.op == "quantize" ? s.format : s.op;
-    if (!compression::stage_from_name(name, &st.id)) {
-      throw UserError("compression[" + std::to_string(i) + "]: unknown stage '" + name + "'");
-    }
-    st.block = s.block;
-    st.rounding = s.rounding == "stochastic" ? compression::Rounding::kStochastic
-                                             : compression::Rounding::kNearest;
-    st.fraction = s.fraction;
-    st.count = s.count;
-    st.chunk = s.chunk;
-    st.level = s.level;
-    stages.push_back(st);
-  }
-  auto pipeline = compression::Pipeline::make(std::move(stages));
-  if (!pipeline.is_ok()) {
-    auto it = c.origins.find("compression");
-    const std::string where = it != c.origins.end() ? it->second : c.source;
-    throw UserError(where + ": key 'compression': " + pipeline.status().message());
-  }
+  // stage_configs has checked the chain: the pipeline of a valid chain always builds.
+  auto pipeline = compression::Pipeline::make(stage_configs(c));
+  if (!pipeline.is_ok()) throw UserError("compression: " + pipeline.status().message());
   return std::move(pipeline).value();
 }
 

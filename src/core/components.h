@@ -9,15 +9,12 @@
 #include "algorithms/options.h"
 #include "compression/pipeline.h"
 #include "src/config/config.h"
+#include "src/core/config_options.h"
 
 namespace atl::core {
 
-// The algorithm options a config describes; `shard_sizes` are the islands' training
-// examples.
-algorithms::AlgorithmOptions algorithm_options(const config::Config& config,
-                                               const std::vector<int64_t>& shard_sizes);
-
-// The outer-exchange pipeline of `config.compression` (empty list: raw fp32).
+// The outer-exchange pipeline of `config.compression` (empty list: raw fp32; its stages:
+// stage_configs in config_options.h, with algorithm_options).
 compression::Pipeline make_pipeline(const config::Config& config);
 
 // When the server role's global model (fedavg, async_local_sgd) is evaluated, and under which

@@ -157,17 +157,6 @@ double forward_backward_ranks(IslandParts& parts, const config::TrainConfig& tra
   return loss / ranks;
 }
 
-void check_eval_keys(const config::Config& config) {
-  const int n = config.data.loss_after;
-  if (const data::DataKind* kind = data::find_data_kind(config.data.kind); n > 0 && kind && !kind->language)
-    config::fail_key(config, "data.loss_after", "applies to language models (data.kind " + config.data.kind +
-                                                    " is a classifier's)");
-  if (n > config.model.seq_len)
-    config::fail_key(config, "data.loss_after", std::to_string(n) + " tokens, longer than model.seq_len (" +
-                                                    std::to_string(config.model.seq_len) + ")");
-  check_path_keys(config);  // the path structure's own keys
-}
-
 std::string final_params_name(int path) {
   return path < 0 ? "final_params.bin" : "final_params.path" + std::to_string(path) + ".bin";
 }

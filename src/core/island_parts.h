@@ -47,11 +47,6 @@ struct RunData {
 // Throws atl::UserError for data problems (and check_eval_keys' config errors).
 RunData load_run_data(const config::Config& config);
 
-// The rules of data.loss_after (<= model.seq_len; language models only) and of the paths'
-// keys that the config alone decides: atl::UserError naming the key. validate_config and
-// load_run_data run them.
-void check_eval_keys(const config::Config& config);
-
 // Re-routing a run of several models at one step (docs/architecture.md "Runs of several
 // models"): the islands score the paths, and the router deals train and validation anew.
 class Rerouter {

@@ -4,10 +4,6 @@
 // what only the whole config or the machine can say (events, transports, device, memory).
 #include "src/core/validate.h"
 
-#include <ATen/Context.h>
-#include <c10/core/Device.h>
-#include <c10/util/Exception.h>
-#include <torch/cuda.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -15,13 +11,12 @@
 #include <string>
 #include <vector>
 
-#include "algorithms/algorithm.h"
+#include "algorithms/catalog.h"
 #include "algorithms/options.h"
+#include "src/core/config_options.h"
+#include "src/data/kinds.h"
 #include "src/data/partition_rules.h"
 #include "src/models/model.h"
-#include "src/core/components.h"
-#include "src/core/island_parts.h"
-#include "src/data/kinds.h"
 #include "transport/kinds.h"
 
 namespace atl::core {
@@ -50,22 +45,37 @@ void fail(const config::Config& c, const KeyProblem& p) {
   config::fail_key(c, p.key, p.message, where);
 }
 
-void check_device(const config::Config& c) {
-  const std::string& d = c.run.device;
-  std::optional<c10::Device> device;
-  try {
-    device.emplace(d);
-  } catch (const c10::Error&) {
+// "cpu", "cuda" or "cuda:N" (N a device index); nullopt for anything else. `index` is -1
+// without one.
+std::optional<bool> parse_device(const std::string& d, int& index) {
+  index = -1;
+  const size_t colon = d.find(':');
+  const std::string type = d.substr(0, colon);
+  if (type != "cpu" && type != "cuda") return std::nullopt;
+  if (colon != std::string::npos) {
+    const std::string n = d.substr(colon + 1);
+    if (n.empty() || n.size() > 4 || n.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
+    index = std::stoi(n);
   }
-  if (!device || !(device->is_cpu() || device->is_cuda()))
+  return type == "cuda";
+}
+
+void check_device(const config::Config& c, CudaProbe cuda) {
+  const std::string& d = c.run.device;
+  int index = -1;
+  const std::optional<bool> is_cuda = parse_device(d, index);
+  if (!is_cuda)
     config::fail_key(c, "run.device", "'" + d + "' is not a device atoll can use (cpu, cuda or cuda:N)");
-  if (!device->is_cuda()) return;
-  if (!at::hasCUDA())
+  if (!*is_cuda) return;
+  if (cuda == nullptr)
+    config::fail_key(c, "run.device", "'" + d + "' is checked only by a program that loads libtorch");
+  const CudaDevices here = cuda();
+  if (!here.built)
     config::fail_key(c, "run.device", "'" + d + "' needs CUDA, but this atoll's libtorch was built without "
                                       "CUDA (use cpu)");
-  const int n = static_cast<int>(torch::cuda::device_count());
+  const int n = here.count;
   if (n == 0) config::fail_key(c, "run.device", "'" + d + "': no CUDA device is visible on this machine (use cpu)");
-  if (device->has_index() && device->index() >= n)
+  if (index >= n)
     config::fail_key(c, "run.device", "'" + d + "': this machine has " + std::to_string(n) + " CUDA device" +
                                       (n == 1 ? "" : "s") + " (cuda:0 .. cuda:" + std::to_string(n - 1) + ")");
 }
@@ -124,7 +134,7 @@ void check_checkpoint(const config::Config& c, Target target) {
     // Real runs (docs/checkpoints.md "Real runs"): every island process checkpoints at the
     // same step once the exchange in flight there (if any) has completed, fedavg's clients at
     // server rounds. async_local_sgd's cut is in virtual time, which real runs do not have.
-    if (k.every > 0 && algorithms::make_algorithm(algorithm_options(c, {}), 0)->checkpoint_cut() ==
+    if (k.every > 0 && algorithms::algorithm_traits(c.algorithm.name).checkpoint_cut ==
                            algorithms::CheckpointCut::kServerTime)
       config::fail_key(c, "checkpoint.every", "real runs (launch, island, coordinator) checkpoint every algorithm "
                                               "but async_local_sgd, not " + c.algorithm.name + " (set it to 0)");
@@ -135,10 +145,9 @@ void check_checkpoint(const config::Config& c, Target target) {
   if (c.run.resume && k.every == 0)
     config::fail_key(c, "run.resume", "there is nothing to resume from: checkpoints are off (set checkpoint.every)");
   if (k.every == 0) return;
-  const std::string limit = algorithms::make_algorithm(algorithm_options(c, {}), 0)->checkpoint_limit();
-  if (!limit.empty())
-    config::fail_key(c, "checkpoint.every", "algorithm '" + c.algorithm.name + "' cannot be checkpointed: " + limit +
-                                                " (set it to 0)");
+  if (const char* limit = algorithms::algorithm_traits(c.algorithm.name).checkpoint_limit)
+    config::fail_key(c, "checkpoint.every", "algorithm '" + c.algorithm.name + "' cannot be checkpointed: " +
+                                                limit + " (set it to 0)");
 }
 
 std::string human_bytes(double b) {
@@ -212,7 +221,7 @@ MemoryEstimate estimate_memory(const config::Config& c, Target target) {
   return m;
 }
 
-void validate_config(const config::Config& c, Target target) {
+void check_config(const config::Config& c, Target target, CudaProbe cuda) {
   config::check_environment(c);
   algorithms::AlgorithmOptions names;
   names.name = c.algorithm.name;
@@ -220,10 +229,7 @@ void validate_config(const config::Config& c, Target target) {
   models::DataShape shape;
   const bool shape_known = static_shape(c.data, shape);
   if (auto p = models::check_model(c.model, shape, shape_known); p && p->key == "model.name") fail(c, *p);
-  const compression::Pipeline codec = make_pipeline(c);
-  if (const auto problem = algorithms::algorithm_traits(c.algorithm.name).codec_problem) {
-    if (auto p = problem(codec)) config::fail_key(c, "compression", *p);
-  }
+  if (auto p = algorithms::codec_problem(c.algorithm.name, stage_configs(c))) config::fail_key(c, "compression", *p);
   if (target == Target::kRelay) {
     check_events(c, target);
     return;
@@ -231,7 +237,7 @@ void validate_config(const config::Config& c, Target target) {
   // launch with hosts: the processes on other machines check their own device at start.
   bool remote = !c.hosts.coordinator.empty();
   for (const auto& h : c.hosts.islands) remote = remote || !h.empty();
-  if (!(target == Target::kLaunch && remote)) check_device(c);
+  if (!(target == Target::kLaunch && remote)) check_device(c, cuda);
   if (auto p = models::check_model(c.model, shape, shape_known)) fail(c, *p);
   if (auto p = data::check_partition(c.data)) fail(c, *p);
   if (auto p = algorithms::check_options(algorithm_options(c, {}))) fail(c, *p);

@@ -38,13 +38,27 @@ enum class Target : uint8_t {
 //    (not fedavg); real runs (kLaunch, kIsland, kCoordinator) refuse them, since only the
 //    simulator applies them (partitions are kept: launch --emulate-wan applies those);
 // 7b. checkpoint: real runs write none yet; run.resume needs checkpoint.every; the algorithm
-//    must save its whole state (Algorithm::checkpoint_limit) and events are not saved yet;
+//    must save its whole state (AlgorithmTraits::checkpoint_limit) and events are not saved yet;
 // 8. real runs: transport settings that only one transport supports;
 // 9. memory (cpu): parameters, gradients and optimizer state of the islands this process
 //    holds (estimate_memory) must fit in the machine's physical memory.
 // kRelay runs 1-3 and 7's fedavg rule only. Pure apart from reading the file system, the
 // device list and the machine's memory size.
+// In the engine (libtorch loaded); run.device cuda is checked against libtorch's CUDA
+// (src/core/cuda_devices.cpp).
 void validate_config(const config::Config& config, Target target);
+
+// What validation needs to know of CUDA here: whether libtorch was built with it, and the
+// devices it sees.
+struct CudaDevices {
+  bool built = false;
+  int count = 0;
+};
+using CudaProbe = CudaDevices (*)();
+// validate_config without libtorch (the `atoll` front end): the same checks, with `cuda`
+// asked for a cuda run.device; nullptr: a cuda device is refused as not checkable here (the
+// front end hands such configs to the engine first).
+void check_config(const config::Config& config, Target target, CudaProbe cuda);
 
 // A lower bound of the memory the parameters of a run take in one process of `target`.
 struct MemoryEstimate {

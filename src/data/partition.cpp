@@ -48,10 +48,6 @@ Shards deal(const std::vector<int64_t>& order, int64_t parts) {
   return out;
 }
 
-std::string needs_labels(const std::string& kind) {
-  return kind + " needs labels (classification data); use iid or contiguous for language models";
-}
-
 const std::vector<int64_t>& require_labels(const Dataset& train, const std::string& kind) {
   if (train.labels().empty() || train.num_classes() < 1) throw UserError("data.partition: " + needs_labels(kind));
   return train.labels();
@@ -132,12 +128,7 @@ Shards label_shards(const Dataset& train, int islands, int per_island, Rng& rng)
 
 }  // namespace
 
-std::optional<KeyProblem> check_partition(const config::DataConfig& config) {
-  const bool by_label = config.partition == "dirichlet" || config.partition == "shards";
-  if (const DataKind* kind = find_data_kind(config.kind); by_label && kind && kind->language)
-    return KeyProblem{"data.partition", needs_labels(config.partition)};
-  return std::nullopt;
-}
+// check_partition: src/data/partition_rules.cpp (no libtorch).
 
 std::vector<std::vector<int64_t>> partition(const Dataset& train, int islands,
                                             const config::DataConfig& config, uint64_t seed) {

@@ -35,31 +35,11 @@ Conv conv_uniform(int64_t in, int64_t out, int64_t kernel, int64_t padding, at::
   return Conv(w, b, padding);
 }
 
-constexpr int64_t kKernel = 5;
-
-// One architecture's sizes on images of `side`.
-struct Shape {
-  int64_t c1, c2, pad2;          // channels of the two convolutions; the second's padding
-  int64_t s1, s2, flat;          // spatial side after conv1, after conv2; features into fc1
-  std::vector<int64_t> hidden;   // fully connected widths before the output layer
-};
-
-Shape shape_of(ConvNet::Kind kind, int64_t side) {
-  Shape s;
-  if (kind == ConvNet::Kind::kCnn) {
-    s.c1 = 32, s.c2 = 64, s.pad2 = 2, s.hidden = {512};
-  } else {
-    s.c1 = 6, s.c2 = 16, s.pad2 = 0, s.hidden = {120, 84};
-  }
-  s.s1 = side;                               // 'same'
-  s.s2 = side / 2 + 2 * s.pad2 - kKernel + 1;  // after the first pooling
-  s.flat = s.c2 * (s.s2 / 2) * (s.s2 / 2);
-  return s;
-}
-
 }  // namespace
 
 struct ConvNetModule : torch::nn::Module {
+  using Shape = ConvNet::Shape;
+  static constexpr int64_t kKernel = ConvNet::kKernel;
   ConvNetModule(const Shape& s, int classes, at::Generator& gen) {
     conv1 = register_module("conv1", conv_uniform(1, s.c1, kKernel, 2, gen));
     conv2 = register_module("conv2", conv_uniform(s.c1, s.c2, kKernel, s.pad2, gen));
@@ -84,23 +64,7 @@ struct ConvNetModule : torch::nn::Module {
   layers::Dense out{nullptr};
 };
 
-int64_t ConvNet::image_side(Kind kind, int64_t input_dim) {
-  const auto side = static_cast<int64_t>(std::llround(std::sqrt(static_cast<double>(input_dim))));
-  if (side * side != input_dim) return 0;
-  return side >= (kind == Kind::kCnn ? 4 : 12) ? side : 0;
-}
-
-int64_t ConvNet::expected_numel(Kind kind, int64_t side, int64_t classes) {
-  const Shape s = shape_of(kind, side);
-  int64_t n = (kKernel * kKernel + 1) * s.c1 + (s.c1 * kKernel * kKernel + 1) * s.c2;
-  int64_t in = s.flat;
-  for (int64_t width : s.hidden) {
-    n += in * width + width;
-    in = width;
-  }
-  return n + in * classes + classes;
-}
-
+// image_side, expected_numel and shape_of: src/models/spec.cpp (no libtorch).
 ConvNet::ConvNet(Kind kind, int64_t input_dim, int classes, c10::Device device, uint64_t seed)
     : kind_(kind), side_(image_side(kind, input_dim)), device_(device) {
   TORCH_CHECK(side_ > 0 && classes > 0, name(), ": input_dim must be a square image the poolings leave room in");

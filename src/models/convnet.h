@@ -16,7 +16,9 @@
 // Owned by one island (thread); not thread-safe.
 #pragma once
 
+#include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "src/models/model.h"
 
@@ -40,6 +42,14 @@ class ConvNet final : public Model {
   // The image side for `input_dim` features, or 0 when they are not a square image this kind
   // can pool down.
   static int64_t image_side(Kind kind, int64_t input_dim);
+  // One architecture's sizes on images of `side` (pure, like the two above: src/models/spec.cpp).
+  static constexpr int64_t kKernel = 5;
+  struct Shape {
+    int64_t c1, c2, pad2;          // channels of the two convolutions; the second's padding
+    int64_t s1, s2, flat;          // spatial side after conv1, after conv2; features into fc1
+    std::vector<int64_t> hidden;   // fully connected widths before the output layer
+  };
+  static Shape shape_of(Kind kind, int64_t side);
 
   std::string name() const override { return kind_ == Kind::kCnn ? "cnn" : "lenet5"; }
   // Loss: mean cross-entropy; correct = argmax hits; count = B.

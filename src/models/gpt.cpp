@@ -138,11 +138,7 @@ struct GptNet : torch::nn::Module {
   torch::Tensor future;  // [seq_len, seq_len] float, -inf above the diagonal, else 0; on the model's device
 };
 
-int64_t Gpt::expected_numel(const config::ModelConfig& c) {
-  const int64_t V = c.vocab, T = c.seq_len, C = c.dim, L = c.layers;
-  return V * C + T * C + L * (12 * C * C + 13 * C) + 2 * C + (c.tie_embeddings ? 0 : V * C);
-}
-
+// Gpt::expected_numel: src/models/spec.cpp (no libtorch).
 Gpt::Gpt(const config::ModelConfig& config, c10::Device device, uint64_t seed)
     : config_(config), device_(device) {
   TORCH_CHECK(config.layers > 0 && config.heads > 0 && config.dim > 0 && config.seq_len > 0 &&

@@ -491,9 +491,9 @@ TEST(Demo, RefusesTransformAndSparsifyStages) {
   int8.id = compression::StageId::kInt8;
   compression::StageConfig zstd;
   zstd.id = compression::StageId::kZstd;
-  EXPECT_TRUE(demo::codec_problem(compression::Pipeline::make({topk}).value()));
-  EXPECT_FALSE(demo::codec_problem(compression::Pipeline::make({int8, zstd}).value()));
-  EXPECT_FALSE(demo::codec_problem(compression::Pipeline()));
+  EXPECT_TRUE(codec_problem("demo", compression::Pipeline::make({topk}).value().stages()));
+  EXPECT_FALSE(codec_problem("demo", compression::Pipeline::make({int8, zstd}).value().stages()));
+  EXPECT_FALSE(codec_problem("demo", compression::Pipeline().stages()));
   AlgorithmOptions o;
   o.name = "demo";
   demo::Demo algo(o);

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "tests/cli_test_util.h"
 
@@ -30,28 +31,66 @@ int count(const std::string& s, const std::string& needle) {
   return n;
 }
 
-// libgomp reads OMP_WAIT_POLICY when it loads, before main(); atoll sets PASSIVE before that
-// (src/cli/main.cpp, from the executable's pre-initialisation) without re-executing itself,
-// and a user's own setting wins. OMP_DISPLAY_ENV makes libgomp print what it read, once per
-// process start: one start, not two.
+// The output of shell command `cmd`, stdout and stderr together, and its exit status.
+Result run_command(const std::string& cmd) {
+  Result r;
+  FILE* p = popen(cmd.c_str(), "r");
+  std::array<char, 4096> buf{};
+  while (p && fgets(buf.data(), buf.size(), p)) r.output += buf.data();
+  const int status = p ? pclose(p) : -1;
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+// `env ENV ATOLL_BINARY ARGS`.
+Result run_env(const std::string& env, const std::string& args) {
+  return run_command("env " + env + " " + std::string(ATOLL_BINARY) + " " + args + " 2>&1");
+}
+
+// libgomp reads OMP_WAIT_POLICY when it loads, before main(); the engine sets PASSIVE before
+// that (src/cli/main.cpp, from the executable's pre-initialisation) without re-executing
+// itself, and a user's own setting wins. OMP_DISPLAY_ENV makes libgomp print what it read,
+// once per process start: one start, not two (the front end, which hands `export` to the
+// engine, does not load libgomp).
 TEST(Startup, OpenMpWaitsPassivelyWithoutReExecution) {
-  auto start = [](const std::string& env) {
-    const std::string cmd = "env -u OMP_WAIT_POLICY OMP_DISPLAY_ENV=true " + env + " " + std::string(ATOLL_BINARY) +
-                            " --version 2>&1";
-    Result r;
-    FILE* p = popen(cmd.c_str(), "r");
-    std::array<char, 4096> buf{};
-    while (p && fgets(buf.data(), buf.size(), p)) r.output += buf.data();
-    r.code = p ? pclose(p) : -1;
-    return r;
-  };
-  const Result plain = start("");
-  EXPECT_EQ(plain.code, 0) << plain.output;
+  const std::string engine_command = "export /nonexistent-atoll-run";
+  const Result plain = run_env("-u OMP_WAIT_POLICY OMP_DISPLAY_ENV=true", engine_command);
   EXPECT_EQ(count(plain.output, "OMP_WAIT_POLICY = "), 1) << plain.output;
   EXPECT_EQ(count(plain.output, "OMP_WAIT_POLICY = 'PASSIVE'"), 1) << plain.output;
-  const Result user = start("OMP_WAIT_POLICY=ACTIVE");
+  const Result user = run_env("OMP_WAIT_POLICY=ACTIVE OMP_DISPLAY_ENV=true", engine_command);
   EXPECT_EQ(count(user.output, "OMP_WAIT_POLICY = "), 1) << user.output;
   EXPECT_EQ(count(user.output, "OMP_WAIT_POLICY = 'ACTIVE'"), 1) << user.output;
+}
+
+// The front end answers help, usage errors and `validate` without loading libtorch (the
+// loader's own record of the files it opens), and hands a command that trains to the engine,
+// which loads it (docs/architecture.md "Front end and engine").
+TEST(Startup, FrontEndDoesNotLoadLibtorch) {
+  const std::string config = std::string(ATOLL_SOURCE_DIR) + "/configs/quickstart.yaml";
+  for (const std::string& args : std::vector<std::string>{"--help", "validate " + config, "validate " + config + " --set train.stepz=3",
+                                 "simulate"}) {
+    const Result r = run_env("LD_DEBUG=files", args);
+    EXPECT_EQ(count(r.output, "file=libtorch"), 0) << args << "\n" << r.output.substr(0, 2000);
+    EXPECT_GT(count(r.output, "file=libyaml-cpp"), 0) << args << ": the loader's record is missing";
+  }
+  const Result engine = run_env("LD_DEBUG=files", "export /nonexistent-atoll-run");
+  EXPECT_GT(count(engine.output, "file=libtorch_cpu"), 0) << engine.output.substr(0, 2000);
+}
+
+// `validate` answered by the front end and by the engine: the same line, the same refusals.
+TEST(Startup, FrontEndAndEngineValidateAlike) {
+  const std::string front = ATOLL_BINARY;
+  const std::string engine = front.substr(0, front.rfind('/') + 1) + "atoll-engine";
+  const std::string config = std::string(ATOLL_SOURCE_DIR) + "/configs/quickstart.yaml";
+  for (const std::string& args : std::vector<std::string>{"validate " + config, "validate " + config + " --set algorithm.topk=8",
+                                 "validate " + config + " --set model.dim=100", "validate " + config +
+                                 " --set compression=[{op: topk, fraction: 0.1}] --set algorithm.name=demo",
+                                 "validate " + config + " --set run.device=gpu"}) {
+    const Result a = run(args);
+    const Result e = run_command(engine + " " + args + " 2>&1");
+    EXPECT_EQ(a.code, e.code) << args;
+    EXPECT_EQ(a.output, e.output) << args;
+  }
 }
 
 class Cli : public ::testing::Test {

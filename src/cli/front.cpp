@@ -1,0 +1,67 @@
+// `atoll`, the front end: the command line without libtorch. Loading libtorch takes about half
+// a second here, more than everything else a short command does, so the front end answers
+// what needs no libtorch itself (help, --version, usage errors, `validate` of a CPU config)
+// and hands every other command to the engine beside it, `atoll-engine` (src/cli/main.cpp),
+// by exec: the same process id, arguments, environment and descriptors
+// (docs/architecture.md "Front end and engine").
+#include <limits.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <string>
+
+#include "src/base/status.h"
+#include "src/cli/command_line.h"
+#include "src/config/config.h"
+#include "src/core/validate.h"
+
+namespace {
+
+constexpr int kExitRuntime = 1;
+constexpr int kExitUsage = 2;
+
+// atoll-engine in this executable's directory.
+std::string engine_path() {
+  char self[PATH_MAX];
+  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
+  const std::string path = n > 0 ? std::string(self, static_cast<size_t>(n)) : std::string("atoll");
+  return path.substr(0, path.rfind('/') + 1) + "atoll-engine";
+}
+
+[[noreturn]] void exec_engine(char** argv) {
+  const std::string engine = engine_path();
+  ::execv(engine.c_str(), argv);
+  std::fprintf(stderr, "atoll: runtime failure: cannot start %s: %s (it is built beside atoll)\n", engine.c_str(),
+               std::strerror(errno));
+  ::_exit(kExitRuntime);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  atl::cli::CommandLine cli;
+  try {
+    cli.app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = cli.app.exit(e);
+    return rc == 0 ? 0 : kExitUsage;
+  }
+  if (!*cli.validate) exec_engine(argv);
+  try {
+    const atl::config::Config config = atl::config::load_config(cli.config_path, cli.sets);
+    // Whether a CUDA device is there, only libtorch can say.
+    if (config.run.device.rfind("cuda", 0) == 0) exec_engine(argv);
+    atl::core::check_config(config, atl::core::Target::kSimulate, nullptr);
+    std::fputs(atl::cli::validated(cli.config_path, config).c_str(), stdout);
+    return 0;
+  } catch (const atl::UserError& e) {
+    std::fprintf(stderr, "atoll: error: %s\n", e.what());
+    return kExitUsage;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "atoll: runtime failure: %s\n", e.what());
+    return kExitRuntime;
+  }
+}
