@@ -13,6 +13,26 @@ namespace atl::transport::collectives {
 
 namespace {
 
+// dst = (a + b) / divisor in one pass over [n] float32 (contiguous, CPU), rounded as
+// at::add_out then div_ round it (the float sum, then the quotient by the divisor as a float):
+// bitwise the same, without reading and writing dst twice.
+void add_divide(at::Tensor& dst, const at::Tensor& a, const at::Tensor& b, double divisor) {
+  const auto plain = [](const at::Tensor& t) {
+    return t.is_cpu() && t.scalar_type() == at::kFloat && t.is_contiguous();
+  };
+  if (!plain(dst) || !plain(a) || !plain(b)) {
+    at::add_out(dst, a, b);
+    dst.div_(divisor);
+    return;
+  }
+  float* out = dst.data_ptr<float>();
+  const float* x = a.data_ptr<float>();
+  const float* y = b.data_ptr<float>();
+  const auto d = static_cast<float>(divisor);
+  const int64_t n = dst.numel();
+  for (int64_t i = 0; i < n; ++i) out[i] = (x[i] + y[i]) / d;
+}
+
 using Bytes = std::vector<uint8_t>;
 
 int64_t chunk_len(int64_t n, int w, int c) {
@@ -158,8 +178,11 @@ Program ring_allreduce(Wire& wire, AllreduceSetup s) {
           incoming = scratch.narrow(0, (t % 2) * max_chunk + pb, pe - pb);
           decode_from(codec, in, incoming, prev, "ring all-reduce");
         }
-        at::add_out(dst, s.buffer.narrow(0, cb + pb, pe - pb), incoming);
-        if (t == w - 2) dst.div_(s.divisor);  // this member owns the chunk's sum now
+        if (t == w - 2) {  // this member owns the chunk's sum now: the mean in the same pass
+          add_divide(dst, s.buffer.narrow(0, cb + pb, pe - pb), incoming, s.divisor);
+        } else {
+          at::add_out(dst, s.buffer.narrow(0, cb + pb, pe - pb), incoming);
+        }
       } else if (raw) {  // all-gather: the piece landed in place, is kept by the wire, or is copied there
         at::Tensor incoming = raw_view(in, pe - pb, prev, "ring all-reduce");
         if (in.data == bytes_of(dst)) {

@@ -71,7 +71,7 @@ void encode_header_hashed(const Header& h, uint64_t payload_hash, uint8_t out[kH
 }
 
 Status parse_header(const uint8_t* b, size_t size, const uint8_t* payload, size_t payload_size,
-                    Header* h) {
+                    Header* h, uint64_t* payload_hash) {
   if (size != kHeaderBytes) {
     return bad("header frame of " + std::to_string(size) + " bytes, want " + std::to_string(kHeaderBytes));
   }
@@ -117,9 +117,9 @@ Status parse_header(const uint8_t* b, size_t size, const uint8_t* payload, size_
     case MsgType::kResultInfo:
       break;
   }
-  if (get_at<uint64_t>(b, kChecksumOffset) != message_checksum(b, checksum_payload(payload, payload_size))) {
-    return bad("checksum mismatch");
-  }
+  const uint64_t hash = checksum_payload(payload, payload_size);
+  if (get_at<uint64_t>(b, kChecksumOffset) != message_checksum(b, hash)) return bad("checksum mismatch");
+  if (payload_hash) *payload_hash = hash;
   return Status::ok();
 }
 

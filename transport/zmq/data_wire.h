@@ -99,8 +99,10 @@ void encode_header_hashed(const Header& h, uint64_t payload_hash, uint8_t out[kH
 // sender out of range, payload length disagreeing with the payload frame, a piece index not
 // below the piece count, a split range outside `total`, a raw piece of another type or not a
 // whole number of fp32 values, a body of the wrong size for its type, or a bad checksum.
+// `payload_hash` (optional): the payload's checksum_payload(), verified, for a receiver that
+// forwards the same bytes (ZmqWire::send) and need not hash them again.
 Status parse_header(const uint8_t* bytes, size_t size, const uint8_t* payload,
-                    size_t payload_size, Header* h);
+                    size_t payload_size, Header* h, uint64_t* payload_hash = nullptr);
 
 // The payload's part of a message's checksum: XXH3-64 (src/base/hash.h; copy_and_xxh3_64
 // computes it while copying).

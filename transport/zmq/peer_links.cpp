@@ -206,9 +206,10 @@ void PeerLinks::receive_router(const std::function<void(Inbound&)>& deliver) {
     }
     const bool has_payload = parts.size() == 3;
     Header h;
+    uint64_t payload_hash = 0;
     Status st = parse_header(parts[1].data<uint8_t>(), parts[1].size(),
                              has_payload ? parts[2].data<uint8_t>() : nullptr,
-                             has_payload ? parts[2].size() : 0, &h);
+                             has_payload ? parts[2].size() : 0, &h, &payload_hash);
     if (!st.is_ok()) {
       drops_.drop("invalid header", st.message());
       continue;
@@ -240,7 +241,7 @@ void PeerLinks::receive_router(const std::function<void(Inbound&)>& deliver) {
     }
     ++expected;
     send_ack(rid, h.link_seq);
-    Inbound m{h, has_payload ? std::move(parts[2]) : zmq::message_t()};
+    Inbound m{h, has_payload ? std::move(parts[2]) : zmq::message_t(), payload_hash};
     deliver(m);
   }
 }

@@ -70,6 +70,7 @@ struct Outbound {
 struct Inbound {
   Header header;
   zmq::message_t payload;
+  uint64_t payload_hash = 0;  // checksum_payload(payload), verified on receipt
   const uint8_t* data() const { return static_cast<const uint8_t*>(payload.data()); }
   size_t size() const { return header.payload_len; }
 };

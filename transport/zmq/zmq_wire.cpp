@@ -64,8 +64,11 @@ void ZmqWire::send(int to, const collectives::MsgKey& key, const uint8_t* data, 
   h.total = size;
   if (raw && size >= kMinKeptBytes) {
     if (std::shared_ptr<const void> owner = owner_of(data, size)) {  // zero copy
-      return ctx_->send(to, Outbound{h, nullptr, 0, size, raw_bytes, true, checksum_payload(data, size), data,
-                                     std::move(owner)});
+      // A kept piece forwarded whole was hashed when its receipt was verified.
+      const auto* kept = owner == result_ ? nullptr : static_cast<const Inbound*>(owner.get());
+      const uint64_t hash = kept && kept->data() == data && kept->size() == size ? kept->payload_hash
+                                                                                 : checksum_payload(data, size);
+      return ctx_->send(to, Outbound{h, nullptr, 0, size, raw_bytes, true, hash, data, std::move(owner)});
     }
   }
   auto payload = ctx_->payload_buffer(size);
