@@ -8,8 +8,11 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -64,6 +67,26 @@ SimCheckpoint load_resume_point(const config::Config& config, const std::string&
   return std::move(*c);
 }
 
+// Many islands in one process (docs/simulator.md "Memory"): glibc raises its mmap threshold
+// each time a large mapped block is freed, after which the islands' long-lived
+// parameter-sized buffers land in the heap between short-lived activations and pin the space
+// freed around them (about 3.5 MiB an island of the quickstart's model at batch 2). A fixed
+// threshold of half a parameter buffer gives each such buffer its own mapping and keeps
+// smaller temporaries in the heap. Not for a few islands, where memory does not matter and
+// a batch's larger activations would then be mapped and unmapped every step; not when the
+// user tunes malloc.
+constexpr int kManyIslands = 16;
+
+void place_large_buffers_apart(int islands, int64_t params) {
+  if (islands < kManyIslands) return;
+  for (const char* v : {"GLIBC_TUNABLES", "MALLOC_ARENA_MAX", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_"})
+    if (std::getenv(v) != nullptr) return;
+  const int64_t half = params * static_cast<int64_t>(sizeof(float)) / 2;
+  const int threshold = static_cast<int>(std::clamp<int64_t>(half, int64_t{128} << 10, int64_t{32} << 20));
+  if (::mallopt(M_MMAP_THRESHOLD, threshold) == 1)
+    ATOLL_DEBUG("simulate: " << islands << " islands: malloc maps blocks of " << threshold << " bytes and more");
+}
+
 }  // namespace
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -95,6 +118,7 @@ Simulation::Simulation(const config::Config& config, const SimulateOptions& opti
   data_ = load_run_data(data_config);
   algo_options_ = algorithm_options(config, data_.shard_sizes);
   codec_ = make_pipeline(config);
+  place_large_buffers_apart(n_, models::estimate_numel(config.model, data_.shape));
   scheduler_ = std::make_unique<transport::Scheduler>(n_);
   hub_ = std::make_unique<transport::InprocHub>(n_, *scheduler_);
   islands_.resize(static_cast<size_t>(n_));
