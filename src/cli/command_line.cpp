@@ -1,6 +1,13 @@
 // The command line's commands and options (command_line.h).
 #include "src/cli/command_line.h"
 
+#include <cstdio>
+
+#include "src/config/sweep_spec.h"
+#include "src/sweep/compare.h"
+#include "src/sweep/plan.h"
+#include "src/sweep/report.h"
+
 namespace atl::cli {
 
 void CommandLine::add_run_commands() {
@@ -116,6 +123,25 @@ void CommandLine::add_tools() {
   keygen = app.add_subcommand("keygen", "write a CurveZMQ key pair DIR/NAME.key and DIR/NAME.pub");
   keygen->add_option("dir", key_dir, "directory for the key files")->required();
   keygen->add_option("--name", key_name, "coordinator or island-K")->required();
+}
+
+std::optional<int> run_file_command(CommandLine& cli, const std::function<void(const atl::config::Config&)>& check) {
+  if (*cli.report) {
+    std::printf("%s\n", atl::sweep::write_report(cli.sweep_dir).c_str());
+    return 0;
+  }
+  if (*cli.compare) {
+    std::fputs(atl::sweep::compare_table(cli.run_dirs).c_str(), stdout);
+    return 0;
+  }
+  const SweepOptions& o = cli.sweep_options;
+  if (*cli.sweep_cmd && o.dry_run && !o.slurm) {
+    const atl::config::SweepSpec spec = atl::config::load_sweep_spec(o.path);
+    const atl::sweep::ExpandedSweep plan = atl::sweep::expand(spec, o.root, check, o.smoke);
+    std::fputs(atl::sweep::plan_text(plan.plan).c_str(), stdout);
+    return 0;
+  }
+  return std::nullopt;
 }
 
 std::string validated(const std::string& path, const atl::config::Config& config) {

@@ -5,6 +5,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -73,6 +75,12 @@ struct CommandLine {
   atl::core::ExportOptions export_options;
   std::string key_dir, key_name;
 };
+
+// `atoll report`, `atoll compare` and a sweep's plan (`sweep --dry-run` without --slurm): the
+// commands that only read and write files, answered alike by both programs. `check` checks
+// each run's config (the engine's validate_config, the front end's check_config). Returns
+// the exit code; nullopt for any other command. Errors throw, as run() does.
+std::optional<int> run_file_command(CommandLine& cli, const std::function<void(const atl::config::Config&)>& check);
 
 // `atoll validate`'s line for a config that passed: "PATH: ok (diloco, 4 islands, gpt)\n".
 std::string validated(const std::string& path, const atl::config::Config& config);

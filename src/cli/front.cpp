@@ -1,7 +1,7 @@
 // `atoll`, the front end: the command line without libtorch. Loading libtorch takes about half
 // a second here, more than everything else a short command does, so the front end answers
-// what needs no libtorch itself (help, --version, usage errors, `validate` of a CPU config)
-// and hands every other command to the engine beside it, `atoll-engine` (src/cli/main.cpp),
+// what needs no libtorch itself (help, --version, usage errors, `validate` of a CPU config,
+// `report`, `compare`, a sweep's plan) and hands every other command to the engine beside it, `atoll-engine` (src/cli/main.cpp),
 // by exec: the same process id, arguments, environment and descriptors
 // (docs/architecture.md "Front end and engine").
 #include <limits.h>
@@ -11,11 +11,13 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <optional>
 #include <string>
 
 #include "src/base/status.h"
 #include "src/cli/command_line.h"
 #include "src/config/config.h"
+#include "src/core/run_dir.h"
 #include "src/core/validate.h"
 
 namespace {
@@ -49,19 +51,28 @@ int main(int argc, char** argv) {
     const int rc = cli.app.exit(e);
     return rc == 0 ? 0 : kExitUsage;
   }
-  if (!*cli.validate) exec_engine(argv);
-  try {
-    const atl::config::Config config = atl::config::load_config(cli.config_path, cli.sets);
-    // Whether a CUDA device is there, only libtorch can say.
+  // Whether a CUDA device is there, only libtorch can say: such a config goes to the engine.
+  const auto check = [&](const atl::config::Config& config) {
     if (config.run.device.rfind("cuda", 0) == 0) exec_engine(argv);
     atl::core::check_config(config, atl::core::Target::kSimulate, nullptr);
-    std::fputs(atl::cli::validated(cli.config_path, config).c_str(), stdout);
-    return 0;
+  };
+  try {
+    if (*cli.validate) {
+      const atl::config::Config config = atl::config::load_config(cli.config_path, cli.sets);
+      check(config);
+      std::fputs(atl::cli::validated(cli.config_path, config).c_str(), stdout);
+      return 0;
+    }
+    if (const std::optional<int> rc = atl::cli::run_file_command(cli, check)) return *rc;
   } catch (const atl::UserError& e) {
     std::fprintf(stderr, "atoll: error: %s\n", e.what());
     return kExitUsage;
+  } catch (const atl::core::OutputError& e) {  // an output that could not be written (docs/errors.md)
+    std::fprintf(stderr, "atoll: run failed: %s\n", e.what());
+    return kExitRuntime;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "atoll: runtime failure: %s\n", e.what());
     return kExitRuntime;
   }
+  exec_engine(argv);
 }

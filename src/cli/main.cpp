@@ -65,11 +65,7 @@ int sweep(const SweepOptions& o) {
     return atl::run::slurm::submit_sweep(plan.configs.front(), plan.plan.dir, ids, o.jobs, o.dry_run,
                                          [&] { atl::sweep::prepare_runs(plan); });
   }
-  if (o.dry_run) {
-    std::fputs(atl::sweep::plan_text(plan.plan).c_str(), stdout);
-    return 0;
-  }
-  atl::sweep::RunnerOptions runner;
+  atl::sweep::RunnerOptions runner;  // (a plan's dry run is run_file_command's)
   runner.jobs = o.jobs > 0 ? o.jobs : atl::sweep::default_jobs(plan);
   runner.warm = [](const std::vector<std::string>& argv) {  // `atoll simulate ...` in a fork of this one
     std::vector<char*> args;
@@ -115,20 +111,14 @@ namespace atl::cli {
 
 int CommandLine::run() {
   if (verbose) atl::set_log_level(atl::LogLevel::kDebug);
+  const auto check = [](const atl::config::Config& c) { atl::core::validate_config(c, atl::core::Target::kSimulate); };
+  if (const std::optional<int> rc = run_file_command(*this, check)) return *rc;
   if (*keygen) return atl::run::keygen(key_dir, key_name);
   if (*sweep_cmd) return ::sweep(sweep_options);
   if (*export_cmd) {
     const atl::core::ExportResult r = atl::core::export_params(export_options);
     std::printf("%s: %lld tensors, %lld parameters from %s\n", r.out.c_str(), static_cast<long long>(r.tensors),
                 static_cast<long long>(r.params), r.source.c_str());
-    return 0;
-  }
-  if (*report) {
-    std::printf("%s\n", atl::sweep::write_report(sweep_dir).c_str());
-    return 0;
-  }
-  if (*compare) {
-    std::fputs(atl::sweep::compare_table(run_dirs).c_str(), stdout);
     return 0;
   }
   if (*relay) {

@@ -14,6 +14,7 @@
 #include "algorithms/catalog.h"
 #include "algorithms/options.h"
 #include "src/core/config_options.h"
+#include "src/core/progress.h"
 #include "src/data/kinds.h"
 #include "src/data/partition_rules.h"
 #include "src/models/model.h"
@@ -148,18 +149,6 @@ void check_checkpoint(const config::Config& c, Target target) {
   if (const char* limit = algorithms::algorithm_traits(c.algorithm.name).checkpoint_limit)
     config::fail_key(c, "checkpoint.every", "algorithm '" + c.algorithm.name + "' cannot be checkpointed: " +
                                                 limit + " (set it to 0)");
-}
-
-std::string human_bytes(double b) {
-  const char* units[] = {"B", "KB", "MB", "GB", "TB", "PB"};
-  int u = 0;
-  while (b >= 1000 && u < 5) {
-    b /= 1000;
-    ++u;
-  }
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f %s", b, units[u]);
-  return buf;
 }
 
 void check_memory(const config::Config& c, Target target) {

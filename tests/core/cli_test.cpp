@@ -62,13 +62,17 @@ TEST(Startup, OpenMpWaitsPassivelyWithoutReExecution) {
   EXPECT_EQ(count(user.output, "OMP_WAIT_POLICY = 'ACTIVE'"), 1) << user.output;
 }
 
-// The front end answers help, usage errors and `validate` without loading libtorch (the
-// loader's own record of the files it opens), and hands a command that trains to the engine,
-// which loads it (docs/architecture.md "Front end and engine").
+// The front end answers help, usage errors, `validate`, `report`, `compare` and a sweep's
+// plan without loading libtorch (the loader's own record of the files it opens), and hands a
+// command that trains to the engine, which loads it (docs/architecture.md "Front end and engine").
 TEST(Startup, FrontEndDoesNotLoadLibtorch) {
   const std::string config = std::string(ATOLL_SOURCE_DIR) + "/configs/quickstart.yaml";
-  for (const std::string& args : std::vector<std::string>{"--help", "validate " + config, "validate " + config + " --set train.stepz=3",
-                                 "simulate"}) {
+  const std::string sweep = std::string(ATOLL_SOURCE_DIR) + "/configs/sweeps/compare-algorithms.yaml";
+  const std::string out = (fs::temp_directory_path() / ("atoll_front_" + std::to_string(::getpid()))).string();
+  for (const std::string& args : std::vector<std::string>{
+           "--help", "validate " + config, "validate " + config + " --set train.stepz=3", "simulate",
+           "sweep " + sweep + " --dry-run --out " + out, "compare /nonexistent-atoll-run",
+           "report /nonexistent-atoll-sweep"}) {
     const Result r = run_env("LD_DEBUG=files", args);
     EXPECT_EQ(count(r.output, "file=libtorch"), 0) << args << "\n" << r.output.substr(0, 2000);
     EXPECT_GT(count(r.output, "file=libyaml-cpp"), 0) << args << ": the loader's record is missing";
@@ -77,15 +81,19 @@ TEST(Startup, FrontEndDoesNotLoadLibtorch) {
   EXPECT_GT(count(engine.output, "file=libtorch_cpu"), 0) << engine.output.substr(0, 2000);
 }
 
-// `validate` answered by the front end and by the engine: the same line, the same refusals.
-TEST(Startup, FrontEndAndEngineValidateAlike) {
+// `validate`, a sweep's plan, `compare` and `report` answered by the front end and by the
+// engine: the same output, the same refusals.
+TEST(Startup, FrontEndAndEngineAnswerAlike) {
   const std::string front = ATOLL_BINARY;
   const std::string engine = front.substr(0, front.rfind('/') + 1) + "atoll-engine";
   const std::string config = std::string(ATOLL_SOURCE_DIR) + "/configs/quickstart.yaml";
   for (const std::string& args : std::vector<std::string>{"validate " + config, "validate " + config + " --set algorithm.topk=8",
                                  "validate " + config + " --set model.dim=100", "validate " + config +
                                  " --set compression=[{op: topk, fraction: 0.1}] --set algorithm.name=demo",
-                                 "validate " + config + " --set run.device=gpu"}) {
+                                 "validate " + config + " --set run.device=gpu",
+                                 "sweep " + std::string(ATOLL_SOURCE_DIR) + "/configs/sweeps/compare-algorithms.yaml "
+                                 "--dry-run --out /nonexistent-atoll-sweeps",
+                                 "compare /nonexistent-atoll-run", "report /nonexistent-atoll-sweep"}) {
     const Result a = run(args);
     const Result e = run_command(engine + " " + args + " 2>&1");
     EXPECT_EQ(a.code, e.code) << args;
