@@ -34,7 +34,7 @@ struct OuterOptimizerOptions {
 };
 
 struct AlgorithmOptions {
-  std::string name = "diloco";   // registry name (algorithms/registry.cpp)
+  std::string name = "diloco";   // the name of its catalog row (algorithms/catalog.cpp)
   int64_t inner_steps = 50;      // diloco: H, inner steps per round
   OuterOptimizerOptions outer;   // outer_optimizer, outer_lr, ... (the keys in fields())
   bool weight_by_shard = false;  // weighting shard_size: each island weighs n_i / sum n (else 1)
@@ -146,7 +146,8 @@ struct AlgorithmOptions {
 // sets another key of the section for that algorithm is refused (src/config names the key's
 // file and line and these keys): a key the algorithm never reads would be a silent no-op. The
 // resolved config writes only these. A new algorithm adds its row here and its entry in
-// algorithms/registry.cpp (a test checks that the two lists name the same algorithms).
+// algorithms/catalog.cpp and algorithms/registry.cpp (a test checks that the lists name the
+// same algorithms).
 // `defaults`: the algorithm's own default of a key it shares with others, as YAML text
 // (src/config applies it when the config leaves the key out), e.g. an outer_lr of 1.0 where
 // DiLoCo's is 0.7.
@@ -205,7 +206,7 @@ inline const std::vector<const char*>* keys_of_algorithm(const std::string& name
 using OptionProblem = KeyProblem;
 
 // The rules make_algorithm and make_server would throw for, checked on the options alone
-// (algorithms/registry.cpp: each algorithm's check). Empty when they hold; an unknown name
+// (algorithms/catalog.cpp: each algorithm's check). Empty when they hold; an unknown name
 // is a problem of "algorithm.name" that lists the valid names. Pure.
 std::optional<OptionProblem> check_options(const AlgorithmOptions& options);
 

@@ -68,7 +68,7 @@ struct ModelConfig {
   template <class V>
   void fields(V& v) {
     using namespace atl::fields;
-    v.field("name", name);  // the registry checks it (src/models/registry.cpp)
+    v.field("name", name);  // the model specs check it (src/models/spec.cpp)
     v.field("layers", layers, at_least(1));
     v.field("heads", heads, at_least(1));
     v.field("dim", dim, at_least(1));

@@ -77,7 +77,8 @@ int64_t estimate_numel(const config::ModelConfig& config, const DataShape& shape
 // numbers.
 int model_blocks(const config::ModelConfig& config);
 
-// Registry (models/registry.cpp, one row per model): "gpt", "mlp". Initialises parameters
+// Registry (models/registry.cpp, one row per model; their sizes: spec.cpp): "gpt", "mlp", "cnn",
+// "lenet5". Initialises parameters
 // from `seed` (same seed -> bitwise same params). Throws atl::UserError for an unknown name
 // (listing the valid ones) or inconsistent sizes.
 std::unique_ptr<Model> make_model(const config::ModelConfig& config, const DataShape& shape,

@@ -1,6 +1,7 @@
-// The algorithm registry (algorithms/registry.cpp) and the key table of the `algorithm:`
-// section (algorithms/options.h) describe the same algorithms, and every key of the table is
-// a key of the section.
+// The algorithm catalog (algorithms/catalog.cpp), the factories (algorithms/registry.cpp)
+// and the key table of the `algorithm:` section (algorithms/options.h) describe the same
+// algorithms, and every key of the table is a key of the section.
+#include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -60,6 +61,31 @@ TEST(AlgorithmRegistry, EveryAlgorithmHasItsKeysAndEveryKeyIsOneOfTheSection) {
     }
   EXPECT_EQ(keys_of_algorithm("dilogo"), nullptr);
   EXPECT_THROW(algorithm_traits("dilogo"), UserError);
+}
+
+// Every catalog row has a factory, and what the row says of the algorithm holds of the one
+// the factory builds: a server role exactly when the trait says so, its checkpoint cut.
+TEST(AlgorithmRegistry, TheCatalogAndTheFactoriesAgree) {
+  for (const std::string& name : algorithm_names()) {
+    AlgorithmOptions o;
+    o.name = name;
+    o.islands = 2;
+    o.train_steps = 10;
+    o.local_steps = 1;
+    o.rounds = 2;
+    o.module_islands = {{0, 1}};  // dipaco: one module through both islands
+    o.module_paths = {1};
+    std::unique_ptr<Algorithm> a;
+    ASSERT_NO_THROW(a = make_algorithm(o, 0)) << name;
+    EXPECT_EQ(a->name(), name);
+    const AlgorithmTraits& t = algorithm_traits(name);
+    EXPECT_EQ(a->checkpoint_cut(), t.checkpoint_cut) << name;
+    const bool server = make_server(o, at::zeros({4}), [](const ServerRound&) {}) != nullptr;
+    EXPECT_EQ(server, t.server_role) << name;
+  }
+  AlgorithmOptions unknown;
+  unknown.name = "dilogo";
+  EXPECT_THROW(make_algorithm(unknown, 0), UserError);
 }
 
 // An algorithm's own defaults of shared keys (algorithms::algorithm_keys' `defaults`): sparseloco
