@@ -261,9 +261,12 @@ class FakeContext final : public OpContext {
   DropLog drops_;
 };
 
+// The message as PeerLinks::receive_router hands it over: with the hash of the payload it
+// received (which parse_header verified against the header's checksum).
 Inbound to_inbound(const Outbound& o) {
   Inbound m{o.header, o.length ? zmq::message_t(o.payload(), o.length) : zmq::message_t()};
   m.header.payload_len = static_cast<uint32_t>(o.length);
+  m.payload_hash = checksum_payload(m.data(), m.size());
   return m;
 }
 
@@ -475,7 +478,9 @@ TEST(ZmqWire, AWholeFrameAfterPiecesOfASplitFrameIsDropped) {
     h.sender = 1;
     h.seq = 5;
     h.payload_len = static_cast<uint32_t>(size);
-    return Inbound{h, zmq::message_t(data, size)};
+    Inbound m{h, zmq::message_t(data, size)};
+    m.payload_hash = checksum_payload(m.data(), m.size());
+    return m;
   };
   auto piece = [&](uint32_t k) {
     Header h;
