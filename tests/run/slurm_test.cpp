@@ -5,6 +5,7 @@
 // (munged, slurmctld and slurmd on this machine: scripts/slurm_local.sh) with srun and as a
 // job array, ending bitwise as `atoll launch` of the same run.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -481,12 +482,32 @@ TEST_F(RealSlurm, CancelledIslandLeavesAndTheOtherFinishes) {
 // scontrol requeue of island 1's element mid-run: it leaves on SIGTERM, Slurm starts it again
 // (SLURM_RESTART_COUNT 1), it rejoins the running run with the state hand-over, and both
 // islands finish (the island's first output is overwritten by the second start's).
-// Island 0's element is suspended (SIGSTOP through Slurm) from island 1's LEAVE until the
+// Island 0's process is stopped (SIGSTOP) from island 1's LEAVE until the
 // coordinator records island 1's return, so that island 0 cannot finish the run alone however
 // long Slurm takes to start the element again (a CI run once saw it finish first). It is
-// suspended only after island 1 has left: an island 1 sending to a stopped island 0 could not
+// stopped only after island 1 has left: an island 1 sending to a stopped island 0 could not
 // leave cleanly. The heartbeat timeout is long enough that the coordinator does not count the
 // stopped island lost.
+// The pid of the `atoll island CONFIG` process (the engine, after the front end's exec) of
+// array element `element`'s task, found through /proc (the test and Slurm share the machine);
+// -1 when there is none.
+pid_t island_process(const fs::path& config, int element) {
+  for (const auto& entry : fs::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::string cmdline = atl::testing::read(entry.path() / "cmdline");
+    std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
+    const std::string argv0 = cmdline.substr(0, cmdline.find(' '));
+    const bool atoll = argv0 == "atoll" || (argv0.size() > 6 && argv0.compare(argv0.size() - 6, 6, "/atoll") == 0);
+    if (!atoll || cmdline.find(" island " + config.string()) == std::string::npos) continue;  // (not srun's)
+    std::string environ = atl::testing::read(entry.path() / "environ");
+    std::replace(environ.begin(), environ.end(), '\0', '\n');
+    if (("\n" + environ).find("\nSLURM_ARRAY_TASK_ID=" + std::to_string(element) + "\n") != std::string::npos)
+      return static_cast<pid_t>(std::stol(name));
+  }
+  return -1;
+}
+
 TEST_F(RealSlurm, RequeuedIslandRejoinsTheRun) {
   const auto [coordinator, islands] =
       submit_and_wait_for_round_3(config_, dir_, "requeue", {"train.steps=3000", "transport.heartbeat_timeout_ms=600000"});
@@ -500,8 +521,19 @@ TEST_F(RealSlurm, RequeuedIslandRejoinsTheRun) {
     left = atl::testing::read(metrics_file).find("\"island\":1,\"change\":\"left\"") != std::string::npos;
   }
   ASSERT_TRUE(left) << "island 1 did not leave within 30 s of the requeue\n" << job_outputs(dir_ / "runs/requeue-slurm");
-  const std::string survivor = islands + "_0";
-  ASSERT_EQ(std::system(("scontrol suspend " + survivor).c_str()), 0);
+  // Island 0's own process is stopped, not its job (`scontrol suspend` once kept Slurm from
+  // starting the requeued element at all): Slurm schedules as before.
+  const pid_t survivor = island_process(dir_ / "c.yaml", 0);
+  ASSERT_GT(survivor, 0) << "no process of island 0 found";
+  ASSERT_EQ(::kill(survivor, SIGSTOP), 0);
+  bool stopped = false;  // the stopped process is the island's own (state T), not a bystander
+  for (int i = 0; i < 100 && !stopped; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    const std::string stat = atl::testing::read("/proc/" + std::to_string(survivor) + "/stat");
+    const size_t paren = stat.rfind(')');
+    stopped = paren != std::string::npos && stat.size() > paren + 2 && stat[paren + 2] == 'T';
+  }
+  ASSERT_TRUE(stopped) << "island 0's process " << survivor << " did not stop";
   ASSERT_EQ(atl::testing::read(metrics_file).find("\"island\":0,\"change\":\"left\""), std::string::npos)
       << "island 0 finished the run before it could be suspended";
   // Slurm holds a requeued job for 120 s (BeginTime); the administrator's override makes it
@@ -521,7 +553,7 @@ TEST_F(RealSlurm, RequeuedIslandRejoinsTheRun) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     back = atl::testing::read(metrics_file).find("\"island\":1,\"change\":\"rejoined\"") != std::string::npos;
   }
-  ASSERT_EQ(std::system(("scontrol resume " + survivor).c_str()), 0);
+  ASSERT_EQ(::kill(survivor, SIGCONT), 0);
   ASSERT_TRUE(back) << "island 1 did not come back within 120 s of its release\n"
                     << atl::testing::run_shell("squeue -a -l 2>&1") << job_outputs(dir_ / "runs/requeue-slurm");
   const bool done = wait_until_done(coordinator + "," + islands, 150);
