@@ -555,7 +555,11 @@ TEST_F(RealSlurm, RequeuedIslandRejoinsTheRun) {
   }
   ASSERT_EQ(::kill(survivor, SIGCONT), 0);
   ASSERT_TRUE(back) << "island 1 did not come back within 120 s of its release\n"
-                    << atl::testing::run_shell("squeue -a -l 2>&1") << job_outputs(dir_ / "runs/requeue-slurm");
+                    << atl::testing::run_shell("squeue -a -l 2>&1") << atl::testing::run_shell("scontrol show job " + element + " 2>&1")
+                    << "slurmctld.log (the element's lines):\n"
+                    << atl::testing::run_shell("grep -a -E 'JobId=" + islands + "|" + element + "|requeue|Requeue' '" +
+                                               (*cluster_ / "log/slurmctld.log").string() + "' 2>&1 | tail -40")
+                    << job_outputs(dir_ / "runs/requeue-slurm");
   const bool done = wait_until_done(coordinator + "," + islands, 150);
   const std::string outputs = job_outputs(dir_ / "runs/requeue-slurm");
   ASSERT_TRUE(done) << "jobs still queued after 150 s\n" << outputs;
