@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "src/config/sweep_spec.h"
+#include "src/core/run_dir.h"
 #include "src/sweep/compare.h"
 #include "src/sweep/plan.h"
 #include "src/sweep/report.h"
@@ -142,6 +143,21 @@ std::optional<int> run_file_command(CommandLine& cli, const std::function<void(c
     return 0;
   }
   return std::nullopt;
+}
+
+int report_failure() {
+  try {
+    throw;
+  } catch (const atl::UserError& e) {
+    std::fprintf(stderr, "atoll: error: %s\n", e.what());
+    return 2;
+  } catch (const atl::core::OutputError& e) {  // an output that could not be written
+    std::fprintf(stderr, "atoll: run failed: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "atoll: runtime failure: %s\n", e.what());
+    return 1;
+  }
 }
 
 std::string validated(const std::string& path, const atl::config::Config& config) {

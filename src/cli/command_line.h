@@ -82,6 +82,11 @@ struct CommandLine {
 // the exit code; nullopt for any other command. Errors throw, as run() does.
 std::optional<int> run_file_command(CommandLine& cli, const std::function<void(const atl::config::Config&)>& check);
 
+// Inside a catch block: reports the exception being handled on stderr, as both programs do
+// (docs/errors.md), and returns the exit code: 2 for a user error (atl::UserError), 1 for an
+// output that could not be written or any other failure.
+int report_failure();
+
 // `atoll validate`'s line for a config that passed: "PATH: ok (diloco, 4 islands, gpt)\n".
 std::string validated(const std::string& path, const atl::config::Config& config);
 

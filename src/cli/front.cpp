@@ -17,7 +17,6 @@
 #include "src/base/status.h"
 #include "src/cli/command_line.h"
 #include "src/config/config.h"
-#include "src/core/run_dir.h"
 #include "src/core/validate.h"
 
 namespace {
@@ -64,15 +63,8 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (const std::optional<int> rc = atl::cli::run_file_command(cli, check)) return *rc;
-  } catch (const atl::UserError& e) {
-    std::fprintf(stderr, "atoll: error: %s\n", e.what());
-    return kExitUsage;
-  } catch (const atl::core::OutputError& e) {  // an output that could not be written (docs/errors.md)
-    std::fprintf(stderr, "atoll: run failed: %s\n", e.what());
-    return kExitRuntime;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "atoll: runtime failure: %s\n", e.what());
-    return kExitRuntime;
+  } catch (...) {
+    return atl::cli::report_failure();
   }
   exec_engine(argv);
 }

@@ -227,18 +227,11 @@ int run_command_line(int argc, char** argv) {
 
   try {
     return cli.run();
-  } catch (const atl::UserError& e) {
-    std::fprintf(stderr, "atoll: error: %s\n", e.what());
-    return kExitUsage;
-  } catch (const atl::core::OutputError& e) {  // an output the run could not write (docs/errors.md)
-    std::fprintf(stderr, "atoll: run failed: %s\n", e.what());
-    return kExitRuntime;
   } catch (const c10::Error& e) {  // libtorch's checks: the message without its backtrace
     std::fprintf(stderr, "atoll: runtime failure: %s\n", e.what_without_backtrace());
     return kExitRuntime;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "atoll: runtime failure: %s\n", e.what());
-    return kExitRuntime;
+  } catch (...) {
+    return atl::cli::report_failure();  // the front end's mapping too (command_line.h)
   }
 }
 
