@@ -126,6 +126,22 @@ void CommandLine::add_tools() {
   keygen->add_option("--name", key_name, "coordinator or island-K")->required();
 }
 
+std::optional<atl::core::Target> CommandLine::config_target() const {
+  // validate checks what simulate needs: it has no mode, and real runs refuse a few more
+  // things (islands.events kills, transport settings), each with its own line.
+  if (*coordinator) return atl::core::Target::kCoordinator;
+  if (*island) return atl::core::Target::kIsland;
+  if (*launch || *slurm) return atl::core::Target::kLaunch;
+  if (*simulate || *validate) return atl::core::Target::kSimulate;
+  return std::nullopt;
+}
+
+std::vector<std::string> CommandLine::config_sets() const {
+  std::vector<std::string> s = sets;
+  if (resume) s.push_back("run.resume=true");
+  return s;
+}
+
 std::optional<int> run_file_command(CommandLine& cli, const std::function<void(const atl::config::Config&)>& check) {
   if (*cli.report) {
     std::printf("%s\n", atl::sweep::write_report(cli.sweep_dir).c_str());
@@ -137,12 +153,14 @@ std::optional<int> run_file_command(CommandLine& cli, const std::function<void(c
   }
   const SweepOptions& o = cli.sweep_options;
   if (*cli.sweep_cmd && o.dry_run && !o.slurm) {
-    const atl::config::SweepSpec spec = atl::config::load_sweep_spec(o.path);
-    const atl::sweep::ExpandedSweep plan = atl::sweep::expand(spec, o.root, check, o.smoke);
-    std::fputs(atl::sweep::plan_text(plan.plan).c_str(), stdout);
+    std::fputs(atl::sweep::plan_text(plan_sweep(o, check).plan).c_str(), stdout);
     return 0;
   }
   return std::nullopt;
+}
+
+atl::sweep::ExpandedSweep plan_sweep(const SweepOptions& o, const std::function<void(const atl::config::Config&)>& check) {
+  return atl::sweep::expand(atl::config::load_sweep_spec(o.path), o.root, check, o.smoke);
 }
 
 int report_failure() {

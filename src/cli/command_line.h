@@ -11,7 +11,9 @@
 #include <vector>
 
 #include "src/core/export.h"
+#include "src/core/validate.h"
 #include "src/run/wan.h"
+#include "src/sweep/plan.h"
 
 namespace atl::cli {
 
@@ -44,6 +46,11 @@ struct CommandLine {
   int run();
   // simulate, validate, coordinator, island, launch: the commands that take a CONFIG.
   int run_config_command();
+  // What a command that takes a CONFIG is checked for (src/core/validate.h); nullopt for the
+  // other commands.
+  std::optional<atl::core::Target> config_target() const;
+  // The --set overrides of CONFIG, with --resume's run.resume=true last.
+  std::vector<std::string> config_sets() const;
   // `atoll island` without --id: the island of this Slurm task, and its device.
   void place_island(atl::config::Config& config);
 
@@ -81,6 +88,10 @@ struct CommandLine {
 // each run's config (the engine's validate_config, the front end's check_config). Returns
 // the exit code; nullopt for any other command. Errors throw, as run() does.
 std::optional<int> run_file_command(CommandLine& cli, const std::function<void(const atl::config::Config&)>& check);
+
+// The plan of sweep file `o.path`: every run resolved and checked with `check` (which throws
+// on a refusal). Writes nothing.
+atl::sweep::ExpandedSweep plan_sweep(const SweepOptions& o, const std::function<void(const atl::config::Config&)>& check);
 
 // Inside a catch block: reports the exception being handled on stderr, as both programs do
 // (docs/errors.md), and returns the exit code: 2 for a user error (atl::UserError), 1 for an

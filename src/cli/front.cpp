@@ -51,18 +51,25 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : kExitUsage;
   }
   // Whether a CUDA device is there, only libtorch can say: such a config goes to the engine.
-  const auto check = [&](const atl::config::Config& config) {
+  const auto check = [&](const atl::config::Config& config, atl::core::Target target) {
     if (config.run.device.rfind("cuda", 0) == 0) exec_engine(argv);
-    atl::core::check_config(config, atl::core::Target::kSimulate, nullptr);
+    atl::core::check_config(config, target, nullptr);
   };
+  const auto check_run = [&](const atl::config::Config& config) { check(config, atl::core::Target::kSimulate); };
   try {
     if (*cli.validate) {
-      const atl::config::Config config = atl::config::load_config(cli.config_path, cli.sets);
-      check(config);
+      const atl::config::Config config = atl::config::load_config(cli.config_path, cli.config_sets());
+      check_run(config);
       std::fputs(atl::cli::validated(cli.config_path, config).c_str(), stdout);
       return 0;
     }
-    if (const std::optional<int> rc = atl::cli::run_file_command(cli, check)) return *rc;
+    if (const std::optional<int> rc = atl::cli::run_file_command(cli, check_run)) return *rc;
+    // A config the engine would refuse is refused here, before libtorch loads: the same
+    // checks, the same line (an island that finds its id in the Slurm task's environment
+    // is placed, then checked, by the engine).
+    if (const std::optional<atl::core::Target> target = cli.config_target(); target && !(*cli.island && cli.island_id < 0))
+      check(atl::config::load_config(cli.config_path, cli.config_sets()), *target);
+    if (*cli.sweep_cmd) atl::cli::plan_sweep(cli.sweep_options, check_run);
   } catch (...) {
     return atl::cli::report_failure();
   }

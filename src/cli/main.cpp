@@ -53,10 +53,8 @@ atl::config::Config load_and_check(const std::string& path, const std::vector<st
 
 // `atoll sweep`: plan (every run resolved and checked), then run, then report.
 int sweep(const SweepOptions& o) {
-  const atl::config::SweepSpec spec = atl::config::load_sweep_spec(o.path);
-  const atl::sweep::ExpandedSweep plan = atl::sweep::expand(
-      spec, o.root, [](const atl::config::Config& c) { atl::core::validate_config(c, atl::core::Target::kSimulate); },
-      o.smoke);
+  const atl::sweep::ExpandedSweep plan = atl::cli::plan_sweep(
+      o, [](const atl::config::Config& c) { atl::core::validate_config(c, atl::core::Target::kSimulate); });
   if (o.slurm) {  // docs/sweeps.md "On Slurm": -j is the array's concurrency limit
     if (o.dry_run) std::fputs(atl::sweep::plan_text(plan.plan).c_str(), stdout);
     std::vector<std::string> ids;
@@ -153,16 +151,10 @@ void CommandLine::place_island(atl::config::Config& config) {
 }
 
 int CommandLine::run_config_command() {
-  // validate checks what simulate needs: it has no mode, and real runs refuse a few more
-  // things (islands.events kills, transport settings), each with its own line.
-  const atl::core::Target target = *coordinator ? atl::core::Target::kCoordinator
-                                  : *island    ? atl::core::Target::kIsland
-                                  : *launch || *slurm ? atl::core::Target::kLaunch
-                                               : atl::core::Target::kSimulate;
-  if (resume) sets.push_back("run.resume=true");
+  sets = config_sets();  // the island processes launch starts get them too
   atl::config::Config config = atl::config::load_config(config_path, sets);
   if (*island && island_id < 0) place_island(config);
-  atl::core::validate_config(config, target);
+  atl::core::validate_config(config, *config_target());
   atl::run::ProcessOptions popts;
   popts.force = force;
   popts.no_pickup = no_pickup;

@@ -62,8 +62,8 @@ TEST(Startup, OpenMpWaitsPassivelyWithoutReExecution) {
   EXPECT_EQ(count(user.output, "OMP_WAIT_POLICY = 'ACTIVE'"), 1) << user.output;
 }
 
-// The front end answers help, usage errors, `validate`, `report`, `compare` and a sweep's
-// plan without loading libtorch (the loader's own record of the files it opens), and hands a
+// The front end answers help, usage errors, `validate`, `report`, `compare`, a sweep's
+// plan and the refusal of a config that any command takes without loading libtorch (the loader's own record of the files it opens), and hands a
 // command that trains to the engine, which loads it (docs/architecture.md "Front end and engine").
 TEST(Startup, FrontEndDoesNotLoadLibtorch) {
   const std::string config = std::string(ATOLL_SOURCE_DIR) + "/configs/quickstart.yaml";
@@ -71,6 +71,8 @@ TEST(Startup, FrontEndDoesNotLoadLibtorch) {
   const std::string out = (fs::temp_directory_path() / ("atoll_front_" + std::to_string(::getpid()))).string();
   for (const std::string& args : std::vector<std::string>{
            "--help", "validate " + config, "validate " + config + " --set train.stepz=3", "simulate",
+           "simulate " + config + " --set train.stepz=3", "launch " + config + " --set algorithm.topk=8",
+           "island " + config + " --id 0 --set train.steps=-1", "sweep " + sweep + " --set x=1",
            "sweep " + sweep + " --dry-run --out " + out, "compare /nonexistent-atoll-run",
            "report /nonexistent-atoll-sweep"}) {
     const Result r = run_env("LD_DEBUG=files", args);
@@ -91,6 +93,8 @@ TEST(Startup, FrontEndAndEngineAnswerAlike) {
                                  "validate " + config + " --set model.dim=100", "validate " + config +
                                  " --set compression=[{op: topk, fraction: 0.1}] --set algorithm.name=demo",
                                  "validate " + config + " --set run.device=gpu",
+                                 "simulate " + config + " --set algorithm.topk=8",
+                                 "coordinator " + config + " --set islands.events=[{kill: 1, at_step: 2}]",
                                  "sweep " + std::string(ATOLL_SOURCE_DIR) + "/configs/sweeps/compare-algorithms.yaml "
                                  "--dry-run --out /nonexistent-atoll-sweeps",
                                  "compare /nonexistent-atoll-run", "report /nonexistent-atoll-sweep"}) {
