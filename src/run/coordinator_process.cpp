@@ -319,6 +319,9 @@ void CoordinatorProcess::fail_run(const std::string& why) {
   if (!run_failure_.empty()) return;
   run_failure_ = why;
   ATOLL_ERROR("coordinator: " << why);
+  // The islands stop at their next step instead of training on for a run that has ended
+  // (launch, Slurm or a person would otherwise stop them a timeout later).
+  if (coordinator_) coordinator_->end_run("the run failed: " + why);
 }
 
 std::string CoordinatorProcess::failure() {
@@ -681,9 +684,19 @@ void CoordinatorProcess::watch() {
   SupervisorReports reports(options_.supervised);
   transport::Coordinator& coord = *coordinator_;
   auto view = coord.membership();
-  while (!g_stop && failure().empty()) {
+  std::optional<Clock::time_point> ended_at;
+  while (!g_stop) {
     view = coord.wait_for_change(view.epoch,
                                  Clock::now() + std::chrono::milliseconds(config_.checkpoint.every > 0 ? 20 : 200));
+    if (!failure().empty()) {
+      // The run failed and its islands were told (fail_run): wait for them to leave (their
+      // last records come first), a heartbeat timeout at most.
+      if (!ended_at) ended_at = Clock::now();
+      if (view.members.empty() ||
+          Clock::now() - *ended_at > std::chrono::milliseconds(config_.transport.heartbeat_timeout_ms))
+        break;
+      continue;
+    }
     for (const auto& p : view.members) ever_joined_.insert(p.id);
     reports.poll(k_, exited_);
     if (!decision_) decide(view);

@@ -661,6 +661,8 @@ core::IslandHost IslandProcess::make_host() {
   };
   host.after_step = [this](int64_t step, int64_t total, double loss, double) {
     if (g_leave_signal != 0) throw StatusError("island " + std::to_string(island_), left_on_signal(island_));
+    // The coordinator ended the run (a stop policy failed it): the steps after are lost work.
+    if (client_->run_ended()) throw StatusError("island " + std::to_string(island_), client_->status());
     state_.steps_done = step;
     state_.steps_total = total;
     state_.last_loss = loss;
@@ -731,7 +733,7 @@ StatusOr<IslandEnd> IslandProcess::train() {
     // Everything here unwinds (the control client LEAVEs) before the island joins again.
     // An island of several ranks joins again as a whole, restarted (its other ranks have
     // ended with this one).
-    if (g_leave_signal == 0 && client_->joins() > 1 && config_.transport.max_rejoins > 0 && ranks_ == nullptr &&
+    if (g_leave_signal == 0 && !client_->run_ended() && client_->joins() > 1 && config_.transport.max_rejoins > 0 && ranks_ == nullptr &&
         check_rejoin(config_, *parts_.algorithm).is_ok()) {
       ATOLL_WARN("island " << island_ << ": declared dead while cut off from the run at step " << runtime_->steps()
                            << " (" << e.what() << "); joining it again");

@@ -375,10 +375,17 @@ int launch(const config::Config& config, const ProcessOptions& options) {
   while (alive > 0) {
     const bool coordinator_alone = alive == 1 && !children.front().exited;
     const bool islands_orphaned = children.front().exited && alive > 0;
+    // A coordinator that exited with an error code ended the run as failed: nothing the
+    // islands still compute counts, so they are stopped at once.
+    const bool coordinator_failed = islands_orphaned && WIFEXITED(children.front().status) &&
+                                    WEXITSTATUS(children.front().status) != 0;
     if ((coordinator_alone || islands_orphaned) && !stopped_stragglers) {
       if (!stragglers_since) stragglers_since = SteadyClock::now();
-      if (SteadyClock::now() - *stragglers_since > (coordinator_alone ? std::chrono::seconds(5) : grace)) {
-        if (islands_orphaned) {
+      const auto wait = coordinator_alone ? std::chrono::seconds(5) : coordinator_failed ? SteadyClock::duration::zero() : grace;
+      if (SteadyClock::now() - *stragglers_since >= wait) {
+        if (coordinator_failed) {
+          ATOLL_WARN("launch: the coordinator failed the run; stopping " << alive << " island(s)");
+        } else if (islands_orphaned) {
           ATOLL_WARN("launch: the coordinator has ended; stopping " << alive << " island(s) cut off from the run");
         }
         for (auto& c : children) if (!c.exited) kill(c.pid, SIGTERM);

@@ -419,6 +419,14 @@ TEST_F(Faults, FailedCheckpointsOfARealRunAreCountedOrStopTheRun) {
   EXPECT_TRUE(contains(log, "launch: the run failed: checkpoint of step 10 not written (")) << log;
   EXPECT_TRUE(contains(log, "the run stops (checkpoint.on_failure: stop)")) << log;
   EXPECT_EQ(json_find_string(read(run_dir() / "summary.json"), "status"), "failed");
+  // The coordinator told the islands: each stops at its next step, saying why, instead of
+  // training on until launch stops it (a heartbeat timeout + 5 s after the coordinator ended).
+  for (int island : {0, 1}) {
+    EXPECT_TRUE(contains(log, "island " + std::to_string(island) + ": the coordinator ended the run: the run failed: "
+                                  "checkpoint of step 10 not written")) << log;
+  }
+  EXPECT_FALSE(contains(log, "cut off from the run")) << log;
+  EXPECT_FALSE(contains(read(run_dir() / "metrics.jsonl"), "\"event\":\"island_end\"")) << "an island trained to its end";
 }
 
 }  // namespace

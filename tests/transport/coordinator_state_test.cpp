@@ -103,6 +103,37 @@ TEST_F(StateTest, EpochsFollowChangesAndNeverGoBack) {
   EXPECT_EQ(feed(of(MsgType::kHeartbeat), 1, 2, 80).at(0).error, proto::ErrorCode::kSuperseded);
 }
 
+// A run the coordinator ends (Coordinator::end_run: a stop policy failed it): every live
+// island is told at once, unasked; an island that heartbeats or joins after is told too; a
+// LEAVE still leaves.
+TEST_F(StateTest, AnEndedRunIsToldToEveryIslandAndEveryLaterJoin) {
+  feed(of(MsgType::kJoin), 0, 1, 0);
+  feed(of(MsgType::kJoin), 1, 2, 0);
+  std::vector<Outgoing> out;
+  state_.end_run("the run failed: checkpoint of step 10 not written", &out);
+  for (int id : {0, 1}) {
+    const std::vector<Message> told = replies(out, id);
+    ASSERT_EQ(told.size(), 1u) << id;
+    EXPECT_EQ(told[0].header.type, MsgType::kError);
+    EXPECT_EQ(told[0].error, proto::ErrorCode::kRunEnded);
+    EXPECT_EQ(told[0].header.request_id, 0u);
+    EXPECT_EQ(told[0].text, "the run failed: checkpoint of step 10 not written");
+  }
+  out.clear();
+  state_.end_run("again", &out);  // told once
+  EXPECT_TRUE(out.empty());
+  std::vector<Message> r = feed(of(MsgType::kHeartbeat), 0, 1, 50);
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].error, proto::ErrorCode::kRunEnded);
+  r = feed(of(MsgType::kJoin), 2, 3, 60, /*rid=*/4);
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].error, proto::ErrorCode::kRunEnded);
+  EXPECT_EQ(r[0].header.request_id, 4u);
+  EXPECT_EQ(ids(state_.membership()), (std::vector<int>{0, 1}));
+  feed(of(MsgType::kLeave), 0, 1, 70);
+  EXPECT_EQ(ids(state_.membership()), (std::vector<int>{1}));
+}
+
 // An island that joined without a data endpoint (it waits for a state hand-over) publishes
 // one with a JOIN of the same session: a new epoch, and its waiting STORE_GET stays.
 TEST_F(StateTest, JoinOfTheLiveSessionWithAnEndpointPublishesIt) {

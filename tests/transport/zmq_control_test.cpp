@@ -281,6 +281,33 @@ TEST(ZmqControl, ARestoredCoordinatorShowsItsMembersBeforeHearingFromThem) {
   EXPECT_EQ(coord->wait_for_change(0, in_ms(5000)).members.size(), 2u);
 }
 
+// Coordinator::end_run: every island's client fails with the reason and says it will not join
+// again; a process that joins after is refused with it; the islands' LEAVEs still arrive.
+TEST(ZmqControl, AnEndedRunIsToldToItsIslandsAndToLaterJoins) {
+  auto coord = start_coordinator();
+  auto a = join(fast_client(coord->endpoint(), 0));
+  auto b = join(fast_client(coord->endpoint(), 1));
+  ASSERT_TRUE(a && b);
+  coord->end_run("the run failed: checkpoint of step 10 not written");
+  for (auto* c : {a.get(), b.get()}) {
+    const auto until = Clock::now() + milliseconds(5000);
+    while (c->status().is_ok() && Clock::now() < until) std::this_thread::sleep_for(milliseconds(5));
+    EXPECT_TRUE(c->run_ended());
+    EXPECT_EQ(c->status().code(), StatusCode::kPeerLost);
+    EXPECT_NE(c->status().message().find("the coordinator ended the run: the run failed: checkpoint of step 10"),
+              std::string::npos) << c->status().message();
+    EXPECT_EQ(c->store_set("k", {1}).code(), StatusCode::kPeerLost);
+  }
+  auto late = ZmqControlClient::connect(fast_client(coord->endpoint(), 2), in_ms(5000));
+  ASSERT_FALSE(late.is_ok());
+  EXPECT_NE(late.status().message().find("the coordinator ended the run"), std::string::npos) << late.status().message();
+  a.reset();
+  b.reset();
+  const auto until = Clock::now() + milliseconds(5000);
+  while (!coord->membership().members.empty() && Clock::now() < until) std::this_thread::sleep_for(milliseconds(5));
+  EXPECT_TRUE(coord->membership().members.empty()) << "the islands' LEAVEs did not arrive";
+}
+
 TEST(ZmqControl, StoreGetWaitsForTheSet) {
   auto coord = start_coordinator();
   auto a = join(fast_client(coord->endpoint(), 0));

@@ -92,6 +92,11 @@ Status ZmqControlClient::status() const {
   return lost_;
 }
 
+bool ZmqControlClient::run_ended() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return run_ended_;
+}
+
 uint64_t ZmqControlClient::joins() const {
   std::lock_guard<std::mutex> lock(mu_);
   return joins_;

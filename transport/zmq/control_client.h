@@ -108,8 +108,12 @@ class ZmqControlClient final : public ControlPlane {
   Status publish_endpoint(const std::string& endpoint, Deadline deadline);
 
   // ok while this island is part of the run; kPeerLost once another process joined with its
-  // id (or a re-JOIN was refused). Final: the client does not recover from it.
+  // id, a re-JOIN was refused, or the coordinator ended the run (run_ended()). Final: the
+  // client does not recover from it.
   Status status() const;
+  // Whether the coordinator ended the run (ERROR run_ended): the island stops, and does not
+  // join again.
+  bool run_ended() const;
   // Times this client joined (1 after connect; more after re-joins). For logs and tests.
   uint64_t joins() const;
   // How long the connection to the coordinator has been down (zero while it is up): the
@@ -156,7 +160,8 @@ class ZmqControlClient final : public ControlPlane {
   bool joined_ = false;       // the coordinator acknowledged us and has not forgotten us since
   uint64_t joins_ = 0;
   Status join_error_;         // an ERROR answer to JOIN (connect() returns it)
-  Status lost_;               // superseded, or re-JOIN refused: every call fails with it
+  Status lost_;               // superseded, re-JOIN refused, run ended: every call fails with it
+  bool run_ended_ = false;
   std::optional<Clock::time_point> down_since_;  // the connection is down since then
   std::string link_problem_;  // the last connection problem, for timeout messages
   std::string auth_problem_;  // the last handshake failure (kept until a handshake succeeds)

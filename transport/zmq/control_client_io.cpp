@@ -249,6 +249,15 @@ void ZmqControlClient::on_message(const Message& m) {
         }
         return;  // the request stays queued and is resent after the JOIN
       }
+      if (m.error == ErrorCode::kRunEnded) {  // stays joined: it LEAVEs when it is destroyed
+        if (run_ended_) return;
+        ATOLL_ERROR("island " << options_.island << ": the coordinator ended the run: " << m.text);
+        run_ended_ = true;
+        lost_ = Status(StatusCode::kPeerLost, "island " + std::to_string(options_.island) +
+                                                  ": the coordinator ended the run: " + m.text);
+        join_error_ = lost_;
+        break;
+      }
       if (m.error == ErrorCode::kSuperseded || (m.error == ErrorCode::kRejected && joins_ > 0)) {
         ATOLL_ERROR("island " << options_.island << ": out of the run: " << m.text);
         lost_ = Status(StatusCode::kPeerLost, "island " + std::to_string(options_.island) + " is out of the run: " + m.text);

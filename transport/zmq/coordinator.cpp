@@ -151,6 +151,11 @@ void Coordinator::store_set(const std::string& key, std::vector<uint8_t> value) 
   store_sets_.emplace_back(key, std::move(value));
 }
 
+void Coordinator::end_run(const std::string& why) {
+  std::lock_guard<std::mutex> lock(mu_);
+  end_run_ = why;
+}
+
 std::vector<std::string> Coordinator::refused_keys() const {
   std::lock_guard<std::mutex> lock(mu_);
   return refused_keys_;
@@ -217,11 +222,14 @@ void Coordinator::loop() {
         publish_and_send();
       }
       std::vector<std::pair<std::string, std::vector<uint8_t>>> sets;
+      std::optional<std::string> end;
       {
         std::lock_guard<std::mutex> lock(mu_);
         sets.swap(store_sets_);
+        end.swap(end_run_);
       }
       for (const auto& [key, value] : sets) state.set_by_coordinator(key, value, Clock::now(), &out);
+      if (end) state.end_run(*end, &out);
       state.on_tick(Clock::now(), &out);
       publish_and_send();
       persist(true);

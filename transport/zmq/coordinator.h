@@ -175,6 +175,11 @@ class Coordinator {
   // as the start of a run (src/run/coordinator_process.cpp). Applied by the loop thread
   // within one tick; not applied after stop().
   void store_set(const std::string& key, std::vector<uint8_t> value);
+  // Ends the run for its islands: every live island, and every one that joins or heartbeats
+  // after, is told (ERROR run_ended with `why`; its client then fails every call with it) and
+  // leaves. For a run the coordinator process stops (a stop policy failed). Applied by the
+  // loop thread within one tick; not after stop().
+  void end_run(const std::string& why);
   // The CURVE public keys (Z85) the allow-list has refused so far (the first 1024), sorted.
   std::vector<std::string> refused_keys() const;
 
@@ -196,6 +201,7 @@ class Coordinator {
   CoordinatorStats stats_;
   std::vector<std::string> refused_keys_;
   std::vector<std::pair<std::string, std::vector<uint8_t>>> store_sets_;  // for the loop
+  std::optional<std::string> end_run_;                                     // for the loop
   bool stop_ = false;
   std::thread thread_;
 };

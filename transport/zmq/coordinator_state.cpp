@@ -142,6 +142,10 @@ std::vector<uint8_t> CoordinatorState::error(int id, uint64_t session, uint64_t 
 void CoordinatorState::on_message(const std::string& routing_id, const std::string& user_id,
                                   const Message& m, Clock::time_point now, std::vector<Outgoing>* out) {
   const proto::Header& h = m.header;
+  if (!ended_.empty() && (h.type == MsgType::kJoin || h.type == MsgType::kHeartbeat)) {
+    out->push_back({routing_id, error(h.island, h.session, h.request_id, ErrorCode::kRunEnded, ended_)});
+    return;
+  }
   switch (h.type) {
     case MsgType::kJoin: return on_join(routing_id, user_id, m, now, out);
     case MsgType::kJoinAck:
@@ -193,6 +197,12 @@ void CoordinatorState::on_message(const std::string& routing_id, const std::stri
       return;
     default: return;
   }
+}
+
+void CoordinatorState::end_run(const std::string& why, std::vector<Outgoing>* out) {
+  if (!ended_.empty()) return;
+  ended_ = why.empty() ? std::string("the coordinator ended the run") : why;
+  for (const auto& [id, isl] : islands_) out->push_back({isl.routing_id, error(id, isl.session, 0, ErrorCode::kRunEnded, ended_)});
 }
 
 void CoordinatorState::on_join(const std::string& routing_id, const std::string& user_id,

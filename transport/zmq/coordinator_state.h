@@ -53,6 +53,10 @@ class CoordinatorState {
   void set_by_coordinator(const std::string& key, const std::vector<uint8_t>& value, Clock::time_point now,
                           std::vector<Outgoing>* out);
 
+  // Ends the run for its islands (Coordinator::end_run): ERROR run_ended with `why` to every
+  // live island now, and in answer to every JOIN and HEARTBEAT after (a LEAVE is still one).
+  void end_run(const std::string& why, std::vector<Outgoing>* out);
+
   // The state a restarted coordinator starts from (CoordinatorOptions::persist / restore).
   CoordinatorSnapshot snapshot() const;
   // Whether the state changed since clean() (heartbeats and requests that wait change
@@ -140,6 +144,7 @@ class CoordinatorState {
   const CoordinatorOptions& options_;
   uint64_t epoch_ = 0;
   std::map<int, Island> islands_;
+  std::string ended_;  // why the run was ended (end_run); "" while it goes on
   bool all_present_logged_ = false;
   std::map<std::string, std::vector<uint8_t>> store_;
   size_t store_bytes_ = 0;

@@ -37,6 +37,7 @@ StatusCode error_status_code(ErrorCode code) {
     case ErrorCode::kLimit: return StatusCode::kUnavailable;
     case ErrorCode::kSuperseded: return StatusCode::kPeerLost;
     case ErrorCode::kInternal: return StatusCode::kInternal;
+    case ErrorCode::kRunEnded: return StatusCode::kPeerLost;
   }
   return StatusCode::kInternal;
 }

@@ -76,8 +76,10 @@ enum class ErrorCode : uint8_t {
   kLimit = 6,          // a coordinator limit was reached (pending requests, store bytes)
   kSuperseded = 7,     // another process joined with this island id (newer session)
   kInternal = 8,       // the server role threw; see the coordinator's log
+  kRunEnded = 9,       // unsolicited (request id 0), and the answer to JOIN and HEARTBEAT after
+                       // it: the coordinator ended the run without this island (text: why)
 };
-constexpr uint8_t kMaxErrorCode = 8;
+constexpr uint8_t kMaxErrorCode = 9;
 // The Status a client reports for an ERROR reply.
 StatusCode error_status_code(ErrorCode code);
 
