@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "src/base/log.h"
+#include "src/base/process.h"
 #include "src/cli/command_line.h"
 #include "src/base/status.h"
 #include "src/config/config.h"
@@ -41,6 +42,14 @@ constexpr int kExitInterrupted = 130;  // a sweep stopped by SIGINT/SIGTERM (128
 
 int run_command_line(int argc, char** argv);
 
+// A command line run in a fork of this process (a sweep's runs, launch's children).
+int run_in_fork(const std::vector<std::string>& argv) {
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  return run_command_line(static_cast<int>(argv.size()), args.data());
+}
+
 // Parses CONFIG with its --set overrides and runs every check `target` needs before
 // anything starts (src/core/validate.h).
 atl::config::Config load_and_check(const std::string& path, const std::vector<std::string>& sets,
@@ -65,12 +74,7 @@ int sweep(const SweepOptions& o) {
   }
   atl::sweep::RunnerOptions runner;  // (a plan's dry run is run_file_command's)
   runner.jobs = o.jobs > 0 ? o.jobs : atl::sweep::default_jobs(plan);
-  runner.warm = [](const std::vector<std::string>& argv) {  // `atoll simulate ...` in a fork of this one
-    std::vector<char*> args;
-    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    return run_command_line(static_cast<int>(argv.size()), args.data());
-  };
+  runner.warm = run_in_fork;  // `atoll simulate ...` in a fork of this one
   const atl::sweep::SweepOutcome outcome = atl::sweep::run_sweep(plan, runner);
   if (outcome.interrupted) return kExitInterrupted;
   std::printf("%s\n", atl::sweep::write_report(plan.plan.dir, !o.no_report).c_str());
@@ -167,6 +171,7 @@ int CommandLine::run_config_command() {
   popts.wan = wan;
   popts.rank = rank;
   popts.rank0_host = rank0_host;
+  if (*launch && !emulate_wan) popts.warm = run_in_fork;
   for (const auto& p : peer_endpoints) {
     const auto eq = p.find('=');
     if (eq == std::string::npos || eq == 0 || p.find_first_not_of("0123456789") < eq) {
@@ -231,4 +236,7 @@ int run_command_line(int argc, char** argv) {
 
 // atoll-engine: every command, with libtorch loaded; `atoll` (src/cli/front.cpp) hands it
 // the commands that need it.
-int main(int argc, char** argv) { return run_command_line(argc, argv); }
+int main(int argc, char** argv) {
+  atl::init_process_title(argc, argv);
+  return run_command_line(argc, argv);
+}

@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "src/base/log.h"
+#include "src/base/process.h"
 #include "src/base/status.h"
 #include "src/core/json.h"
 #include "src/core/run_dir.h"
@@ -64,9 +65,15 @@ std::atomic<int> g_signal{0};
 void remember_signal(int sig) { g_signal = sig; }
 
 // Runs `args` with this executable, or with `program` (looked up in PATH, e.g. ssh) when given.
-// `reports`: the child's stdin is a pipe whose write end is Child::report_fd.
+// `reports`: the child's stdin is a pipe whose write end is Child::report_fd. With `warm` (and
+// no program) while this process has one thread, the child runs warm(args) in the fork
+// instead of executing this executable: it starts with libtorch loaded, shows `args` as its
+// command line (ps, /proc), and has what exec would give it: default SIGINT/SIGTERM, no
+// close-on-exec descriptors.
 Child spawn(const std::string& prefix, const std::vector<std::string>& args, const std::string& program = "",
-            bool reports = false) {
+            bool reports = false, const ProcessOptions* options = nullptr) {
+  const bool warm = program.empty() && options != nullptr && options->warm && single_threaded();
+  std::fflush(nullptr);  // what this process has buffered is written once, not by both
   int fds[2], in[2] = {-1, -1};
   auto close_all = [&] {
     for (int fd : {fds[0], fds[1], in[0], in[1]})
@@ -93,6 +100,21 @@ Child spawn(const std::string& prefix, const std::vector<std::string>& args, con
     dup2(fds[1], STDOUT_FILENO);
     dup2(fds[1], STDERR_FILENO);
     if (reports) dup2(in[0], STDIN_FILENO);
+    if (warm) {
+      struct sigaction dfl {};
+      dfl.sa_handler = SIG_DFL;
+      sigaction(SIGINT, &dfl, nullptr);
+      sigaction(SIGTERM, &dfl, nullptr);
+      close_cloexec_fds();
+      set_process_title(args);
+      int code = 1;
+      try {
+        code = options->warm(args);
+      } catch (...) {
+      }
+      std::fflush(nullptr);
+      _exit(code);  // not exit(): the destructors and atexit handlers are launch's
+    }
     std::vector<char*> argv;
     for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
@@ -349,7 +371,7 @@ int launch(const config::Config& config, const ProcessOptions& options) {
   signal(SIGPIPE, SIG_IGN);
   const auto started_at = std::filesystem::file_time_type::clock::now();
   for (size_t s = 0; s < starts.size(); ++s) {
-    children.push_back(spawn(starts[s].prefix, starts[s].argv, starts[s].program, s == 0 && supervised));
+    children.push_back(spawn(starts[s].prefix, starts[s].argv, starts[s].program, s == 0 && supervised, &options));
     children.back().island = starts[s].island;
     children.back().rank = starts[s].rank;
     if (s == 0) usleep(200 * 1000);  // let the coordinator bind before the islands dial (they retry anyway)
@@ -421,7 +443,7 @@ int launch(const config::Config& config, const ProcessOptions& options) {
             if (a != "--force" && a != "--no-pickup") argv.push_back(a);
           argv.push_back("--set");  // pick the run up, whatever --resume started it
           argv.push_back("run.resume=false");
-          c = spawn(starts.front().prefix, argv, starts.front().program, supervised);
+          c = spawn(starts.front().prefix, argv, starts.front().program, supervised, &options);
           c.island = -1;
           for (const ExitReport& r : reported) report_exit(c, r);
           continue;

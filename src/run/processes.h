@@ -13,6 +13,7 @@
 // atl::UserError (exit code 2 in main).
 #pragma once
 
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -45,6 +46,11 @@ struct ProcessOptions {
                                               // of the one it published (the link's relay)
   int rank = 0;        // island: this process's rank in its island (islands.ranks; docs/ranks.md)
   std::string rank0_host;  // island: the host of its island's rank 0 ("": transport.host)
+  // launch: runs a child's command line (argv as main() gets it; returns its exit code) in a
+  // fork of this process instead of executing atoll again, so that it starts with libtorch
+  // loaded (about 0.5 s of CPU a process here); used while launch has one thread (not with
+  // --emulate-wan, whose relays are threads). Empty: every child is executed.
+  std::function<int(const std::vector<std::string>&)> warm;
 };
 
 // Each starts with core::validate_config for its target (src/core/validate.h).

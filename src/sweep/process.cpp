@@ -27,15 +27,6 @@ std::vector<char*> c_argv(const std::vector<std::string>& argv) {
 
 }  // namespace
 
-bool single_threaded() {
-  std::error_code ec;
-  int threads = 0;
-  for (auto it = std::filesystem::directory_iterator("/proc/self/task", ec);
-       !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
-    ++threads;
-  }
-  return !ec && threads == 1;
-}
 
 pid_t spawn_logged(const std::string& path, const std::vector<std::string>& argv,
                    const std::string& log_path, const WarmMain& warm) {

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "src/base/process.h"
+
 namespace atl::sweep {
 
 // A command line run in a forked copy of the calling process instead of an executed binary:
@@ -28,8 +30,8 @@ using WarmMain = std::function<int(const std::vector<std::string>& argv)>;
 pid_t spawn_logged(const std::string& path, const std::vector<std::string>& argv,
                    const std::string& log_path, const WarmMain& warm = {});
 
-// Whether the calling process has exactly one thread (/proc/self/task).
-bool single_threaded();
+// Whether the calling process has exactly one thread (src/base/process.h).
+using atl::single_threaded;
 
 // Runs argv[0] (a path) with inherited stdio and waits for it. Returns its exit code, or
 // 128 + the signal that killed it; 127 when it cannot be started.

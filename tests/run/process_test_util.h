@@ -101,12 +101,16 @@ inline double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 inline bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
-// The child of `launch` that runs `atoll island ... --id ID` (from /proc/PID/cmdline); -1 if none.
-inline pid_t island_child(pid_t launch, int id) {
+// The child of `launch` that runs `atoll island ... --id ID` (from /proc/PID/cmdline; rank
+// R > 0: `--id ID --rank R`, rank 0: without --rank); -1 if none. By command line, not by pid
+// order: pids wrap around (pid_max is 32768 on many machines).
+inline pid_t island_child(pid_t launch, int id, int rank = 0) {
   for (pid_t c : children_of(launch)) {
     std::string cmdline = read("/proc/" + std::to_string(c) + "/cmdline");
     std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
-    if (cmdline.find(" island ") != std::string::npos && cmdline.find(" --id " + std::to_string(id) + " ") != std::string::npos)
+    const bool ranked = cmdline.find(" --rank ") != std::string::npos;
+    if (cmdline.find(" island ") != std::string::npos && cmdline.find(" --id " + std::to_string(id) + " ") != std::string::npos &&
+        (rank == 0 ? !ranked : cmdline.find(" --rank " + std::to_string(rank) + " ") != std::string::npos))
       return c;
   }
   return -1;

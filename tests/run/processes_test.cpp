@@ -209,7 +209,9 @@ void dipaco_killed_island_modules_averaged_among_the_rest(Processes& t, const st
   ASSERT_TRUE(wait_for_record(metrics, {"\"round\":3,"}, 60)) << "no rounds within 60 s";
   const auto kids = children_of(pid);
   ASSERT_EQ(kids.size(), 6u);
-  ASSERT_EQ(kill(*kids.rbegin(), SIGKILL), 0);  // the newest child: island 4
+  const pid_t victim = atl::testing::island_child(pid, 4);
+  ASSERT_GT(victim, 0);
+  ASSERT_EQ(kill(victim, SIGKILL), 0);
   const int code = wait_bounded(pid, 120);
   EXPECT_EQ(code, 3) << read(t.dir_ / "launch.log");
   std::map<int, std::string> hash;
@@ -440,7 +442,8 @@ void killed_island_run_completes_with_survivors(Processes& t, const std::string&
   ASSERT_TRUE(started) << "no rounds within 30 s";
   const auto kids = children_of(pid);
   ASSERT_EQ(kids.size(), 4u);
-  const pid_t victim = *kids.rbegin();
+  const pid_t victim = atl::testing::island_child(pid, 2);
+  ASSERT_GT(victim, 0);
   ASSERT_EQ(kill(victim, SIGKILL), 0);
   int status = 0;
   for (int i = 0; i < 1200; ++i) {  // at most 120 s
@@ -559,7 +562,9 @@ void restarted_island_rejoins(Processes& t, const std::vector<std::string>& sett
   ASSERT_TRUE(wait_for_record(metrics, {"\"event\":\"round\"", "\"round\":3,"}, 30)) << "no rounds within 30 s";
   const auto kids = children_of(launch);
   ASSERT_EQ(kids.size(), 4u);
-  ASSERT_EQ(kill(*kids.rbegin(), SIGKILL), 0);  // the newest child: island 2
+  const pid_t victim = atl::testing::island_child(launch, 2);
+  ASSERT_GT(victim, 0);
+  ASSERT_EQ(kill(victim, SIGKILL), 0);
   ASSERT_TRUE(wait_for_record(metrics, {"\"event\":\"round\"", "\"contributors\":2,"}, 30))
       << "the survivors did not go on without island 2";
 
@@ -661,7 +666,9 @@ TEST_F(Processes, RestartedIslandRejoinsADiPaCoRun) {
   ASSERT_TRUE(wait_for_record(metrics, {"\"event\":\"round\"", "\"round\":3,"}, 60)) << "no rounds within 60 s";
   const auto kids = children_of(launch);
   ASSERT_EQ(kids.size(), 5u);
-  ASSERT_EQ(kill(*kids.rbegin(), SIGKILL), 0);  // the newest child: island 3
+  const pid_t victim = atl::testing::island_child(launch, 3);
+  ASSERT_GT(victim, 0);
+  ASSERT_EQ(kill(victim, SIGKILL), 0);
   ASSERT_TRUE(wait_for_record(metrics, {"\"event\":\"round\"", "\"contributors\":3,"}, 30))
       << "the survivors did not go on without island 3";
 
@@ -802,16 +809,19 @@ TEST_F(Processes, IslandsOfTwoRanksMatchSimulateBitwiseForEveryAlgorithm) {
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
     const fs::path log = dir_ / (c.name + ".log");
-    if (c.bitwise) ASSERT_EQ(run("simulate " + cfg + ranks + c.sets + " --set run.name=sim_" + c.name), 0);
+    if (c.bitwise) {
+      ASSERT_EQ(run("simulate " + cfg + ranks + c.sets + " --set run.name=sim_" + c.name), 0);
+    }
     const int status = std::system((std::string(ATOLL_BINARY) + " launch " + cfg + ranks + c.sets +
                                     " --set run.name=real_" + c.name + " > " + log.string() + " 2>&1").c_str());
     const int rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
     ASSERT_EQ(rc, 0) << read(log);
     const std::string real = read(dir_ / "runs" / ("real_" + c.name) / "final_params.bin");
     ASSERT_GT(real.size(), 100u);
-    if (c.bitwise)
+    if (c.bitwise) {
       EXPECT_TRUE(read(dir_ / "runs" / ("sim_" + c.name) / "final_params.bin") == real)
           << "final parameters differ between simulate and launch";
+    }
     EXPECT_NE(read(log).find("island 2: rank 1 of 2 joined its island"), std::string::npos) << read(log);
   }
 }
@@ -853,7 +863,9 @@ TEST_F(Processes, KilledRankTakesItsIslandDownAndTheRestartedIslandRejoins) {
   ASSERT_TRUE(wait_for_record(metrics, {"\"event\":\"round\"", "\"round\":3,"}, 30)) << "no rounds within 30 s";
   const auto kids = children_of(launch);
   ASSERT_EQ(kids.size(), 7u);  // the coordinator, three ranks 0, three ranks 1
-  ASSERT_EQ(kill(*kids.rbegin(), SIGKILL), 0);  // the newest: island 2's rank 1
+  const pid_t victim = atl::testing::island_child(launch, 2, 1);  // island 2's rank 1
+  ASSERT_GT(victim, 0);
+  ASSERT_EQ(kill(victim, SIGKILL), 0);
   const auto killed_at = std::chrono::steady_clock::now();
   ASSERT_TRUE(wait_for_record(metrics, {"\"event\":\"round\"", "\"contributors\":2,"}, 30))
       << "the others did not go on without island 2\n" << read(dir_ / "launch.log");

@@ -10,10 +10,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <sstream>
 #include <string>
@@ -537,13 +539,29 @@ TEST_F(RealSlurm, RequeuedIslandRejoinsTheRun) {
   ASSERT_EQ(atl::testing::read(metrics_file).find("\"island\":0,\"change\":\"left\""), std::string::npos)
       << "island 0 finished the run before it could be suspended";
   // Slurm holds a requeued job for 120 s (BeginTime); the administrator's override makes it
-  // eligible now, once it is pending again.
+  // eligible now, once it is pending again and its first instance has no process left on the
+  // node (`scontrol listpids`): started while the first instance's step was still ending
+  // (srun waits up to 7 s for it), the new instance was once charged with the old one's exit
+  // code and ended FAILED at once, never running.
   // (Slurm refuses the update while the requeue is still completing: retried.)
   const std::string element = islands + "_1";
+  std::string job_id = atl::testing::run_shell("squeue -h -j " + element + " -o %A");
+  job_id.erase(std::remove_if(job_id.begin(), job_id.end(), [](char c) { return !std::isdigit(static_cast<unsigned char>(c)); }),
+               job_id.end());
+  ASSERT_FALSE(job_id.empty()) << atl::testing::run_shell("squeue -a -l 2>&1");
+  auto first_instance_gone = [&] {
+    std::istringstream pids(atl::testing::run_shell("scontrol listpids " + job_id + " 2>/dev/null"));
+    for (std::string pid, job; pids >> pid >> job;) {
+      if (job == job_id) return false;
+      pids.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
+    }
+    return true;
+  };
   bool released = false;
   for (int i = 0; i < 300 && !released; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     released = atl::testing::run_shell("squeue -h -j " + element + " -o %T").find("PENDING") != std::string::npos &&
+               first_instance_gone() &&
                std::system(("scontrol update JobId=" + element + " StartTime=now 2>/dev/null").c_str()) == 0;
   }
   ASSERT_TRUE(released) << "the requeued element could not be made eligible within 30 s\n"
