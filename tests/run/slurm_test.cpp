@@ -15,7 +15,6 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <limits>
 #include <map>
 #include <sstream>
 #include <string>
@@ -540,9 +539,10 @@ TEST_F(RealSlurm, RequeuedIslandRejoinsTheRun) {
       << "island 0 finished the run before it could be suspended";
   // Slurm holds a requeued job for 120 s (BeginTime); the administrator's override makes it
   // eligible now, once it is pending again and its first instance has no process left on the
-  // node (`scontrol listpids`): started while the first instance's step was still ending
-  // (srun waits up to 7 s for it), the new instance was once charged with the old one's exit
-  // code and ended FAILED at once, never running.
+  // node (no `slurmstepd: [JOB.batch]` or `[JOB.0]`): started while the first instance was
+  // still ending (srun waits up to 7 s for its step), the new instance was charged with the
+  // old batch script's exit code and ended FAILED at once, never running (slurmctld.log:
+  // "Allocate JobId=2_1(2)", then "_job_complete: JobId=2_1(2) WEXITSTATUS 1" 4 ms later).
   // (Slurm refuses the update while the requeue is still completing: retried.)
   const std::string element = islands + "_1";
   std::string job_id = atl::testing::run_shell("squeue -h -j " + element + " -o %A");
@@ -550,20 +550,21 @@ TEST_F(RealSlurm, RequeuedIslandRejoinsTheRun) {
                job_id.end());
   ASSERT_FALSE(job_id.empty()) << atl::testing::run_shell("squeue -a -l 2>&1");
   auto first_instance_gone = [&] {
-    std::istringstream pids(atl::testing::run_shell("scontrol listpids " + job_id + " 2>/dev/null"));
-    for (std::string pid, job; pids >> pid >> job;) {
-      if (job == job_id) return false;
-      pids.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
+    std::error_code ec;
+    for (const auto& entry : fs::directory_iterator("/proc", ec)) {
+      if (atl::testing::read(entry.path() / "cmdline").rfind("slurmstepd: [" + job_id + ".", 0) == 0) return false;
     }
     return true;
   };
   bool released = false;
-  for (int i = 0; i < 300 && !released; ++i) {
+  int polls = 0;
+  for (; polls < 300 && !released; ++polls) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     released = atl::testing::run_shell("squeue -h -j " + element + " -o %T").find("PENDING") != std::string::npos &&
                first_instance_gone() &&
                std::system(("scontrol update JobId=" + element + " StartTime=now 2>/dev/null").c_str()) == 0;
   }
+  std::printf("requeued element %s (job %s) released after %d polls of 100 ms\n", element.c_str(), job_id.c_str(), polls);
   ASSERT_TRUE(released) << "the requeued element could not be made eligible within 30 s\n"
                         << atl::testing::run_shell("squeue -a -l 2>&1") << job_outputs(dir_ / "runs/requeue-slurm");
   bool back = false;
