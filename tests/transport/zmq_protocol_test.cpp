@@ -116,7 +116,7 @@ TEST(ZmqProtocol, GoldenHeaderLayout) {
   m.wait_ms = 0x41424344;
   const std::vector<uint8_t> w = encode_or_throw(m);
   const std::vector<uint8_t> want_head = {
-      'A', 'T', 'L', 'C', 2, 11, 0, 0,                // magic, version, type STORE_GET, flags
+      'A', 'T', 'L', 'C', 3, 11, 0, 0,                // magic, version, type STORE_GET, flags
       0x03, 0x02, 0x01, 0x00, 8, 0, 0, 0,             // island, body length
       0x18, 0x17, 0x16, 0x15, 0x14, 0x13, 0x12, 0x11,  // epoch
       0x28, 0x27, 0x26, 0x25, 0x24, 0x23, 0x22, 0x21,  // request id
@@ -192,6 +192,7 @@ TEST(ZmqProtocol, HostileFieldsAreBoundedAndNamed) {
   rejected(with_body(MsgType::kStoreGet, {0xFF, 0x7F}), "key");
   rejected(with_body(MsgType::kStoreGet, {0, 0, 1, 0, 0, 0}), "store key");
   rejected(with_body(MsgType::kError, {99, 0, 0}), "error code");
+  rejected(with_body(MsgType::kError, {10, 0, 0}), "error code");  // one past run_ended
   rejected(with_body(MsgType::kRecord, {'{', '\n', '}'}), "line break");
   rejected(with_body(MsgType::kRecord, {'[', ']'}), "JSON object");
   rejected(with_body(MsgType::kHeartbeat, {1}), "trailing");
@@ -206,7 +207,9 @@ TEST(ZmqProtocol, HostileFieldsAreBoundedAndNamed) {
   std::vector<uint8_t> w = with_body(MsgType::kAck, {});
   w[4] = 1;  // before JOIN carried the run text
   rejected(w, "version");
-  w[4] = 3;
+  w[4] = 2;  // before ERROR run_ended
+  rejected(w, "version");
+  w[4] = 4;
   rejected(w, "version");
   w = with_body(MsgType::kAck, {});
   w[0] = 'X';

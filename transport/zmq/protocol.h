@@ -28,7 +28,7 @@
 namespace atl::transport::proto {
 
 constexpr uint8_t kMagic[4] = {'A', 'T', 'L', 'C'};
-constexpr uint8_t kVersion = 2;  // 2: JOIN carries the run text
+constexpr uint8_t kVersion = 3;  // 2: JOIN carries the run text; 3: ERROR run_ended
 constexpr size_t kHeaderBytes = 48;
 constexpr size_t kChecksumOffset = 40;
 
