@@ -63,6 +63,8 @@ pid_t spawn_logged(const std::string& path, const std::vector<std::string>& argv
     ::dup2(log, 1);
     ::dup2(log, 2);
     if (warm_start) {
+      atl::close_cloexec_fds();     // what exec would have closed
+      atl::set_process_title(argv);  // `ps` shows the run's command line, not the sweep's
       int code = 1;
       try {
         code = warm(argv);

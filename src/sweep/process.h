@@ -23,7 +23,8 @@ using WarmMain = std::function<int(const std::vector<std::string>& argv)>;
 // child that exits with 127; throws std::runtime_error when no child can be made.
 //
 // With `warm`, the child does not execute `path`: it calls warm(argv) and exits with its
-// result, so it starts with everything this process has loaded (libtorch among it). Only
+// result, so it starts with everything this process has loaded (libtorch among it); it
+// shows argv as its command line and has no close-on-exec descriptors (src/base/process.h). Only
 // while this process has a single thread: fork() copies no thread but every lock, so the
 // child of a multi-threaded process could wait forever on a lock a vanished thread held
 // (OpenMP's pool among them); then it executes `path` as without `warm`.
