@@ -2,8 +2,10 @@
 #include "src/base/process.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -43,6 +45,29 @@ void close_cloexec_fds() {
     const int flags = ::fcntl(fd, F_GETFD);
     if (flags >= 0 && (flags & FD_CLOEXEC)) ::close(fd);
   }
+}
+
+void default_signals() {
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  ::sigaction(SIGINT, &dfl, nullptr);
+  ::sigaction(SIGTERM, &dfl, nullptr);
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+}
+
+void run_forked(const MainFunction& main, const std::vector<std::string>& args) {
+  default_signals();
+  close_cloexec_fds();
+  set_process_title(args);
+  int code = 1;
+  try {
+    code = main(args);
+  } catch (...) {
+  }
+  std::fflush(nullptr);
+  ::_exit(code);
 }
 
 void init_process_title(int argc, char** argv) {

@@ -2,6 +2,7 @@
 // may then run on without exec), and the command line others see (ps, /proc/PID/cmdline).
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,20 @@ bool single_threaded();
 // Closes what exec would: every descriptor marked close-on-exec. For a forked copy that runs
 // on without exec.
 void close_cloexec_fds();
+
+// SIGINT and SIGTERM to their default action and no signal blocked: what a child of a
+// process that catches them (launch, a sweep) starts from.
+void default_signals();
+
+// A command line's main: argv as main() gets it, returns the exit code.
+using MainFunction = std::function<int(const std::vector<std::string>& argv)>;
+
+// In a child just forked from a single-threaded process (its stdio already in place): runs
+// main(args) as if `args` had been executed — default_signals(), no
+// close-on-exec descriptors, `args` as the command line (set_process_title) — and exits with
+// its code by _exit (the destructors and atexit handlers are the parent's). An exception
+// out of main exits with 1.
+[[noreturn]] void run_forked(const MainFunction& main, const std::vector<std::string>& args);
 
 // Remembers where the process's command line lives (main's argv): call first thing in main.
 void init_process_title(int argc, char** argv);

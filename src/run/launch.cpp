@@ -68,8 +68,7 @@ void remember_signal(int sig) { g_signal = sig; }
 // `reports`: the child's stdin is a pipe whose write end is Child::report_fd. With `warm` (and
 // no program) while this process has one thread, the child runs warm(args) in the fork
 // instead of executing this executable: it starts with libtorch loaded, shows `args` as its
-// command line (ps, /proc), and has what exec would give it: default SIGINT/SIGTERM, no
-// close-on-exec descriptors.
+// command line (ps, /proc), and has what exec would give it (run_forked, src/base/process.h).
 Child spawn(const std::string& prefix, const std::vector<std::string>& args, const std::string& program = "",
             bool reports = false, const ProcessOptions* options = nullptr) {
   const bool warm = program.empty() && options != nullptr && options->warm && single_threaded();
@@ -100,21 +99,7 @@ Child spawn(const std::string& prefix, const std::vector<std::string>& args, con
     dup2(fds[1], STDOUT_FILENO);
     dup2(fds[1], STDERR_FILENO);
     if (reports) dup2(in[0], STDIN_FILENO);
-    if (warm) {
-      struct sigaction dfl {};
-      dfl.sa_handler = SIG_DFL;
-      sigaction(SIGINT, &dfl, nullptr);
-      sigaction(SIGTERM, &dfl, nullptr);
-      close_cloexec_fds();
-      set_process_title(args);
-      int code = 1;
-      try {
-        code = options->warm(args);
-      } catch (...) {
-      }
-      std::fflush(nullptr);
-      _exit(code);  // not exit(): the destructors and atexit handlers are launch's
-    }
+    if (warm) run_forked(options->warm, args);
     std::vector<char*> argv;
     for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);

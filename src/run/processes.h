@@ -13,11 +13,11 @@
 // atl::UserError (exit code 2 in main).
 #pragma once
 
-#include <functional>
 #include <map>
 #include <string>
 #include <vector>
 
+#include "src/base/process.h"
 #include "src/base/status.h"
 #include "src/config/config.h"
 #include "src/run/wan.h"
@@ -50,7 +50,7 @@ struct ProcessOptions {
   // fork of this process instead of executing atoll again, so that it starts with libtorch
   // loaded (about 0.5 s of CPU a process here); used while launch has one thread (not with
   // --emulate-wan, whose relays are threads). Empty: every child is executed.
-  std::function<int(const std::vector<std::string>&)> warm;
+  MainFunction warm;
 };
 
 // Each starts with core::validate_config for its target (src/core/validate.h).

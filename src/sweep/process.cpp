@@ -10,7 +10,6 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <stdexcept>
 
 extern char** environ;
@@ -26,7 +25,6 @@ std::vector<char*> c_argv(const std::vector<std::string>& argv) {
 }
 
 }  // namespace
-
 
 pid_t spawn_logged(const std::string& path, const std::vector<std::string>& argv,
                    const std::string& log_path, const WarmMain& warm) {
@@ -52,27 +50,11 @@ pid_t spawn_logged(const std::string& path, const std::vector<std::string>& argv
     // takes its runs with it instead of leaving them to race the next `atoll sweep`.
     ::prctl(PR_SET_PDEATHSIG, SIGTERM);
     if (::getppid() != parent) ::_exit(127);  // the sweep died before prctl
-    struct sigaction dfl {};
-    dfl.sa_handler = SIG_DFL;
-    ::sigaction(SIGINT, &dfl, nullptr);
-    ::sigaction(SIGTERM, &dfl, nullptr);
-    sigset_t none;
-    sigemptyset(&none);
-    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    atl::default_signals();
     if (null >= 0) ::dup2(null, 0);
     ::dup2(log, 1);
     ::dup2(log, 2);
-    if (warm_start) {
-      atl::close_cloexec_fds();     // what exec would have closed
-      atl::set_process_title(argv);  // `ps` shows the run's command line, not the sweep's
-      int code = 1;
-      try {
-        code = warm(argv);
-      } catch (...) {
-      }
-      std::fflush(nullptr);
-      ::_exit(code);  // not exit(): the destructors and atexit handlers are the sweep's
-    }
+    if (warm_start) atl::run_forked(warm, argv);
     ::execve(path.c_str(), args.data(), environ);
     const char msg[] = "atoll sweep: cannot exec the atoll binary\n";
     [[maybe_unused]] auto n = ::write(2, msg, sizeof msg - 1);

@@ -13,7 +13,7 @@ namespace atl::sweep {
 
 // A command line run in a forked copy of the calling process instead of an executed binary:
 // argv as main() would get it; returns the exit code.
-using WarmMain = std::function<int(const std::vector<std::string>& argv)>;
+using WarmMain = atl::MainFunction;
 
 // Runs `path` with `argv` in a new process group (so that a terminal's Ctrl-C reaches only
 // the sweep, which then stops its runs), stdin from /dev/null, stdout and stderr appended to

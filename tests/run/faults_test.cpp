@@ -429,4 +429,20 @@ TEST_F(Faults, FailedCheckpointsOfARealRunAreCountedOrStopTheRun) {
   EXPECT_FALSE(contains(read(run_dir() / "metrics.jsonl"), "\"event\":\"island_end\"")) << "an island trained to its end";
 }
 
+// A coordinator that exits with an error code (here: it cannot make its checkpoint directory,
+// whose parent is a file) has ended the run: launch stops the islands at once instead of a
+// heartbeat timeout + 5 s later, when it takes islands that outlive their coordinator for
+// cut off from a run that goes on.
+TEST_F(Faults, LaunchStopsTheIslandsAtOnceWhenTheCoordinatorFails) {
+  std::ofstream(dir_ / "file") << "not a directory";
+  const std::string cfg = config(2, 4000, "checkpoint: {every: 10, dir: " + (dir_ / "file/ckpt").string() + "}\n");
+  const pid_t launch = spawn_atoll(args({"launch", cfg, "--quiet"}, {}), dir_ / "launch.log");
+  const int rc = wait_exit(launch, 120);
+  const std::string log = read(dir_ / "launch.log");
+  EXPECT_EQ(rc, 1) << log;
+  EXPECT_TRUE(contains(log, "launch: [coordinator] exited with code 1")) << log;
+  EXPECT_TRUE(contains(log, "launch: the coordinator failed the run; stopping 2 island(s)")) << log;
+  EXPECT_FALSE(contains(log, "cut off from the run")) << log;
+}
+
 }  // namespace
