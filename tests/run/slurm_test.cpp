@@ -543,6 +543,10 @@ TEST_F(RealSlurm, RequeuedIslandRejoinsTheRun) {
   // still ending (srun waits up to 7 s for its step), the new instance was charged with the
   // old batch script's exit code and ended FAILED at once, never running (slurmctld.log:
   // "Allocate JobId=2_1(2)", then "_job_complete: JobId=2_1(2) WEXITSTATUS 1" 4 ms later).
+  // And not in the second the first instance's credential was revoked: slurmd compares a
+  // credential's creation time with the revocation in whole seconds, so a new instance started
+  // then is killed ("Killing non-startable batch JobId=2: Job credential revoked", 0.4 s after
+  // "Requeuing JobId=2_1(2)", then WEXITSTATUS 1): it is made eligible 2 s from now.
   // (Slurm refuses the update while the requeue is still completing: retried.)
   const std::string element = islands + "_1";
   std::string job_id = atl::testing::run_shell("squeue -h -j " + element + " -o %A");
@@ -562,7 +566,7 @@ TEST_F(RealSlurm, RequeuedIslandRejoinsTheRun) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     released = atl::testing::run_shell("squeue -h -j " + element + " -o %T").find("PENDING") != std::string::npos &&
                first_instance_gone() &&
-               std::system(("scontrol update JobId=" + element + " StartTime=now 2>/dev/null").c_str()) == 0;
+               std::system(("scontrol update JobId=" + element + " StartTime=now+2 2>/dev/null").c_str()) == 0;
   }
   std::printf("requeued element %s (job %s) released after %d polls of 100 ms\n", element.c_str(), job_id.c_str(), polls);
   ASSERT_TRUE(released) << "the requeued element could not be made eligible within 30 s\n"
