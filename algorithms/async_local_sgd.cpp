@@ -80,9 +80,9 @@ namespace {
 class AsyncWorker final : public Algorithm {
  public:
   AsyncWorker(const AlgorithmOptions& options, int island)
-      : options_(options), island_(island), task_(async_local_sgd::task_steps(options, island)),
+      : options_(options), grace_s_(options.get<AsyncLocalSgdOptions>().grace_s), island_(island), task_(async_local_sgd::task_steps(options, island)),
         steps_(async_local_sgd::island_steps(options, island, options.train_steps)),
-        feedback_(options.error_feedback) {
+        feedback_(options.get<AsyncLocalSgdOptions>().error_feedback) {
     if (auto problem = async_local_sgd::check_dn_c(options))
       throw UserError("async_local_sgd: " + problem->key + ": " + problem->message);
   }
@@ -92,7 +92,7 @@ class AsyncWorker final : public Algorithm {
 
   void setup(IslandContext& ctx) override {
     at::NoGradGuard no_grad;
-    TORCH_CHECK(options_.grace_s == 0 || ctx.time != nullptr,
+    TORCH_CHECK(grace_s_ == 0 || ctx.time != nullptr,
                 "async_local_sgd: a grace window needs a time source");
     time_ = ctx.time;
     global_ = ctx.params.detach().clone();
@@ -112,7 +112,7 @@ class AsyncWorker final : public Algorithm {
     if ((step - 1) % task_ != 0) return;
     at::NoGradGuard no_grad;
     if (ctx.before_server_call) ctx.before_server_call();
-    if (pushed_at_) ctx.time->sleep_until_s(*pushed_at_ + options_.grace_s);
+    if (pushed_at_) ctx.time->sleep_until_s(*pushed_at_ + grace_s_);
     meter_ = RoundMeter(*ctx.group);
     at::Tensor incoming = at::empty_like(delta_);
     auto result = ctx.group->pull(static_cast<uint64_t>(tasks_), incoming, raw_)->wait();
@@ -143,7 +143,7 @@ class AsyncWorker final : public Algorithm {
     if (time_ == nullptr) return -1;
     if (pending_steps_ > 0) return time_->now_s();                       // the push, now
     if (step >= steps_ || step % task_ != 0) return -1;                  // compute comes first
-    return pushed_at_ ? std::max(time_->now_s(), *pushed_at_ + options_.grace_s) : time_->now_s();  // the pull
+    return pushed_at_ ? std::max(time_->now_s(), *pushed_at_ + grace_s_) : time_->now_s();  // the pull
   }
   AlgorithmCheckpoint state() const override {
     AlgorithmCheckpoint s;
@@ -188,12 +188,13 @@ class AsyncWorker final : public Algorithm {
     feedback_.update();
     ++tasks_;
     pending_steps_ = 0;
-    if (options_.grace_s > 0) pushed_at_ = ctx.time->now_s();
+    if (grace_s_ > 0) pushed_at_ = ctx.time->now_s();
     if (ctx.on_round)
       ctx.on_round(meter_.finish(*ctx.group, tasks_, pending_step_, 1, delta_.norm().item<double>()));
   }
 
   AlgorithmOptions options_;
+  double grace_s_;  // AsyncLocalSgdOptions::grace_s
   int island_;
   int64_t task_;         // local steps per task
   int64_t steps_ = 0;    // this island's inner steps in total
@@ -214,10 +215,12 @@ class AsyncServer final : public transport::OuterServer {
  public:
   AsyncServer(const AlgorithmOptions& options, const at::Tensor& initial,
               std::function<void(const ServerRound&)> on_round)
-      : outer_(options.outer),
-        dn_(options.outer.lr, options.outer.momentum,
-            options.buffer_size > 0 ? options.buffer_size : options.islands, options.dn_c),
-        naive_(options.async_update == AsyncUpdate::kNaive),
+      : AsyncServer(options, options.get<AsyncLocalSgdOptions>(), initial, std::move(on_round)) {}
+  AsyncServer(const AlgorithmOptions& options, const AsyncLocalSgdOptions& own, const at::Tensor& initial,
+              std::function<void(const ServerRound&)> on_round)
+      : outer_(own.outer),
+        dn_(own.outer.lr, own.outer.momentum, own.buffer_size > 0 ? own.buffer_size : options.islands, own.dn_c),
+        naive_(own.async_update == AsyncUpdate::kNaive),
         on_round_(std::move(on_round)) {
     global_ = initial.detach().to(at::kCPU).clone();
   }

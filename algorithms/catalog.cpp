@@ -1,7 +1,7 @@
 // The algorithm catalog (catalog.h): one row per algorithm of what validation and planning
 // ask without building it: the option rules, what the run derives of the options, the server
 // role's round numbering and the traits. No libtorch. A new algorithm is its file(s), a row
-// here, a factory row in algorithms/registry.cpp and its keys' row in algorithms/options.h.
+// here, a factory row in algorithms/registry.cpp and its options struct in algorithms/options.h.
 #include "algorithms/catalog.h"
 
 #include <algorithm>
@@ -17,31 +17,34 @@ namespace {
 
 std::optional<OptionProblem> no_rules(const AlgorithmOptions&) { return std::nullopt; }
 
-std::optional<OptionProblem> streaming_rules(const AlgorithmOptions& o) {
+std::optional<OptionProblem> streaming_rules(const AlgorithmOptions& options) {
+  const StreamingDilocoOptions& o = options.get<StreamingDilocoOptions>();
   return streaming_diloco::Schedule::check(o.inner_steps, o.fragments, o.overlap_steps);
 }
 
 // A fragment is made of whole transformer blocks (also checked against the layout at setup;
 // here it fails before the run starts).
 std::optional<OptionProblem> streaming_resolve(AlgorithmOptions& o) {
-  if (o.fragments <= std::max(o.model_blocks, 1)) return std::nullopt;
-  return OptionProblem{"algorithm.fragments", std::to_string(o.fragments) + " fragments but model " + o.model +
+  const int fragments = o.get<StreamingDilocoOptions>().fragments;
+  if (fragments <= std::max(o.model_blocks, 1)) return std::nullopt;
+  return OptionProblem{"algorithm.fragments", std::to_string(fragments) + " fragments but model " + o.model +
                                                   " has " + std::to_string(o.model_blocks) +
                                                   " transformer blocks (a fragment is made of whole blocks)"};
 }
 
 // fedavg's rounds: algorithm.rounds, or train.steps / local_steps.
-std::optional<OptionProblem> fedavg_resolve(AlgorithmOptions& o) {
+std::optional<OptionProblem> fedavg_resolve(AlgorithmOptions& options) {
+  FedAvgOptions& o = options.get<FedAvgOptions>();
   if (o.rounds > 0) return std::nullopt;
   if (o.local_steps == 0)
     return OptionProblem{"algorithm.rounds", "fedavg with local_epochs needs algorithm.rounds (or set "
                                              "algorithm.local_steps)"};
-  o.rounds = std::max<int64_t>(1, o.train_steps / o.local_steps);
+  o.rounds = std::max<int64_t>(1, options.train_steps / o.local_steps);
   return std::nullopt;
 }
 
 ServerRounds fedavg_rounds(const AlgorithmOptions& o, int64_t examples_per_client) {
-  return {false, o.rounds, fedavg::local_steps(o, examples_per_client)};
+  return {false, o.get<FedAvgOptions>().rounds, fedavg::local_steps(o, examples_per_client)};
 }
 ServerRounds async_rounds(const AlgorithmOptions& o, int64_t) { return {true, async_local_sgd::total_steps(o), 0}; }
 
@@ -101,10 +104,14 @@ std::vector<std::string> algorithm_names() {
   return names;
 }
 
+std::optional<OptionProblem> name_problem(const std::string& name) {
+  if (find_row(name)) return std::nullopt;
+  return OptionProblem{"algorithm.name", "unknown algorithm '" + name + "' (valid: " + algorithm_list() + ")"};
+}
+
 std::optional<OptionProblem> check_options(const AlgorithmOptions& options) {
   if (const Row* r = find_row(options.name)) return r->check(options);
-  return OptionProblem{"algorithm.name", "unknown algorithm '" + options.name + "' (valid: " +
-                                             algorithm_list() + ")"};
+  return name_problem(options.name);
 }
 
 std::optional<OptionProblem> resolve_options(AlgorithmOptions& options) {

@@ -3,7 +3,7 @@
 // validates configs with it before it loads libtorch (docs/architecture.md "Front end and
 // engine"). The factories that build an algorithm and its server role are the other half of
 // an algorithm's registration (algorithms/registry.cpp); an algorithm's `algorithm:` keys
-// are its row of algorithm_keys() (algorithms/options.h).
+// are its options struct (algorithms/options.h).
 #pragma once
 
 #include <cstdint>
@@ -51,6 +51,8 @@ struct AlgorithmTraits {
 const AlgorithmTraits& algorithm_traits(const std::string& name);
 // The same, or nullptr for a name without a row.
 const AlgorithmTraits* find_algorithm_traits(const std::string& name);
+// A problem of "algorithm.name" listing the valid names, for a name without a row; else none.
+std::optional<OptionProblem> name_problem(const std::string& name);
 // The list of algorithms atoll knows, by the name used in `algorithm.name`.
 std::vector<std::string> algorithm_names();
 

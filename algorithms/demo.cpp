@@ -195,7 +195,7 @@ void Demo::setup(IslandContext& ctx) {
   if (auto problem = algorithms::codec_problem(name(), ctx.codec->stages())) throw UserError("compression: " + *problem);
   params_ = ctx.params;
   const int64_t n = ctx.params.numel();
-  plans_ = plan(ctx.layout, n, options_.chunk, options_.topk);
+  plans_ = plan(ctx.layout, n, own_.chunk, own_.topk);
   int64_t sent = 0;
   for (const auto& p : plans_) sent += p.sent();
   const auto cpu = at::TensorOptions().dtype(at::kFloat).device(at::kCPU);
@@ -230,7 +230,7 @@ void Demo::inner_step(IslandContext& ctx, int64_t step) {
   const double lr = ctx.lr;
   const at::Tensor g = ctx.grads.device().is_cpu() ? ctx.grads : ctx.grads.to(at::kCPU);
   if (options_.weight_decay != 0) ctx.params.mul_(1.0 - lr * options_.weight_decay);
-  if (options_.decay != 1) delta_.mul_(options_.decay);
+  if (own_.decay != 1) delta_.mul_(own_.decay);
   delta_.add_(g, lr);
 
   // This island's fast components: per block, the k largest DCT coefficients of δ.

@@ -66,7 +66,7 @@ void select_blocks(const std::vector<TensorPlan>& plans, const float* x, uint32_
 // One island's DeMo. Owned by that island's thread.
 class Demo final : public Algorithm {
  public:
-  explicit Demo(const AlgorithmOptions& options) : options_(options) {}
+  explicit Demo(const AlgorithmOptions& options) : options_(options), own_(options.get<DemoOptions>()) {}
   std::string name() const override { return "demo"; }
   void setup(IslandContext& ctx) override;
   bool replaces_inner_step() const override { return true; }
@@ -87,6 +87,7 @@ class Demo final : public Algorithm {
 
  private:
   AlgorithmOptions options_;
+  DemoOptions own_;
   std::vector<TensorPlan> plans_;
   at::Tensor params_;  // the island's parameters (ctx.params)
   at::Tensor delta_;   // [N] CPU: the momentum residual δ

@@ -52,7 +52,7 @@ namespace {
 class DiLoCo final : public Algorithm {
  public:
   explicit DiLoCo(const AlgorithmOptions& options)
-      : options_(options), outer_(options.outer), feedback_(options.error_feedback) {}
+      : options_(options), own_(options.get<DilocoOptions>()), outer_(own_.outer), feedback_(own_.error_feedback) {}
 
   std::string name() const override { return "diloco"; }
 
@@ -63,11 +63,11 @@ class DiLoCo final : public Algorithm {
     // Without overlap the exchange happens after the round's last optimizer step and is over
     // before the next step's backward: the gradient's buffer is dead meanwhile and holds the
     // delta (one parameter-sized buffer less per island; docs/simulator.md "Memory").
-    const bool in_gradient = options_.overlap == Overlap::kNone && ctx.grads.defined() && ctx.grads.is_cpu() &&
+    const bool in_gradient = own_.overlap == Overlap::kNone && ctx.grads.defined() && ctx.grads.is_cpu() &&
                              ctx.grads.is_contiguous() && ctx.grads.numel() == ctx.params.numel();
     delta_ = in_gradient ? ctx.grads.view({ctx.params.numel()})
                          : at::empty({ctx.params.numel()}, ctx.params.options().device(at::kCPU));
-    if (options_.overlap == Overlap::kEager) sent_ = at::empty_like(delta_);
+    if (own_.overlap == Overlap::kEager) sent_ = at::empty_like(delta_);
   }
 
   int64_t planned_steps(int64_t configured) override {
@@ -76,9 +76,9 @@ class DiLoCo final : public Algorithm {
   }
 
   void after_inner_step(IslandContext& ctx, int64_t step) override {
-    if (step % options_.inner_steps != 0 && step != last_step_) return;
+    if (step % own_.inner_steps != 0 && step != last_step_) return;
     at::NoGradGuard no_grad;
-    if (options_.overlap == Overlap::kNone) {
+    if (own_.overlap == Overlap::kNone) {
       sync(ctx, step);
     } else {
       overlapped_sync(ctx, step);
@@ -114,7 +114,7 @@ class DiLoCo final : public Algorithm {
   AlgorithmCheckpoint state() const override {
     AlgorithmCheckpoint s = anchor_and_outer(round_, anchor_, outer_);
     s.add("feedback.residual", feedback_.residual());
-    if (options_.overlap == Overlap::kNone) {
+    if (own_.overlap == Overlap::kNone) {
       TORCH_CHECK(!handle_, "diloco: no checkpoint while an exchange is in flight");
       return s;
     }
@@ -127,7 +127,7 @@ class DiLoCo final : public Algorithm {
         .add("in_flight.members", int64_t{meter_.members()})
         .add("in_flight.feedback", int64_t{feedback_.active() ? 1 : 0})
         .add("in_flight.average", delta_)
-        .add("in_flight.sent_delta", options_.overlap == Overlap::kEager ? sent_ : at::Tensor())
+        .add("in_flight.sent_delta", own_.overlap == Overlap::kEager ? sent_ : at::Tensor())
         .add("in_flight.compensated", feedback_.active() ? feedback_.sent() : at::Tensor())
         .add("in_flight.transmitted", feedback_.active() ? feedback_.transmitted() : at::Tensor());
     return s;
@@ -137,7 +137,7 @@ class DiLoCo final : public Algorithm {
     return handle_->wait();  // its result stays: the round collects it at its boundary
   }
   void load(IslandContext& ctx, const AlgorithmCheckpoint& state) override {
-    const bool overlap = options_.overlap != Overlap::kNone;
+    const bool overlap = own_.overlap != Overlap::kNone;
     TORCH_CHECK(overlap == state.has("in_flight"), "diloco checkpoint: saved ", overlap ? "without" : "with",
                 " algorithm.overlap");
     const bool in_flight = overlap && state.integer("in_flight") == 1;
@@ -152,7 +152,7 @@ class DiLoCo final : public Algorithm {
                         static_cast<int>(n("members")));
     auto cpu = [](const at::Tensor& t) { return t.defined() ? t.to(at::kCPU) : t; };
     delta_.copy_(state.tensor("in_flight.average"));
-    if (options_.overlap == Overlap::kEager) sent_.copy_(state.tensor("in_flight.sent_delta"));
+    if (own_.overlap == Overlap::kEager) sent_.copy_(state.tensor("in_flight.sent_delta"));
     feedback_.load_in_flight(n("feedback") == 1, cpu(state.tensor("in_flight.compensated")),
                              cpu(state.tensor("in_flight.transmitted")));
     handle_ = ctx.group->resume_in_flight();
@@ -161,7 +161,7 @@ class DiLoCo final : public Algorithm {
 
  private:
   double weight(const IslandContext& ctx) const {
-    return options_.weight_by_shard ? static_cast<double>(ctx.shard_size) : 1.0;
+    return own_.weight_by_shard ? static_cast<double>(ctx.shard_size) : 1.0;
   }
 
   void sync(IslandContext& ctx, int64_t step) {
@@ -175,7 +175,7 @@ class DiLoCo final : public Algorithm {
   }
 
   void overlapped_sync(IslandContext& ctx, int64_t step) {
-    const bool eager = options_.overlap == Overlap::kEager;
+    const bool eager = own_.overlap == Overlap::kEager;
     const at::Tensor fresh = anchor_ - ctx.params;  // delta_i(t), on the anchor's device
     if (handle_) {
       const transport::CollectiveResult result = complete(ctx, step);
@@ -223,7 +223,7 @@ class DiLoCo final : public Algorithm {
   // (1/M unless weighting by shard size with every member's size known).
   double first_share(const IslandContext& ctx) const {
     const auto members = ctx.group->view().members;
-    if (options_.weight_by_shard) {
+    if (own_.weight_by_shard) {
       double total = 0;
       for (int m : members) {
         if (m >= static_cast<int>(options_.shard_sizes.size())) return 1.0 / static_cast<double>(members.size());
@@ -235,6 +235,7 @@ class DiLoCo final : public Algorithm {
   }
 
   AlgorithmOptions options_;
+  DilocoOptions own_;
   OuterOptimizer outer_;
   at::Tensor anchor_;
   at::Tensor delta_;  // [N] CPU: this island's contribution, then the average

@@ -47,7 +47,8 @@ namespace {
 
 class DiPaCo final : public Algorithm {
  public:
-  explicit DiPaCo(const AlgorithmOptions& options) : options_(options), outer_(options.outer) {}
+  explicit DiPaCo(const AlgorithmOptions& options)
+      : options_(options), own_(options.get<DipacoOptions>()), outer_(own_.outer) {}
 
   std::string name() const override { return "dipaco"; }
 
@@ -75,7 +76,7 @@ class DiPaCo final : public Algorithm {
       if (islands.size() > 1) m.group = ctx.group->subgroup(static_cast<uint32_t>(id) + 1, islands);
       m.scale = options_.norm_rescale ? std::sqrt(static_cast<double>(paths_through(id))) : 1.0;
       m.buffer = at::empty({m.numel}, delta_.options());
-      m.feedback = std::make_unique<Feedback>(options_.error_feedback);
+      m.feedback = std::make_unique<Feedback>(own_.error_feedback);
       modules_.push_back(std::move(m));
     }
   }
@@ -87,7 +88,7 @@ class DiPaCo final : public Algorithm {
 
   void after_inner_step(IslandContext& ctx, int64_t step) override {
     step_ = step;
-    if (step % options_.inner_steps != 0 && step != last_step_) return;
+    if (step % own_.inner_steps != 0 && step != last_step_) return;
     if (rotating()) {
       sync_tasks(ctx, step);
       return;
@@ -95,7 +96,7 @@ class DiPaCo final : public Algorithm {
     at::NoGradGuard no_grad;
     const RoundMeter meter(*ctx.group);
     delta_.copy_(anchor_ - ctx.params);
-    const double weight = options_.weight_by_shard ? static_cast<double>(ctx.shard_size) : 1.0;
+    const double weight = own_.weight_by_shard ? static_cast<double>(ctx.shard_size) : 1.0;
     for (Module& m : modules_) {
       if (!m.group) continue;
       gather(m);
@@ -235,12 +236,12 @@ class DiPaCo final : public Algorithm {
   int64_t examples_before(int path, int64_t round) const {
     int64_t rounds = 0;
     for (int64_t r = 0; r < round; ++r) rounds += island_of(path, r) >= 0 ? 1 : 0;
-    return rounds * options_.inner_steps * options_.batch_size;
+    return rounds * own_.inner_steps * options_.batch_size;
   }
   // Island `island`'s weight in the modules it trains in round `round`: its path's shard size
   // (ctx.path_shard_sizes, else the options').
   double task_weight(const IslandContext& ctx, int island, int64_t round) const {
-    if (!options_.weight_by_shard) return 1.0;
+    if (!own_.weight_by_shard) return 1.0;
     const int path = path_of(island, round);
     const std::vector<int64_t>& sizes = ctx.path_shard_sizes ? *ctx.path_shard_sizes : options_.shard_sizes;
     return path < static_cast<int>(sizes.size()) ? static_cast<double>(sizes[path]) : 1.0;
@@ -280,14 +281,14 @@ class DiPaCo final : public Algorithm {
       }
       m.scale = options_.norm_rescale ? std::sqrt(static_cast<double>(paths_through(id))) : 1.0;
       m.buffer = at::empty({m.numel}, delta_.options());
-      m.feedback = std::make_unique<Feedback>(options_.error_feedback);
+      m.feedback = std::make_unique<Feedback>(own_.error_feedback);
       m.global = at::empty({m.numel}, ctx.params.options());
       int64_t at = 0;
       for (const auto& [offset, numel] : m.ranges) {
         m.global.narrow(0, at, numel).copy_(ctx.params.narrow(0, offset, numel));
         at += numel;
       }
-      m.outer = std::make_unique<OuterOptimizer>(options_.outer);
+      m.outer = std::make_unique<OuterOptimizer>(own_.outer);
       modules_.push_back(std::move(m));
     }
     take_path(ctx, path_of(ctx.island, 0));
@@ -406,11 +407,12 @@ class DiPaCo final : public Algorithm {
     const int path = path_of(ctx.island, round_);
     for (Module& m : modules_) m.on_path = path_through(path, m.id);
     ctx.path = path;
-    const int64_t done = step_ - round_ * options_.inner_steps;
+    const int64_t done = step_ - round_ * own_.inner_steps;
     if (ctx.switch_path) ctx.switch_path(path, examples_before(path, round_) + done * options_.batch_size, false);
   }
 
   AlgorithmOptions options_;
+  DipacoOptions own_;
   OuterOptimizer outer_;
   at::Tensor anchor_;
   at::Tensor delta_;  // [N] CPU: this island's deltas, then the modules' averages

@@ -22,7 +22,7 @@ namespace {
 class FedAvgClient final : public Algorithm {
  public:
   FedAvgClient(const AlgorithmOptions& options, int island)
-      : options_(options), island_(island), feedback_(options.error_feedback) {}
+      : options_(options), own_(options.get<FedAvgOptions>()), island_(island), feedback_(own_.error_feedback) {}
 
   std::string name() const override { return "fedavg"; }
   bool global_on_server() const override { return true; }
@@ -31,10 +31,10 @@ class FedAvgClient final : public Algorithm {
     at::NoGradGuard no_grad;
     global_ = ctx.params.detach().clone();
     delta_ = at::empty({ctx.params.numel()}, ctx.params.options().device(at::kCPU));
-    const int m = fedavg::clients_per_round(options_.client_fraction, options_.islands);
+    const int m = fedavg::clients_per_round(own_.client_fraction, options_.islands);
     const int64_t u = fedavg::local_steps(options_, ctx.shard_size);
     int64_t step = 0;
-    for (int64_t t = 0; t < options_.rounds; ++t) {
+    for (int64_t t = 0; t < own_.rounds; ++t) {
       auto chosen = fedavg::select_clients(options_.seed, t, options_.islands, m);
       if (std::binary_search(chosen.begin(), chosen.end(), island_)) {
         plan_.push_back({t, step + 1, step + u});
@@ -105,6 +105,7 @@ class FedAvgClient final : public Algorithm {
     int64_t last_step;
   };
   AlgorithmOptions options_;
+  FedAvgOptions own_;
   int island_;
   std::vector<Participation> plan_;
   size_t next_ = 0;
@@ -142,11 +143,11 @@ class FedAvgServer final : public transport::OuterServer {
  public:
   FedAvgServer(const AlgorithmOptions& options, const at::Tensor& initial,
                std::function<void(const ServerRound&)> on_round)
-      : options_(options), outer_(options.outer), on_round_(std::move(on_round)) {
+      : options_(options), own_(options.get<FedAvgOptions>()), outer_(own_.outer), on_round_(std::move(on_round)) {
     global_ = initial.detach().to(at::kCPU).clone();
     sum_ = at::zeros_like(global_);
-    m_ = fedavg::clients_per_round(options.client_fraction, options.islands);
-    if (options_.rounds > 0) expected_ = fedavg::select_clients(options_.seed, 0, options_.islands, m_);
+    m_ = fedavg::clients_per_round(own_.client_fraction, options.islands);
+    if (own_.rounds > 0) expected_ = fedavg::select_clients(options_.seed, 0, options_.islands, m_);
   }
 
   void on_push(int island, uint64_t tag, const at::Tensor& payload, double weight) override {
@@ -167,7 +168,7 @@ class FedAvgServer final : public transport::OuterServer {
   }
 
   bool on_member_lost(int island, double at_s) override {
-    if (lost_.count(island) || round_ >= options_.rounds) return false;
+    if (lost_.count(island) || round_ >= own_.rounds) return false;
     lost_[island] = at_s;
     if (std::isnan(open_at_)) open_at_ = at_s;
     if (!std::binary_search(expected_.begin(), expected_.end(), island) || received_.count(island)) return false;
@@ -234,19 +235,19 @@ class FedAvgServer final : public transport::OuterServer {
     lost_ = std::move(lost);
     received_ = std::move(received);
     expected_.clear();
-    if (round_ < options_.rounds) expected_ = fedavg::select_clients(options_.seed, round_, options_.islands, m_);
+    if (round_ < own_.rounds) expected_ = fedavg::select_clients(options_.seed, round_, options_.islands, m_);
   }
 
   double next_deadline() const override {
-    if (options_.round_timeout_s <= 0 || round_ >= options_.rounds || std::isnan(open_at_))
+    if (own_.round_timeout_s <= 0 || round_ >= own_.rounds || std::isnan(open_at_))
       return std::numeric_limits<double>::infinity();
-    return open_at_ + options_.round_timeout_s;
+    return open_at_ + own_.round_timeout_s;
   }
 
  private:
   // A push of `tag` from `island` is used: its round is open and the island not lost.
   bool accepts(int island, uint64_t tag) const {
-    return static_cast<int64_t>(tag) == round_ && round_ < options_.rounds && lost_.count(island) == 0;
+    return static_cast<int64_t>(tag) == round_ && round_ < own_.rounds && lost_.count(island) == 0;
   }
 
   // Every selected client of the open round has delivered or was lost.
@@ -276,7 +277,7 @@ class FedAvgServer final : public transport::OuterServer {
         else if (lost_.count(id)) r.lost.push_back(id);
         else r.late.push_back(id);
       }
-      r.skipped = static_cast<int>(r.delivered.size()) < options_.min_clients;
+      r.skipped = static_cast<int>(r.delivered.size()) < own_.min_clients;
       if (!r.skipped) {
         double weight_sum = 0;
         for (auto& [id, contribution] : received_) {
@@ -292,16 +293,17 @@ class FedAvgServer final : public transport::OuterServer {
       open_at_ = at_s;
       changed_at_ = at_s;
       expected_.clear();
-      if (round_ < options_.rounds) expected_ = fedavg::select_clients(options_.seed, round_, options_.islands, m_);
+      if (round_ < own_.rounds) expected_ = fedavg::select_clients(options_.seed, round_, options_.islands, m_);
       r.round = round_;
       r.global = global_;
       r.at_s = at_s;
       if (on_round_) on_round_(r);
-      if (round_ < options_.rounds && complete()) at_s = closing_time(at_s);
-    } while (round_ < options_.rounds && complete());
+      if (round_ < own_.rounds && complete()) at_s = closing_time(at_s);
+    } while (round_ < own_.rounds && complete());
   }
 
   AlgorithmOptions options_;
+  FedAvgOptions own_;
   OuterOptimizer outer_;
   std::function<void(const ServerRound&)> on_round_;
   at::Tensor global_;

@@ -1,12 +1,17 @@
-// Options of the outer-loop algorithms, declared once: the `algorithm:` section of a config
-// is AlgorithmOptions::fields() (src/config reads and writes it through that list; this
-// folder never sees YAML). The members after the config keys describe the run and are
-// filled by src/core/components.cpp from other sections.
+// Options of the outer-loop algorithms, declared once: each algorithm's `algorithm:` keys are
+// its own options struct's fields() (src/config reads and writes the chosen one through that
+// list; this folder never sees YAML). AlgorithmOptions holds the chosen algorithm's name and
+// struct, and the facts of the run it needs, filled by src/core/components.cpp from other
+// sections.
 #pragma once
 
 #include <cstdint>
 #include <optional>
+#include <stdexcept>
 #include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
 #include <vector>
 
 #include "src/base/fields.h"
@@ -31,14 +36,66 @@ struct OuterOptimizerOptions {
   double beta1 = 0.9;       // adam
   double beta2 = 0.999;     // adam
   double eps = 1e-1;        // adam
+
+  template <class V>
+  void fields(V& v) {
+    using namespace atl::fields;
+    v.choice("outer_optimizer", kind,
+             {{"nesterov", OuterKind::kNesterov}, {"sgd", OuterKind::kSgd}, {"adam", OuterKind::kAdam}});
+    v.field("outer_lr", lr, above(0));
+    v.field("outer_momentum", momentum, closed_open(0, 1));
+    v.field("outer_beta1", beta1, closed_open(0, 1));
+    v.field("outer_beta2", beta2, closed_open(0, 1));
+    v.field("outer_eps", eps, above(0));
+  }
 };
 
-struct AlgorithmOptions {
-  std::string name = "diloco";   // the name of its catalog row (algorithms/catalog.cpp)
-  int64_t inner_steps = 50;      // diloco: H, inner steps per round
-  OuterOptimizerOptions outer;   // outer_optimizer, outer_lr, ... (the keys in fields())
-  bool weight_by_shard = false;  // weighting shard_size: each island weighs n_i / sum n (else 1)
-  // fedavg
+// ---- Each algorithm's own options: its `algorithm:` keys, besides `name` -----------------
+// One struct per algorithm, named by kName (the `algorithm.name` that chooses it), its keys
+// in fields() in the order the resolved config writes them. A key another algorithm has and
+// this one does not is refused for it (src/config names the file, line and these keys). Two
+// algorithms that share a key give it the same rule (a test holds them to it); each may give
+// it its own default (sparseloco's outer_lr is 1.0 where DiLoCo's is 0.7).
+
+// The keys DiLoCo and its kin share: H, the outer optimizer, weighting, error feedback.
+template <class V>
+void round_fields(V& v, int64_t& inner_steps, OuterOptimizerOptions& outer) {
+  v.field("inner_steps", inner_steps, fields::at_least(1));
+  outer.fields(v);
+}
+template <class V>
+void weighting_field(V& v, bool& weight_by_shard) {
+  v.choice("weighting", weight_by_shard, {{"uniform", false}, {"shard_size", true}});
+}
+
+struct DdpOptions {
+  static constexpr const char* kName = "ddp";
+  template <class V>
+  void fields(V&) {}
+};
+
+struct DilocoOptions {
+  static constexpr const char* kName = "diloco";
+  int64_t inner_steps = 50;          // H, inner steps per round
+  OuterOptimizerOptions outer;       // outer_optimizer, outer_lr, ...
+  bool weight_by_shard = false;      // weighting shard_size: each island weighs n_i / sum n (else 1)
+  bool error_feedback = true;        // lossy codecs: carry each island's compression error into
+                                     // its next exchange (residual added before encoding)
+  Overlap overlap = Overlap::kNone;  // delayed / eager: the all-reduce of round t completes
+                                     // at the end of round t+1 (docs/algorithms.md)
+  template <class V>
+  void fields(V& v) {
+    round_fields(v, inner_steps, outer);
+    weighting_field(v, weight_by_shard);
+    v.field("error_feedback", error_feedback);
+    v.choice("overlap", overlap,
+             {{"none", Overlap::kNone}, {"delayed", Overlap::kDelayed}, {"eager", Overlap::kEager}});
+  }
+};
+
+struct FedAvgOptions {
+  static constexpr const char* kName = "fedavg";
+  OuterOptimizerOptions outer;   // the server's optimizer over the averaged client update
   double client_fraction = 0.1;  // C: fraction of clients sampled per round (at least one)
   int64_t rounds = 0;            // R; 0 = derived: train.steps / local_steps
   int64_t local_steps = 0;       // inner steps per selected client per round; 0 = local_epochs
@@ -46,49 +103,11 @@ struct AlgorithmOptions {
   double round_timeout_s = 0;    // a round's deadline after it opens (virtual s in simulate,
                                  // wall s in real runs): results not in by then are dropped; 0 = none
   int min_clients = 1;           // fewer results than this: the round is skipped (model unchanged)
-  bool error_feedback = true;    // lossy codecs: carry each island's compression error into
-                                 // its next exchange (residual added before encoding)
-  // diloco
-  Overlap overlap = Overlap::kNone;  // delayed / eager: the all-reduce of round t completes
-                                     // at the end of round t+1 (docs/algorithms.md)
-  // streaming_diloco
-  int fragments = 2;                 // P: fragments of transformer blocks
-  FragmentMode fragment_mode = FragmentMode::kStrided;  // how blocks are dealt to fragments
-  int64_t overlap_steps = 1;         // tau: inner steps between a fragment's send and receive
-  double mix_alpha = 0.5;            // merge: alpha * local + (1 - alpha) * global
-  // async_local_sgd
-  AsyncUpdate async_update = AsyncUpdate::kDelayedNesterov;  // the server's update rule
-  int buffer_size = 0;               // DN: N arrivals per momentum update; 0 = islands
-  double dn_c = 0;                   // DN: activation c in [0, 1/N]
-  bool dynamic_local_updates = true; // DyLU: local steps per task proportional to speed
-  int64_t min_local_steps = 5;       // DyLU: floor on a task's local steps
-  double grace_s = 0;                // grace window (seconds) to batch near-simultaneous
-                                     // arrivals before restarting them from one model; 0 = off
-  // demo (docs/algorithms.md §4)
-  int64_t topk = 32;                 // k: DCT coefficients each island sends per block
-  int64_t chunk = 64;                // s: a dimension d is cut into blocks of sc(d), the
-                                     // largest divisor of d that is <= s (blocks <= s x s)
-  double decay = 0.999;              // beta: decay of the momentum residual
-                                     // (sparseloco: of the error-feedback accumulator)
-  // sparseloco (docs/algorithms.md §13): topk, chunk and decay as above (its own defaults:
-  // algorithm_keys()), outer_lr is the step alpha
-  Aggregation aggregation = Aggregation::kMeanAll;  // mean over all islands, or per coordinate
-                                                    // over the islands that selected it
-
-  // The config keys, in the order the resolved config lists them.
+  bool error_feedback = true;    // as DilocoOptions
   template <class V>
   void fields(V& v) {
     using namespace atl::fields;
-    v.field("name", name);  // checked by the registry (check_options), which knows the names
-    v.field("inner_steps", inner_steps, at_least(1));
-    v.choice("outer_optimizer", outer.kind,
-             {{"nesterov", OuterKind::kNesterov}, {"sgd", OuterKind::kSgd}, {"adam", OuterKind::kAdam}});
-    v.field("outer_lr", outer.lr, above(0));
-    v.field("outer_momentum", outer.momentum, closed_open(0, 1));
-    v.field("outer_beta1", outer.beta1, closed_open(0, 1));
-    v.field("outer_beta2", outer.beta2, closed_open(0, 1));
-    v.field("outer_eps", outer.eps, above(0));
-    v.choice("weighting", weight_by_shard, {{"uniform", false}, {"shard_size", true}});
+    outer.fields(v);
     v.field("client_fraction", client_fraction, open_closed(0, 1));
     v.field("rounds", rounds, at_least(0));
     v.field("local_steps", local_steps, at_least(0));
@@ -96,13 +115,50 @@ struct AlgorithmOptions {
     v.field("round_timeout_s", round_timeout_s, at_least(0));
     v.field("min_clients", min_clients, at_least(1));
     v.field("error_feedback", error_feedback);
-    v.choice("overlap", overlap,
-             {{"none", Overlap::kNone}, {"delayed", Overlap::kDelayed}, {"eager", Overlap::kEager}});
+  }
+};
+
+struct StreamingDilocoOptions {
+  static constexpr const char* kName = "streaming_diloco";
+  int64_t inner_steps = 50;          // H, as DilocoOptions
+  OuterOptimizerOptions outer;
+  bool weight_by_shard = false;
+  bool error_feedback = true;
+  int fragments = 2;                 // P: fragments of transformer blocks
+  FragmentMode fragment_mode = FragmentMode::kStrided;  // how blocks are dealt to fragments
+  int64_t overlap_steps = 1;         // tau: inner steps between a fragment's send and receive
+  double mix_alpha = 0.5;            // merge: alpha * local + (1 - alpha) * global
+  template <class V>
+  void fields(V& v) {
+    using namespace atl::fields;
+    round_fields(v, inner_steps, outer);
+    weighting_field(v, weight_by_shard);
+    v.field("error_feedback", error_feedback);
     v.field("fragments", fragments, at_least(1));
     v.choice("fragment_mode", fragment_mode,
              {{"strided", FragmentMode::kStrided}, {"sequential", FragmentMode::kSequential}});
     v.field("overlap_steps", overlap_steps, at_least(0));
     v.field("mix_alpha", mix_alpha, closed(0, 1));
+  }
+};
+
+struct AsyncLocalSgdOptions {
+  static constexpr const char* kName = "async_local_sgd";
+  int64_t inner_steps = 50;          // H: local steps of the fastest island per task
+  OuterOptimizerOptions outer;       // the server's optimizer
+  bool error_feedback = true;
+  AsyncUpdate async_update = AsyncUpdate::kDelayedNesterov;  // the server's update rule
+  int buffer_size = 0;               // DN: N arrivals per momentum update; 0 = islands
+  double dn_c = 0;                   // DN: activation c in [0, 1/N]
+  bool dynamic_local_updates = true; // DyLU: local steps per task proportional to speed
+  int64_t min_local_steps = 5;       // DyLU: floor on a task's local steps
+  double grace_s = 0;                // grace window (seconds) to batch near-simultaneous
+                                     // arrivals before restarting them from one model; 0 = off
+  template <class V>
+  void fields(V& v) {
+    using namespace atl::fields;
+    round_fields(v, inner_steps, outer);
+    v.field("error_feedback", error_feedback);
     v.choice("async_update", async_update,
              {{"delayed_nesterov", AsyncUpdate::kDelayedNesterov}, {"naive", AsyncUpdate::kNaive}});
     v.field("buffer_size", buffer_size, at_least(0));
@@ -110,11 +166,153 @@ struct AlgorithmOptions {
     v.field("dynamic_local_updates", dynamic_local_updates);
     v.field("min_local_steps", min_local_steps, at_least(1));
     v.field("grace_s", grace_s, at_least(0));
-    v.field("topk", topk, at_least(1));
-    v.field("chunk", chunk, closed(1, 256));
-    v.field("decay", decay, closed(0, 1));
+  }
+};
+
+// The DCT top-k keys of demo and sparseloco.
+template <class V>
+void topk_fields(V& v, int64_t& topk, int64_t& chunk, double& decay) {
+  v.field("topk", topk, fields::at_least(1));
+  v.field("chunk", chunk, fields::closed(1, 256));
+  v.field("decay", decay, fields::closed(0, 1));
+}
+
+struct DemoOptions {  // docs/algorithms.md §4
+  static constexpr const char* kName = "demo";
+  int64_t topk = 32;                 // k: DCT coefficients each island sends per block
+  int64_t chunk = 64;                // s: a dimension d is cut into blocks of sc(d), the
+                                     // largest divisor of d that is <= s (blocks <= s x s)
+  double decay = 0.999;              // beta: decay of the momentum residual
+  template <class V>
+  void fields(V& v) {
+    topk_fields(v, topk, chunk, decay);
+  }
+};
+
+// DiLoCo per module of a run of several paths (docs/algorithms.md); its keys as DiLoCo's
+// without overlap. The run's module structure is in AlgorithmOptions (module_islands, ...).
+struct DipacoOptions {
+  static constexpr const char* kName = "dipaco";
+  int64_t inner_steps = 50;
+  OuterOptimizerOptions outer;
+  bool weight_by_shard = false;
+  bool error_feedback = true;
+  template <class V>
+  void fields(V& v) {
+    round_fields(v, inner_steps, outer);
+    weighting_field(v, weight_by_shard);
+    v.field("error_feedback", error_feedback);
+  }
+};
+
+struct SparseLocoOptions {  // docs/algorithms.md §13
+  static constexpr const char* kName = "sparseloco";
+  int64_t inner_steps = 50;          // H, as DilocoOptions
+  double outer_lr = 1.0;             // alpha: theta <- theta - alpha * mean of the messages
+  int64_t topk = 64;                 // k: values each island sends per chunk x chunk block
+  int64_t chunk = 64;                // the block side, as DemoOptions
+  double decay = 0.95;               // beta: decay of the error-feedback accumulator
+  Aggregation aggregation = Aggregation::kMeanAll;  // mean over all islands, or per coordinate
+                                                    // over the islands that selected it
+  template <class V>
+  void fields(V& v) {
+    using namespace atl::fields;
+    v.field("inner_steps", inner_steps, at_least(1));
+    v.field("outer_lr", outer_lr, above(0));
+    topk_fields(v, topk, chunk, decay);
     v.choice("aggregation", aggregation,
              {{"mean_all", Aggregation::kMeanAll}, {"mean_selected", Aggregation::kMeanSelected}});
+  }
+};
+
+// The options of whichever algorithm is chosen. A new algorithm adds its struct above and
+// its alternative here, a row in algorithms/catalog.cpp and one in algorithms/registry.cpp (a
+// test checks that the three name the same algorithms, in the same order).
+using AlgorithmParams = std::variant<DdpOptions, DilocoOptions, FedAvgOptions, StreamingDilocoOptions,
+                                     AsyncLocalSgdOptions, DemoOptions, DipacoOptions, SparseLocoOptions>;
+
+// The default options of algorithm `name`; nullopt for a name no alternative has.
+inline std::optional<AlgorithmParams> default_params(std::string_view name) {
+  std::optional<AlgorithmParams> out;
+  [&]<size_t... I>(std::index_sequence<I...>) {
+    ((name == std::variant_alternative_t<I, AlgorithmParams>::kName
+          ? void(out.emplace(std::in_place_index<I>))
+          : void()),
+     ...);
+  }(std::make_index_sequence<std::variant_size_v<AlgorithmParams>>{});
+  return out;
+}
+
+// The names of the alternatives, in AlgorithmParams order.
+inline std::vector<std::string> params_names() {
+  std::vector<std::string> out;
+  [&]<size_t... I>(std::index_sequence<I...>) {
+    (out.emplace_back(std::variant_alternative_t<I, AlgorithmParams>::kName), ...);
+  }(std::make_index_sequence<std::variant_size_v<AlgorithmParams>>{});
+  return out;
+}
+
+// Collects the keys of a fields() list, in order.
+struct KeyNames {
+  std::vector<std::string> out;
+  template <class T>
+  void field(const char* key, T&, const fields::Rule& = {}) {
+    out.emplace_back(key);
+  }
+  template <class E>
+  void choice(const char* key, E&, std::initializer_list<fields::Choice<E>>) {
+    out.emplace_back(key);
+  }
+};
+
+// The keys of `params`' algorithm, in fields() order (without `name`).
+inline std::vector<std::string> params_keys(AlgorithmParams params) {
+  KeyNames keys;
+  std::visit([&](auto& p) { p.fields(keys); }, params);
+  return std::move(keys.out);
+}
+
+struct AlgorithmOptions {
+  std::string name = "diloco";   // the name of its catalog row (algorithms/catalog.cpp)
+  // The chosen algorithm's own options: the alternative whose kName is `name` (src/config
+  // keeps them in step; in code, of() sets both).
+  AlgorithmParams params = DilocoOptions{};
+
+  // This algorithm's options; throws std::logic_error when `name` chose another.
+  template <class T>
+  T& get() {
+    if (T* p = std::get_if<T>(&params)) return *p;
+    throw std::logic_error(std::string("algorithm '") + name + "' has no options of algorithm '" + T::kName + "'");
+  }
+  template <class T>
+  const T& get() const {
+    return const_cast<AlgorithmOptions*>(this)->get<T>();
+  }
+  // Options of the algorithm `own` is for, with the run fields at their defaults.
+  template <class T>
+  static AlgorithmOptions of(T own) {
+    AlgorithmOptions o;
+    o.name = T::kName;
+    o.params = std::move(own);
+    return o;
+  }
+  // Chooses algorithm `algorithm` with its default options; std::logic_error for a name no
+  // alternative of AlgorithmParams has.
+  void choose(std::string_view algorithm) {
+    std::optional<AlgorithmParams> p = default_params(algorithm);
+    if (!p) throw std::logic_error("no options for algorithm '" + std::string(algorithm) + "'");
+    name = algorithm;
+    params = std::move(*p);
+  }
+  // Inner steps per round of algorithms that count them (inner_steps); 1 for those that
+  // exchange every step or plan their own rounds.
+  int64_t round_steps() const {
+    return std::visit(
+        [](const auto& p) -> int64_t {
+          if constexpr (requires { p.inner_steps; }) return p.inner_steps;
+          else return 1;
+        },
+        params);
   }
 
   // The run, not config keys: filled from other sections (src/core/components.cpp).
@@ -128,8 +326,8 @@ struct AlgorithmOptions {
   std::string model;                 // model.name
   int model_blocks = 0;              // the model's transformer blocks (0: it has none)
   // DiLoCo per module of a run of several paths (docs/architecture.md "Runs of several
-  // models"); inner_steps, the outer optimizer, weighting and error_feedback as for diloco. By
-  // module id (ParamRange::module): the islands whose path goes through the module
+  // models"); inner_steps, the outer optimizer, weighting and error_feedback are DipacoOptions.
+  // By module id (ParamRange::module): the islands whose path goes through the module
   // (ascending), and how many paths do. norm_rescale: multiply a module's averaged outer
   // gradient by sqrt(paths through it). Filled from the path structure's section.
   std::vector<std::vector<int>> module_islands;
@@ -141,66 +339,6 @@ struct AlgorithmOptions {
   // parameters; module_islands is then unused. Empty: island i trains path i mod P.
   std::vector<std::vector<int>> path_modules;
 };
-
-// The `algorithm:` keys each algorithm reads, besides `name`, in fields() order. A config that
-// sets another key of the section for that algorithm is refused (src/config names the key's
-// file and line and these keys): a key the algorithm never reads would be a silent no-op. The
-// resolved config writes only these. A new algorithm adds its row here and its entry in
-// algorithms/catalog.cpp and algorithms/registry.cpp (a test checks that the lists name the
-// same algorithms).
-// `defaults`: the algorithm's own default of a key it shares with others, as YAML text
-// (src/config applies it when the config leaves the key out), e.g. an outer_lr of 1.0 where
-// DiLoCo's is 0.7.
-struct KeyDefault {
-  const char* key;
-  const char* value;
-};
-struct AlgorithmKeys {
-  const char* name;
-  std::vector<const char*> keys;
-  std::vector<KeyDefault> defaults = {};
-};
-
-inline const std::vector<AlgorithmKeys>& algorithm_keys() {
-  static const std::vector<AlgorithmKeys> table = [] {
-    const std::vector<const char*> outer = {"outer_optimizer", "outer_lr",    "outer_momentum",
-                                            "outer_beta1",     "outer_beta2", "outer_eps"};
-    auto with_outer = [&](std::vector<const char*> before, std::vector<const char*> after) {
-      before.insert(before.end(), outer.begin(), outer.end());
-      before.insert(before.end(), after.begin(), after.end());
-      return before;
-    };
-    return std::vector<AlgorithmKeys>{
-        {"ddp", {}},
-        {"diloco", with_outer({"inner_steps"}, {"weighting", "error_feedback", "overlap"})},
-        {"fedavg", with_outer({}, {"client_fraction", "rounds", "local_steps", "local_epochs",
-                                   "round_timeout_s", "min_clients", "error_feedback"})},
-        {"streaming_diloco", with_outer({"inner_steps"}, {"weighting", "error_feedback", "fragments",
-                                                          "fragment_mode", "overlap_steps", "mix_alpha"})},
-        {"async_local_sgd", with_outer({"inner_steps"}, {"error_feedback", "async_update", "buffer_size",
-                                                         "dn_c", "dynamic_local_updates", "min_local_steps",
-                                                         "grace_s"})},
-        {"demo", {"topk", "chunk", "decay"}},
-        {"dipaco", with_outer({"inner_steps"}, {"weighting", "error_feedback"})},
-        {"sparseloco", {"inner_steps", "outer_lr", "topk", "chunk", "decay", "aggregation"},
-         {{"outer_lr", "1.0"}, {"topk", "64"}, {"decay", "0.95"}}},
-    };
-  }();
-  return table;
-}
-
-// The row of algorithm `name` in algorithm_keys(); null for a name no row has.
-inline const AlgorithmKeys* algorithm_row(const std::string& name) {
-  for (const auto& row : algorithm_keys())
-    if (name == row.name) return &row;
-  return nullptr;
-}
-
-// The keys of algorithm `name` (see algorithm_keys()); null for a name no row has.
-inline const std::vector<const char*>* keys_of_algorithm(const std::string& name) {
-  const AlgorithmKeys* row = algorithm_row(name);
-  return row ? &row->keys : nullptr;
-}
 
 // A rule of the options that does not hold ("algorithm.fragments", what is wrong).
 using OptionProblem = KeyProblem;

@@ -38,15 +38,17 @@ std::vector<int> select_clients(uint64_t seed, int64_t round, int clients, int m
 }
 
 int64_t local_steps(const AlgorithmOptions& options, int64_t shard_size) {
-  if (options.local_steps > 0) return options.local_steps;
+  const FedAvgOptions& own = options.get<FedAvgOptions>();
+  if (own.local_steps > 0) return own.local_steps;
   const int64_t b = std::max(1, options.batch_size);
-  return options.local_epochs * ((shard_size + b - 1) / b);
+  return own.local_epochs * ((shard_size + b - 1) / b);
 }
 
 std::optional<OptionProblem> check(const AlgorithmOptions& options) {
-  const int m = clients_per_round(options.client_fraction, options.islands);
-  if (options.min_clients > m)
-    return OptionProblem{"algorithm.min_clients", std::to_string(options.min_clients) +
+  const FedAvgOptions& own = options.get<FedAvgOptions>();
+  const int m = clients_per_round(own.client_fraction, options.islands);
+  if (own.min_clients > m)
+    return OptionProblem{"algorithm.min_clients", std::to_string(own.min_clients) +
                                                       " is more than the clients selected per round (" +
                                                       std::to_string(m) + " = max(floor(client_fraction x " +
                                                       std::to_string(options.islands) +
@@ -76,9 +78,9 @@ double max_speed(const AlgorithmOptions& options) {
 }
 
 int64_t task_steps(const AlgorithmOptions& options, int island) {
-  if (!options.dynamic_local_updates) return options.inner_steps;
-  return dylu_local_steps(speed(options, island), max_speed(options), options.inner_steps,
-                          options.min_local_steps);
+  const AsyncLocalSgdOptions& own = options.get<AsyncLocalSgdOptions>();
+  if (!own.dynamic_local_updates) return own.inner_steps;
+  return dylu_local_steps(speed(options, island), max_speed(options), own.inner_steps, own.min_local_steps);
 }
 
 int64_t island_steps(const AlgorithmOptions& options, int island, int64_t train_steps) {
@@ -94,9 +96,10 @@ int64_t total_steps(const AlgorithmOptions& options) {
 }
 
 std::optional<OptionProblem> check_dn_c(const AlgorithmOptions& options) {
-  const int n = options.buffer_size > 0 ? options.buffer_size : options.islands;
-  if (options.async_update == AsyncUpdate::kDelayedNesterov && options.dn_c > 1.0 / n + 1e-12) {
-    return OptionProblem{"algorithm.dn_c", std::to_string(options.dn_c) +
+  const AsyncLocalSgdOptions& own = options.get<AsyncLocalSgdOptions>();
+  const int n = own.buffer_size > 0 ? own.buffer_size : options.islands;
+  if (own.async_update == AsyncUpdate::kDelayedNesterov && own.dn_c > 1.0 / n + 1e-12) {
+    return OptionProblem{"algorithm.dn_c", std::to_string(own.dn_c) +
                                                " must be in [0, 1/N] with N = buffer_size = " +
                                                std::to_string(n) + " (0: islands.count)"};
   }

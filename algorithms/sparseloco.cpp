@@ -56,7 +56,7 @@ void from_tiles(const demo::TensorPlan& p, const at::Tensor& y, at::Tensor& x) {
 
 class SparseLoCo final : public Algorithm {
  public:
-  explicit SparseLoCo(const AlgorithmOptions& options) : options_(options) {}
+  explicit SparseLoCo(const AlgorithmOptions& options) : options_(options), own_(options.get<SparseLocoOptions>()) {}
 
   std::string name() const override { return "sparseloco"; }
 
@@ -65,7 +65,7 @@ class SparseLoCo final : public Algorithm {
     if (auto problem = algorithms::codec_problem(name(), ctx.codec->stages())) throw UserError("compression: " + *problem);
     at::NoGradGuard no_grad;
     const int64_t n = ctx.params.numel();
-    plans_ = demo::plan(ctx.layout, n, options_.chunk, options_.topk);
+    plans_ = demo::plan(ctx.layout, n, own_.chunk, own_.topk);
     int64_t sent = 0;
     for (const auto& p : plans_) sent += p.sent();
     const auto cpu = at::TensorOptions().dtype(at::kFloat).device(at::kCPU);
@@ -76,7 +76,7 @@ class SparseLoCo final : public Algorithm {
     values_ = at::zeros({sent}, cpu);
     decoded_ = at::zeros({sent}, cpu);
     idx_.assign(static_cast<size_t>(sent), 0);
-    if (options_.aggregation == Aggregation::kMeanSelected) count_.assign(static_cast<size_t>(n), 0.0f);
+    if (own_.aggregation == Aggregation::kMeanSelected) count_.assign(static_cast<size_t>(n), 0.0f);
   }
 
   int64_t planned_steps(int64_t configured) override {
@@ -85,11 +85,11 @@ class SparseLoCo final : public Algorithm {
   }
 
   void after_inner_step(IslandContext& ctx, int64_t step) override {
-    if (step % options_.inner_steps != 0 && step != last_step_) return;
+    if (step % own_.inner_steps != 0 && step != last_step_) return;
     at::NoGradGuard no_grad;
     const at::Tensor params = ctx.params.device().is_cpu() ? ctx.params : ctx.params.to(at::kCPU);
     const at::Tensor anchor = anchor_.device().is_cpu() ? anchor_ : anchor_.to(at::kCPU);
-    error_.mul_(options_.decay).add_(anchor - params);
+    error_.mul_(own_.decay).add_(anchor - params);
 
     // This island's message: per tile the k largest |e|, their values through the codec.
     for (const auto& p : plans_) {
@@ -127,9 +127,9 @@ class SparseLoCo final : public Algorithm {
                               std::to_string(result.contributors[m]) + " at step " + std::to_string(step),
                           s);
       }
-      scatter(decoded_, sum_, 1.0f, options_.aggregation == Aggregation::kMeanSelected);
+      scatter(decoded_, sum_, 1.0f, own_.aggregation == Aggregation::kMeanSelected);
     }
-    if (options_.aggregation == Aggregation::kMeanAll) {
+    if (own_.aggregation == Aggregation::kMeanAll) {
       sum_.div_(static_cast<double>(gathered.size()));
     } else {
       float* s = sum_.data_ptr<float>();
@@ -143,7 +143,7 @@ class SparseLoCo final : public Algorithm {
       from_tiles(p, sum_.narrow(0, p.offset, p.numel()), x);
     }
     writable(ctx.shared, anchor_);
-    anchor_.sub_(tiles_.device() == anchor_.device() ? tiles_ : tiles_.to(anchor_.device()), options_.outer.lr);
+    anchor_.sub_(tiles_.device() == anchor_.device() ? tiles_ : tiles_.to(anchor_.device()), own_.outer_lr);
     anchor_ = share(ctx.shared, anchor_);
     ctx.params.copy_(anchor_);
     ++round_;
@@ -226,6 +226,7 @@ class SparseLoCo final : public Algorithm {
   }
 
   AlgorithmOptions options_;
+  SparseLocoOptions own_;
   std::vector<demo::TensorPlan> plans_;
   at::Tensor anchor_;   // theta_g [N], on the parameters' device
   at::Tensor error_;    // e [N] CPU

@@ -123,10 +123,10 @@ void scatter(const at::Tensor& fragment, const std::vector<Run>& runs, at::Tenso
 
 class StreamingDiLoCo final : public Algorithm {
  public:
-  explicit StreamingDiLoCo(const AlgorithmOptions& options) : options_(options) {
+  explicit StreamingDiLoCo(const AlgorithmOptions& options)
+      : options_(options), own_(options.get<StreamingDilocoOptions>()) {
     // Checked here too, so that a bad config fails before the run starts.
-    (void)streaming_diloco::Schedule(options.inner_steps, options.fragments,
-                                     options.overlap_steps, options.inner_steps);
+    (void)streaming_diloco::Schedule(own_.inner_steps, own_.fragments, own_.overlap_steps, own_.inner_steps);
   }
 
   std::string name() const override { return "streaming_diloco"; }
@@ -135,13 +135,13 @@ class StreamingDiLoCo final : public Algorithm {
     at::NoGradGuard no_grad;
     anchor_ = share(ctx.shared, ctx.params.detach().clone());  // held once for islands in step
     auto runs = streaming_diloco::assign_fragments(ctx.layout, ctx.params.numel(),
-                                                   options_.fragments, options_.fragment_mode);
-    for (auto& r : runs) fragments_.emplace_back(std::move(r), options_, ctx.params.options());
+                                                   own_.fragments, own_.fragment_mode);
+    for (auto& r : runs) fragments_.emplace_back(std::move(r), own_, ctx.params.options());
     for (auto& f : fragments_) f.outer.set_shared(ctx.shared);
   }
 
   int64_t planned_steps(int64_t configured) override {
-    schedule_.emplace(options_.inner_steps, options_.fragments, options_.overlap_steps, configured);
+    schedule_.emplace(own_.inner_steps, own_.fragments, own_.overlap_steps, configured);
     return configured;
   }
 
@@ -227,7 +227,7 @@ class StreamingDiLoCo final : public Algorithm {
     return "fragment." + std::to_string(p) + "." + what;
   }
   struct Fragment {
-    Fragment(std::vector<Run> r, const AlgorithmOptions& options, at::TensorOptions like)
+    Fragment(std::vector<Run> r, const StreamingDilocoOptions& options, at::TensorOptions like)
         : runs(std::move(r)), outer(options.outer), feedback(options.error_feedback) {
       int64_t n = 0;
       for (const Run& run : runs) n += run.numel;
@@ -247,7 +247,7 @@ class StreamingDiLoCo final : public Algorithm {
     TORCH_CHECK(!f.handle, "streaming_diloco: fragment ", p, " sent twice");
     f.meter = RoundMeter(*ctx.group);
     f.buffer.copy_(gather(anchor_, f.runs) - gather(ctx.params, f.runs));
-    const double weight = options_.weight_by_shard ? static_cast<double>(ctx.shard_size) : 1.0;
+    const double weight = own_.weight_by_shard ? static_cast<double>(ctx.shard_size) : 1.0;
     at::Tensor transmitted = f.feedback.compensate(f.buffer, *ctx.codec);
     f.handle = ctx.group->allreduce_mean(f.buffer, *ctx.codec, weight, transmitted);
     f.sent_at = step;
@@ -266,7 +266,7 @@ class StreamingDiLoCo final : public Algorithm {
     writable(ctx.shared, anchor_);
     scatter(global, f.runs, anchor_);
     anchor_ = share(ctx.shared, anchor_);
-    const double alpha = options_.mix_alpha;
+    const double alpha = own_.mix_alpha;
     if (alpha == 0) {
       scatter(global, f.runs, ctx.params);
     } else if (alpha != 1) {
@@ -282,6 +282,7 @@ class StreamingDiLoCo final : public Algorithm {
   }
 
   AlgorithmOptions options_;
+  StreamingDilocoOptions own_;
   std::optional<streaming_diloco::Schedule> schedule_;
   at::Tensor anchor_;  // [N] the fragments' outer values, each from its last sync
   std::vector<Fragment> fragments_;

@@ -15,6 +15,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <list>
 #include <set>
 #include <sstream>
 #include <stdexcept>
@@ -293,6 +294,85 @@ void check_unique(std::map<std::string, std::string>& seen, const std::string& k
   if (!fresh) fail(where, key, std::string("duplicate ") + what + " (first at " + it->second + ")");
 }
 
+// ---- algorithm: its keys other than `name` wait until the name is final --------------------
+
+// A default config whose algorithm is the first (in algorithms::AlgorithmParams order) that has
+// `key`: where the every-key text takes the value of a key the chosen algorithm lacks.
+Config* first_with_key(const std::string& key) {
+  static std::map<std::string, Config> by_key = [] {
+    std::map<std::string, Config> m;
+    for (const std::string& name : algorithms::params_names()) {
+      Config d;
+      d.algorithm.name = name;
+      d.algorithm.params = *algorithms::default_params(name);
+      for (const std::string& k : algorithms::params_keys(d.algorithm.params)) m.emplace(k, d);
+    }
+    return m;
+  }();
+  return &by_key.at(key);
+}
+
+// The `algorithm:` keys set by the text and the overrides, in the order they were last set.
+// They are applied to the chosen algorithm's own options once every override has run
+// (apply_algorithm_keys), so that neither the order of the keys nor `--set algorithm.name`
+// after the file's keys matters.
+struct AlgorithmSets {
+  struct Entry {
+    std::string key;     // without "algorithm."
+    YAML::Node value;
+    std::string where;
+  };
+  // A list: a YAML::Node's assignment writes through to the node it refers to, so entries
+  // are never assigned (a vector's erase would move-assign them).
+  std::list<Entry> entries;
+
+  void add(const std::string& key, const YAML::Node& value, const std::string& where) {
+    entries.remove_if([&](const Entry& e) { return e.key == key; });
+    entries.push_back({key, value, where});
+  }
+};
+
+bool is_algorithm_key(const Section& section, const Field& field) {
+  return section.name == "algorithm" && field.name != "name";
+}
+
+// Sets `field` of `section`, or for a key of the algorithm's options, checks the value (by
+// the key's one rule, at once, so that a bad value is named where it is) and records it in
+// `sets`.
+void set_or_defer(Config& cfg, const Section& section, const Field& field, const YAML::Node& value,
+                  const std::string& where, AlgorithmSets& sets) {
+  if (!is_algorithm_key(section, field)) return set(cfg, section, field, value, where);
+  Config scratch = *first_with_key(field.name);
+  if (auto problem = assign(scratch, field, value); !problem.empty()) fail(where, "algorithm." + field.name, problem);
+  sets.add(field.name, value, where);
+}
+
+// The chosen algorithm's options: its defaults, then each key set for it. A key it does not
+// have is refused with its place and the keys it has. An unknown name is left to the
+// registry's own check (validation names it with the valid names).
+void apply_algorithm_keys(Config& cfg, const AlgorithmSets& sets) {
+  std::optional<algorithms::AlgorithmParams> params = algorithms::default_params(cfg.algorithm.name);
+  if (!params) return;
+  cfg.algorithm.params = std::move(*params);
+  const std::vector<std::string> keys = algorithms::params_keys(cfg.algorithm.params);
+  const Section& section = *schema::find_section("algorithm");
+  for (const auto& e : sets.entries) {
+    const std::string key = "algorithm." + e.key;
+    if (std::find(keys.begin(), keys.end(), e.key) == keys.end()) {
+      std::vector<std::string> valid = {"name"};
+      valid.insert(valid.end(), keys.begin(), keys.end());
+      const auto named = cfg.origins.find("algorithm.name");
+      const bool renamed =
+          named != cfg.origins.end() && named->second.rfind("--set ", 0) == 0 && e.where.rfind("--set ", 0) != 0;
+      fail(e.where, key,
+           "is not a key of algorithm '" + cfg.algorithm.name + "' (its keys: " + schema::join(valid) + ")" +
+               (renamed ? "; to replace the file's algorithm section, --set 'algorithm={name: " + cfg.algorithm.name + "}'"
+                        : ""));
+    }
+    set(cfg, section, *schema::find_field(section, e.key), e.value, e.where);
+  }
+}
+
 // ---- compression: [{quantize: int4, block: 128}, {zstd: 3}] ---------------------------------
 
 // The stage keys of a list entry, from compression's stage registry (compression/stage.h):
@@ -416,7 +496,7 @@ void parse_compression(const YAML::Node& body, const std::string& source, const 
   cfg.origins[kCompression] = where;
 }
 
-void parse_document(const std::string& text, const std::string& source, Config& cfg) {
+void parse_document(const std::string& text, const std::string& source, Config& cfg, AlgorithmSets& sets) {
   std::vector<YAML::Node> docs;
   try {
     docs = YAML::LoadAll(text);
@@ -451,14 +531,15 @@ void parse_document(const std::string& text, const std::string& source, Config& 
       check_unique(seen, key, where, "key");
       const Field* field = schema::find_field(*section, fit->first.Scalar());
       if (!field) fail(where, key, "unknown key" + suggest(section, fit->first.Scalar()));
-      set(cfg, *section, *field, fit->second, where);
+      set_or_defer(cfg, *section, *field, fit->second, where, sets);
     }
   }
 }
 
 // "algorithm={name: ddp}": the section as the mapping says, every key it leaves out at its
 // default (what the file set under that section is dropped, its origins with it).
-void replace_section(Config& cfg, const Section& section, const std::string& text, const std::string& where) {
+void replace_section(Config& cfg, const Section& section, const std::string& text, const std::string& where,
+                     AlgorithmSets& sets) {
   YAML::Node body;
   try {
     body = YAML::Load(text);
@@ -468,7 +549,16 @@ void replace_section(Config& cfg, const Section& section, const std::string& tex
   if (!body.IsNull() && !body.IsMap())
     fail(where, section.name, "expected a mapping of the section's keys, e.g. {name: ddp}, got " + describe(body));
   Config defaults;
+  if (section.name == "algorithm") {  // its options are the chosen algorithm's, applied later
+    cfg.algorithm.name = defaults.algorithm.name;
+    cfg.algorithm.params = defaults.algorithm.params;
+    sets.entries.clear();
+  }
   for (const Field& field : section.fields) {
+    if (section.name == "algorithm") {
+      cfg.origins.erase(section.name + "." + field.name);
+      continue;
+    }
     std::visit(Overloaded{[&](const schema::ChoiceRef& mine) { mine.set(std::get<schema::ChoiceRef>(field.ref(defaults)).get()); },
                           [&](auto* mine) { *mine = *std::get<std::remove_pointer_t<decltype(mine)>*>(field.ref(defaults)); }},
                field.ref(cfg));
@@ -482,12 +572,12 @@ void replace_section(Config& cfg, const Section& section, const std::string& tex
     check_unique(seen, key, where, "key");
     const Field* field = schema::find_field(section, name);
     if (!field) fail(where, key, "unknown key" + suggest(&section, name));
-    set(cfg, section, *field, it->second, where);
+    set_or_defer(cfg, section, *field, it->second, where, sets);
   }
 }
 
 // "train.lr=3e-4": the value is read as YAML, so lists are written [64, 64].
-void apply_override(const std::string& text, Config& cfg) {
+void apply_override(const std::string& text, Config& cfg, AlgorithmSets& sets) {
   const std::string where = "--set " + text;
   const size_t eq = text.find('=');
   if (eq == std::string::npos) fail(where, "", "expected section.key=value, e.g. train.lr=3e-4");
@@ -507,7 +597,7 @@ void apply_override(const std::string& text, Config& cfg) {
   const size_t dot = key.find('.');
   if (dot == std::string::npos) {
     if (const Section* whole = schema::find_section(key)) {
-      replace_section(cfg, *whole, text.substr(eq + 1), where);
+      replace_section(cfg, *whole, text.substr(eq + 1), where, sets);
       return;
     }
     fail(where, key, "expected section.key" + suggest(nullptr, key));
@@ -527,7 +617,7 @@ void apply_override(const std::string& text, Config& cfg) {
   } catch (const YAML::Exception& e) {
     fail(where, key, "YAML syntax error in the value: " + e.msg);
   }
-  set(cfg, *section, *field, value, where);
+  set_or_defer(cfg, *section, *field, value, where, sets);
 }
 
 // A data file must exist, be a file, and open for reading.
@@ -544,30 +634,16 @@ void check_readable(const Config& c, const std::string& key, const std::string& 
   if (!in) fail(where, key, "file '" + path + "' cannot be opened for reading");
 }
 
-// The chosen algorithm's own defaults of shared keys (algorithms::algorithm_keys), for each
-// such key the text and the overrides left unset.
-void apply_algorithm_defaults(Config& cfg) {
-  const algorithms::AlgorithmKeys* row = algorithms::algorithm_row(cfg.algorithm.name);
-  if (!row) return;
-  const Section& section = *schema::find_section("algorithm");
-  for (const auto& d : row->defaults) {
-    if (cfg.origins.count(std::string("algorithm.") + d.key)) continue;
-    const Field* field = schema::find_field(section, d.key);
-    if (!field) throw std::logic_error(std::string("algorithm_keys: default of unknown key ") + d.key);
-    if (auto problem = assign(cfg, *field, YAML::Load(d.value)); !problem.empty())
-      throw std::logic_error("algorithm_keys: default of " + std::string(d.key) + ": " + problem);
-  }
-}
-
 }  // namespace
 
 Config parse_config(const std::string& yaml_text, const std::string& source_name,
                     const std::vector<std::string>& overrides) {
   Config cfg;
   cfg.source = source_name;
-  parse_document(yaml_text, source_name, cfg);
-  for (const auto& o : overrides) apply_override(o, cfg);
-  apply_algorithm_defaults(cfg);
+  AlgorithmSets sets;
+  parse_document(yaml_text, source_name, cfg, sets);
+  for (const auto& o : overrides) apply_override(o, cfg, sets);
+  apply_algorithm_keys(cfg, sets);
   check_cross_field(cfg);
   return cfg;
 }
@@ -644,21 +720,32 @@ void emit(YAML::Emitter& out, FieldRef ref) {
 
 std::string to_yaml(const Config& config, YamlKeys which) {
   Config c = config;  // the schema hands out mutable references; read them from a copy
-  const auto* algorithm_keys =
-      which == YamlKeys::kUsed ? algorithms::keys_of_algorithm(c.algorithm.name) : nullptr;
-  auto written = [&](const Section& section, const Field& field) {
-    if (!algorithm_keys || section.name != "algorithm" || field.name == "name") return true;
-    return std::find_if(algorithm_keys->begin(), algorithm_keys->end(),
-                        [&](const char* k) { return field.name == k; }) != algorithm_keys->end();
-  };
+  const std::vector<std::string> chosen = algorithms::params_keys(c.algorithm.params);
   YAML::Emitter out;
   out << YAML::BeginMap;
   for (const auto& section : schema::sections()) {
     out << YAML::Key << section.name << YAML::Value << YAML::BeginMap;
-    for (const auto& field : section.fields) {
-      if (!written(section, field)) continue;
-      out << YAML::Key << field.name << YAML::Value;
-      emit(out, field.ref(c));
+    if (section.name == "algorithm") {
+      // name, the chosen algorithm's keys in its options' order, then for the every-key
+      // text each other algorithm's key at the default of the first algorithm that has it.
+      out << YAML::Key << "name" << YAML::Value;
+      emit(out, schema::find_field(section, "name")->ref(c));
+      for (const std::string& key : chosen) {
+        out << YAML::Key << key << YAML::Value;
+        emit(out, schema::find_field(section, key)->ref(c));
+      }
+      for (const auto& field : section.fields) {
+        if (which == YamlKeys::kUsed || field.name == "name" ||
+            std::find(chosen.begin(), chosen.end(), field.name) != chosen.end())
+          continue;
+        out << YAML::Key << field.name << YAML::Value;
+        emit(out, field.ref(*first_with_key(field.name)));
+      }
+    } else {
+      for (const auto& field : section.fields) {
+        out << YAML::Key << field.name << YAML::Value;
+        emit(out, field.ref(c));
+      }
     }
     out << YAML::EndMap;
   }

@@ -465,7 +465,7 @@ struct Config {
   DataConfig data;
   TrainConfig train;
   IslandsConfig islands;
-  algorithms::AlgorithmOptions algorithm;  // algorithms/options.h: its keys are fields()
+  algorithms::AlgorithmOptions algorithm;  // algorithms/options.h: name + that algorithm's options
   std::vector<CompressionStage> compression;  // empty = raw fp32 on the wire
   TransportConfig transport;
   ComputeConfig compute;
@@ -498,17 +498,19 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
 //   the whole section: the keys it leaves out are back at their defaults, whatever the file
 //   set (e.g. algorithm={name: ddp} on a DiLoCo config).
 // - Cross-key rule checked after all overrides: model.dim % model.heads == 0.
-// - Every `algorithm.KEY` set must be a key of the chosen algorithm (algorithms::algorithm_keys):
+// - The `algorithm:` keys besides `name` are the chosen algorithm's own options struct
+//   (algorithms/options.h), applied once the name is final, whatever the order they were set
+//   in; a key of another algorithm is refused:
 //   "FILE:LINE: key 'algorithm.topk': is not a key of algorithm 'diloco' (its keys: ...)".
 // - algorithm.name and model.name are not checked here: their registries own the names.
 // Pure function; safe to call from several threads.
 Config parse_config(const std::string& yaml_text, const std::string& source_name,
                     const std::vector<std::string>& overrides = {});
 
-// Which keys of the `algorithm:` section to_yaml writes: kUsed, those the chosen algorithm
-// reads (algorithms::algorithm_keys; every key when the name is unknown), so that the text
-// reads back under the strict key check; kAll, every key of the section, for identities that
-// must not change with that choice (core::config_hash).
+// Which keys of the `algorithm:` section to_yaml writes: kUsed, those of the chosen algorithm's
+// options struct, so that the text reads back under the strict key check; kAll, every key any
+// algorithm has (one it lacks at the default of the first algorithm that has it), for
+// identities that must not change with that choice (core::config_hash).
 enum class YamlKeys { kUsed, kAll };
 
 // Fully resolved config as YAML (every field, defaults included; doubles in the shortest

@@ -5,40 +5,13 @@
 #include <string>
 #include <vector>
 
-#include "algorithms/options.h"
 #include "src/config/schema.h"
 #include "src/data/kinds.h"
 
 namespace atl::config {
-namespace {
-
-// Every `algorithm.KEY` the text set must be one the chosen algorithm reads
-// (algorithms::algorithm_keys). An unknown name is left to the registry's own check.
-void check_algorithm_keys(const Config& c) {
-  const auto* keys = algorithms::keys_of_algorithm(c.algorithm.name);
-  if (!keys) return;
-  const std::string prefix = "algorithm.";
-  for (const auto& [key, where] : c.origins) {
-    if (key.rfind(prefix, 0) != 0 || key == "algorithm.name") continue;
-    const std::string field = key.substr(prefix.size());
-    if (std::find_if(keys->begin(), keys->end(), [&](const char* k) { return field == k; }) != keys->end())
-      continue;
-    std::vector<std::string> valid = {"name"};
-    valid.insert(valid.end(), keys->begin(), keys->end());
-    const auto named = c.origins.find("algorithm.name");
-    const bool renamed = named != c.origins.end() && named->second.rfind("--set ", 0) == 0 && where.rfind("--set ", 0) != 0;
-    fail_key(c, key, "is not a key of algorithm '" + c.algorithm.name + "' (its keys: " + schema::join(valid) + ")" +
-                         (renamed ? "; to replace the file's algorithm section, --set 'algorithm={name: " +
-                                        c.algorithm.name + "}'"
-                                  : ""));
-  }
-}
-
-}  // namespace
 
 // Rules that tie two keys together; checked once the file and every override are applied.
 void check_cross_field(const Config& c) {
-  check_algorithm_keys(c);
   if (c.model.dim % c.model.heads != 0) {
     fail_key(c, "model.heads",
              "model.dim (" + std::to_string(c.model.dim) + ") must be divisible by model.heads (" +

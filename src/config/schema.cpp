@@ -1,11 +1,13 @@
 // The table of every config key and its allowed values, gathered from the fields() of each
-// section's struct (config.h, algorithms/options.h): a key is declared there once.
+// section's struct (config.h; for `algorithm:`, each algorithm's options struct in
+// algorithms/options.h): a key is declared there once.
 #include "src/config/schema.h"
 
 #include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <limits>
+#include <stdexcept>
 #include <utility>
 
 namespace atl::config::schema {
@@ -84,6 +86,38 @@ std::vector<RecordField<R>> records() {
   return out;
 }
 
+// The member behind `key` of the chosen algorithm's options (algorithms::AlgorithmParams).
+FieldRef algorithm_ref(algorithms::AlgorithmOptions& a, const std::string& key) {
+  return std::visit(
+      [&](auto& p) {
+        Finder f{key, std::nullopt};
+        p.fields(f);
+        if (!f.out) throw std::logic_error("algorithm '" + a.name + "' has no key '" + key + "'");
+        return *f.out;
+      },
+      a.params);
+}
+
+// The `algorithm:` section: `name`, then every key of any algorithm's options struct, once,
+// in the order the alternatives of algorithms::AlgorithmParams first declare it, with the
+// rule of the first that declares it (AlgorithmKeysTest holds a shared key to one rule). A
+// key refers to the chosen algorithm's member: config.cpp applies the section's other keys
+// once the name is final, and refuses those the chosen algorithm does not have.
+Section algorithm_section() {
+  Section s{"algorithm", {}};
+  s.fields.push_back({"name", [](Config& c) { return FieldRef(&c.algorithm.name); }, Check()});
+  for (const std::string& name : algorithms::params_names()) {
+    algorithms::AlgorithmParams prototype = *algorithms::default_params(name);
+    Collector keys;
+    std::visit([&](auto& p) { p.fields(keys); }, prototype);
+    for (auto& [key, check] : keys.keys) {
+      if (find_field(s, key)) continue;
+      s.fields.push_back({key, [key](Config& c) { return algorithm_ref(c.algorithm, key); }, std::move(check)});
+    }
+  }
+  return s;
+}
+
 // Every section, in the order to_yaml writes them (`compression`, a list of stages, is
 // config.cpp's own).
 std::vector<Section> build() {
@@ -92,7 +126,7 @@ std::vector<Section> build() {
           section("data", &Config::data),
           section("train", &Config::train),
           section("islands", &Config::islands),
-          section("algorithm", &Config::algorithm),
+          algorithm_section(),
           section("transport", &Config::transport),
           section("compute", &Config::compute),
           section("network", &Config::network),

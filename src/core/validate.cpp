@@ -212,9 +212,7 @@ MemoryEstimate estimate_memory(const config::Config& c, Target target) {
 
 void check_config(const config::Config& c, Target target, CudaProbe cuda) {
   config::check_environment(c);
-  algorithms::AlgorithmOptions names;
-  names.name = c.algorithm.name;
-  if (auto p = algorithms::check_options(names); p && p->key == "algorithm.name") fail(c, *p);
+  if (auto p = algorithms::name_problem(c.algorithm.name)) fail(c, *p);
   models::DataShape shape;
   const bool shape_known = static_shape(c.data, shape);
   if (auto p = models::check_model(c.model, shape, shape_known); p && p->key == "model.name") fail(c, *p);

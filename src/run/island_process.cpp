@@ -591,7 +591,7 @@ void IslandProcess::follow_signal_cut(int64_t step) {
       // joining and loading may take longer than the training so far).
       const double rate = static_cast<double>(step - rate_from_.second) /
                           std::max(1e-3, seconds_since(rate_from_.first));
-      const int64_t cut = step + 2 * std::max<int64_t>(1, config_.algorithm.inner_steps) +
+      const int64_t cut = step + 2 * std::max<int64_t>(1, config_.algorithm.round_steps()) +
                           static_cast<int64_t>(std::ceil(rate * 3.0)) + 1;
       const std::string text = std::to_string(cut);
       if (Status st = client_->store_set(kCheckpointAskKey, {text.begin(), text.end()}); !st.is_ok())

@@ -22,15 +22,18 @@ using atl::testing::sgd_by_hand;
 using atl::testing::sgd_train;
 
 AlgorithmOptions async_options(int k, int64_t h, int64_t train_steps) {
-  AlgorithmOptions o;
-  o.name = "async_local_sgd";
+  AsyncLocalSgdOptions a;
+  a.inner_steps = h;
+  a.outer = {OuterKind::kNesterov, 0.7, 0.9};
+  a.min_local_steps = 1;
+  AlgorithmOptions o = AlgorithmOptions::of(a);
   o.islands = k;
-  o.inner_steps = h;
   o.train_steps = train_steps;
-  o.outer = {OuterKind::kNesterov, 0.7, 0.9};
-  o.min_local_steps = 1;
   return o;
 }
+
+// The async options of `o`.
+AsyncLocalSgdOptions& own(AlgorithmOptions& o) { return o.get<AsyncLocalSgdOptions>(); }
 
 // Oracle 21: DN with N = 1, c = 0 is PyTorch Nesterov applied per arrival.
 TEST(DelayedNesterov, BufferOneIsNesterovPerArrival) {
@@ -77,14 +80,14 @@ TEST(AsyncLocalSgd, DynamicLocalUpdates) {
   const std::vector<int64_t> expected = {50, 38, 19, 8};
   AlgorithmOptions o = async_options(4, 50, 1000);
   o.speeds = speeds;
-  o.min_local_steps = 5;
+  own(o).min_local_steps = 5;
   for (int i = 0; i < 4; ++i) {
     EXPECT_EQ(async_local_sgd::dylu_local_steps(speeds[i], speeds[0], 50, 5), expected[i]);
     EXPECT_EQ(async_local_sgd::task_steps(o, i), expected[i]);
   }
-  o.min_local_steps = 10;
+  own(o).min_local_steps = 10;
   EXPECT_EQ(async_local_sgd::task_steps(o, 3), 10);  // the floor
-  o.dynamic_local_updates = false;
+  own(o).dynamic_local_updates = false;
   EXPECT_EQ(async_local_sgd::task_steps(o, 3), 50);
   // every island trains for about the fastest one's time: floor(1000 * speed / max)
   EXPECT_EQ(async_local_sgd::island_steps(o, 0, 1000), 1000);
@@ -123,16 +126,20 @@ TEST(AsyncLocalSgd, GraceWindowWithDelayedNesterovEqualsDiLoCo) {
   auto c = random_targets(k, 25);
   at::Tensor theta0 = at::randn({25});
   AlgorithmOptions o = async_options(k, h, steps);
-  o.grace_s = 0.5;
+  own(o).grace_s = 0.5;
   auto async = run_quadratic(o, sgd_train(0.1, steps), c, theta0);
-  AlgorithmOptions diloco = o;
+  AlgorithmOptions diloco = o;  // the same H and outer optimizer, synchronous
+  DilocoOptions d;
+  d.inner_steps = own(o).inner_steps;
+  d.outer = own(o).outer;
   diloco.name = "diloco";
+  diloco.params = d;
   auto sync = run_quadratic(diloco, sgd_train(0.1, steps), c, theta0);
   ASSERT_TRUE(async.server_global.defined());
   EXPECT_TRUE(at::allclose(async.server_global, sync.globals[0], 1e-5, 1e-6));
   EXPECT_EQ(async.server_rounds.back(), k * steps);  // local steps applied
 
-  o.grace_s = 0;
+  own(o).grace_s = 0;
   auto eager_pull = run_quadratic(o, sgd_train(0.1, steps), c, theta0);
   EXPECT_FALSE(at::allclose(eager_pull.server_global, sync.globals[0], 1e-4, 1e-4));
 }
@@ -165,8 +172,8 @@ TEST(AsyncLocalSgd, SpeedsSetTaskLengthsAndIslandSteps) {
 // parameters, so the run equals the inner optimizer alone.
 TEST(AsyncLocalSgd, NaiveOuterSgdLrOneWithOneIslandIsTheInnerOptimizer) {
   AlgorithmOptions o = async_options(1, 4, 14);
-  o.async_update = AsyncUpdate::kNaive;
-  o.outer = {OuterKind::kSgd, 1.0, 0.0};
+  own(o).async_update = AsyncUpdate::kNaive;
+  own(o).outer = {OuterKind::kSgd, 1.0, 0.0};
   auto c = random_targets(1, 20);
   at::Tensor theta0 = at::randn({20});
   auto run = run_quadratic(o, sgd_train(0.1, 14), c, theta0);
@@ -175,9 +182,9 @@ TEST(AsyncLocalSgd, NaiveOuterSgdLrOneWithOneIslandIsTheInnerOptimizer) {
 
 TEST(AsyncLocalSgd, RejectsActivationAboveOneOverN) {
   AlgorithmOptions o = async_options(4, 10, 100);
-  o.dn_c = 0.5;
+  own(o).dn_c = 0.5;
   EXPECT_THROW(make_algorithm(o, 0), UserError);
-  o.dn_c = 0.25;
+  own(o).dn_c = 0.25;
   EXPECT_NO_THROW(make_algorithm(o, 0));
 }
 

@@ -162,12 +162,11 @@ TEST(Demo, MatchesTheAuthorsReferenceImplementation) {
   const auto& steps = ref["steps"].items;
   ASSERT_EQ(steps.size(), 4u);
 
-  AlgorithmOptions o;
-  o.name = "demo";
+  AlgorithmOptions o = AlgorithmOptions::of(DemoOptions{});
   o.islands = w;
-  o.topk = static_cast<int64_t>(hp["compression_topk"].number);
-  o.chunk = static_cast<int64_t>(hp["compression_chunk"].number);
-  o.decay = hp["compression_decay"].number;
+  o.get<DemoOptions>().topk = static_cast<int64_t>(hp["compression_topk"].number);
+  o.get<DemoOptions>().chunk = static_cast<int64_t>(hp["compression_chunk"].number);
+  o.get<DemoOptions>().decay = hp["compression_decay"].number;
   o.weight_decay = hp["weight_decay"].number;
   const double lr = hp["lr"].number;
 
@@ -234,7 +233,7 @@ TEST(Demo, MatchesTheAuthorsReferenceImplementation) {
   // Bytes: the reference sent 81 (int64 index, fp32 value) pairs = 972 bytes per rank and
   // step; atoll sends the same 81 values (324 bytes) and 24*4 + 12*2 + 40*3 + 5*0 bits of
   // indices (30 bytes) per peer, plus the transport's framing.
-  const auto plans = demo::plan(layout, n, o.chunk, o.topk);
+  const auto plans = demo::plan(layout, n, o.get<DemoOptions>().chunk, o.get<DemoOptions>().topk);
   int64_t coefficients = 0;
   for (const auto& p : plans) coefficients += p.sent();
   EXPECT_EQ(coefficients * 12, static_cast<int64_t>(steps[0]["bytes_sent_by_rank"].number));
@@ -418,11 +417,10 @@ Small run_small(const AlgorithmOptions& o, const std::vector<at::Tensor>& grads,
 // §9 oracles 16/17: k = the whole block: the residual is ~0 and the update is
 // -lr sign(mean_w g_w) (one island: plain signSGD).
 TEST(Demo, FullBlockIsSignOfTheMeanGradient) {
-  AlgorithmOptions o;
-  o.name = "demo";
-  o.chunk = 4;
-  o.topk = 16;
-  o.decay = 0.9;
+  AlgorithmOptions o = AlgorithmOptions::of(DemoOptions{});
+  o.get<DemoOptions>().chunk = 4;
+  o.get<DemoOptions>().topk = 16;
+  o.get<DemoOptions>().decay = 0.9;
   const std::vector<ParamRange> layout = {{0, 32, -1, {4, 8}, 0}, {32, 8, -1, {8}, 0}};
   at::manual_seed(11);
   std::vector<at::Tensor> g = {at::randn({40}), at::randn({40}), at::randn({40})};
@@ -441,11 +439,10 @@ TEST(Demo, FullBlockIsSignOfTheMeanGradient) {
 // islands 1 and 2 send y1 = 1.5. Means over senders: Q = (2, 1.5), so u1 = (Q0 - Q1)/√2 > 0;
 // a sum gives Q = (2, 3) and a division by 3 gives (2/3, 1): u1 < 0 for both.
 TEST(Demo, CoefficientMeanIsOverTheIslandsThatSentIt) {
-  AlgorithmOptions o;
-  o.name = "demo";
-  o.chunk = 2;
-  o.topk = 1;
-  o.decay = 0;
+  AlgorithmOptions o = AlgorithmOptions::of(DemoOptions{});
+  o.get<DemoOptions>().chunk = 2;
+  o.get<DemoOptions>().topk = 1;
+  o.get<DemoOptions>().decay = 0;
   const float a = static_cast<float>(1 / std::sqrt(2.0));
   auto from_coefficients = [a](float y0, float y1) { return at::tensor({a * (y0 + y1), a * (y0 - y1)}); };
   std::vector<at::Tensor> g = {from_coefficients(2.f, 0.1f), from_coefficients(0.1f, 1.5f),
@@ -463,11 +460,10 @@ TEST(Demo, CoefficientMeanIsOverTheIslandsThatSentIt) {
 // Chunks of one (C_1 = [1]), k = 1, lr 1, decay 0: the coefficient is g itself, so
 // δ_after = g - fp16(g) exactly and the step is -sign(fp16(g)).
 TEST(Demo, LossyValuesLeaveTheirQuantisationErrorInTheResidual) {
-  AlgorithmOptions o;
-  o.name = "demo";
-  o.chunk = 1;
-  o.topk = 1;
-  o.decay = 0;
+  AlgorithmOptions o = AlgorithmOptions::of(DemoOptions{});
+  o.get<DemoOptions>().chunk = 1;
+  o.get<DemoOptions>().topk = 1;
+  o.get<DemoOptions>().decay = 0;
   compression::StageConfig fp16;
   fp16.id = compression::StageId::kFp16;
   auto codec = compression::Pipeline::make({fp16});
@@ -494,8 +490,7 @@ TEST(Demo, RefusesTransformAndSparsifyStages) {
   EXPECT_TRUE(codec_problem("demo", compression::Pipeline::make({topk}).value().stages()));
   EXPECT_FALSE(codec_problem("demo", compression::Pipeline::make({int8, zstd}).value().stages()));
   EXPECT_FALSE(codec_problem("demo", compression::Pipeline().stages()));
-  AlgorithmOptions o;
-  o.name = "demo";
+  AlgorithmOptions o = AlgorithmOptions::of(DemoOptions{});
   demo::Demo algo(o);
   IslandContext ctx;
   ctx.params = at::zeros({8});

@@ -18,12 +18,12 @@ using atl::testing::sgd_by_hand;
 using atl::testing::sgd_train;
 
 AlgorithmOptions overlapped(int k, int64_t h, Overlap overlap, OuterOptimizerOptions outer) {
-  AlgorithmOptions o;
-  o.name = "diloco";
+  DilocoOptions d;
+  d.inner_steps = h;
+  d.overlap = overlap;
+  d.outer = outer;
+  AlgorithmOptions o = AlgorithmOptions::of(d);
   o.islands = k;
-  o.inner_steps = h;
-  o.overlap = overlap;
-  o.outer = outer;
   return o;
 }
 

@@ -28,11 +28,11 @@ at::Tensor sgd_by_hand(at::Tensor theta, const at::Tensor& c, double lr, int ste
 }
 
 AlgorithmOptions diloco(int k, int64_t h, OuterKind kind, double lr, double mu) {
-  AlgorithmOptions o;
-  o.name = "diloco";
+  DilocoOptions d;
+  d.inner_steps = h;
+  d.outer = {kind, lr, mu};
+  AlgorithmOptions o = AlgorithmOptions::of(d);
   o.islands = k;
-  o.inner_steps = h;
-  o.outer = {kind, lr, mu};
   return o;
 }
 
@@ -57,8 +57,7 @@ TEST(DiLoCo, HOneWithOuterSgdEqualsDdp) {
   auto c = targets(k, 50);
   at::Tensor theta0 = at::randn({50});
   auto local = run_quadratic(diloco(k, 1, OuterKind::kSgd, 1.0, 0.0), sgd_train(0.05, steps), c, theta0);
-  AlgorithmOptions ddp;
-  ddp.name = "ddp";
+  AlgorithmOptions ddp = AlgorithmOptions::of(DdpOptions{});
   ddp.islands = k;
   auto sync = run_quadratic(ddp, sgd_train(0.05, steps), c, theta0);
   for (int i = 0; i < k; ++i) {
@@ -76,8 +75,7 @@ TEST(DiLoCo, SingleIslandOuterSgdLrOneEqualsInnerOptimizerAlone) {
   train.optimizer = "adamw";
   train.weight_decay = 0.1;
   auto with = run_quadratic(diloco(1, 5, OuterKind::kSgd, 1.0, 0.0), train, c, theta0);
-  AlgorithmOptions none;  // ddp with one island: no communication at all
-  none.name = "ddp";
+  AlgorithmOptions none = AlgorithmOptions::of(DdpOptions{});  // ddp with one island: no communication at all
   none.islands = 1;
   auto alone = run_quadratic(none, train, c, theta0);
   EXPECT_TRUE(at::allclose(with.params[0], alone.params[0], 1e-5, 1e-6));
@@ -92,7 +90,7 @@ TEST(DiLoCo, WeightedAveragingWithEqualShardsEqualsUniform) {
   at::Tensor theta0 = at::zeros({21});
   auto opts = diloco(k, h, OuterKind::kSgd, 1.0, 0.0);
   auto uniform = run_quadratic(opts, sgd_train(0.2, h), c, theta0, {100, 100, 100});
-  opts.weight_by_shard = true;
+  opts.get<DilocoOptions>().weight_by_shard = true;
   auto weighted = run_quadratic(opts, sgd_train(0.2, h), c, theta0, {100, 100, 100});
   EXPECT_TRUE(at::equal(uniform.globals[0], weighted.globals[0]));
 
@@ -184,7 +182,7 @@ TEST(DiLoCo, IslandsInStepHoldOneGlobalModelBitwiseAsUnshared) {
   const at::Tensor theta0 = at::randn({300});
   for (Overlap overlap : {Overlap::kNone, Overlap::kDelayed, Overlap::kEager}) {
     AlgorithmOptions o = diloco(4, 3, OuterKind::kNesterov, 0.7, 0.9);
-    o.overlap = overlap;
+    o.get<DilocoOptions>().overlap = overlap;
     const auto alone = run_quadratic(o, sgd_train(0.1, 10), c, theta0);
     const auto shared = atl::testing::run_quadratic_shared(o, sgd_train(0.1, 10), c, theta0);
     EXPECT_EQ(shared.one_global, overlap != Overlap::kEager) << static_cast<int>(overlap);
@@ -220,9 +218,9 @@ TEST(DiLoCo, ErrorFeedbackCompensatesLossyCompression) {
   st.block = 128;
   auto int4 = compression::Pipeline::make({st}).value();
   auto exact = run_quadratic(opts, sgd_train(0.2, h * rounds), c, theta0);
-  opts.error_feedback = true;
+  opts.get<DilocoOptions>().error_feedback = true;
   auto with = atl::testing::run_quadratic(opts, sgd_train(0.2, h * rounds), c, theta0, {}, &int4);
-  opts.error_feedback = false;
+  opts.get<DilocoOptions>().error_feedback = false;
   auto without = atl::testing::run_quadratic(opts, sgd_train(0.2, h * rounds), c, theta0, {}, &int4);
   const double err_with = (with.globals[0] - exact.globals[0]).norm().item<double>();
   const double err_without = (without.globals[0] - exact.globals[0]).norm().item<double>();

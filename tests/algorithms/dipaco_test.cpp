@@ -30,9 +30,21 @@ testing::HarnessHooks dipaco_hooks(std::function<void(algorithms::IslandContext&
 }
 
 AlgorithmOptions nesterov(int64_t h) {
-  AlgorithmOptions o;
-  o.name = "dipaco";
-  o.inner_steps = h;
+  algorithms::DipacoOptions p;
+  p.inner_steps = h;
+  return AlgorithmOptions::of(p);
+}
+
+// The same options for DiLoCo (dipaco's keys are DiLoCo's without overlap).
+AlgorithmOptions as_diloco(AlgorithmOptions o) {
+  const algorithms::DipacoOptions p = o.get<algorithms::DipacoOptions>();
+  algorithms::DilocoOptions d;
+  d.inner_steps = p.inner_steps;
+  d.outer = p.outer;
+  d.weight_by_shard = p.weight_by_shard;
+  d.error_feedback = p.error_feedback;
+  o.name = "diloco";
+  o.params = d;
   return o;
 }
 
@@ -42,12 +54,12 @@ TEST(DiPaCo, OneSharedModuleIsDiLoCoBitwise) {
   const at::Tensor theta0 = at::zeros({kN});
   const auto train = testing::sgd_train(0.1, 23);  // the last round is a partial one
   AlgorithmOptions o = nesterov(5);
-  o.weight_by_shard = true;
+  o.get<algorithms::DipacoOptions>().weight_by_shard = true;
   o.module_islands = {{0, 1, 2, 3}};
   o.module_paths = {1};
   const std::vector<int64_t> shards{10, 20, 30, 40};
   const auto dipaco = testing::run_quadratic(o, train, targets, theta0, shards, nullptr, four_ranges(), dipaco_hooks());
-  o.name = "diloco";
+  o = as_diloco(o);
   const auto diloco = testing::run_quadratic(o, train, targets, theta0, shards, nullptr, four_ranges());
   for (int i = 0; i < 4; ++i) {
     EXPECT_TRUE(at::equal(dipaco.params[i], diloco.params[i])) << i;
@@ -72,7 +84,7 @@ TEST(DiPaCo, PathSpecificModulesAreIndependentDiLoCoRuns) {
                                              dipaco_hooks([](algorithms::IslandContext& ctx) {
                                                for (ParamRange& r : ctx.layout) r.module = ctx.island;
                                              }));
-  o.name = "diloco";
+  o = as_diloco(o);
   for (int i = 0; i < 4; ++i) {
     const auto alone = testing::run_quadratic(o, train, {targets[i]}, theta0);
     EXPECT_TRUE(at::equal(dipaco.globals[i], alone.globals[0])) << i;
@@ -94,10 +106,10 @@ void two_by_two(bool rescale) {
   const double lr = 0.1;
   const auto train = testing::sgd_train(lr, h);
   AlgorithmOptions o = nesterov(h);
-  o.outer.kind = algorithms::OuterKind::kSgd;
-  o.outer.lr = 1.0;
-  o.outer.momentum = 0.0;
-  o.weight_by_shard = true;
+  o.get<algorithms::DipacoOptions>().outer.kind = algorithms::OuterKind::kSgd;
+  o.get<algorithms::DipacoOptions>().outer.lr = 1.0;
+  o.get<algorithms::DipacoOptions>().outer.momentum = 0.0;
+  o.get<algorithms::DipacoOptions>().weight_by_shard = true;
   o.module_islands = {{0, 1, 2, 3}, {0, 1}, {2, 3}, {0, 2}, {1, 3}};
   o.module_paths = {4, 2, 2, 2, 2};
   o.norm_rescale = rescale;
@@ -157,7 +169,7 @@ TEST(DiPaCo, FewerIslandsThanPathsTakePathsInTurn) {
   const auto train = testing::sgd_train(lr, h * rounds);
   AlgorithmOptions o = nesterov(h);
   o.islands = I;
-  o.weight_by_shard = true;
+  o.get<algorithms::DipacoOptions>().weight_by_shard = true;
   o.shard_sizes = {100, 300, 50, 550};  // the paths' shards
   auto module_of = [](int path, int block) { return block < 0 ? 0 : block == 0 ? 1 + path / 2 : 3 + path % 2; };
   for (int p = 0; p < P; ++p) o.path_modules.push_back({module_of(p, -1), module_of(p, 0), module_of(p, 1)});
@@ -184,7 +196,7 @@ TEST(DiPaCo, FewerIslandsThanPathsTakePathsInTurn) {
   const auto run = testing::run_quadratic(o, train, targets, theta0, {}, nullptr, four_ranges(), hooks);
 
   // The oracle: one global copy and one momentum buffer per module, in double.
-  const double mu = o.outer.momentum, outer_lr = o.outer.lr;
+  const double mu = o.get<algorithms::DipacoOptions>().outer.momentum, outer_lr = o.get<algorithms::DipacoOptions>().outer.lr;
   std::vector<at::Tensor> global(5), buf(5);
   for (int m = 0; m < 5; ++m) {
     global[m] = theta0.to(at::kDouble).clone();
@@ -279,7 +291,7 @@ TEST(DiPaCo, FewerIslandsThanPathsWeighTheContextsShardSizes) {
   const auto train = testing::sgd_train(0.1, 12);
   AlgorithmOptions o = nesterov(3);
   o.islands = I;
-  o.weight_by_shard = true;
+  o.get<algorithms::DipacoOptions>().weight_by_shard = true;
   for (int p = 0; p < P; ++p) o.path_modules.push_back({0, 1 + p / 2, 3 + p % 2});
   const std::vector<int64_t> sizes{100, 300, 50, 550};
   auto run = [&](const std::vector<int64_t>& options_sizes, const std::vector<int64_t>* context_sizes) {

@@ -16,14 +16,14 @@ using atl::testing::run_quadratic;
 using atl::testing::sgd_train;
 
 AlgorithmOptions fedavg_options(int k, double fraction, int64_t rounds, int64_t local_steps) {
-  AlgorithmOptions o;
-  o.name = "fedavg";
+  FedAvgOptions f;
+  f.client_fraction = fraction;
+  f.rounds = rounds;
+  f.local_steps = local_steps;
+  f.outer = {OuterKind::kSgd, 1.0, 0.0};
+  AlgorithmOptions o = AlgorithmOptions::of(f);
   o.islands = k;
   o.seed = 11;
-  o.client_fraction = fraction;
-  o.rounds = rounds;
-  o.local_steps = local_steps;
-  o.outer = {OuterKind::kSgd, 1.0, 0.0};
   return o;
 }
 
@@ -194,7 +194,7 @@ TEST(FedAvg, ServerStateWithLostClientsAndOpenResultsLoadsIntoAFreshServer) {
 TEST(FedAvg, DeadlineDropsLateClientsAndEmptyRoundsAreSkipped) {
   const int64_t n = 5;
   auto o = fedavg_options(3, 1.0, 4, 2);
-  o.round_timeout_s = 5;
+  o.get<FedAvgOptions>().round_timeout_s = 5;
   at::manual_seed(6);
   const at::Tensor theta0 = at::randn({n});
   const at::Tensor d0 = at::randn({n}), d1 = at::randn({n}), d2 = at::randn({n});
@@ -247,7 +247,7 @@ TEST(FedAvg, DeadlineDropsLateClientsAndEmptyRoundsAreSkipped) {
 TEST(FedAvg, RoundWithFewerThanMinClientsResultsIsSkipped) {
   const int64_t n = 6;
   auto o = fedavg_options(3, 1.0, 3, 2);
-  o.min_clients = 2;
+  o.get<FedAvgOptions>().min_clients = 2;
   at::manual_seed(7);
   const at::Tensor theta0 = at::randn({n});
   ServerRun s(o, theta0);
@@ -273,7 +273,7 @@ TEST(FedAvg, RoundWithFewerThanMinClientsResultsIsSkipped) {
   EXPECT_TRUE(at::equal(s.global(), theta0));
 
   EXPECT_FALSE(check_options(o).has_value());  // 2 <= 3 clients per round
-  o.client_fraction = 0.5;                     // 1 client per round
+  o.get<FedAvgOptions>().client_fraction = 0.5;                     // 1 client per round
   auto problem = check_options(o);
   ASSERT_TRUE(problem.has_value());
   EXPECT_EQ(problem->key, "algorithm.min_clients");
@@ -296,12 +296,12 @@ TEST(FedAvg, ClientSelectionIsSeededSampleWithoutReplacement) {
 }
 
 TEST(FedAvg, LocalEpochsGiveStepsPerShard) {
-  AlgorithmOptions o;
-  o.local_epochs = 5;
+  AlgorithmOptions o = AlgorithmOptions::of(FedAvgOptions{});
+  o.get<FedAvgOptions>().local_epochs = 5;
   o.batch_size = 10;
   EXPECT_EQ(fedavg::local_steps(o, 600), 300);
   EXPECT_EQ(fedavg::local_steps(o, 605), 305);
-  o.local_steps = 7;
+  o.get<FedAvgOptions>().local_steps = 7;
   EXPECT_EQ(fedavg::local_steps(o, 600), 7);
 }
 

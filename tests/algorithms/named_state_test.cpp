@@ -10,6 +10,7 @@
 
 #include "algorithms/algorithm.h"
 #include "compression/pipeline.h"
+#include "tests/algorithms/options_util.h"
 #include "tests/algorithms/quadratic_harness.h"
 
 namespace atl::algorithms {
@@ -54,9 +55,7 @@ TEST(NamedState, AMissingOrMistypedEntryIsAnErrorNamingIt) {
 }
 
 TEST(NamedState, ALoaderRefusesAStateWithoutItsEntriesNamingTheEntry) {
-  AlgorithmOptions o;
-  o.name = "ddp";
-  auto ddp = make_algorithm(o, 0);
+  auto ddp = make_algorithm(testing::options_of("ddp"), 0);
   IslandContext ctx;
   NamedState other;
   other.add("rounds", int64_t{3});  // a name of another layout
@@ -72,17 +71,14 @@ TEST(NamedState, EveryHandOverIsANamedSubsetOfTheCheckpointState) {
   };
   std::vector<Case> cases;
   for (const char* name : {"diloco", "streaming_diloco", "demo", "sparseloco"}) {
-    AlgorithmOptions o;
-    o.name = name;
-    o.inner_steps = 2;
-    o.fragments = 1;
-    o.overlap_steps = 0;
-    o.topk = 4;
-    o.chunk = 8;
-    cases.push_back({name, o});
+    cases.push_back({name, testing::options_of(name, {{"inner_steps", 2},
+                                                      {"fragments", 1},
+                                                      {"overlap_steps", 0},
+                                                      {"topk", 4},
+                                                      {"chunk", 8}})});
   }
   AlgorithmOptions adam = cases[0].options;  // Adam's second moment is defined too
-  adam.outer.kind = OuterKind::kAdam;
+  adam.get<DilocoOptions>().outer.kind = OuterKind::kAdam;
   cases.push_back({"diloco with adam", adam});
   const auto targets = testing::random_targets(2, 24, 5);
   const at::Tensor theta0 = at::zeros({24});

@@ -44,14 +44,13 @@ const std::vector<ParamRange> kLayout = {{0, 96, -1, {8, 12}, 0}, {96, 10, -1, {
 
 // SparseLoCo over kLayout's tiles (chunk 4) with H inner steps, top-k, alpha and beta.
 AlgorithmOptions sparseloco(int64_t h, int64_t k, double alpha, double beta) {
-  AlgorithmOptions o;
-  o.name = "sparseloco";
-  o.inner_steps = h;
-  o.outer.lr = alpha;
-  o.decay = beta;
-  o.chunk = 4;
-  o.topk = k;
-  return o;
+  SparseLocoOptions s;
+  s.inner_steps = h;
+  s.outer_lr = alpha;
+  s.decay = beta;
+  s.chunk = 4;
+  s.topk = k;
+  return AlgorithmOptions::of(s);
 }
 
 // theta_g after `rounds` rounds of H SGD steps (lr) on 0.5 ||theta - c_i||^2 per island.
@@ -103,7 +102,7 @@ TEST(SparseLoCo, MatchesAFloat64OracleForBothAggregations) {
   std::vector<Vec> finals;
   for (bool selected : {false, true}) {
     AlgorithmOptions o = sparseloco(2, 3, 0.8, 0.9);
-    o.aggregation = selected ? Aggregation::kMeanSelected : Aggregation::kMeanAll;
+    o.get<SparseLocoOptions>().aggregation = selected ? Aggregation::kMeanSelected : Aggregation::kMeanAll;
     const auto run = testing::run_quadratic(o, testing::sgd_train(0.1, 6), targets, theta0, {}, nullptr, layout);
     const Vec want = oracle(to_vec(theta0), target_vecs, tiles, 3, 0.1, 2, 3, 0.8, 0.9, selected);
     for (int i = 0; i < 3; ++i) {
@@ -133,12 +132,12 @@ TEST(SparseLoCo, SendingEverythingIsDiLoCoWithPlainOuterSgd) {
   at::manual_seed(2);
   const at::Tensor theta0 = at::randn({106});
   AlgorithmOptions s = sparseloco(3, 16, 0.9, 0.5);
-  AlgorithmOptions d;
-  d.name = "diloco";
-  d.inner_steps = 3;
-  d.outer.kind = OuterKind::kSgd;
-  d.outer.lr = 0.9;
-  d.outer.momentum = 0;
+  DilocoOptions plain;
+  plain.inner_steps = 3;
+  plain.outer.kind = OuterKind::kSgd;
+  plain.outer.lr = 0.9;
+  plain.outer.momentum = 0;
+  const AlgorithmOptions d = AlgorithmOptions::of(plain);
   const auto a = testing::run_quadratic(s, testing::sgd_train(0.1, 9), targets, theta0, {}, nullptr, layout);
   const auto b = testing::run_quadratic(d, testing::sgd_train(0.1, 9), targets, theta0, {}, nullptr, layout);
   EXPECT_TRUE(at::allclose(a.globals[0], b.globals[0], 1e-5, 1e-6))

@@ -41,14 +41,14 @@ std::pair<std::vector<ParamRange>, int64_t> toy_layout(int blocks) {
 }
 
 AlgorithmOptions streaming(int k, int64_t h, int p, int64_t tau, double alpha) {
-  AlgorithmOptions o;
-  o.name = "streaming_diloco";
+  StreamingDilocoOptions s;
+  s.inner_steps = h;
+  s.fragments = p;
+  s.overlap_steps = tau;
+  s.mix_alpha = alpha;
+  s.outer = {OuterKind::kNesterov, 0.7, 0.9};
+  AlgorithmOptions o = AlgorithmOptions::of(s);
   o.islands = k;
-  o.inner_steps = h;
-  o.fragments = p;
-  o.overlap_steps = tau;
-  o.mix_alpha = alpha;
-  o.outer = {OuterKind::kNesterov, 0.7, 0.9};
   return o;
 }
 
@@ -75,8 +75,12 @@ TEST(StreamingDiLoCo, OneFragmentNoOverlapAlphaZeroEqualsDiLoCoBitwise) {
   config::TrainConfig train = sgd_train(0.05, 10);
   train.optimizer = "adamw";
   auto stream = run_quadratic(streaming(k, 4, 1, 0, 0.0), train, c, theta0, {}, nullptr, layout);
-  AlgorithmOptions diloco = streaming(k, 4, 1, 0, 0.0);
+  AlgorithmOptions diloco = streaming(k, 4, 1, 0, 0.0);  // the same H and outer optimizer
+  DilocoOptions d;
+  d.inner_steps = 4;
+  d.outer = diloco.get<StreamingDilocoOptions>().outer;
   diloco.name = "diloco";
+  diloco.params = d;
   auto reference = run_quadratic(diloco, train, c, theta0);
   for (int i = 0; i < k; ++i) {
     EXPECT_TRUE(at::equal(stream.globals[i], reference.globals[i])) << "island " << i;
@@ -112,7 +116,7 @@ TEST(StreamingDiLoCo, AlphaOneKeepsLocalValuesButAnchorsAdvance) {
   auto c = random_targets(k, n, 3);
   at::Tensor theta0 = at::randn({n});
   AlgorithmOptions o = streaming(k, 4, 2, 1, 1.0);
-  o.outer = {OuterKind::kSgd, 1.0, 0.0};
+  o.get<StreamingDilocoOptions>().outer = {OuterKind::kSgd, 1.0, 0.0};
   auto run = run_quadratic(o, sgd_train(0.1, steps), c, theta0, {}, nullptr, layout);
   at::Tensor mean = at::zeros({n});
   for (int i = 0; i < k; ++i) {

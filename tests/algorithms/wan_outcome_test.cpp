@@ -12,6 +12,7 @@
 #include "algorithms/algorithm.h"
 #include "compression/pipeline.h"
 #include "src/base/status.h"
+#include "tests/algorithms/options_util.h"
 #include "transport/group.h"
 
 namespace atl::algorithms {
@@ -71,15 +72,13 @@ transport::CollectiveResult everyone_lost() {
 // One island (`self`) of a two-island run of `name`, wired to `group`.
 struct Island {
   Island(const std::string& name, int self, transport::CollectiveResult result) : group(self, std::move(result)) {
-    AlgorithmOptions o;
-    o.name = name;
+    AlgorithmOptions o = testing::options_of(name, {{"inner_steps", 2},
+                                                    {"fragments", 1},
+                                                    {"overlap_steps", 0},
+                                                    {"client_fraction", 1},
+                                                    {"rounds", 1},
+                                                    {"local_steps", 2}});
     o.islands = 2;
-    o.inner_steps = 2;
-    o.fragments = 1;
-    o.overlap_steps = 0;
-    o.client_fraction = 1;
-    o.rounds = 1;
-    o.local_steps = 2;
     o.train_steps = 4;
     o.shard_sizes = {1, 1};
     algorithm = make_algorithm(o, self);

@@ -11,7 +11,11 @@
 #include <fstream>
 #include <functional>
 #include <limits>
+#include <map>
+#include <sstream>
 #include <string>
+#include <type_traits>
+#include <variant>
 
 #include "src/base/status.h"
 #include "src/config/schema.h"
@@ -56,6 +60,78 @@ std::string error_of(const std::function<void()>& fn) {
 std::string load_error(const std::string& path, const std::vector<std::string>& overrides = {}) {
   return error_of([&] { load_config(path, overrides); });
 }
+
+// Each algorithm's `algorithm:` keys besides name, written out here: the oracle the options
+// structs of algorithms/options.h are held to.
+const std::vector<const char*> kOuter = {"outer_optimizer", "outer_lr",    "outer_momentum",
+                                         "outer_beta1",     "outer_beta2", "outer_eps"};
+std::vector<std::string> keys(std::vector<const char*> before, bool outer, std::vector<const char*> after) {
+  std::vector<std::string> out(before.begin(), before.end());
+  if (outer) out.insert(out.end(), kOuter.begin(), kOuter.end());
+  out.insert(out.end(), after.begin(), after.end());
+  return out;
+}
+const std::vector<std::pair<std::string, std::vector<std::string>>> kAlgorithmKeys = {
+    {"ddp", {}},
+    {"diloco", keys({"inner_steps"}, true, {"weighting", "error_feedback", "overlap"})},
+    {"fedavg", keys({}, true, {"client_fraction", "rounds", "local_steps", "local_epochs", "round_timeout_s",
+                               "min_clients", "error_feedback"})},
+    {"streaming_diloco", keys({"inner_steps"}, true, {"weighting", "error_feedback", "fragments", "fragment_mode",
+                                                      "overlap_steps", "mix_alpha"})},
+    {"async_local_sgd", keys({"inner_steps"}, true, {"error_feedback", "async_update", "buffer_size", "dn_c",
+                                                     "dynamic_local_updates", "min_local_steps", "grace_s"})},
+    {"demo", {"topk", "chunk", "decay"}},
+    {"dipaco", keys({"inner_steps"}, true, {"weighting", "error_feedback"})},
+    {"sparseloco", {"inner_steps", "outer_lr", "topk", "chunk", "decay", "aggregation"}},
+};
+
+// Every member of an options struct as "key=value" (enums by number): the algorithm's
+// options compared without to_yaml.
+struct Dump {
+  std::vector<std::string> out;
+  template <class T>
+  void field(const char* key, T& member, const fields::Rule& = {}) {
+    std::ostringstream text;
+    text.precision(17);
+    text << key << "=" << member;
+    out.push_back(text.str());
+  }
+  template <class E>
+  void choice(const char* key, E& member, std::initializer_list<fields::Choice<E>>) {
+    out.push_back(std::string(key) + "=" + std::to_string(static_cast<int>(member)));
+  }
+};
+std::vector<std::string> dump(algorithms::AlgorithmOptions a) {
+  Dump d;
+  std::visit([&](auto& p) { p.fields(d); }, a.params);
+  d.out.insert(d.out.begin(), a.name + " #" + std::to_string(a.params.index()));
+  return d.out;
+}
+
+// Sets every key of an options struct to a value unlike its default: numbers from kValues,
+// bools flipped, a choice to another of its names.
+struct SetAll {
+  const std::map<std::string, double> values = {
+      {"inner_steps", 500},  {"outer_lr", 1e-3},     {"outer_momentum", 0.0},  {"outer_beta1", 0.5},
+      {"outer_beta2", 0.75}, {"outer_eps", 2.5},     {"client_fraction", 1.0}, {"rounds", 7},
+      {"local_steps", 3},    {"local_epochs", 2},    {"round_timeout_s", 2.5}, {"min_clients", 3},
+      {"fragments", 5},      {"overlap_steps", 4},   {"mix_alpha", 0.25},      {"buffer_size", 6},
+      {"dn_c", 0.125},       {"min_local_steps", 9}, {"grace_s", 0.5},         {"topk", 11},
+      {"chunk", 17},         {"decay", 0.5}};
+  template <class T>
+  void field(const char* key, T& member, const fields::Rule& = {}) {
+    if constexpr (std::is_same_v<T, bool>) member = !member;
+    else member = static_cast<T>(values.at(key));
+  }
+  template <class E>
+  void choice(const char*, E& member, std::initializer_list<fields::Choice<E>> names) {
+    for (const auto& n : names)
+      if (n.value != member) {
+        member = n.value;
+        return;
+      }
+  }
+};
 
 // Every field, compared one by one (not via to_yaml, which is what is under test).
 void expect_same(const Config& a, const Config& b) {
@@ -107,21 +183,7 @@ void expect_same(const Config& a, const Config& b) {
   EXPECT_EQ(a.train.log_every, b.train.log_every);
   EXPECT_EQ(a.islands.count, b.islands.count);
   EXPECT_EQ(a.islands.ranks, b.islands.ranks);
-  EXPECT_EQ(a.algorithm.name, b.algorithm.name);
-  EXPECT_EQ(a.algorithm.inner_steps, b.algorithm.inner_steps);
-  EXPECT_EQ(a.algorithm.outer.kind, b.algorithm.outer.kind);
-  EXPECT_EQ(a.algorithm.outer.lr, b.algorithm.outer.lr);
-  EXPECT_EQ(a.algorithm.outer.momentum, b.algorithm.outer.momentum);
-  EXPECT_EQ(a.algorithm.outer.beta1, b.algorithm.outer.beta1);
-  EXPECT_EQ(a.algorithm.outer.beta2, b.algorithm.outer.beta2);
-  EXPECT_EQ(a.algorithm.outer.eps, b.algorithm.outer.eps);
-  EXPECT_EQ(a.algorithm.weight_by_shard, b.algorithm.weight_by_shard);
-  EXPECT_EQ(a.algorithm.client_fraction, b.algorithm.client_fraction);
-  EXPECT_EQ(a.algorithm.rounds, b.algorithm.rounds);
-  EXPECT_EQ(a.algorithm.local_steps, b.algorithm.local_steps);
-  EXPECT_EQ(a.algorithm.local_epochs, b.algorithm.local_epochs);
-  EXPECT_EQ(a.algorithm.round_timeout_s, b.algorithm.round_timeout_s);
-  EXPECT_EQ(a.algorithm.min_clients, b.algorithm.min_clients);
+  EXPECT_EQ(dump(a.algorithm), dump(b.algorithm));
 }
 
 TEST_F(ConfigTest, EmptyFileGivesDefaults) {
@@ -199,68 +261,37 @@ TEST_F(ConfigTest, RoundTripOfEveryField) {
   c.train.log_every = 1;
   c.islands.count = 100;
   c.islands.ranks.values.assign(100, 1);  // one per island (batch_size is 1 here)
-  c.algorithm.name = "ddp";
-  c.algorithm.inner_steps = 500;
-  c.algorithm.outer.kind = algorithms::OuterKind::kAdam;
-  c.algorithm.outer.lr = 1e-3;
-  c.algorithm.outer.momentum = 0.0;
-  c.algorithm.outer.beta1 = 0.5;
-  c.algorithm.outer.beta2 = 0.75;
-  c.algorithm.outer.eps = 2.5;
-  c.algorithm.weight_by_shard = true;  // weighting: shard_size
-  c.algorithm.client_fraction = 1.0;
-  c.algorithm.rounds = 7;
-  c.algorithm.local_steps = 3;
-  c.algorithm.local_epochs = 2;
-  c.algorithm.round_timeout_s = 2.5;
-  c.algorithm.min_clients = 3;
-  c.algorithm.error_feedback = false;
-  c.algorithm.overlap = algorithms::Overlap::kDelayed;
-  c.algorithm.fragments = 5;
-  c.algorithm.fragment_mode = algorithms::FragmentMode::kSequential;
-  c.algorithm.overlap_steps = 4;
-  c.algorithm.mix_alpha = 0.25;
-  c.algorithm.async_update = algorithms::AsyncUpdate::kNaive;
-  c.algorithm.buffer_size = 6;
-  c.algorithm.dn_c = 0.125;
-  c.algorithm.dynamic_local_updates = false;
-  c.algorithm.min_local_steps = 9;
-  c.algorithm.grace_s = 0.5;
-  c.algorithm.topk = 11;
-  c.algorithm.chunk = 17;
-  c.algorithm.decay = 0.5;
-  c.algorithm.aggregation = algorithms::Aggregation::kMeanSelected;
-
   // The resolved text holds the `algorithm:` keys of the chosen algorithm only, so every
-  // algorithm is round-tripped: its keys come back as set, the others at their defaults (the
-  // oracle: the flattened every-key text of the set config, or of a default one).
-  const auto all_set = flatten_yaml(to_yaml(c, YamlKeys::kAll));
+  // algorithm is round-tripped, each key of its options set unlike its default; the
+  // every-key text (what core::config_hash hashes) holds each of its keys as set and every
+  // other algorithm's key at that key's default (the oracle: the every-key text of a default
+  // config).
   const auto defaults = flatten_yaml(to_yaml(Config{}, YamlKeys::kAll));
-  for (const auto& row : algorithms::algorithm_keys()) {
-    c.algorithm.name = row.name;
+  for (const auto& [name, expected_keys] : kAlgorithmKeys) {
+    c.algorithm.choose(name);
+    const std::vector<std::string> before = dump(c.algorithm);
+    SetAll set_all;
+    std::visit([&](auto& p) { p.fields(set_all); }, c.algorithm.params);
+    const auto all_set = flatten_yaml(to_yaml(c, YamlKeys::kAll));
     const std::string text = to_yaml(c);
     const Config back = parse_config(text, "resolved.yaml");
-    EXPECT_EQ(to_yaml(back), text) << row.name;
+    EXPECT_EQ(to_yaml(back), text) << name;
     const auto got = flatten_yaml(to_yaml(back, YamlKeys::kAll));
+    EXPECT_EQ(got, all_set) << name;
     for (const auto& field : schema::find_section("algorithm")->fields) {
       const std::string key = "algorithm." + field.name;
-      const bool used = field.name == "name" ||
-                        std::find_if(row.keys.begin(), row.keys.end(),
-                                     [&](const char* k) { return field.name == k; }) != row.keys.end();
-      if (field.name == "name") EXPECT_EQ(got.at(key), row.name);
-      else EXPECT_EQ(got.at(key), used ? all_set.at(key) : defaults.at(key)) << row.name << " " << key;
+      const bool own = std::find(expected_keys.begin(), expected_keys.end(), field.name) != expected_keys.end();
+      if (field.name == "name") EXPECT_EQ(got.at(key), name);
+      else if (own) EXPECT_NE(got.at(key), defaults.at(key)) << name << " " << key;
+      else EXPECT_EQ(got.at(key), defaults.at(key)) << name << " " << key;
     }
-    Config expected = c;
-    expected.algorithm = back.algorithm;  // checked key by key above
-    expect_same(back, expected);
+    const std::vector<std::string> after = dump(back.algorithm);
+    EXPECT_EQ(after, dump(c.algorithm)) << name;
+    for (size_t i = 1; i < after.size(); ++i) EXPECT_NE(after[i], before[i]) << name;  // every key was set
+    expect_same(back, c);
     // Also through a real file, as the run directory stores it.
-    EXPECT_EQ(to_yaml(load_config(write("resolved.yaml", text))), text) << row.name;
+    EXPECT_EQ(to_yaml(load_config(write("resolved.yaml", text))), text) << name;
   }
-  // The every-key text holds every value as set (the identity core::config_hash hashes).
-  for (const auto& field : schema::find_section("algorithm")->fields)
-    if (field.name != "name") {
-      EXPECT_NE(all_set.at("algorithm." + field.name), defaults.at("algorithm." + field.name)) << field.name;
-    }
 }
 
 TEST_F(ConfigTest, ToYamlWritesEveryKey) {
@@ -276,19 +307,29 @@ TEST_F(ConfigTest, ToYamlWritesEveryKey) {
 
 // The resolved config writes every key of every section but `algorithm:`, where it writes the
 // keys of the chosen algorithm: each section's keys outside `algorithm:` as ToYamlWritesEveryKey,
-// and under it exactly name plus algorithms::algorithm_keys()'s row.
+// and under it exactly name plus kAlgorithmKeys' row, in that order.
 TEST_F(ConfigTest, ToYamlWritesTheChosenAlgorithmsKeys) {
-  for (const auto& row : algorithms::algorithm_keys()) {
+  for (const auto& [name, row_keys] : kAlgorithmKeys) {
     Config c;
-    c.algorithm.name = row.name;
+    c.algorithm.choose(name);
     std::vector<std::string> written;
     for (const auto& [key, value] : flatten_yaml(to_yaml(c)))
       if (key.rfind("algorithm.", 0) == 0) written.push_back(key.substr(10));
     std::vector<std::string> expected = {"name"};
-    expected.insert(expected.end(), row.keys.begin(), row.keys.end());
+    expected.insert(expected.end(), row_keys.begin(), row_keys.end());
     std::sort(written.begin(), written.end());
     std::sort(expected.begin(), expected.end());
-    EXPECT_EQ(written, expected) << row.name;
+    EXPECT_EQ(written, expected) << name;
+    // In its options' order, as the docs list them.
+    std::vector<std::string> in_order;
+    std::istringstream text(to_yaml(c));
+    std::string line;
+    bool in_section = false;
+    while (std::getline(text, line)) {
+      if (!line.empty() && line[0] != ' ') in_section = line == "algorithm:";
+      else if (in_section && line.rfind("  name:", 0) != 0) in_order.push_back(line.substr(2, line.find(':') - 2));
+    }
+    EXPECT_EQ(in_order, row_keys) << name;
     const auto every = flatten_yaml(to_yaml(c, YamlKeys::kAll));
     for (const auto& [key, value] : flatten_yaml(to_yaml(c)))
       if (key.rfind("algorithm.", 0) != 0) {
@@ -311,7 +352,7 @@ TEST_F(ConfigTest, AKeyOfAnotherAlgorithmIsRefused) {
   try {
     parse_config("algorithm: {name: diloco}\n", "c.yaml", {"algorithm.name=ddp"});
     const Config ok = parse_config("algorithm: {name: diloco, inner_steps: 5}\n", "c.yaml", {"algorithm.name=diloco"});
-    EXPECT_EQ(ok.algorithm.inner_steps, 5);
+    EXPECT_EQ(ok.algorithm.get<algorithms::DilocoOptions>().inner_steps, 5);
     parse_config("algorithm: {name: diloco, inner_steps: 5}\n", "c.yaml", {"algorithm.name=ddp"});
     ADD_FAILURE() << "ddp with inner_steps was accepted";
   } catch (const UserError& e) {
@@ -322,14 +363,19 @@ TEST_F(ConfigTest, AKeyOfAnotherAlgorithmIsRefused) {
   const Config ddp = parse_config("algorithm: {name: diloco, inner_steps: 5}\ntrain: {steps: 7}\n", "c.yaml",
                                   {"algorithm={name: ddp}"});
   EXPECT_EQ(ddp.algorithm.name, "ddp");
-  EXPECT_EQ(ddp.algorithm.inner_steps, algorithms::AlgorithmOptions{}.inner_steps);
+  EXPECT_TRUE(std::holds_alternative<algorithms::DdpOptions>(ddp.algorithm.params));
   EXPECT_EQ(ddp.origins.count("algorithm.inner_steps"), 0u);
+  const Config again = parse_config("algorithm: {name: diloco, inner_steps: 5, outer_optimizer: adam}\n", "c.yaml",
+                                    {"algorithm={name: diloco}"});
+  EXPECT_EQ(again.algorithm.get<algorithms::DilocoOptions>().inner_steps, algorithms::DilocoOptions{}.inner_steps);
+  EXPECT_EQ(again.algorithm.get<algorithms::DilocoOptions>().outer.kind, algorithms::OuterKind::kNesterov);
+  EXPECT_EQ(again.origins.count("algorithm.inner_steps"), 0u);
   EXPECT_EQ(ddp.origins.at("algorithm.name"), "--set algorithm={name: ddp}");
   EXPECT_EQ(ddp.train.steps, 7);  // other sections untouched
   const Config demo_set = parse_config("algorithm: {name: diloco, inner_steps: 5, outer_optimizer: adam}\n", "c.yaml",
                                        {"algorithm={name: demo, topk: 4}"});
-  EXPECT_EQ(demo_set.algorithm.topk, 4);
-  EXPECT_EQ(demo_set.algorithm.outer.kind, algorithms::OuterKind::kNesterov);
+  EXPECT_EQ(demo_set.algorithm.get<algorithms::DemoOptions>().topk, 4);
+  EXPECT_EQ(demo_set.origins.count("algorithm.outer_optimizer"), 0u);
   for (const char* bad : {"algorithm=[1, 2]", "algorithm={name: demo, tpok: 4}", "algorithm={name: demo, outer_lr: 1}"}) {
     try {
       parse_config("", "c.yaml", {bad});
@@ -347,9 +393,9 @@ TEST_F(ConfigTest, AKeyOfAnotherAlgorithmIsRefused) {
   }
   // Every key of each row is accepted for its algorithm (a value of the key's own default).
   const auto defaults = flatten_yaml(to_yaml(Config{}, YamlKeys::kAll));
-  for (const auto& row : algorithms::algorithm_keys()) {
-    std::string yaml = "algorithm:\n  name: " + std::string(row.name) + "\n";
-    for (const char* k : row.keys) yaml += std::string("  ") + k + ": " + defaults.at(std::string("algorithm.") + k) + "\n";
+  for (const auto& [name, row_keys] : kAlgorithmKeys) {
+    std::string yaml = "algorithm:\n  name: " + name + "\n";
+    for (const auto& k : row_keys) yaml += "  " + k + ": " + defaults.at("algorithm." + k) + "\n";
     EXPECT_NO_THROW(parse_config(yaml, "c.yaml")) << yaml;
   }
 }
@@ -466,11 +512,11 @@ TEST_F(ConfigTest, RangesAreChecked) {
   // The closed ends are allowed.
   const Config ok = load_config(write(
       "ok.yaml", "algorithm:\n  name: fedavg\n  client_fraction: 1\ntrain:\n  min_lr_ratio: 0\n  beta1: 0\n"));
-  EXPECT_EQ(ok.algorithm.client_fraction, 1.0);
+  EXPECT_EQ(ok.algorithm.get<algorithms::FedAvgOptions>().client_fraction, 1.0);
   EXPECT_EQ(ok.train.min_lr_ratio, 0.0);
 }
 
-// The algorithm section is algorithms::AlgorithmOptions::fields(): the YAML names of its
+// The algorithm section is the chosen algorithm's options struct (algorithms/options.h): the YAML names of its
 // enum options reach the algorithms' own enums (no copy in between), are written back by
 // name, and a name that is not one of them is refused with the valid ones.
 TEST_F(ConfigTest, AlgorithmOptionsAreReadIntoTheAlgorithmsStruct) {
@@ -479,18 +525,20 @@ TEST_F(ConfigTest, AlgorithmOptionsAreReadIntoTheAlgorithmsStruct) {
                                      "  overlap: eager\n"));
   const Config streaming = load_config(write("s.yaml", "algorithm:\n  name: streaming_diloco\n  fragment_mode: sequential\n"));
   const Config async = load_config(write("a.yaml", "algorithm:\n  name: async_local_sgd\n  async_update: naive\n"));
-  EXPECT_EQ(c.algorithm.outer.kind, algorithms::OuterKind::kAdam);
-  EXPECT_TRUE(c.algorithm.weight_by_shard);
-  EXPECT_EQ(c.algorithm.overlap, algorithms::Overlap::kEager);
-  EXPECT_EQ(streaming.algorithm.fragment_mode, algorithms::FragmentMode::kSequential);
-  EXPECT_EQ(async.algorithm.async_update, algorithms::AsyncUpdate::kNaive);
+  EXPECT_EQ(c.algorithm.get<algorithms::DilocoOptions>().outer.kind, algorithms::OuterKind::kAdam);
+  EXPECT_TRUE(c.algorithm.get<algorithms::DilocoOptions>().weight_by_shard);
+  EXPECT_EQ(c.algorithm.get<algorithms::DilocoOptions>().overlap, algorithms::Overlap::kEager);
+  EXPECT_EQ(streaming.algorithm.get<algorithms::StreamingDilocoOptions>().fragment_mode,
+            algorithms::FragmentMode::kSequential);
+  EXPECT_EQ(async.algorithm.get<algorithms::AsyncLocalSgdOptions>().async_update, algorithms::AsyncUpdate::kNaive);
   const std::string text = to_yaml(c) + to_yaml(streaming) + to_yaml(async);
   for (const char* line : {"outer_optimizer: \"adam\"", "weighting: \"shard_size\"", "overlap: \"eager\"",
                            "fragment_mode: \"sequential\"", "async_update: \"naive\""})
     EXPECT_NE(text.find(line), std::string::npos) << line << "\n" << text;
   const Config defaults = parse_config("", "empty.yaml");
-  EXPECT_EQ(defaults.algorithm.outer.kind, algorithms::OuterKind::kNesterov);
-  EXPECT_EQ(defaults.algorithm.rounds, 0);  // derived from train.steps when the run is built
+  EXPECT_EQ(defaults.algorithm.get<algorithms::DilocoOptions>().outer.kind, algorithms::OuterKind::kNesterov);
+  EXPECT_EQ(parse_config("algorithm: {name: fedavg}\n", "f.yaml").algorithm.get<algorithms::FedAvgOptions>().rounds,
+            0);  // derived from train.steps when the run is built
   const std::string path = write("c.yaml", "algorithm:\n  overlap: eagre\n");
   EXPECT_EQ(load_error(path), path + ":2: key 'algorithm.overlap': 'eagre' is not one of: none, delayed, eager "
                                      "(did you mean 'eager'?)");

@@ -586,7 +586,8 @@ TEST(DiPaCoEval, PathResultsCombineIntoTheRoutedLossAcrossACheckpoint) {
 TEST(DiPaCoEval, LossAfterGivesADenseRunTheSameWindow) {
   TempDir tmp;
   config::Config c = two_kinds_config(tmp.path, "");
-  c.algorithm.name = "diloco";
+  c.algorithm.choose("diloco");
+  c.algorithm.get<algorithms::DilocoOptions>().inner_steps = 4;  // as the dipaco config's
   c.dipaco = {};
   const RunData whole = load_run_data(c);
   EXPECT_EQ(whole.loss_after, 0);

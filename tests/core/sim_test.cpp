@@ -215,8 +215,8 @@ TEST(Simulate, StreamingDiLoCoRejoinAndAddHandOverEveryFragment) {
   TempDir tmp;
   config::Config c = tiny_text_config(tmp.path, "streaming_diloco");
   c.model.layers = 2;
-  c.algorithm.fragments = 2;
-  c.algorithm.overlap_steps = 3;
+  c.algorithm.get<algorithms::StreamingDilocoOptions>().fragments = 2;
+  c.algorithm.get<algorithms::StreamingDilocoOptions>().overlap_steps = 3;
   c.islands.events = config::parse_config(
       "islands:\n  count: 3\n  events:\n"
       "    - {kill: 2, at_step: 10}\n"
@@ -258,7 +258,7 @@ TEST(Simulate, AsyncLocalSgdOnAJitteryWanIsDeterministic) {
   c.network.bandwidth_mbps = 20;
   c.network.latency_ms = 40;
   c.network.jitter_ms = 30;
-  c.algorithm.grace_s = 0.05;
+  c.algorithm.get<algorithms::AsyncLocalSgdOptions>().grace_s = 0.05;
   const std::string first = metrics_of_two_identical_runs(c, tmp.path);
   EXPECT_NE(first.find(R"("event":"eval")"), std::string::npos);
 }
@@ -306,7 +306,7 @@ TEST(Simulate, DdpSendsHTimesMoreThanDiLoCoAndBothLearn) {
   c.model.dropout = 0;
   RunSummary diloco = simulate(c, {false, true});
   c.run.name = "ddp";
-  c.algorithm.name = "ddp";
+  c.algorithm.choose("ddp");
   RunSummary ddp = simulate(c, {false, true});
   // DDP all-reduces every step (24), DiLoCo every 8 steps (3 rounds): exactly 8x the bytes.
   EXPECT_EQ(ddp.bytes_sent_total, 8 * diloco.bytes_sent_total);
@@ -340,7 +340,7 @@ TEST(Simulate, WarmStartFromAnEarlierRunsFinalParams) {
   EXPECT_NE(step0_val_loss("cold"), first.final_val_loss);
   // DDP evaluates an island's own parameters: they came from the file as well
   c.run.name = "warm-ddp";
-  c.algorithm.name = "ddp";
+  c.algorithm.choose("ddp");
   simulate(c, {false, true});
   EXPECT_DOUBLE_EQ(step0_val_loss("warm-ddp"), first.final_val_loss);
 

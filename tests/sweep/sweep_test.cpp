@@ -15,6 +15,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <variant>
 #include <vector>
 
 #include "src/base/status.h"
@@ -104,7 +105,7 @@ TEST_F(SweepTest, GridIsACartesianProductTimesSeeds) {
   EXPECT_EQ(last.run.name, s.plan.runs[7].id);
   EXPECT_EQ(last.run.out_dir, (dir_ / "demo" / "runs").string());
   EXPECT_EQ(last.model.hidden, std::vector<int>{8});  // from the base
-  EXPECT_EQ(last.algorithm.inner_steps, 5);            // per_algorithm
+  EXPECT_EQ(last.algorithm.get<algorithms::DilocoOptions>().inner_steps, 5);          // per_algorithm
   // Every run resolves to its own config, and its hash is that config's.
   std::set<std::string> hashes;
   for (size_t i = 0; i < s.plan.runs.size(); ++i) {
@@ -129,7 +130,7 @@ TEST_F(SweepTest, ZipVariesKeysTogetherAndLabelsCompression) {
   ASSERT_EQ(s.configs[2].compression.size(), 2u);
   EXPECT_EQ(s.configs[2].compression[1].format, "int4");
   EXPECT_EQ(s.configs[2].compression[1].block, 64);
-  EXPECT_TRUE(s.configs[2].algorithm.error_feedback);
+  EXPECT_TRUE(s.configs[2].algorithm.get<algorithms::DilocoOptions>().error_feedback);
 }
 
 TEST_F(SweepTest, PerAlgorithmKeysApplyOnlyToThatAlgorithm) {
@@ -146,9 +147,11 @@ TEST_F(SweepTest, PerAlgorithmKeysApplyOnlyToThatAlgorithm) {
                                                    "algorithm=diloco,inner_steps=10,seed=0"}));
   EXPECT_EQ(s.plan.keys, (std::vector<std::string>{"algorithm.name", "algorithm.inner_steps"}));
   EXPECT_EQ(s.plan.runs[0].values, (std::vector<std::string>{"ddp", ""}));
-  EXPECT_DOUBLE_EQ(s.configs[0].algorithm.outer.lr, 0.7);  // the default, untouched
-  EXPECT_DOUBLE_EQ(s.configs[1].algorithm.outer.lr, 0.5);
-  EXPECT_EQ(s.configs[2].algorithm.inner_steps, 10);
+  // ddp has no outer_lr: the key is not set for it.
+  EXPECT_TRUE(std::holds_alternative<algorithms::DdpOptions>(s.configs[0].algorithm.params));
+  EXPECT_EQ(s.configs[0].origins.count("algorithm.outer_lr"), 0u);
+  EXPECT_DOUBLE_EQ(s.configs[1].algorithm.get<algorithms::DilocoOptions>().outer.lr, 0.5);
+  EXPECT_EQ(s.configs[2].algorithm.get<algorithms::DilocoOptions>().inner_steps, 10);
 }
 
 // `atoll sweep --smoke`: the first run of each algorithm, first seed only, with the common
@@ -169,7 +172,7 @@ TEST_F(SweepTest, SmokePlanIsTheFirstRunOfEachAlgorithmShrunk) {
   const auto whole = expand_text(text);
   ASSERT_EQ(whole.plan.runs.size(), 12u);
   EXPECT_EQ(whole.configs[0].train.steps, 20);  // smoke keys leave the real plan alone
-  EXPECT_EQ(whole.configs[4].algorithm.inner_steps, 5);
+  EXPECT_EQ(whole.configs[4].algorithm.get<algorithms::DilocoOptions>().inner_steps, 5);
   const auto s = expand(config::parse_sweep_spec(text, "s.yaml"), dir_.string(), [](const config::Config&) {}, true);
   EXPECT_EQ(s.plan.name, "demo-smoke");
   EXPECT_EQ(s.plan.dir, (dir_ / "demo-smoke").string());
@@ -181,7 +184,7 @@ TEST_F(SweepTest, SmokePlanIsTheFirstRunOfEachAlgorithmShrunk) {
     EXPECT_EQ(c.run.seed, 4u);
   }
   EXPECT_EQ(s.configs[0].algorithm.name, "ddp");
-  EXPECT_EQ(s.configs[1].algorithm.inner_steps, 2);
+  EXPECT_EQ(s.configs[1].algorithm.get<algorithms::DilocoOptions>().inner_steps, 2);
 
   // A bad smoke value names its line in the smoke mapping; smoke keys are checked like others.
   std::string msg = error_of_smoke(kBase + "sweep:\n  grid: {train.lr: [0.1]}\n  smoke: {train.steps: -4}\n");

@@ -46,7 +46,7 @@ int default_loss_after(const config::Config& config) {
 
 void check_path_keys(const config::Config& config) {
   if (config.algorithm.name != "dipaco" || config.dipaco.reshard_at == 0) return;
-  const int64_t at = config.dipaco.reshard_at, h = config.algorithm.inner_steps;
+  const int64_t at = config.dipaco.reshard_at, h = config.algorithm.get<algorithms::DipacoOptions>().inner_steps;
   if (config.dipaco.routing == "none")
     config::fail_key(config, "dipaco.reshard_at", "re-sharding needs the router's features (dipaco.routing kmeans or "
                      "product_kmeans, not none)");
