@@ -152,7 +152,7 @@ at::Tensor IslandRuntime::eval_models(const at::Tensor& global, bool initial) co
   if (parts_.eval_path != kEveryPath) return global;
   // Every path starts from the base model (the initial parameters); later each path's model
   // is composed from this island's copies of its modules.
-  const int P = evaluator_->paths();
+  const int P = scorer()->paths();
   if (initial) return global.repeat({P});
   std::vector<at::Tensor> models;
   for (int p = 0; p < P; ++p) {
@@ -178,9 +178,9 @@ void IslandRuntime::evaluate(int64_t step, const at::Tensor& global) {
 }
 
 void IslandRuntime::reshard(int64_t step) {
-  TORCH_CHECK(evaluator_ != nullptr, "a re-routing needs the island's evaluator");
+  TORCH_CHECK(scorer() != nullptr, "a re-routing needs the island's evaluator");
   Rerouter::Outcome o =
-      parts_.rerouter->run(*context_.group, *evaluator_, eval_models(parts_.algorithm->global_params()));
+      parts_.rerouter->run(*context_.group, *scorer(), eval_models(parts_.algorithm->global_params()));
   if (parts_.path_shards) {
     // Fewer islands than paths: the paths' data streams go on at their example counts, on
     // their new shards.
@@ -194,7 +194,7 @@ void IslandRuntime::reshard(int64_t step) {
     parts_.sampler = parts_.rerouter->sampler(o.shard);
   }
   context_.shard_size = parts_.sampler->shard_size();
-  evaluator_->reroute(step, std::move(o.val_batches), o.path_train_sizes);
+  scorer()->reroute(step, std::move(o.val_batches), o.path_train_sizes);
   if (!o.contributors.empty() && o.contributors.front() == island_) {
     Reshard r;
     r.island = island_;

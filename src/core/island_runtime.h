@@ -54,6 +54,10 @@ struct IslandHost {
   // alike). May be empty / null.
   RankShare share;
   std::function<double(at::Tensor& grads, double loss)> reduce_ranks;
+  // A rank > 0, which does not evaluate (no evaluator): its own copy of the evaluator for a
+  // re-routing's scores (Rerouter::run), so that it re-routes as its rank 0 does. Null
+  // otherwise.
+  Evaluator* scorer = nullptr;
   algorithms::TimeSource* algorithm_time = nullptr;
   // Records' sim_time_s is time->now_s() (the simulator); NaN otherwise.
   bool virtual_clock = false;
@@ -160,6 +164,9 @@ class IslandRuntime {
   // model, [P * N] path after path (paths(): the initial model, `global`, for each).
   at::Tensor eval_models(const at::Tensor& global, bool initial = false) const;
   void reshard(int64_t step);
+  // The evaluator that scores a re-routing and knows the paths: the island's, else the
+  // host's scorer.
+  Evaluator* scorer() const { return evaluator_ != nullptr ? evaluator_ : host_.scorer; }
 
   const int island_;
   IslandParts& parts_;

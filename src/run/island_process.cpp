@@ -129,13 +129,6 @@ Status check_rejoin(const config::Config& config, const algorithms::Algorithm& a
 
 namespace {
 
-// Re-routing the data mid-run (the paths' re-sharding) needs an evaluator and the routing's
-// outcome on every rank; islands of several ranks do not have that yet.
-std::string reroute_with_ranks(const config::Config& config) {
-  return config.source + ": key 'islands.ranks': an island of several ranks cannot re-route its data mid-run (the "
-                         "run re-shards its paths at a step); use one rank per island";
-}
-
 // A resumed island's training state (core::restore_training, as in every resume) and libtorch's
 // generator (dropout).
 void restore_island(core::IslandParts& parts, core::IslandRuntime& runtime, const IslandProcessCheckpoint& c) {
@@ -273,7 +266,6 @@ IslandProcess::IslandProcess(const config::Config& config, int island, const Pro
   algo_options_ = core::algorithm_options(config, data_.shard_sizes);
   codec_ = core::make_pipeline(config);
   parts_ = core::make_island_parts(config, data_, algo_options_, island);
-  if (ranks_ != nullptr && parts_.rerouter) throw UserError(reroute_with_ranks(config));
   if (!parts_.algorithm->global_on_server()) evaluator_ = core::make_evaluator(config, data_);
   check_min_islands(config, parts_.algorithm->global_on_server());
   join_timeout_ = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(config.transport.join_timeout_s));
@@ -795,7 +787,9 @@ Status run_rank(const config::Config& config, int island, IslandRanks& ranks) {
   const algorithms::AlgorithmOptions algo_options = core::algorithm_options(config, data.shard_sizes);
   const compression::Pipeline codec = core::make_pipeline(config);
   core::IslandParts parts = core::make_island_parts(config, data, algo_options, island);
-  if (parts.rerouter) throw UserError(reroute_with_ranks(config));
+  // A re-routing (the paths' re-sharding) scores the paths on every rank, which then deal
+  // their data alike from rank 0's gathered scores (the allgather is mirrored).
+  std::unique_ptr<core::Evaluator> scorer = parts.rerouter ? core::make_evaluator(config, data) : nullptr;
   struct Release {  // the algorithm before the groups it holds sub-groups of
     core::IslandParts& parts;
     ~Release() { parts.algorithm.reset(); }
@@ -846,6 +840,7 @@ Status run_rank(const config::Config& config, int island, IslandRanks& ranks) {
   host.round_times = [] { return core::RoundTimes{}; };
   host.share = {ranks.rank(), ranks.ranks()};
   host.reduce_ranks = [&ranks](at::Tensor& grads, double loss) { return ranks.average(grads, loss); };
+  host.scorer = scorer.get();
   host.after_step = [&](int64_t step, int64_t total, double, double) {
     follow_signal_cut(step);
     at_boundary(step, total);

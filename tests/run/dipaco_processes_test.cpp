@@ -77,11 +77,13 @@ std::string record_span(const std::string& line, const std::string& from, const 
 // final_params.path<p>.bin for every path. With `reshard`, the discriminative re-sharding at
 // step 10 (every island scores the router split with every path's model; scores exchanged by
 // allgather; a linear router fitted in every process; the new shard sizes weigh the
-// modules' means) is the same in both modes too.
-void launch_matches_simulate(DiPaCoProcesses& t, bool reshard) {
+// modules' means) is the same in both modes too, also with islands of two ranks (each rank
+// scores every path; they deal their data from rank 0's gathered scores).
+void launch_matches_simulate(DiPaCoProcesses& t, bool reshard, int ranks = 1) {
   const fs::path& dir_ = t.dir_;
   const std::string cfg = t.config(2, 20);
-  std::string set = " --quiet --set transport.kind=zmq --set train.eval_every=10 --set train.eval_batches=4";
+  std::string set = " --quiet --set transport.kind=zmq --set train.eval_every=10 --set train.eval_batches=4"
+                    " --set islands.ranks=" + std::to_string(ranks);
   if (reshard) set += " --set dipaco.reshard_at=10 --set dipaco.router_fraction=0.1 --set algorithm.weighting=shard_size";
   ASSERT_EQ(run("simulate " + cfg + set + " --set run.name=sim"), 0);
   ASSERT_EQ(run("launch " + cfg + set + " --set run.name=real"), 0);
@@ -142,6 +144,9 @@ void launch_matches_simulate(DiPaCoProcesses& t, bool reshard) {
 TEST_F(DiPaCoProcesses, LaunchWithFewerIslandsThanPathsMatchesSimulateBitwise) { launch_matches_simulate(*this, false); }
 TEST_F(DiPaCoProcesses, LaunchWithFewerIslandsThanPathsReshardMatchesSimulateBitwise) {
   launch_matches_simulate(*this, true);
+}
+TEST_F(DiPaCoProcesses, LaunchWithFewerIslandsThanPathsReshardWithTwoRanksMatchesSimulateBitwise) {
+  launch_matches_simulate(*this, true, 2);
 }
 
 // A 2x2 on 3 islands; island 0, the lead that evaluates every path, is killed with SIGKILL

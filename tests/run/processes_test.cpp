@@ -112,12 +112,14 @@ std::string record_span(const std::string& line, const std::string& from, const 
 // ends bitwise as in the simulator; so do the routed evaluations (each path's record and the
 // routed loss the coordinator combines) and every path's final parameters. With `reshard`,
 // the discriminative re-sharding at step 10 (scores exchanged by allgather, a linear router
-// fitted in every process) is the same in both modes too.
-void dipaco_launch_matches_simulate(Processes& t, const std::string& kind, bool reshard = false) {
+// fitted in every process) is the same in both modes too, also with islands of two ranks
+// (each rank scores the paths; they deal their data from rank 0's gathered scores).
+void dipaco_launch_matches_simulate(Processes& t, const std::string& kind, bool reshard = false, int ranks = 1) {
   const std::string cfg = t.config(4, 20, std::string("dipaco: {levels: [{blocks: [0], modules: 2}, {blocks: [1], modules: 2}], prefix: 8") +
                                               (reshard ? ", reshard_at: 10, router_fraction: 0.1" : "") + "}\n");
   const std::string set = " --quiet --set algorithm.name=dipaco --set model.layers=2 --set train.eval_every=10"
-                          " --set train.eval_batches=4 --set transport.kind=" + kind;
+                          " --set train.eval_batches=4 --set transport.kind=" + kind +
+                          " --set islands.ranks=" + std::to_string(ranks);
   ASSERT_EQ(run("simulate " + cfg + set + " --set run.name=sim"), 0);
   ASSERT_EQ(run("launch " + cfg + set + " --set run.name=real"), 0);
   EXPECT_TRUE(read(t.dir_ / "runs/sim/final_params.bin") == read(t.dir_ / "runs/real/final_params.bin"))
@@ -191,6 +193,9 @@ void dipaco_launch_matches_simulate(Processes& t, const std::string& kind, bool 
 TEST_F(Processes, DiPaCoLaunchMatchesSimulateBitwise) { dipaco_launch_matches_simulate(*this, "zmq"); }
 TEST_F(Processes, DiPaCoLaunchWithGlooMatchesSimulateBitwise) { dipaco_launch_matches_simulate(*this, "gloo"); }
 TEST_F(Processes, DiPaCoLaunchReshardMatchesSimulateBitwise) { dipaco_launch_matches_simulate(*this, "zmq", true); }
+TEST_F(Processes, DiPaCoLaunchReshardWithTwoRanksMatchesSimulateBitwise) {
+  dipaco_launch_matches_simulate(*this, "zmq", true, 2);
+}
 
 // DiPaCo with fewer islands than paths in real runs: dipaco_processes_test.cpp.
 
