@@ -322,7 +322,8 @@ struct TransportConfig {
   std::string kind = "zmq";     // the data plane among islands: a row of transport/kinds.h (zmq | gloo)
   std::string collective = "ring";  // zmq all-reduce: ring (peer to peer) | star (via coordinator)
   std::string coordinator = "tcp://127.0.0.1:29500";  // coordinator's control endpoint
-  std::string host = "127.0.0.1";   // address islands bind their data sockets on
+  std::string host = "127.0.0.1";   // address islands bind their data sockets on; "*": every
+                                    // interface, reached at this node's name (docs/slurm.md)
   int base_port = 29510;        // island k listens on base_port + k
   int rank_port = 0;            // island k's ranks meet at rank_port + k on its rank 0 (0: base_port + 400)
   int64_t heartbeat_ms = 500;   // island -> coordinator heartbeat period

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "src/base/status.h"
+#include "src/run/hosts.h"
 #include "transport/gloo/gloo_group.h"
 #include "transport/zmq/zmq_group.h"
 
@@ -31,13 +32,14 @@ std::unique_ptr<transport::NetGroup> make_zmq(const config::TransportConfig& t, 
   return std::make_unique<transport::ZmqGroup>(control, o);
 }
 
-// gloo's pairs listen on transport.host (ephemeral ports); the data-phase timeout follows the
+// gloo's pairs listen on transport.host, or with "*" on this node's name (island_address;
+// ephemeral ports); the data-phase timeout follows the
 // same bandwidth model as zmq's; connecting the pairs of a new mesh may take up to two
 // heartbeat timeouts (at least 5 s).
 std::unique_ptr<transport::NetGroup> make_gloo(const config::TransportConfig& t, transport::ControlPlane& control,
                                                DataPlaneStart s) {
   transport::GlooGroupOptions o;
-  o.host = t.host;
+  o.host = island_address(t);
   o.chunk_bytes = t.chunk_bytes;
   o.bandwidth_mbps = t.bandwidth_mbps;
   o.timeout_slack = t.timeout_slack;

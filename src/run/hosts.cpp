@@ -21,15 +21,21 @@ std::string coordinator_address_file(const config::Config& config) {
   return (std::filesystem::path(config.run.out_dir) / config.run.name / "coordinator.address").string();
 }
 
+std::string own_node_name() {
+  if (const char* node = std::getenv("SLURMD_NODENAME"); node != nullptr && *node != '\0') return node;
+  char name[256] = {};
+  if (::gethostname(name, sizeof name - 1) == 0 && name[0] != '\0') return name;
+  return "127.0.0.1";
+}
+
+bool island_host_discovered(const config::TransportConfig& transport) { return transport.host == "*"; }
+
+std::string island_address(const config::TransportConfig& transport) {
+  return island_host_discovered(transport) ? own_node_name() : transport.host;
+}
+
 void publish_coordinator_address(const config::Config& config) {
-  std::string host;
-  if (const char* node = std::getenv("SLURMD_NODENAME"); node != nullptr && *node != '\0') {
-    host = node;
-  } else {
-    char name[256] = {};
-    if (::gethostname(name, sizeof name - 1) == 0) host = name;
-  }
-  if (host.empty()) host = "127.0.0.1";
+  const std::string host = own_node_name();
   const std::string port = config.transport.coordinator.substr(std::string("tcp://*:").size());
   std::filesystem::create_directories(std::filesystem::path(coordinator_address_file(config)).parent_path());
   core::write_file_atomic(coordinator_address_file(config), "tcp://" + host + ":" + port + "\n");

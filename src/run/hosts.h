@@ -36,6 +36,17 @@ void withdraw_coordinator_address(const config::Config& config);
 StatusOr<std::string> read_coordinator_address(const config::Config& config,
                                                std::chrono::steady_clock::time_point deadline);
 
+// This node's name as other nodes reach it: SLURMD_NODENAME, else the machine's name, else
+// 127.0.0.1.
+std::string own_node_name();
+
+// transport.host "*" (docs/slurm.md "Islands on several nodes"): an island binds its data
+// socket on every interface and publishes tcp://<its node>:PORT, and its ranks' c10d and a
+// gloo island's pairs use its node's name; so each island (and each rank) has the address of
+// the node it runs on, wherever the scheduler put it. Otherwise transport.host itself.
+bool island_host_discovered(const config::TransportConfig& transport);
+std::string island_address(const config::TransportConfig& transport);
+
 // Whether the config places any process on another machine.
 bool uses_hosts(const config::Config& config);
 

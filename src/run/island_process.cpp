@@ -93,8 +93,13 @@ double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
+// Island K's data socket, as it binds it (transport.host; "*": every interface) and as it
+// publishes it to its peers (island_address: "*" is this node's name).
 std::string data_endpoint(const config::TransportConfig& t, int island) {
   return "tcp://" + t.host + ":" + std::to_string(t.base_port + island);
+}
+std::string published_endpoint(const config::TransportConfig& t, int island) {
+  return "tcp://" + island_address(t) + ":" + std::to_string(t.base_port + island);
 }
 
 // Where island K's ranks meet (docs/ranks.md): rank 0's host, transport.rank_port + K
@@ -435,7 +440,12 @@ Status IslandProcess::start_data_plane() {
   where.curve_public_key = cc_.curve_keys.public_key;
   where.curve_secret_key = cc_.curve_keys.secret_key;
   data_plane_ = make_data_plane(config_.transport, *control_, std::move(where));
-  if (Status st = client_->publish_endpoint(endpoint, Clock::now() + std::chrono::seconds(60)); !st.is_ok())
+  if (island_host_discovered(config_.transport))
+    ATOLL_INFO("island " << island_ << ": data plane on every interface, reached at "
+                         << published_endpoint(config_.transport, island_));
+  if (Status st = client_->publish_endpoint(published_endpoint(config_.transport, island_),
+                                            Clock::now() + std::chrono::seconds(60));
+      !st.is_ok())
     return failed(st);
   if (!handover_) {
     if (Status st = wait_for_start_set(); !st.is_ok()) return st;
@@ -883,9 +893,11 @@ Status run_island(const config::Config& config, int island, const ProcessOptions
     place.island = island;
     place.rank = options.rank;
     place.ranks = r;
-    place.rank0_host = options.rank0_host.empty() ? config.transport.host : options.rank0_host;
+    // Without Slurm's word (or --rank0-host) rank 0 is on this node: launch starts an
+    // island's ranks on one host.
+    place.rank0_host = options.rank0_host.empty() ? island_address(config.transport) : options.rank0_host;
     place.port = rank_port(config.transport, island);
-    place.bind_host = config.transport.host;
+    place.bind_host = island_address(config.transport);
     const auto join = std::chrono::milliseconds(static_cast<int64_t>(config.transport.join_timeout_s * 1e3));
     auto got = IslandRanks::connect(place, join, join + std::chrono::minutes(30));
     if (!got.is_ok()) return got.status();

@@ -351,7 +351,9 @@ BatchScripts batch_scripts(const config::Config& c, const ProcessOptions& o, con
   b.islands += "#SBATCH --array=" + array_spec(c) + "\n";
   const int ranks = c.islands.ranks.values.front();
   b.islands += "#SBATCH --ntasks=" + std::to_string(ranks) + "\n";
-  if (ranks > 1) b.islands += "#SBATCH --nodes=1\n";  // an island's ranks meet on its node (docs/ranks.md)
+  // An island's ranks bind transport.host, one address: they share a node. With "*" each
+  // binds its own node's name and they may span nodes (docs/ranks.md).
+  if (ranks > 1 && !island_host_discovered(c.transport)) b.islands += "#SBATCH --nodes=1\n";
   // Before the time limit every task gets SIGUSR1 and the run checkpoints (docs/checkpoints.md
   // "A checkpoint on a signal"); requeued or resubmitted with --resume it goes on from there.
   if (!c.slurm.time.empty() && c.checkpoint.every > 0 && c.slurm.signal_before_s > 0)

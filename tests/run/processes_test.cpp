@@ -922,3 +922,28 @@ TEST_F(Processes, IslandsFindTheCoordinatorThroughTheRunDirectory) {
   EXPECT_FALSE(fs::exists(address_file)) << "the address outlived the run";
   EXPECT_TRUE(read(dir_ / "runs/found/final_params.bin") == read(dir_ / "runs/given/final_params.bin"));
 }
+
+// transport.host "*" (docs/slurm.md "Islands on several nodes"): each island binds every
+// interface and publishes its node's name, a gloo island's pairs and an island's ranks use
+// that name too; the runs end as with the address in the config, over zmq, over gloo and with
+// islands of two ranks.
+TEST_F(Processes, IslandsOnAnyNodePublishTheirNodesAddress) {
+  char name[256] = {};
+  ASSERT_EQ(::gethostname(name, sizeof name - 1), 0);
+  const std::string cfg = config(2, 20);
+  for (const std::string& extra : {std::string(" --set transport.kind=zmq"), std::string(" --set transport.kind=gloo"),
+                                   std::string(" --set islands.ranks=2")}) {
+    SCOPED_TRACE(extra);
+    ASSERT_EQ(run("launch " + cfg + " --quiet --force --set run.name=given" + extra), 0);
+    const fs::path log = dir_ / "any.log";
+    const std::string any = "launch " + cfg + " --force --set run.name=any --set 'transport.host=\"*\"'" + extra;
+    const int status = std::system((std::string(ATOLL_BINARY) + " " + any + " > " + log.string() + " 2>&1").c_str());
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << read(log);
+    for (int island : {0, 1}) {
+      const std::string line = "island " + std::to_string(island) + ": data plane on every interface, reached at tcp://" +
+                               name + ":" + std::to_string(port_ + 1 + island);
+      EXPECT_NE(read(log).find(line), std::string::npos) << line << "\n" << read(log);
+    }
+    EXPECT_TRUE(read(dir_ / "runs/any/final_params.bin") == read(dir_ / "runs/given/final_params.bin"));
+  }
+}

@@ -767,6 +767,16 @@ TEST_F(SlurmIsland, BatchScriptsCarryTheSlurmSection) {
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("key 'slurm.islands': island 2 does not exist (islands.count is 2)"), std::string::npos)
       << r.output;
+
+  // Islands of two ranks: on one node while they bind transport.host's one address; with "*"
+  // each rank binds its own node's name, and the island may span nodes.
+  r = run("slurm " + config_ + " --dry-run --set islands.ranks=2 --set train.batch_size=4");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("#SBATCH --ntasks=2\n#SBATCH --nodes=1\n"), std::string::npos) << r.output;
+  r = run("slurm " + config_ + " --dry-run --set islands.ranks=2 --set train.batch_size=4 --set 'transport.host=\"*\"'");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("#SBATCH --ntasks=2\n"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("--nodes=1"), std::string::npos) << r.output;
 }
 
 }  // namespace
