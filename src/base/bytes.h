@@ -53,7 +53,13 @@ class Writer {
   template <typename T>
   void num(T v) {
     static_assert(std::is_arithmetic_v<T> || std::is_enum_v<T>);
-    raw(&v, sizeof(T));
+    if constexpr (sizeof(T) == 1) {
+      // Not through raw(): GCC 12 at -O3 reads a one-byte insert into a std::string as a
+      // copy past the value (a false -Warray-bounds / -Wstringop-overflow).
+      out_->push_back(static_cast<typename Buffer::value_type>(v));
+    } else {
+      raw(&v, sizeof(T));
+    }
   }
   void u8(uint8_t v) { num(v); }
   void u16(uint16_t v) { num(v); }

@@ -322,12 +322,15 @@ namespace {
 
 // The island array's indices: this site's islands (slurm.islands), or 0-(count - 1).
 std::string array_spec(const config::Config& c) {
-  if (c.slurm.islands.empty()) return "0-" + std::to_string(c.islands.count - 1);
+  std::string spec;
+  if (c.slurm.islands.empty()) return spec.append("0-").append(std::to_string(c.islands.count - 1));
   std::vector<int> ids = c.slurm.islands;
   std::sort(ids.begin(), ids.end());
   ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
-  std::string spec;
-  for (int id : ids) spec += (spec.empty() ? "" : ",") + std::to_string(id);
+  for (int id : ids) {
+    if (!spec.empty()) spec += ',';
+    spec += std::to_string(id);
+  }
   return spec;
 }
 
