@@ -8,9 +8,11 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <string>
 
 #include "src/config/config.h"
 #include "src/core/island_parts.h"
+#include "src/dipaco/run/routing_data.h"
 
 namespace atl::core {
 namespace {
@@ -59,6 +61,40 @@ TEST(DiPaCoRouting, KMeansSendsTheTwoHalvesOfACorpusToTwoPaths) {
 
   // The same config routes the same way (every process of a run computes it).
   EXPECT_EQ(load_run_data(c).shards, d.shards);
+  fs::remove_all(dir);
+}
+
+// The routing features are computed a batch per thread: any run.threads gives the same bits
+// (every process of a run must route alike, whatever its thread count), and so the same paths.
+TEST(DiPaCoRouting, FeaturesAreTheSameBitsOnAnyNumberOfThreads) {
+  const fs::path dir = fs::temp_directory_path() / ("atoll_routing_threads_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  std::string text;
+  uint64_t state = 7;
+  for (int i = 0; i < 24000; ++i) {
+    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+    text += static_cast<char>('a' + (state >> 59) % 16);
+  }
+  std::ofstream(dir / "corpus.txt") << text;
+  auto load = [&](int threads) {
+    return load_run_data(config::parse_config(
+        "run: {seed: 3, threads: " + std::to_string(threads) + "}\n"
+        "model: {name: gpt, layers: 2, heads: 2, dim: 16, seq_len: 16}\n"
+        "data: {kind: text, path: " + (dir / "corpus.txt").string() + ", val_fraction: 0.1}\n"
+        "islands: {count: 4}\n"
+        "algorithm: {name: dipaco, inner_steps: 2}\n"
+        "dipaco: {levels: [{blocks: [0, 1], modules: 2}], prefix: 8}\n",
+        "routing.yaml"));
+  };
+  const RunData one = load(1);
+  ASSERT_TRUE(one.router);
+  ASSERT_GT(one.router->train_features.rows, 3 * 256) << "too few batches to spread over threads";
+  for (int threads : {2, 3}) {
+    const RunData more = load(threads);
+    EXPECT_TRUE(more.router->train_features.v == one.router->train_features.v) << threads << " threads";
+    EXPECT_TRUE(more.router->val_features.v == one.router->val_features.v) << threads << " threads";
+    EXPECT_EQ(more.shards, one.shards) << threads << " threads";
+  }
   fs::remove_all(dir);
 }
 

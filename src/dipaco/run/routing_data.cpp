@@ -19,23 +19,33 @@ namespace atl::core {
 namespace {
 
 // The base model's routing features of `rows` of `split` (docs/dipaco.md "Routing"): the
-// last block's hidden states averaged over the first dipaco.prefix tokens, [rows, dim] doubles,
-// computed on one thread so that every process gets the same bits.
+// last block's hidden states averaged over the first dipaco.prefix tokens, [rows, dim] doubles.
+// Every process must get the same bits whatever its thread count, so each batch of 256
+// sequences is computed on one thread with single-threaded kernels (libtorch's and
+// OpenBLAS's); the batches are spread over the run's threads (run.threads), each batch's
+// numbers the same on whichever thread computes it.
 dipaco::Matrix routing_features(const config::Config& config, models::Gpt& gpt, const data::Dataset& split) {
+  constexpr int64_t kBatch = 256;
   const int64_t n = split.size(), prefix = config.dipaco.prefix;
   dipaco::Matrix x(n, config.model.dim);
   const int threads = at::get_num_threads();
-  core::configure_threads(1);  // libtorch's and OpenBLAS's pools
-  at::NoGradGuard no_grad;
-  for (int64_t from = 0; from < n; from += 256) {
+  const int64_t batches = (n + kBatch - 1) / kBatch;
+  auto compute = [&](int64_t b) {
     std::vector<int64_t> idx;
-    for (int64_t i = from; i < std::min(n, from + 256); ++i) idx.push_back(i);
+    for (int64_t i = b * kBatch; i < std::min(n, (b + 1) * kBatch); ++i) idx.push_back(i);
     const at::Tensor h = gpt.hidden(split.gather(idx).input.narrow(1, 0, prefix))
                              .mean(1)
                              .to(at::kCPU, at::kDouble)
                              .contiguous();
-    std::copy(h.data_ptr<double>(), h.data_ptr<double>() + h.numel(), x.row(from));
-  }
+    std::copy(h.data_ptr<double>(), h.data_ptr<double>() + h.numel(), x.row(b * kBatch));
+  };
+  core::configure_threads(1);  // OpenBLAS's pool: one thread, the caller's
+  at::set_num_threads(threads);
+  // In libtorch's parallel region every operator runs on the calling thread alone.
+  at::parallel_for(0, batches, 1, [&](int64_t from, int64_t to) {
+    at::NoGradGuard no_grad;  // thread-local: each worker's own
+    for (int64_t b = from; b < to; ++b) compute(b);
+  });
   core::configure_threads(threads);
   return x;
 }
