@@ -174,6 +174,10 @@ class CoordinatorProcess {
   // (metrics.jsonl is cut at the checkpoint first).
   const std::string run_path_;
   const std::string ckpt_hash_;
+  // The running state's config identity: resume_hash without the coordinator's own address,
+  // so that a coordinator restarted elsewhere (islands that find it through the run directory
+  // follow it there) picks the run up.
+  const std::string pickup_hash_;
   checkpoint::CheckpointDir ckpts_;
   std::vector<CoordinatorCheckpoint> resumable_;
   bool resuming_ = false;
@@ -249,6 +253,10 @@ CoordinatorProcess::CoordinatorProcess(const config::Config& config, const Proce
       k_(config.islands.count),
       run_path_((std::filesystem::path(config.run.out_dir) / config.run.name).string()),
       ckpt_hash_(core::resume_hash(config)),
+      pickup_hash_(core::resume_hash([c = config]() mutable {
+        c.transport.coordinator.clear();
+        return c;
+      }())),
       ckpts_(coordinator_checkpoint_dir(config), config.checkpoint.keep) {
   core::validate_config(config, core::Target::kCoordinator);
   core::configure_threads(config.run.threads);
@@ -264,7 +272,7 @@ CoordinatorProcess::CoordinatorProcess(const config::Config& config, const Proce
       throw UserError("run.resume: run directory '" + run_path_ + "' exists but '" + ckpts_.path() +
                       "' holds no usable checkpoint of this config; use --force to start the run over");
   }
-  if (!resuming_ && !options.force && !options.no_pickup) pickup_ = running_state(config, run_path_, ckpt_hash_);
+  if (!resuming_ && !options.force && !options.no_pickup) pickup_ = running_state(config, run_path_, pickup_hash_);
   open_run_dir();
   find_skipped();
   make_server();
@@ -414,7 +422,7 @@ void CoordinatorProcess::persist(const transport::CoordinatorSnapshot& snapshot)
     if (!dir_) return;  // resuming: not decided yet
     st.metrics_bytes = dir_->metrics_bytes();
   }
-  st.config_hash = ckpt_hash_;
+  st.config_hash = pickup_hash_;
   st.islands = k_;
   st.snapshot = snapshot;
   if (server_) {  // on the loop thread, which alone calls the server role

@@ -46,13 +46,18 @@ void withdraw_coordinator_address(const config::Config& config) {
   std::filesystem::remove(coordinator_address_file(config), ec);
 }
 
+std::string coordinator_address_in(const std::string& file) {
+  std::ifstream in(file);
+  std::string address;
+  if (in && std::getline(in, address) && address.rfind("tcp://", 0) == 0) return address;
+  return "";
+}
+
 StatusOr<std::string> read_coordinator_address(const config::Config& config,
                                                std::chrono::steady_clock::time_point deadline) {
   const std::string file = coordinator_address_file(config);
   for (;;) {
-    std::ifstream in(file);
-    std::string address;
-    if (in && std::getline(in, address) && address.rfind("tcp://", 0) == 0) return address;
+    if (std::string address = coordinator_address_in(file); !address.empty()) return address;
     if (std::chrono::steady_clock::now() >= deadline)
       return Status(StatusCode::kTimeout, "transport.coordinator is " + config.transport.coordinator + " but " + file +
                                               " names no coordinator (is its job running, on a file system this "

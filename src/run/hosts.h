@@ -32,6 +32,8 @@ bool coordinator_discovered(const config::Config& config);
 std::string coordinator_address_file(const config::Config& config);
 void publish_coordinator_address(const config::Config& config);
 void withdraw_coordinator_address(const config::Config& config);
+// The address `file` (coordinator_address_file) names now; "" when it names none. Does not wait.
+std::string coordinator_address_in(const std::string& file);
 // An island's side: waits until `deadline` for the file; kTimeout naming it.
 StatusOr<std::string> read_coordinator_address(const config::Config& config,
                                                std::chrono::steady_clock::time_point deadline);

@@ -320,6 +320,9 @@ Status IslandProcess::join() {
     cc_.coordinator = address.value();
     ATOLL_INFO("island " << island_ << ": the coordinator is at " << cc_.coordinator << " ("
                          << coordinator_address_file(config_) << ")");
+    // A coordinator restarted elsewhere (requeued onto another node) writes its new address
+    // there: while the old one does not answer, the client follows the file.
+    cc_.locate = [file = coordinator_address_file(config_)] { return coordinator_address_in(file); };
   }
   cc_.island = island_;
   cc_.run = run_identity(config_);

@@ -112,10 +112,10 @@ class Resume : public ::testing::Test {
 
   // Starts run r by hand (`atoll coordinator` and three `atoll island`, each with the arguments
   // `with` gives), SIGKILLs the coordinator after a random round in [3, last_round] (the run
-  // not finished yet), starts it again with the same command, and expects every process to
-  // end with 0 and the new coordinator to have picked the run up.
+  // not finished yet), starts it again with the same command (and `again`, appended), and
+  // expects every process to end with 0 and the new coordinator to have picked the run up.
   template <typename With>
-  void run_and_restart_the_coordinator(const With& with, int last_round) {
+  void run_and_restart_the_coordinator(const With& with, int last_round, const std::vector<std::string>& again = {}) {
     pid_t coordinator = atl::testing::spawn_atoll(with({"coordinator"}, {}), dir_ / "coordinator-1.log");
     ASSERT_GT(coordinator, 0);
     std::vector<pid_t> islands;
@@ -134,7 +134,7 @@ class Resume : public ::testing::Test {
     ASSERT_EQ(kill(coordinator, SIGKILL), 0);
     EXPECT_EQ(atl::testing::wait_exit(coordinator, 10), 128 + SIGKILL);
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
-    coordinator = atl::testing::spawn_atoll(with({"coordinator"}, {}), dir_ / "coordinator-2.log");
+    coordinator = atl::testing::spawn_atoll(with({"coordinator"}, again), dir_ / "coordinator-2.log");
     for (int i = 0; i < 3; ++i)
       EXPECT_EQ(atl::testing::wait_exit(islands[static_cast<size_t>(i)], 120), 0)
           << read(dir_ / ("island-" + std::to_string(i) + ".log"));
@@ -452,6 +452,35 @@ TEST_F(Resume, CoordinatorKilledMidRoundAndRestartedFinishesTheRun) {
     expect_same_records(comparable(metrics), comparable(run_dir("whole") / "metrics.jsonl"));
     EXPECT_NE(read(run_dir("r") / "summary.json").find("\"islands_finished\":3"), std::string::npos);
   }
+}
+
+// A coordinator found through the run directory (transport.coordinator "tcp://*:PORT") may come
+// back elsewhere, as a requeued Slurm job on another node does, and writes its new address
+// there: the islands, which cannot reach the old one, follow the file, and the run finishes
+// with every island, bitwise as the uninterrupted run. Here it comes back on another port.
+TEST_F(Resume, ACoordinatorThatComesBackElsewhereIsFollowed) {
+  const std::string cfg = config(200, "");
+  ASSERT_EQ(run("launch " + cfg + " --quiet --set run.name=whole", dir_ / "whole.log"), 0) << read(dir_ / "whole.log");
+  const std::string expected = read(run_dir("whole") / "final_params.bin");
+  ASSERT_GT(expected.size(), 100u);
+  const int elsewhere = port_ + 10;  // in this test's block of ports, past the islands'
+  const std::vector<std::string> common = {cfg, "--set", "run.name=r", "--set",
+                                           "transport.coordinator=tcp://*:" + std::to_string(port_)};
+  auto with = [&](std::vector<std::string> head, std::vector<std::string> tail = {}) {
+    head.insert(head.end(), common.begin(), common.end());
+    head.insert(head.end(), tail.begin(), tail.end());
+    return head;
+  };
+  run_and_restart_the_coordinator(with, 12, {"--set", "transport.coordinator=tcp://*:" + std::to_string(elsewhere)});
+  if (HasFatalFailure()) return;
+  for (int i = 0; i < 3; ++i) {
+    const std::string log = read(dir_ / ("island-" + std::to_string(i) + ".log"));
+    EXPECT_NE(log.find("island " + std::to_string(i) + ": the coordinator is now at tcp://"), std::string::npos) << log;
+    EXPECT_NE(log.find(":" + std::to_string(elsewhere) + "; dialling it instead of tcp://"), std::string::npos) << log;
+  }
+  EXPECT_TRUE(read(run_dir("r") / "final_params.bin") == expected) << "final parameters differ after the move";
+  EXPECT_NE(read(run_dir("r") / "summary.json").find("\"islands_finished\":3"), std::string::npos);
+  EXPECT_FALSE(fs::exists(run_dir("r") / "coordinator.address")) << "the address outlived the run";
 }
 
 // The coordinator of a run with a server role (the global model lives in it) is SIGKILLed

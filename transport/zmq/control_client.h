@@ -25,6 +25,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -66,6 +67,14 @@ struct ControlClientOptions {
   curve::KeyPair curve_keys;         // this island's pair (curve::load_keypair(dir, "island-K"))
 
   int64_t max_message_bytes = int64_t{1} << 30;  // larger incoming messages drop the connection
+
+  // Where the coordinator is now, for a coordinator that may come back at another address
+  // (found through the run directory, docs/slurm.md "The coordinator's address"); empty:
+  // `coordinator` is fixed. While the connection has been down for a heartbeat period, the
+  // I/O thread asks it every 500 ms and, for an endpoint other than the one it dials, drops
+  // that one and dials the new one (then resends as after any reconnection). It returns ""
+  // when it does not know; it must not block.
+  std::function<std::string()> locate;
 };
 
 class ZmqControlClient final : public ControlPlane {
@@ -145,6 +154,7 @@ class ZmqControlClient final : public ControlPlane {
   void on_monitor_event(uint16_t event, uint32_t value);
   void flush();
   void send_join();
+  void follow_coordinator(Clock::time_point now);  // ControlClientOptions::locate
   proto::Header header(proto::MsgType type, uint64_t rid) const;  // needs mu_
   std::string link_problem() const;                               // needs mu_
 

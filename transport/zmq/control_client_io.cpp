@@ -30,6 +30,8 @@ struct ZmqControlClient::Io {
   // I/O thread only:
   Clock::time_point next_join{};
   Clock::time_point next_heartbeat{};
+  Clock::time_point next_locate{};
+  std::string coordinator;      // the endpoint the DEALER dials (ControlClientOptions::locate)
   bool handshaken = false;      // a handshake succeeded once: the next one is a reconnection
   LogLimiter limiter;
 };
@@ -76,7 +78,25 @@ ZmqControlClient::ZmqControlClient(ControlClientOptions options)
   io.monitor.connect(monitor_addr);
   io.wake_rx.bind("inproc://atoll-control-wake-" + tag);
   io.wake_tx.connect("inproc://atoll-control-wake-" + tag);
-  d.connect(options_.coordinator);
+  io.coordinator = options_.coordinator;
+  d.connect(io.coordinator);
+}
+
+void ZmqControlClient::follow_coordinator(Clock::time_point now) {
+  Io& io = *io_;
+  if (!options_.locate || now < io.next_locate) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!down_since_ || now - *down_since_ < std::chrono::milliseconds(options_.heartbeat_ms)) return;
+  }
+  io.next_locate = now + std::chrono::milliseconds(500);
+  const std::string where = options_.locate();
+  if (where.empty() || where == io.coordinator) return;
+  ATOLL_INFO("island " << options_.island << ": the coordinator is now at " << where << "; dialling it instead of "
+                       << io.coordinator);
+  io.dealer.disconnect(io.coordinator);
+  io.dealer.connect(where);
+  io.coordinator = where;
 }
 
 ZmqControlClient::~ZmqControlClient() {
@@ -151,6 +171,7 @@ void ZmqControlClient::run() {
       }
 
       now = Clock::now();
+      follow_coordinator(now);
       std::lock_guard<std::mutex> lock(mu_);
       if ((!joined_ || publishing_) && lost_.is_ok() && now >= io.next_join) {
         send_join();
@@ -303,7 +324,7 @@ void ZmqControlClient::on_monitor_event(uint16_t event, uint32_t value) {
       link_problem_ = "the connection to the coordinator was lost";
       break;
     case ZMQ_EVENT_CONNECT_RETRIED:
-      link_problem_ = "nothing accepts connections at " + options_.coordinator + " (retrying)";
+      link_problem_ = "nothing accepts connections at " + io.coordinator + " (retrying)";
       break;
     case ZMQ_EVENT_HANDSHAKE_FAILED_AUTH: {
       const bool give_up = options_.give_up_when_refused && value == 400 && joins_ == 0;
