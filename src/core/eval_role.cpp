@@ -18,7 +18,7 @@ void EvalRole::at_eval_step(int64_t step, const at::Tensor& global) {
     if (!hooks_.recorded(step)) hooks_.evaluate(step, global);
     return;
   }
-  kept_.push_back({step, global.clone(), hooks_.now_s()});
+  kept_.push_back({step, hooks_.keep ? hooks_.keep(global) : global.clone(), hooks_.now_s()});
 }
 
 void EvalRole::settle(bool force) {

@@ -43,6 +43,9 @@ class EvalRole {
     std::function<double()> now_s;
     // Blocks until the membership may have changed or `deadline_s` (now_s()'s clock) passed.
     std::function<void(double deadline_s)> wait;
+    // The copy of a step's global model to keep (empty: a clone). The simulator's many islands
+    // keep one copy between them (SharedTensors: equal copies are held once, never written).
+    std::function<at::Tensor(const at::Tensor& global)> keep;
   };
 
   // `patience_s`: how long a kept step waits for the lead before this island evaluates it

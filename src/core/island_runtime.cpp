@@ -4,6 +4,7 @@
 
 #include <utility>
 
+#include "algorithms/shared_tensors.h"
 #include "src/core/params_file.h"
 
 namespace atl::core {
@@ -43,6 +44,8 @@ IslandRuntime::IslandRuntime(int island, IslandParts& parts, const config::Train
   h.evaluate = [this](int64_t step, const at::Tensor& global) { evaluate(step, global); };
   h.now_s = [this] { return host_.time->now_s(); };
   h.wait = host_.wait;
+  if (host_.shared != nullptr)  // the islands in step keep one copy of a step's model between them
+    h.keep = [shared = host_.shared](const at::Tensor& global) { return shared->share(global.clone()); };
   eval_role_ = std::make_unique<EvalRole>(std::move(h), host_.eval_patience_s, host_.eval_settle_every_s);
 
   loop_.context = &context_;
