@@ -57,7 +57,7 @@ struct OuterOptimizerOptions {
 // algorithms that share a key give it the same rule (a test holds them to it); each may give
 // it its own default (sparseloco's outer_lr is 1.0 where DiLoCo's is 0.7).
 
-// The keys DiLoCo and its kin share: H, the outer optimizer, weighting, error feedback.
+// The keys DiLoCo and its kin share: H and the outer optimizer; and weighting.
 template <class V>
 void round_fields(V& v, int64_t& inner_steps, OuterOptimizerOptions& outer) {
   v.field("inner_steps", inner_steps, fields::at_least(1));
