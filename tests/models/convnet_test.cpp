@@ -154,7 +154,7 @@ TEST(ConvNet, MatchesTheStoredPyTorchReference) {
   for (const char* name : {"cnn", "lenet5"}) {
     SCOPED_TRACE(name);
     const YAML::Node m = ref["models"][name];
-    auto model = make_model(named(name), DataShape{0, classes, side * side}, c10::Device(c10::kCPU), 1);
+    auto model = make_model(named(name), DataShape{0, static_cast<int>(classes), side * side}, c10::Device(c10::kCPU), 1);
     ASSERT_EQ(model->numel(), m["numel"].as<int64_t>());
     // Parameter i of the flat buffer: 2 sin(0.37 i + 0.1) / sqrt(fan-in of its layer).
     std::vector<float> values(static_cast<size_t>(model->numel()));
