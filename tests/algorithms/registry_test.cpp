@@ -66,6 +66,15 @@ TEST(AlgorithmRegistry, EveryAlgorithmHasItsOptionsAndASharedKeyHasOneRule) {
     EXPECT_EQ(chosen.name, name);
     EXPECT_EQ(chosen.params.index(), params->index());
   }
+  // Inner steps per round, for what asks any algorithm (a signal's checkpoint proposal).
+  DilocoOptions h7;
+  h7.inner_steps = 7;
+  SparseLocoOptions h9;
+  h9.inner_steps = 9;
+  EXPECT_EQ(AlgorithmOptions::of(h7).round_steps(), 7);
+  EXPECT_EQ(AlgorithmOptions::of(h9).round_steps(), 9);
+  EXPECT_EQ(AlgorithmOptions::of(DdpOptions{}).round_steps(), 1);
+  EXPECT_EQ(AlgorithmOptions::of(DemoOptions{}).round_steps(), 1);
   EXPECT_FALSE(default_params("dilogo"));
   EXPECT_THROW(AlgorithmOptions().choose("dilogo"), std::logic_error);
   EXPECT_THROW(algorithm_traits("dilogo"), UserError);

@@ -13,6 +13,8 @@
 #include <utility>
 #include <vector>
 
+#include "algorithms/shared_tensors.h"
+
 namespace atl::core {
 namespace {
 
@@ -77,6 +79,46 @@ TEST(EvalRole, AStepKeptWhileTheLeadDiedIsEvaluatedByTheNextLead) {
   EXPECT_EQ(run.records, (std::map<int64_t, int>{{10, 1}, {20, 1}, {30, 1}}));
   EXPECT_EQ(run.value[20], 20.0f);
   EXPECT_EQ(run.log, (std::vector<std::pair<int, int64_t>>{{0, 10}, {1, 20}, {1, 30}}));
+}
+
+// The simulator's islands keep a step's model through EvalRole::Hooks::keep into one
+// SharedTensors: two islands that keep the same step hold one copy between them, which the
+// caller's training does not change, and the next lead evaluates it.
+TEST(EvalRole, KeptCopiesGoThroughTheKeepHook) {
+  MiniRun run;
+  algorithms::SharedTensors shared;
+  int kept_calls = 0;
+  auto with_keep = [&](int island) {
+    EvalRole::Hooks h;  // as MiniRun::role's, with keep
+    h.is_lead = [&run, island] { return *run.live.begin() >= island; };
+    h.recorded = [&run](int64_t step) { return run.records.count(step) > 0; };
+    h.evaluate = [&run, island](int64_t step, const at::Tensor& g) {
+      ++run.records[step];
+      run.log.emplace_back(island, step);
+      run.value[step] = g[0].item<float>();
+    };
+    h.now_s = [&run] { return run.now; };
+    h.wait = [&run](double deadline) { run.now = std::max(run.now, deadline); };
+    h.keep = [&](const at::Tensor& g) {
+      ++kept_calls;
+      return shared.share(g.clone());
+    };
+    return std::make_unique<EvalRole>(std::move(h), 30.0);
+  };
+  auto r0 = with_keep(0), r1 = with_keep(1), r2 = with_keep(2);
+  at::Tensor global1 = model(20), global2 = model(20);
+  r1->at_eval_step(20, global1);
+  r2->at_eval_step(20, global2);
+  EXPECT_EQ(kept_calls, 2);
+  EXPECT_EQ(shared.held(), 1u) << "the two islands' copies of step 20 are held once";
+  global1.fill_(21);  // the islands train on
+  global2.fill_(22);
+  run.live.erase(0);  // the lead died before step 20
+  r1->drain();
+  r2->drain();
+  EXPECT_EQ(run.records, (std::map<int64_t, int>{{20, 1}}));
+  EXPECT_EQ(run.value[20], 20.0f);
+  EXPECT_EQ(run.log, (std::vector<std::pair<int, int64_t>>{{1, 20}}));
 }
 
 // The final step: island 1 finishes while the lead is still live, and waits; the lead dies
