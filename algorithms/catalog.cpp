@@ -69,19 +69,24 @@ constexpr const char* kFedavgJoiners =
 
 const Row kRows[] = {
     {"ddp", no_rules, nullptr, nullptr, {.extra_buffers = 0, .extra_buffers_text = ""}},
-    {"diloco", no_rules, nullptr, nullptr, {}},
+    {"diloco", no_rules, nullptr, nullptr, {.step_local_gradient = true}},
     {"fedavg", fedavg::check, fedavg_resolve, fedavg_rounds,
-     {.refuses_joiners = kFedavgJoiners, .checkpoint_cut = CheckpointCut::kServerRound, .server_role = true}},
-    {"streaming_diloco", streaming_rules, streaming_resolve, nullptr, {}},
+     {.refuses_joiners = kFedavgJoiners,
+      .checkpoint_cut = CheckpointCut::kServerRound,
+      .server_role = true,
+      .step_local_gradient = true}},
+    {"streaming_diloco", streaming_rules, streaming_resolve, nullptr, {.step_local_gradient = true}},
     {"async_local_sgd", async_local_sgd::check_dn_c, nullptr, async_rounds,
-     {.checkpoint_cut = CheckpointCut::kServerTime, .server_role = true}},
+     {.checkpoint_cut = CheckpointCut::kServerTime, .server_role = true, .step_local_gradient = true}},
     {"demo", no_rules, nullptr, nullptr,
      {.extra_buffers = 3, .extra_buffers_text = "demo residual and DCT buffers x3",  // algorithms/demo.h
       .sends_own_selection = "its own DCT top-k coefficients"}},
-    {"dipaco", module_rules, nullptr, nullptr, {}},
+    {"dipaco", module_rules, nullptr, nullptr, {.step_local_gradient = true}},
     {"sparseloco", no_rules, nullptr, nullptr,
-     {.extra_buffers = 4, .extra_buffers_text = "global model, error accumulator and two scratch buffers",
-      .sends_own_selection = "its own top-k values"}},
+     {.extra_buffers = 4,
+      .extra_buffers_text = "global model, error accumulator and two scratch buffers",
+      .sends_own_selection = "its own top-k values",
+      .step_local_gradient = true}},
 };
 
 const Row* find_row(const std::string& name) {

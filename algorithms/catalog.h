@@ -46,6 +46,12 @@ struct AlgorithmTraits {
   const char* checkpoint_limit = nullptr;
   // Whether it has a server role (fedavg, async_local_sgd): make_server builds it.
   bool server_role = false;
+  // Whether it leaves the gradient buffer (IslandContext::grads) alone outside an inner
+  // step's window — from the backward to the inner optimizer's step — and waits on no one
+  // inside that window (no exchange in after_backward or inner_step). Then the simulator's
+  // islands, which compute one at a time, share one gradient buffer (docs/simulator.md
+  // "Memory"). Not ddp (it all-reduces the gradient) nor demo (its step exchanges).
+  bool step_local_gradient = false;
 };
 // The row of `name`; throws atl::UserError for an unknown name, listing the valid names.
 const AlgorithmTraits& algorithm_traits(const std::string& name);

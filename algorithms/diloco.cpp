@@ -25,7 +25,8 @@
 //   left open, but not applied: as throughout the run, the global model lags one round of
 //   remote contributions.
 // State per island: anchor theta_g [N], outer optimizer state ([N] momentum), the
-//   pseudo-gradient buffer [N] (CPU, reused every round), error-feedback residual [N];
+//   pseudo-gradient buffer [N] (CPU, reused every round; without overlap, on the CPU, the
+//   parameters' own buffer), error-feedback residual [N];
 //   eager also this island's last contribution [N].
 // Bytes on the wire per round (ring): 2 (W-1)/W * N * b per island, b = encoded bytes per
 //   element (4 for fp32); nothing between rounds.
@@ -60,13 +61,13 @@ class DiLoCo final : public Algorithm {
     at::NoGradGuard no_grad;
     anchor_ = share(ctx.shared, ctx.params.detach().clone());
     outer_.set_shared(ctx.shared);
-    // Without overlap the exchange happens after the round's last optimizer step and is over
-    // before the next step's backward: the gradient's buffer is dead meanwhile and holds the
-    // delta (one parameter-sized buffer less per island; docs/simulator.md "Memory").
-    const bool in_gradient = own_.overlap == Overlap::kNone && ctx.grads.defined() && ctx.grads.is_cpu() &&
-                             ctx.grads.is_contiguous() && ctx.grads.numel() == ctx.params.numel();
-    delta_ = in_gradient ? ctx.grads.view({ctx.params.numel()})
-                         : at::empty({ctx.params.numel()}, ctx.params.options().device(at::kCPU));
+    // Without overlap the exchange happens after the round's last optimizer step and ends
+    // with the parameters set to the new global model: the parameters' own buffer holds the
+    // delta meanwhile (on the CPU, where the exchange runs), so that the gradient's buffer is
+    // free between steps (AlgorithmTraits::step_local_gradient; docs/simulator.md "Memory").
+    in_params_ = own_.overlap == Overlap::kNone && ctx.params.is_cpu() && ctx.params.is_contiguous();
+    delta_ = in_params_ ? ctx.params.view({ctx.params.numel()})
+                        : at::empty({ctx.params.numel()}, ctx.params.options().device(at::kCPU));
     if (own_.overlap == Overlap::kEager) sent_ = at::empty_like(delta_);
   }
 
@@ -166,7 +167,8 @@ class DiLoCo final : public Algorithm {
 
   void sync(IslandContext& ctx, int64_t step) {
     meter_ = RoundMeter(*ctx.group);
-    delta_.copy_(anchor_ - ctx.params);
+    if (in_params_) at::sub_out(delta_, anchor_, delta_);  // the parameters become the delta
+    else delta_.copy_(anchor_ - ctx.params);
     at::Tensor transmitted = feedback_.compensate(delta_, *ctx.codec);
     handle_ = ctx.group->allreduce_mean(delta_, *ctx.codec, weight(ctx), transmitted);
     complete(ctx, step);
@@ -239,6 +241,7 @@ class DiLoCo final : public Algorithm {
   OuterOptimizer outer_;
   at::Tensor anchor_;
   at::Tensor delta_;  // [N] CPU: this island's contribution, then the average
+  bool in_params_ = false;  // delta_ is the parameters' buffer (no overlap, CPU)
   at::Tensor sent_;   // eager: [N] CPU, this island's contribution in flight
   Feedback feedback_;
   std::unique_ptr<transport::Handle> handle_;  // the exchange in flight

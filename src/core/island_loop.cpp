@@ -19,13 +19,14 @@ int64_t run_island(IslandLoop& loop) {
       ctx.grads.zero_();
     }
     const double loss = loop.forward_backward(step);
-    if (loop.after_compute) loop.after_compute(step);
+    if (loop.after_compute && !loop.compute_ends_after_step) loop.after_compute(step);
     const double lr = train::learning_rate(train, step, total);
     ctx.lr = lr;
     algo.after_backward(ctx, step);
     train::clip_grad_norm(ctx.grads, train.grad_clip);
     if (algo.replaces_inner_step()) algo.inner_step(ctx, step);
     else loop.optimizer->step(ctx.params, ctx.grads, lr);
+    if (loop.after_compute && loop.compute_ends_after_step) loop.after_compute(step);
     algo.after_inner_step(ctx, step);
     if (loop.on_step) loop.on_step(step, total, loss, lr);
   }

@@ -21,8 +21,12 @@ struct IslandLoop {
   // loop) and returns the training loss.
   std::function<double(int64_t step)> forward_backward;
   // Called after forward + backward of every inner step, before any hook communicates
-  // (the simulator charges the step's compute time here). May be empty.
+  // (the simulator charges the step's compute time here). May be empty. With
+  // `compute_ends_after_step`, called after the inner optimizer's step instead, for an
+  // algorithm that waits on no one before then (AlgorithmTraits::step_local_gradient): the
+  // clock then moves while the gradient holds nothing, so that islands may share it.
   std::function<void(int64_t step)> after_compute;
+  bool compute_ends_after_step = false;
   // A joiner (rejoin after a failure, new island) starts at a live island's next step and
   // receives its state after setup.
   int64_t first_step = 1;

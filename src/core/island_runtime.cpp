@@ -55,6 +55,7 @@ IslandRuntime::IslandRuntime(int island, IslandParts& parts, const config::Train
     return forward_backward_ranks(parts_, train_, host_.share.ranks, rank_sum_);
   };
   loop_.after_compute = host_.after_compute;
+  loop_.compute_ends_after_step = host_.compute_ends_after_step;
   loop_.on_step = [this](int64_t step, int64_t total, double loss, double lr) { on_step(step, total, loss, lr); };
 }
 

@@ -92,6 +92,7 @@ struct IslandHost {
   std::function<void(const algorithms::RoundInfo&)> after_round;  // may be empty
   // Step boundaries, in this order around each inner step's records; each may be empty.
   std::function<void(int64_t step)> after_compute;  // see IslandLoop::after_compute
+  bool compute_ends_after_step = false;             // see IslandLoop::compute_ends_after_step
   std::function<void(int64_t step, int64_t total, double loss)> before_records;
   std::function<void(int64_t step, int64_t total, double loss, double lr)> after_step;
   // After the algorithm's setup (and load / import), before the first step it runs: the

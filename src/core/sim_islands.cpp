@@ -71,6 +71,7 @@ IslandHost Simulation::make_host(int i) {
   };
   host.round_times = [this, i] { return round_times(i); };
   host.after_compute = [this, i](int64_t) { after_compute(i); };
+  host.compute_ends_after_step = shares_gradient_;  // the clock moves while the gradient is free
   host.before_records = [this, i](int64_t step, int64_t total, double loss) {
     if (!std::isfinite(loss)) throw Diverged(i, step, loss);
     if (!islands_[i].planned) {
@@ -97,6 +98,18 @@ void Simulation::make_runtime(int i) {
     maybe_checkpoint(i, islands_[i].runtime->steps(), std::numeric_limits<int64_t>::max());
   };
   is.runtime->context().speed = cost_->speeds()[static_cast<size_t>(i)];
+}
+
+// Islands compute one at a time, and with a step-local gradient (AlgorithmTraits) no island
+// keeps anything in its gradient between steps, nor lets the clock move (and so another island
+// run) between its backward and its optimizer step: the islands of one model size share one
+// gradient buffer.
+void Simulation::share_gradient(IslandParts& parts) {
+  if (!shares_gradient_) return;
+  models::Model& model = *parts.model;
+  at::Tensor& shared = gradients_[model.numel()];
+  if (shared.defined()) model.use_gradients(shared);
+  else shared = model.grads();
 }
 
 RoundTimes Simulation::round_times(int i) {

@@ -14,6 +14,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -21,6 +22,7 @@
 #include <vector>
 
 #include "algorithms/algorithm.h"
+#include "algorithms/catalog.h"
 #include "algorithms/shared_tensors.h"
 #include "compression/pipeline.h"
 #include "src/checkpoint/checkpoint_dir.h"
@@ -146,6 +148,7 @@ class Simulation {
   // The islands (sim_islands.cpp).
   IslandHost make_host(int i);
   void make_runtime(int i);
+  void share_gradient(IslandParts& parts);
   void island_thread(int i);
   // A dead (or not yet added) island comes (back) at its next join time after now: waits for
   // a hand-over and joins. False when it has no join left or nobody can hand its state over.
@@ -185,6 +188,10 @@ class Simulation {
   std::unique_ptr<transport::Scheduler> scheduler_;
   std::unique_ptr<transport::InprocHub> hub_;
   algorithms::SharedTensors shared_tensors_;  // docs/simulator.md "Memory"
+  // With AlgorithmTraits::step_local_gradient: one gradient buffer per model size, which the
+  // islands share, since they compute one at a time (docs/simulator.md "Memory").
+  bool shares_gradient_ = false;
+  std::map<int64_t, at::Tensor> gradients_;
   std::vector<Island> islands_;
   std::unique_ptr<Evaluator> evaluator_;
   int64_t n_params_ = 0;

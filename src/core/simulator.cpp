@@ -122,7 +122,11 @@ Simulation::Simulation(const config::Config& config, const SimulateOptions& opti
   scheduler_ = std::make_unique<transport::Scheduler>(n_);
   hub_ = std::make_unique<transport::InprocHub>(n_, *scheduler_);
   islands_.resize(static_cast<size_t>(n_));
-  for (int i = 0; i < n_; ++i) islands_[i].parts = make_island_parts(config, data_, algo_options_, i);
+  shares_gradient_ = algorithms::algorithm_traits(config.algorithm.name).step_local_gradient;
+  for (int i = 0; i < n_; ++i) {
+    islands_[i].parts = make_island_parts(config, data_, algo_options_, i);
+    share_gradient(islands_[i].parts);  // before the next island's model is built
+  }
   evaluator_ = make_evaluator(config, data_);
   n_params_ = islands_[0].parts.model->numel();
 

@@ -169,7 +169,8 @@ void check_memory(const config::Config& c, Target target) {
   config::fail_key(c, key, "the model does not fit in memory: at least " + human_bytes(m.bytes) + " (" + params +
                                " parameters x 4 bytes x " + std::to_string(m.copies) + " copies (" +
                                m.copies_text + ") x " + std::to_string(m.islands) + " island" +
-                               (m.islands == 1 ? "" : "s") + " in one process) but this machine has " +
+                               (m.islands == 1 ? "" : "s") + (m.shared > 0 ? " + a gradient buffer they share" : "") +
+                               " in one process) but this machine has " +
                                human_bytes(physical));
 }
 
@@ -185,8 +186,13 @@ MemoryEstimate estimate_memory(const config::Config& c, Target target) {
   if (target == Target::kCoordinator) {
     m.islands = 1;  // the global model it evaluates (and the server role's)
   } else {
-    m.copies_text += ", gradients";
-    m.copies += 1;
+    const algorithms::AlgorithmTraits& traits = algorithms::algorithm_traits(c.algorithm.name);
+    if (target == Target::kSimulate && traits.step_local_gradient) {
+      m.shared = 1;  // the islands share one gradient buffer (docs/simulator.md "Memory")
+    } else {
+      m.copies_text += ", gradients";
+      m.copies += 1;
+    }
     int inner = 0;
     if (c.train.optimizer == "adamw") inner = 2;
     else if (c.train.momentum > 0) inner = 1;
@@ -194,7 +200,6 @@ MemoryEstimate estimate_memory(const config::Config& c, Target target) {
       m.copies_text += ", " + c.train.optimizer + " state x" + std::to_string(inner);
       m.copies += inner;
     }
-    const algorithms::AlgorithmTraits& traits = algorithms::algorithm_traits(c.algorithm.name);
     if (traits.extra_buffers > 0) {
       m.copies_text += std::string(", ") + traits.extra_buffers_text;
       m.copies += traits.extra_buffers;
@@ -206,7 +211,7 @@ MemoryEstimate estimate_memory(const config::Config& c, Target target) {
       for (const auto& h : c.hosts.islands) m.islands += h.empty();
     }
   }
-  m.bytes = static_cast<double>(m.params) * 4.0 * m.copies * m.islands;
+  m.bytes = static_cast<double>(m.params) * 4.0 * (static_cast<double>(m.copies) * m.islands + m.shared);
   return m;
 }
 

@@ -65,7 +65,9 @@ struct MemoryEstimate {
   int64_t params = 0;      // parameters of one model
   int copies = 0;          // [N] float32 buffers per island: params, grads, optimizer state
   int islands = 0;         // islands (models) held by the process
-  double bytes = 0;        // params * 4 * copies * islands
+  int shared = 0;          // [N] buffers the islands of the process share (the simulator's
+                           // gradient with AlgorithmTraits::step_local_gradient)
+  double bytes = 0;        // params * 4 * (copies * islands + shared)
   std::string copies_text; // what the copies are: "parameters, gradients, adamw state x2, ..."
 };
 MemoryEstimate estimate_memory(const config::Config& config, Target target);

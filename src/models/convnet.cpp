@@ -72,9 +72,7 @@ ConvNet::ConvNet(Kind kind, int64_t input_dim, int classes, c10::Device device, 
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
   net_ = std::make_shared<ConvNetModule>(s, classes, gen);
   FlatBuffers flat = flatten_parameters(*net_, device);
-  params_ = flat.params;
-  grads_ = flat.grads;
-  layout_ = std::move(flat.layout);
+  adopt(std::move(flat));
   // Multiply-adds of one forward pass; x 2 FLOPs, x 3 for forward and backward.
   double macs = static_cast<double>(s.s1 * s.s1 * s.c1 * kKernel * kKernel) +
                 static_cast<double>(s.s2 * s.s2 * s.c2 * s.c1 * kKernel * kKernel);

@@ -59,11 +59,31 @@ FlatBuffers flatten_parameters(torch::nn::Module& module, c10::Device device) {
     value.copy_(p.detach());  // may cross devices (init happens on the CPU)
     p.set_data(value);        // p now shares the flat storage (with an offset)
     p.mutable_grad() = grad;  // autograd accumulates into this view in place
+    flat.parameters.push_back(p);
   }
   for (auto& buffer : module.buffers(/*recurse=*/true)) {
     buffer.set_data(buffer.to(device));
   }
   return flat;
+}
+
+void Model::adopt(FlatBuffers&& flat) {
+  params_ = std::move(flat.params);
+  grads_ = std::move(flat.grads);
+  layout_ = std::move(flat.layout);
+  parameters_ = std::move(flat.parameters);
+}
+
+void Model::use_gradients(const at::Tensor& grads) {
+  TORCH_CHECK(grads.numel() == numel() && grads.is_contiguous() && grads.scalar_type() == at::kFloat &&
+                  grads.device() == params_.device(),
+              "use_gradients: a gradient buffer of ", numel(), " float32 values on ", params_.device(),
+              " is needed");
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    const ParamSlice& slice = layout_[i];
+    parameters_[i].mutable_grad() = grads.view({-1}).narrow(0, slice.offset, slice.numel).view(slice.shape);
+  }
+  grads_ = grads.view({-1});
 }
 
 }  // namespace atl::models

@@ -33,6 +33,7 @@ struct FlatBuffers {
   at::Tensor params;               // [N] float32, contiguous
   at::Tensor grads;                // [N] float32, contiguous, zero
   std::vector<ParamSlice> layout;  // one slice per parameter, in named_parameters() order
+  std::vector<at::Tensor> parameters;  // the module's parameters, one per slice
 };
 
 // Flattens `module` (parameters may be on any device; they must be float32). Buffers of the

@@ -147,9 +147,7 @@ Gpt::Gpt(const config::ModelConfig& config, c10::Device device, uint64_t seed)
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
   net_ = std::make_shared<GptNet>(config, gen);
   FlatBuffers flat = flatten_parameters(*net_, device);
-  params_ = flat.params;
-  grads_ = flat.grads;
-  layout_ = std::move(flat.layout);
+  adopt(std::move(flat));
   net_->future = net_->future.to(device);
 }
 

@@ -36,9 +36,7 @@ Mlp::Mlp(int64_t input_dim, const std::vector<int>& hidden, int classes, c10::De
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
   net_ = std::make_shared<MlpNet>(input_dim, hidden, classes, gen);
   FlatBuffers flat = flatten_parameters(*net_, device);
-  params_ = flat.params;
-  grads_ = flat.grads;
-  layout_ = std::move(flat.layout);
+  adopt(std::move(flat));
 }
 
 Mlp::~Mlp() = default;

@@ -29,6 +29,8 @@ struct ParamSlice {
   int block = -1;              // transformer block index, -1 for embeddings/head/norm
 };
 
+struct FlatBuffers;
+
 // Result of one forward pass.
 struct Output {
   at::Tensor loss;             // scalar, mean over the batch (and tokens), requires grad in training
@@ -51,10 +53,20 @@ class Model {
   // FLOPs of one forward+backward per example (LM: per token) — for cost models / reports.
   virtual double flops_per_example() const = 0;
 
+  // Points every parameter's gradient into `grads` ([N] float32, contiguous, on the model's
+  // device) and drops the model's own gradient buffer. Models of one size may then share one
+  // gradient buffer, when only one of them computes at a time and none keeps anything in it
+  // between steps (the simulator's islands: docs/simulator.md "Memory").
+  void use_gradients(const at::Tensor& grads);
+
  protected:
+  // Takes the buffers, layout and parameters of flatten_parameters() (src/models/flat_params.h).
+  void adopt(FlatBuffers&& flat);
+
   at::Tensor params_;
   at::Tensor grads_;
   std::vector<ParamSlice> layout_;
+  std::vector<at::Tensor> parameters_;  // the module's parameters, in layout order
 };
 
 // What a model needs to know about the data.
