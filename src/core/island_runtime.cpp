@@ -52,7 +52,8 @@ IslandRuntime::IslandRuntime(int island, IslandParts& parts, const config::Train
   loop_.train = &train_;
   loop_.forward_backward = [this](int64_t) {
     if (host_.reduce_ranks) return host_.reduce_ranks(context_.grads, forward_backward(parts_, train_, host_.share));
-    return forward_backward_ranks(parts_, train_, host_.share.ranks, rank_sum_);
+    return forward_backward_ranks(parts_, train_, host_.share.ranks,
+                                  host_.rank_sum != nullptr ? *host_.rank_sum : rank_sum_);
   };
   loop_.after_compute = host_.after_compute;
   loop_.compute_ends_after_step = host_.compute_ends_after_step;

@@ -53,6 +53,10 @@ struct IslandHost {
   // algorithm reads when it is not `time` (rank 0's readings, which every rank must see
   // alike). May be empty / null.
   RankShare share;
+  // Where forward_backward_ranks sums the shares (null: the runtime's own buffer). The
+  // simulator's islands compute one at a time and the sum lives within one step, so they
+  // share one (docs/simulator.md "Memory").
+  at::Tensor* rank_sum = nullptr;
   std::function<double(at::Tensor& grads, double loss)> reduce_ranks;
   // A rank > 0, which does not evaluate (no evaluator): its own copy of the evaluator for a
   // re-routing's scores (Rerouter::run), so that it re-routes as its rank 0 does. Null
@@ -182,7 +186,7 @@ class IslandRuntime {
   std::optional<algorithms::AlgorithmCheckpoint> resuming_;
   std::vector<int64_t> path_sizes_;  // fewer islands than paths, after a re-routing:
                                      // every path's shard size (context_.path_shard_sizes)
-  at::Tensor rank_sum_;  // the simulator's sum of its ranks' gradients (share.ranks > 1)
+  at::Tensor rank_sum_;  // the sum of the ranks' gradients (share.ranks > 1) without host.rank_sum
   int64_t steps_ = 0;
   double loss_acc_ = 0;
   int64_t loss_n_ = 0;

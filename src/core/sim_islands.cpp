@@ -47,6 +47,7 @@ IslandHost Simulation::make_host(int i) {
   host.virtual_clock = true;
   host.shared = &shared_tensors_;
   host.share.ranks = config_.islands.ranks.of(i);  // executed here, one share after the other
+  host.rank_sum = &rank_sum_;                       // one sum for all islands: used within a step
   host.wall_s = [t0 = t0_] { return seconds_since(t0); };
   host.record = [this](const std::string& json) { dir_->record(json); };
   // The lowest live island evaluates the global model for algorithms that keep it on the

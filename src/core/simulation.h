@@ -192,6 +192,7 @@ class Simulation {
   // islands share, since they compute one at a time (docs/simulator.md "Memory").
   bool shares_gradient_ = false;
   std::map<int64_t, at::Tensor> gradients_;
+  at::Tensor rank_sum_;  // forward_backward_ranks' sum of an island's shares, for every island
   std::vector<Island> islands_;
   std::unique_ptr<Evaluator> evaluator_;
   int64_t n_params_ = 0;
