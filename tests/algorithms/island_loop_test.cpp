@@ -1,8 +1,9 @@
 // The island loop's hooks (src/core/island_loop.h): an algorithm that replaces the inner
 // optimizer step gets it, with the step's learning rate in the context, and the inner
-// optimizer is not used.
+// optimizer is not used; where the host's compute hook falls among the algorithm's.
 #include <gtest/gtest.h>
 
+#include <string>
 #include <vector>
 
 #include "tests/algorithms/quadratic_harness.h"
@@ -61,6 +62,57 @@ TEST(IslandLoop, AnAlgorithmCanReplaceTheInnerStepAndSeesTheLearningRate) {
   EXPECT_EQ(algo.lrs, want_lrs);
   EXPECT_TRUE(at::allclose(params, want, 0, 1e-6));
   EXPECT_GT(want_lrs[2], want_lrs[5]);  // the schedule moved: the hook saw each step's rate
+}
+
+// Writes the order of its hooks into `log`.
+class HookLog final : public algorithms::Algorithm {
+ public:
+  explicit HookLog(std::vector<std::string>& log) : log_(log) {}
+  std::string name() const override { return "hook_log"; }
+  void setup(algorithms::IslandContext& ctx) override { global_ = ctx.params; }
+  void after_backward(algorithms::IslandContext&, int64_t) override { log_.push_back("after_backward"); }
+  bool replaces_inner_step() const override { return true; }
+  void inner_step(algorithms::IslandContext&, int64_t) override { log_.push_back("inner_step"); }
+  void after_inner_step(algorithms::IslandContext&, int64_t) override { log_.push_back("after_inner_step"); }
+  at::Tensor global_params() const override { return global_; }
+
+ private:
+  std::vector<std::string>& log_;
+  at::Tensor global_;
+};
+
+// The compute hook comes before any hook that may communicate; with compute_ends_after_step
+// (the simulator's islands sharing one gradient), after the step, still before
+// after_inner_step.
+TEST(IslandLoop, TheComputeHookFallsAfterTheBackwardOrAfterTheStep) {
+  for (const bool after_step : {false, true}) {
+    config::TrainConfig train = sgd_train(0.1, 1);
+    at::Tensor params = at::zeros({4}), grads = at::zeros({4});
+    std::vector<std::string> log;
+    HookLog algo(log);
+    auto opt = train::make_inner_optimizer(train);
+    algorithms::IslandContext ctx;
+    ctx.params = params;
+    ctx.grads = grads;
+    core::IslandLoop loop;
+    loop.algorithm = &algo;
+    loop.context = &ctx;
+    loop.optimizer = opt.get();
+    loop.train = &train;
+    loop.forward_backward = [&](int64_t) {
+      log.push_back("forward_backward");
+      return 0.0;
+    };
+    loop.after_compute = [&](int64_t) { log.push_back("compute"); };
+    loop.compute_ends_after_step = after_step;
+    EXPECT_EQ(core::run_island(loop), 1);
+    const std::vector<std::string> want =
+        after_step ? std::vector<std::string>{"forward_backward", "after_backward", "inner_step", "compute",
+                                              "after_inner_step"}
+                   : std::vector<std::string>{"forward_backward", "compute", "after_backward", "inner_step",
+                                              "after_inner_step"};
+    EXPECT_EQ(log, want) << "compute_ends_after_step " << after_step;
+  }
 }
 
 }  // namespace
