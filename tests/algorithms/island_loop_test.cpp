@@ -3,6 +3,7 @@
 // optimizer is not used; where the host's compute hook falls among the algorithm's.
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -10,6 +11,28 @@
 
 namespace atl::testing {
 namespace {
+
+// An island loop running `algo` over [n] parameters and gradients (zeros first), with
+// `train`'s inner optimizer; the test sets forward_backward and the other hooks.
+struct Loop {
+  Loop(algorithms::Algorithm& algo, const config::TrainConfig& t, int64_t n)
+      : train(t), params(at::zeros({n})), grads(at::zeros({n})), optimizer(train::make_inner_optimizer(train)) {
+    ctx.params = params;
+    ctx.grads = grads;
+    loop.algorithm = &algo;
+    loop.context = &ctx;
+    loop.optimizer = optimizer.get();
+    loop.train = &train;
+  }
+  Loop(const Loop&) = delete;
+  Loop& operator=(const Loop&) = delete;
+
+  config::TrainConfig train;
+  at::Tensor params, grads;
+  std::unique_ptr<train::InnerOptimizer> optimizer;
+  algorithms::IslandContext ctx;
+  core::IslandLoop loop;
+};
 
 // p <- p - lr * sign(g) instead of the inner optimizer; records the learning rates it saw.
 class SignStep final : public algorithms::Algorithm {
@@ -35,22 +58,14 @@ TEST(IslandLoop, AnAlgorithmCanReplaceTheInnerStepAndSeesTheLearningRate) {
   train.warmup_steps = 2;
   at::manual_seed(5);
   const at::Tensor c = at::randn({64});
-  at::Tensor params = at::zeros({64}), grads = at::zeros({64});
   SignStep algo;
-  auto opt = train::make_inner_optimizer(train);
-  algorithms::IslandContext ctx;
-  ctx.params = params;
-  ctx.grads = grads;
-  core::IslandLoop loop;
-  loop.algorithm = &algo;
-  loop.context = &ctx;
-  loop.optimizer = opt.get();
-  loop.train = &train;
-  loop.forward_backward = [&](int64_t) {
-    grads.copy_(params - c);
+  Loop l(algo, train, 64);
+  const at::Tensor params = l.params;
+  l.loop.forward_backward = [&](int64_t) {
+    l.grads.copy_(params - c);
     return 0.0;
   };
-  EXPECT_EQ(core::run_island(loop), 6);
+  EXPECT_EQ(core::run_island(l.loop), 6);
 
   at::Tensor want = at::zeros({64});
   std::vector<double> want_lrs;
@@ -86,26 +101,16 @@ class HookLog final : public algorithms::Algorithm {
 // after_inner_step.
 TEST(IslandLoop, TheComputeHookFallsAfterTheBackwardOrAfterTheStep) {
   for (const bool after_step : {false, true}) {
-    config::TrainConfig train = sgd_train(0.1, 1);
-    at::Tensor params = at::zeros({4}), grads = at::zeros({4});
     std::vector<std::string> log;
     HookLog algo(log);
-    auto opt = train::make_inner_optimizer(train);
-    algorithms::IslandContext ctx;
-    ctx.params = params;
-    ctx.grads = grads;
-    core::IslandLoop loop;
-    loop.algorithm = &algo;
-    loop.context = &ctx;
-    loop.optimizer = opt.get();
-    loop.train = &train;
-    loop.forward_backward = [&](int64_t) {
+    Loop l(algo, sgd_train(0.1, 1), 4);
+    l.loop.forward_backward = [&](int64_t) {
       log.push_back("forward_backward");
       return 0.0;
     };
-    loop.after_compute = [&](int64_t) { log.push_back("compute"); };
-    loop.compute_ends_after_step = after_step;
-    EXPECT_EQ(core::run_island(loop), 1);
+    l.loop.after_compute = [&](int64_t) { log.push_back("compute"); };
+    l.loop.compute_ends_after_step = after_step;
+    EXPECT_EQ(core::run_island(l.loop), 1);
     const std::vector<std::string> want =
         after_step ? std::vector<std::string>{"forward_backward", "after_backward", "inner_step", "compute",
                                               "after_inner_step"}
