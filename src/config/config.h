@@ -218,6 +218,10 @@ struct IslandsConfig {
   // Ranks (processes) of each island: data parallelism inside it over c10d, each rank
   // taking train.batch_size / ranks rows of every batch (docs/ranks.md).
   PerIsland ranks;
+  // With ranks > 1: rank r of every island exchanges shard r of each outer all-reduce, and
+  // the island's ranks then share the shards (docs/ranks.md "The outer exchange, sharded").
+  // Off: rank 0 exchanges the whole buffer for its island.
+  bool shard_exchange = false;
 
   template <class V>
   void fields(V& v) {
@@ -225,6 +229,7 @@ struct IslandsConfig {
     v.field("count", count, at_least(1));
     v.field("events", events);
     v.field("ranks", ranks, at_least(1));
+    v.field("shard_exchange", shard_exchange);
   }
 };
 

@@ -14,6 +14,7 @@
 #include "src/core/json.h"
 #include "src/core/records.h"
 #include "src/core/simulation.h"
+#include "transport/shards.h"
 #include "src/train/inner_optimizer.h"
 
 namespace atl::core::sim {
@@ -88,6 +89,17 @@ IslandHost Simulation::make_host(int i) {
       maybe_checkpoint(i, step, std::numeric_limits<int64_t>::max());
   };
   return host;
+}
+
+// Island i's group on the hub; with islands.shard_exchange its outer all-reduces run as one
+// per rank's shard (transport/shards.h), each shard a sub-group of every island that may take
+// part, as a real run's rank r exchanges shard r with the other islands' ranks r.
+std::unique_ptr<transport::Group> Simulation::make_group(int i) {
+  std::unique_ptr<transport::Group> g = hub_->make_group(i);
+  if (!config_.islands.shard_exchange) return g;
+  std::vector<int> ids(static_cast<size_t>(n_));
+  for (int j = 0; j < n_; ++j) ids[static_cast<size_t>(j)] = j;
+  return transport::sharded_group(std::move(g), config_.islands.ranks.of(i), std::move(ids));
 }
 
 void Simulation::make_runtime(int i) {
@@ -238,7 +250,7 @@ bool Simulation::rejoin(int i, size_t& next_join) {
   // runtime imports it after setup and goes on after the donor's step).
   is.parts.optimizer = train::make_inner_optimizer(config_.train);
   is.parts.algorithm = algorithms::make_algorithm(algo_options_, i);
-  is.group = hub_->make_group(i);
+  is.group = make_group(i);
   is.time->sleep_until_s(a.arrival);
   scheduler_->yield(i);  // others earlier on the clock do not see it yet
   is.alive = true;

@@ -147,6 +147,7 @@ class Simulation {
 
   // The islands (sim_islands.cpp).
   IslandHost make_host(int i);
+  std::unique_ptr<transport::Group> make_group(int i);
   void make_runtime(int i);
   void share_gradient(IslandParts& parts);
   void island_thread(int i);

@@ -145,7 +145,7 @@ Simulation::Simulation(const config::Config& config, const SimulateOptions& opti
   make_server();
   if (resumed_) hub_->restore(resumed_->hub);  // before the groups, which read their sequence numbers
   for (int i = 0; i < n_; ++i) {
-    islands_[i].group = hub_->make_group(i);
+    islands_[i].group = make_group(i);
     islands_[i].time = std::make_unique<VirtualTime>(*scheduler_, i);
   }
   membership_ = Membership(config, n_);

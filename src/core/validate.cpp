@@ -6,7 +6,9 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -151,6 +153,28 @@ void check_checkpoint(const config::Config& c, Target target) {
                                                 limit + " (set it to 0)");
 }
 
+// islands.shard_exchange (docs/ranks.md "The outer exchange, sharded"): what this version
+// shards. Each refusal says what is not built yet, so that nothing runs half-sharded.
+void check_shard_exchange(const config::Config& c) {
+  if (!c.islands.shard_exchange) return;
+  const auto& r = c.islands.ranks.values;
+  const std::string key = "islands.shard_exchange";
+  auto refuse = [&](const std::string& why) { config::fail_key(c, key, why); };
+  if (c.islands.ranks.max() < 2) refuse("shards the outer exchange over an island's ranks: set islands.ranks > 1");
+  if (std::adjacent_find(r.begin(), r.end(), std::not_equal_to<>()) != r.end())
+    refuse("needs the same islands.ranks for every island (rank r of every island carries shard r)");
+  if (algorithms::algorithm_traits(c.algorithm.name).server_role)
+    refuse(c.algorithm.name + " talks to its server from rank 0 alone; there is no exchange to shard");
+  if (c.transport.collective == "star") refuse("not available with transport.collective star (one all-reduce through the coordinator)");
+  if (c.transport.kind != "zmq") refuse("shards travel over transport.kind zmq only (gloo: not built yet)");
+  if (c.checkpoint.every > 0)
+    refuse("checkpoints of a sharded exchange are not built yet (each rank would hold its shard's state): set checkpoint.every to 0");
+  for (const auto& e : c.islands.events)
+    if (e.kill >= 0 || e.rejoin >= 0 || e.add > 0)
+      refuse("kill, rejoin and add events with a sharded exchange are not built yet (a shard must run again over the "
+             "contributors of the others)");
+}
+
 void check_memory(const config::Config& c, Target target) {
   if (c.run.device != "cpu") return;  // parameters live on the device (not estimated yet)
   const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
@@ -236,6 +260,7 @@ void check_config(const config::Config& c, Target target, CudaProbe cuda) {
   check_eval_keys(c);  // data.loss_after, the paths' keys (src/core/island_parts.h)
   check_events(c, target);
   check_checkpoint(c, target);
+  check_shard_exchange(c);
   if (real_run(target)) check_transport(c);
   check_memory(c, target);
 }

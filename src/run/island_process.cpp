@@ -37,6 +37,7 @@
 #include "src/run/process_checkpoint.h"
 #include "src/run/processes.h"
 #include "src/run/run_identity.h"
+#include "src/run/shard_plane.h"
 #include "src/run/start_gate.h"
 #include "src/run/wan_routes.h"
 #include "src/core/checkpoint_gathering.h"
@@ -122,6 +123,8 @@ Status check_rejoin(const config::Config& config, const algorithms::Algorithm& a
   std::string why;
   const transport::TransportKind* kind = transport::find_transport_kind(config.transport.kind);
   if (kind && kind->no_handover) why = "transport.kind " + config.transport.kind + " (" + kind->no_handover + ")";
+  else if (config.islands.shard_exchange)
+    why = "islands.shard_exchange (each rank's shard plane would take its place in the shards' collectives: not built yet)";
   else if (algorithm.global_on_server()) why = config.algorithm.name + " (its global model lives in the coordinator's server role)";
   else if (core::eval_path_of(config, 0) == core::kEveryPath)
     why = config.algorithm.name + " with fewer islands than paths (the islands take the paths in turn; no island holds "
@@ -177,6 +180,7 @@ class IslandProcess {
   // An island of several ranks: tells the others how it starts (src/run/island_ranks.h).
   void tell_ranks(IslandStart::Kind kind);
   Status start_data_plane();
+  Status publish_shards();
   Status wait_for_start_set();
   core::IslandHost make_host();
   void make_runtime();
@@ -243,6 +247,9 @@ class IslandProcess {
   int64_t signal_cut_ = 0;  // the newest signal cut taken up
   // An island of several ranks: the algorithm's group and clock, mirrored to the other ranks.
   IslandRanks* ranks_ = nullptr;
+  // islands.shard_exchange: the shard endpoints of every member, and this rank's shard.
+  std::optional<ShardDirectory> shard_dir_;
+  RankShard rank_shard_;
   std::unique_ptr<transport::Group> mirrored_;
   std::unique_ptr<algorithms::TimeSource> mirrored_time_;
   std::unique_ptr<core::IslandRuntime> runtime_;
@@ -443,6 +450,7 @@ Status IslandProcess::start_data_plane() {
   where.curve_public_key = cc_.curve_keys.public_key;
   where.curve_secret_key = cc_.curve_keys.secret_key;
   data_plane_ = make_data_plane(config_.transport, *control_, std::move(where));
+  if (Status st = publish_shards(); !st.is_ok()) return failed(st);
   if (island_host_discovered(config_.transport))
     ATOLL_INFO("island " << island_ << ": data plane on every interface, reached at "
                          << published_endpoint(config_.transport, island_));
@@ -459,6 +467,20 @@ Status IslandProcess::start_data_plane() {
   // a state hand-over (or, where that is not possible, the island fails).
   timed_.emplace(*data_plane_, [this] { return in_run(); });
   return Status::ok();
+}
+
+// islands.shard_exchange (src/run/shard_plane.h): the other ranks' shard endpoints, gathered
+// over c10d as each rank bound its shard plane (run_rank), go to the store before this
+// island's data endpoint is published.
+Status IslandProcess::publish_shards() {
+  if (ranks_ == nullptr || !config_.islands.shard_exchange) return Status::ok();
+  std::vector<std::string> endpoints;
+  for (int r = 1; r < ranks_->ranks(); ++r) {
+    const std::vector<uint8_t> e = ranks_->broadcast_bytes({}, r);
+    endpoints.emplace_back(e.begin(), e.end());
+  }
+  shard_dir_.emplace(*control_, ranks_->ranks());
+  return shard_dir_->publish(island_, endpoints);
 }
 
 // Start together: every island of the start set that is still live takes part from the
@@ -692,7 +714,12 @@ void IslandProcess::make_runtime() {
   transport::Group* group = &*timed_;
   core::IslandHost host = make_host();
   if (ranks_ != nullptr) {
-    mirrored_ = mirrored_group(*ranks_, group, island_);
+    if (shard_dir_) {
+      rank_shard_.group = group;
+      rank_shard_.view = [this] { return shard_dir_->view(); };
+      timed_->add_bytes_of(&rank_shard_.others);
+    }
+    mirrored_ = mirrored_group(*ranks_, group, island_, shard_dir_ ? &rank_shard_ : nullptr);
     mirrored_time_ = mirrored_time(*ranks_, &wall_time_);
     group = mirrored_.get();
     host.algorithm_time = mirrored_time_.get();
@@ -823,7 +850,20 @@ Status run_rank(const config::Config& config, int island, IslandRanks& ranks) {
     handover.emplace();
     if (Status st = decode_handover(start.payload.data(), start.payload.size(), &*handover); !st.is_ok()) return st;
   }
-  std::unique_ptr<transport::Group> group = mirrored_group(ranks, nullptr, island);
+  // islands.shard_exchange: this rank's shard plane, its endpoint to rank 0 (publish_shards).
+  std::optional<ShardPlane> plane;
+  RankShard shard;
+  if (config.islands.shard_exchange) {
+    plane.emplace(config, island, ranks.rank());
+    for (int r = 1; r < ranks.ranks(); ++r) {
+      const std::string& e = plane->endpoint();
+      ranks.broadcast_bytes(r == ranks.rank() ? std::vector<uint8_t>(e.begin(), e.end()) : std::vector<uint8_t>{}, r);
+    }
+    shard.group = &plane->group();
+    shard.apply_view = [&plane](const std::vector<uint8_t>& view) { plane->apply_view(view); };
+    shard.bytes = [&plane] { return plane->bytes(); };
+  }
+  std::unique_ptr<transport::Group> group = mirrored_group(ranks, nullptr, island, plane ? &shard : nullptr);
   std::unique_ptr<algorithms::TimeSource> time = mirrored_time(ranks, nullptr);
   core::CheckpointSchedule schedule(config.checkpoint.every, handover ? handover->step : resumed ? resumed->step : 0);
   // Rank 0's signal cuts (IslandProcess::follow_signal_cut), in the same broadcast.

@@ -4,10 +4,13 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "src/base/bytes.h"
 #include "src/base/hash.h"
+#include "transport/shards.h"
 
 namespace atl::run {
 
@@ -80,21 +83,35 @@ double IslandRanks::average(at::Tensor& grads, double loss) {
   return l.item<double>() / ranks();
 }
 
-void IslandRanks::broadcast(at::Tensor& t) {
+void IslandRanks::broadcast(at::Tensor& t, int root) {
   std::vector<at::Tensor> v{t};
   c10d::BroadcastOptions o;
-  o.rootRank = 0;
-  c10d("a broadcast from rank 0", [&] { pg(group_).broadcast(v, o)->wait(); });
+  o.rootRank = root;
+  c10d(root == 0 ? "a broadcast from rank 0" : "a broadcast of a shard", [&] { pg(group_).broadcast(v, o)->wait(); });
 }
 
-std::vector<uint8_t> IslandRanks::broadcast_bytes(std::vector<uint8_t> bytes) {
-  at::Tensor n = at::full({1}, static_cast<int64_t>(bytes.size()), at::kLong);
-  broadcast(n);
+std::vector<uint8_t> IslandRanks::broadcast_bytes(std::vector<uint8_t> bytes, int root) {
+  const bool mine = rank() == root;
+  at::Tensor n = at::full({1}, static_cast<int64_t>(mine ? bytes.size() : 0), at::kLong);
+  broadcast(n, root);
   const int64_t size = n.item<int64_t>();
-  at::Tensor t = leads() ? at::from_blob(bytes.data(), {size}, at::kByte).clone() : at::empty({size}, at::kByte);
-  if (size > 0) broadcast(t);
+  at::Tensor t = mine ? at::from_blob(bytes.data(), {size}, at::kByte).clone() : at::empty({size}, at::kByte);
+  if (size > 0) broadcast(t, root);
   const auto* p = t.data_ptr<uint8_t>();
   return std::vector<uint8_t>(p, p + size);
+}
+
+bool IslandRanks::all(bool v) {
+  std::vector<at::Tensor> t{at::full({1}, v ? 1 : 0, at::kLong)};
+  c10d::AllreduceOptions o;
+  o.reduceOp = c10d::ReduceOp::MIN;
+  c10d("an agreement", [&] { pg(group_).allreduce(t, o)->wait(); });
+  return t[0].item<int64_t>() != 0;
+}
+
+void IslandRanks::sum(at::Tensor& t) {
+  std::vector<at::Tensor> v{t};
+  c10d("a sum", [&] { pg(group_).allreduce(v)->wait(); });
 }
 
 double IslandRanks::broadcast_double(double v) {
@@ -222,10 +239,100 @@ class MirroredHandle final : public transport::Handle {
   std::optional<transport::CollectiveResult> result_;
 };
 
+// One sharded all-reduce (islands.shard_exchange) on every rank: each rank all-reduces its
+// shard on its shard group, while the ranks agree at every poll on whether all shards are
+// done (and rank 0's view reaches the shard planes). Then each rank's result and shard go to
+// every rank. Shards that ended with different contributors (a member failed between them)
+// end the island: running a shard again over the others' contributors is not built yet.
+class ShardedHandle final : public transport::Handle {
+ public:
+  ShardedHandle(IslandRanks& ranks, RankShard& shard, int island, std::vector<transport::ShardRange> ranges,
+                at::Tensor buffer, at::Tensor transmitted, std::unique_ptr<transport::Handle> mine)
+      : ranks_(ranks), shard_(shard), island_(island), ranges_(std::move(ranges)), buffer_(std::move(buffer)),
+        transmitted_(std::move(transmitted)), mine_(std::move(mine)) {}
+
+  bool done() const override {
+    if (result_) return true;
+    share_view(ranks_, shard_);
+    return ranks_.all(local_ || mine_->done());
+  }
+
+  transport::CollectiveResult wait(transport::Deadline deadline) override {
+    if (result_) return *result_;
+    for (;;) {
+      share_view(ranks_, shard_);
+      if (!local_) {
+        const auto poll = transport::Clock::now() + std::chrono::milliseconds(100);
+        transport::CollectiveResult r = mine_->wait(deadline ? std::min(*deadline, poll) : poll);
+        if (r.status.code() != StatusCode::kTimeout) local_ = std::move(r);
+      }
+      if (ranks_.all(local_.has_value())) break;
+      // Rank 0's clock decides whether the caller's deadline has passed.
+      if (ranks_.broadcast_flag(deadline && transport::Clock::now() >= *deadline)) {
+        transport::CollectiveResult late;
+        late.status = Status(StatusCode::kTimeout, "the sharded exchange did not complete before the deadline");
+        return late;
+      }
+    }
+    std::vector<transport::CollectiveResult> results;
+    for (int r = 0; r < ranks_.ranks(); ++r)
+      results.push_back(decode_result(ranks_.broadcast_bytes(r == ranks_.rank() ? encode_result(*local_) : std::vector<uint8_t>{}, r)));
+    for (const transport::CollectiveResult& r : results) {
+      if (r.contributors == results[0].contributors && r.status.code() == results[0].status.code()) continue;
+      throw StatusError("island " + std::to_string(island_),
+                        Status(StatusCode::kPeerLost, "the shards of the outer exchange ended differently (contributors " +
+                                                          transport::ids_text(results[0].contributors) + " against " +
+                                                          transport::ids_text(r.contributors) +
+                                                          "): a member failed between them, and running a shard again "
+                                                          "is not built yet"));
+    }
+    if (results[0].status.is_ok() || results[0].status.code() == StatusCode::kPeerLost) {
+      for (int r = 0; r < ranks_.ranks(); ++r) {
+        const transport::ShardRange& range = ranges_[static_cast<size_t>(r)];
+        for (at::Tensor* t : {&buffer_, &transmitted_}) {
+          if (!t->defined()) continue;
+          at::Tensor part = t->narrow(0, range.begin, range.size);
+          ranks_.broadcast(part, r);
+        }
+      }
+    }
+    count_bytes();
+    result_ = results[0];
+    return *result_;
+  }
+
+  // Rank 0's view to the shard planes of the others.
+  static void share_view(IslandRanks& ranks, RankShard& shard) {
+    std::vector<uint8_t> view = ranks.broadcast_bytes(ranks.leads() ? shard.view() : std::vector<uint8_t>{});
+    if (!ranks.leads()) shard.apply_view(view);
+  }
+
+ private:
+  // The other ranks' shard planes' counters, for rank 0's records.
+  void count_bytes() {
+    transport::ByteCounters mine = ranks_.leads() ? transport::ByteCounters{} : shard_.bytes();
+    at::Tensor t = at::tensor({static_cast<int64_t>(mine.sent), static_cast<int64_t>(mine.received),
+                               static_cast<int64_t>(mine.raw_sent)}, at::kLong);
+    ranks_.sum(t);
+    const auto* v = t.data_ptr<int64_t>();
+    shard_.others = {static_cast<uint64_t>(v[0]), static_cast<uint64_t>(v[1]), static_cast<uint64_t>(v[2])};
+  }
+
+  IslandRanks& ranks_;
+  RankShard& shard_;
+  const int island_;
+  const std::vector<transport::ShardRange> ranges_;
+  at::Tensor buffer_, transmitted_;
+  std::unique_ptr<transport::Handle> mine_;
+  std::optional<transport::CollectiveResult> local_;
+  std::optional<transport::CollectiveResult> result_;
+};
+
 class MirroredGroup final : public transport::Group {
  public:
-  MirroredGroup(IslandRanks& ranks, transport::Group* inner, std::unique_ptr<transport::Group> owned, int island)
-      : ranks_(ranks), inner_(inner), owned_(std::move(owned)), island_(island) {}
+  MirroredGroup(IslandRanks& ranks, transport::Group* inner, std::unique_ptr<transport::Group> owned, int island,
+                RankShard* shard = nullptr)
+      : ranks_(ranks), inner_(inner), owned_(std::move(owned)), island_(island), shard_(shard) {}
 
   transport::MembershipView view() const override {
     bytes::ByteWriter w;
@@ -250,7 +357,18 @@ class MirroredGroup final : public transport::Group {
 
   std::unique_ptr<transport::Handle> allreduce_mean(at::Tensor buffer, const compression::Pipeline& codec,
                                                     double weight, at::Tensor transmitted) override {
-    return mirror(inner_ ? inner_->allreduce_mean(buffer, codec, weight, transmitted) : nullptr, {buffer, transmitted});
+    std::vector<transport::ShardRange> ranges = shard_ ? transport::shard_ranges(buffer.numel(), ranks_.ranks())
+                                                       : std::vector<transport::ShardRange>{};
+    if (ranges.empty())
+      return mirror(inner_ ? inner_->allreduce_mean(buffer, codec, weight, transmitted) : nullptr, {buffer, transmitted});
+    // The collective starts over rank 0's view on every shard plane.
+    ShardedHandle::share_view(ranks_, *shard_);
+    const transport::ShardRange& mine = ranges[static_cast<size_t>(ranks_.rank())];
+    auto handle = shard_->group->allreduce_mean(
+        buffer.narrow(0, mine.begin, mine.size), codec, weight,
+        transmitted.defined() ? transmitted.narrow(0, mine.begin, mine.size) : at::Tensor());
+    return std::make_unique<ShardedHandle>(ranks_, *shard_, island_, std::move(ranges), std::move(buffer),
+                                           std::move(transmitted), std::move(handle));
   }
   std::unique_ptr<transport::Handle> broadcast(int root, at::Tensor buffer,
                                                const compression::Pipeline& codec) override {
@@ -290,6 +408,7 @@ class MirroredGroup final : public transport::Group {
   transport::Group* inner_;                  // null on ranks > 0
   std::unique_ptr<transport::Group> owned_;  // a sub-group's
   const int island_;
+  RankShard* shard_;                         // islands.shard_exchange (not a sub-group's)
 };
 
 class MirroredTime final : public algorithms::TimeSource {
@@ -308,8 +427,9 @@ class MirroredTime final : public algorithms::TimeSource {
 
 }  // namespace
 
-std::unique_ptr<transport::Group> mirrored_group(IslandRanks& ranks, transport::Group* inner, int island) {
-  return std::make_unique<MirroredGroup>(ranks, ranks.leads() ? inner : nullptr, nullptr, island);
+std::unique_ptr<transport::Group> mirrored_group(IslandRanks& ranks, transport::Group* inner, int island,
+                                                 RankShard* shard) {
+  return std::make_unique<MirroredGroup>(ranks, ranks.leads() ? inner : nullptr, nullptr, island, shard);
 }
 
 std::unique_ptr<algorithms::TimeSource> mirrored_time(IslandRanks& ranks, algorithms::TimeSource* inner) {

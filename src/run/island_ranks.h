@@ -24,6 +24,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -62,10 +63,14 @@ class IslandRanks {
 
   // grads <- (sum over the ranks of grads) / ranks; returns the mean of the ranks' losses.
   double average(at::Tensor& grads, double loss);
-  // Rank 0's `t` (same shape and dtype on every rank) into every rank's `t`.
-  void broadcast(at::Tensor& t);
-  // Rank 0's bytes to every rank (the others' argument is ignored).
-  std::vector<uint8_t> broadcast_bytes(std::vector<uint8_t> bytes);
+  // Rank `root`'s `t` (same shape and dtype on every rank; contiguous) into every rank's `t`.
+  void broadcast(at::Tensor& t, int root = 0);
+  // Rank `root`'s bytes to every rank (the others' argument is ignored).
+  std::vector<uint8_t> broadcast_bytes(std::vector<uint8_t> bytes, int root = 0);
+  // Whether `v` holds on every rank.
+  bool all(bool v);
+  // `t` (int64) <- its sum over the ranks.
+  void sum(at::Tensor& t);
   double broadcast_double(double v);
   bool broadcast_flag(bool v);
   // After the island's last step, on every rank: kInternal on every rank when any rank's
@@ -89,9 +94,27 @@ struct IslandStart {
 };
 IslandStart broadcast_start(IslandRanks& ranks, IslandStart start);
 
+// This rank's part in the outer exchange sharded over the island's ranks
+// (islands.shard_exchange; src/run/shard_plane.h, transport/shards.h).
+struct RankShard {
+  // Where this rank's shard travels: on rank 0 the island's group, on rank r its ShardPlane's.
+  transport::Group* group = nullptr;
+  // Rank 0: its membership view for the shard planes (ShardDirectory::view).
+  std::function<std::vector<uint8_t>()> view;
+  // Ranks > 0: takes rank 0's view (ShardPlane::apply_view), and counts its plane's bytes.
+  std::function<void(const std::vector<uint8_t>&)> apply_view;
+  std::function<transport::ByteCounters()> bytes;
+  // Rank 0: the sum of the other ranks' shard planes' counters, as of the latest sharded
+  // all-reduce that completed (the island's records count them with its own).
+  transport::ByteCounters others;
+};
+
 // The group the algorithm of an island of several ranks talks through (see above). On rank 0
 // it wraps the island's group; on the others `inner` is null and every answer is rank 0's.
-std::unique_ptr<transport::Group> mirrored_group(IslandRanks& ranks, transport::Group* inner, int island);
+// With `shard`, an allreduce_mean that transport::shard_ranges() cuts runs as one shard per
+// rank, each on its rank's shard group, and the ranks then share the shards over c10d.
+std::unique_ptr<transport::Group> mirrored_group(IslandRanks& ranks, transport::Group* inner, int island,
+                                                 RankShard* shard = nullptr);
 // The algorithm's clock: rank 0's readings of `inner` on every rank (`inner` unused elsewhere).
 std::unique_ptr<algorithms::TimeSource> mirrored_time(IslandRanks& ranks, algorithms::TimeSource* inner);
 

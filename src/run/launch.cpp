@@ -289,6 +289,9 @@ int launch(const config::Config& config, const ProcessOptions& options) {
     throw UserError(config.source + ": key 'transport.kind': launch --emulate-wan is not available with " +
                     config.transport.kind + " (" + kind->no_relays + ")");
   }
+  if (options.emulate_wan && config.islands.shard_exchange)
+    throw UserError(config.source + ": key 'islands.shard_exchange': launch --emulate-wan is not available with a sharded "
+                    "exchange (the relays carry each island's one data endpoint, not its ranks' shard planes)");
   // What to start: [0] is the coordinator. With `hosts:`, processes on other machines are
   // started through ssh (or only printed, without --ssh).
   struct Start {

@@ -88,16 +88,18 @@ class WatchedGroup final : public transport::Group {
     auto handle = inner_.resume_in_flight();
     return handle ? watched(transport::Clock::now(), std::move(handle)) : nullptr;
   }
-  // The inner group's counters plus those of earlier lives of the island (set_bytes_base).
+  // The inner group's counters plus those of earlier lives of the island (set_bytes_base) and
+  // of the island's other ranks' shard planes (add_bytes_of).
   transport::ByteCounters bytes() const override {
     transport::ByteCounters b = inner_.bytes();
-    b.sent += base_.sent;
-    b.received += base_.received;
-    b.raw_sent += base_.raw_sent;
+    b += base_;
+    if (also_) b += *also_;
     return b;
   }
   // A run resumed from a checkpoint continues the counters it had there.
   void set_bytes_base(transport::ByteCounters base) { base_ = base; }
+  // Counters kept elsewhere that count as this island's (src/run/island_ranks.h RankShard).
+  void add_bytes_of(const transport::ByteCounters* also) { also_ = also; }
 
   // Seconds spent blocked since the previous call (or the start).
   double take_blocked_s();
@@ -112,6 +114,7 @@ class WatchedGroup final : public transport::Group {
   std::function<Status()> dropped_;
   double blocked_s_ = 0;
   transport::ByteCounters base_{};
+  const transport::ByteCounters* also_ = nullptr;
 };
 
 }  // namespace atl::run

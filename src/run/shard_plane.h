@@ -1,0 +1,64 @@
+// The outer exchange sharded over an island's ranks in a real run (islands.shard_exchange;
+// docs/ranks.md "The outer exchange, sharded"): rank r of every island all-reduces shard r
+// of each outer buffer with the other islands' ranks r.
+//   - Rank 0 carries shard 0 on the island's own data plane; rank r >= 1 carries shard r on a
+//     ZeroMQ data plane of its own (ShardPlane), bound to an ephemeral port.
+//   - Rank 0 stays the island's only control-plane client. Every island's rank 0 publishes
+//     its ranks' shard endpoints in the coordinator's store (ShardDirectory::publish) before
+//     its own data endpoint; it sends its membership view, with every member's shard
+//     endpoints, to its other ranks over c10d whenever their collectives start or are polled
+//     (src/run/island_ranks.cpp), so a shard plane has no failure detector of its own.
+//
+// Threads: ShardDirectory is used by rank 0's main thread; a ShardPlane by its rank's main
+// thread, its control plane by its data plane's I/O thread too.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "src/config/config.h"
+#include "transport/control_plane.h"
+#include "transport/group.h"
+#include "transport/server_link.h"
+
+namespace atl::run {
+
+// Rank 0's side: the shard endpoints of every member, from the coordinator's store.
+class ShardDirectory {
+ public:
+  ShardDirectory(transport::ControlPlane& control, int ranks) : control_(control), ranks_(ranks) {}
+  // This island's ranks 1..R-1 endpoints, before its own data endpoint is published.
+  Status publish(int island, const std::vector<std::string>& endpoints);
+  // Rank 0's membership with every member's shard endpoints, encoded for the other ranks.
+  std::vector<uint8_t> view();
+
+ private:
+  transport::ControlPlane& control_;
+  const int ranks_;
+  // Per member: the data endpoint it published, and its shard endpoints then.
+  std::map<int, std::pair<std::string, std::vector<std::string>>> known_;
+};
+
+// A rank r >= 1's data plane for shard r, over the views rank 0 sends.
+class ShardPlane {
+ public:
+  ShardPlane(const config::Config& config, int island, int rank);
+  ~ShardPlane();
+  transport::Group& group();
+  // Where the other islands' ranks r reach it.
+  const std::string& endpoint() const { return published_; }
+  // Rank 0's view (ShardDirectory::view).
+  void apply_view(const std::vector<uint8_t>& view);
+  transport::ByteCounters bytes() const;
+
+ private:
+  class Control;
+  std::unique_ptr<Control> control_;
+  std::unique_ptr<transport::NetGroup> plane_;
+  std::string published_;
+};
+
+}  // namespace atl::run
