@@ -58,7 +58,7 @@ class ShardedGroup final : public Group {
  public:
   ShardedGroup(std::unique_ptr<Group> parent, int shards, std::vector<int> ids)
       : parent_(std::move(parent)), shards_(shards) {
-    for (int s = 1; s < shards; ++s) subs_.push_back(parent_->subgroup(shard_key(s), ids));
+    for (int s = 0; s < shards; ++s) subs_.push_back(parent_->subgroup(shard_key(s, shards), ids));
   }
 
   MembershipView view() const override { return parent_->view(); }
@@ -70,7 +70,7 @@ class ShardedGroup final : public Group {
     std::vector<std::unique_ptr<Handle>> handles;
     for (int s = 0; s < shards_; ++s) {
       const ShardRange& r = ranges[static_cast<size_t>(s)];
-      Group& g = s == 0 ? *parent_ : *subs_[static_cast<size_t>(s - 1)];
+      Group& g = *subs_[static_cast<size_t>(s)];
       handles.push_back(g.allreduce_mean(buffer.narrow(0, r.begin, r.size), codec, weight,
                                          transmitted.defined() ? transmitted.narrow(0, r.begin, r.size) : at::Tensor()));
     }
@@ -95,8 +95,8 @@ class ShardedGroup final : public Group {
   }
   ByteCounters bytes() const override { return parent_->bytes(); }  // sub-groups count in it
   std::unique_ptr<Handle> resume_in_flight() override {
+    if (auto h = parent_->resume_in_flight()) return h;  // an all-reduce too small to shard
     std::vector<std::unique_ptr<Handle>> handles;
-    if (auto h = parent_->resume_in_flight()) handles.push_back(std::move(h));
     for (auto& sub : subs_)
       if (auto h = sub->resume_in_flight()) handles.push_back(std::move(h));
     if (handles.empty()) return nullptr;
@@ -106,7 +106,7 @@ class ShardedGroup final : public Group {
  private:
   std::unique_ptr<Group> parent_;
   const int shards_;
-  std::vector<std::unique_ptr<Group>> subs_;  // shards 1..S-1
+  std::vector<std::unique_ptr<Group>> subs_;  // shard s on subs_[s]
 };
 
 }  // namespace

@@ -3,9 +3,11 @@
 // all-reduced on its own, by rank s of every island. Written once for both modes:
 //   - shard_ranges(): where the shards of a buffer fall (every island and every rank computes
 //     the same from n and S);
-//   - shard_key(): the sub-group key that carries shard s >= 1 in the simulator (shard 0 is
-//     the island's own group). A real run's rank s carries it on a data plane of its own, whose
-//     collectives are numbered as the sub-group's are, so lossy codecs' seeds agree;
+//   - shard_key(): the sub-group key that carries shard s of S. In the simulator every shard is
+//     a sub-group of the island's group on the hub (which times the S shards' messages as
+//     sharing their links: shard_streams()); in a real run shard 0 is that sub-group of rank 0's
+//     data plane and shard s >= 1 the whole of rank s's own data plane, whose collectives are
+//     numbered as the sub-group's are, so lossy codecs' seeds agree;
 //   - ShardedGroup: the simulator's island group, which issues the S shards of each
 //     all-reduce itself (a real run's ranks each issue one: src/run/island_ranks.cpp).
 //
@@ -34,15 +36,22 @@ constexpr int64_t kShardAlign = 4096;
 // block (n < S * kShardAlign): such a buffer is all-reduced whole, as without sharding.
 std::vector<ShardRange> shard_ranges(int64_t n, int shards);
 
-// Sub-group key of shard s >= 1 (keys of algorithms' own sub-groups stay below it).
+// Sub-group key of shard s of S (S < 256; keys of algorithms' own sub-groups stay below
+// kShardKeyBase), and the S a key names (1 for any other key).
 constexpr uint32_t kShardKeyBase = 0xA7000000u;
-inline uint32_t shard_key(int s) { return kShardKeyBase + static_cast<uint32_t>(s); }
+inline uint32_t shard_key(int s, int shards) {
+  return kShardKeyBase + (static_cast<uint32_t>(shards) << 8) + static_cast<uint32_t>(s);
+}
+inline int shard_streams(uint32_t key) {
+  return key >= kShardKeyBase && key < kShardKeyBase + (1u << 16) ? static_cast<int>((key - kShardKeyBase) >> 8) : 1;
+}
 
 // The simulator's group of an island of S ranks with a sharded exchange: allreduce_mean of a
-// buffer that shard_ranges() cuts runs as S all-reduces of its shards, shard 0 on `parent`,
-// shard s on parent.subgroup(shard_key(s), ids) with `ids` every island id that may take part;
-// everything else goes to `parent`. The shards complete with the same contributors (the hub
-// sees every member); a result says the first shard's.
+// buffer that shard_ranges() cuts runs as S all-reduces of its shards, shard s on
+// parent.subgroup(shard_key(s, S), ids) with `ids` every island id that may take part;
+// everything else goes to `parent`. A result says the first shard's (the hub sees every
+// member, so the shards end with the same contributors unless a member dies between them: a
+// kInternal result then).
 std::unique_ptr<Group> sharded_group(std::unique_ptr<Group> parent, int shards, std::vector<int> ids);
 
 // One handle over the S shard handles of one all-reduce: done when all are; the result of

@@ -53,6 +53,7 @@
 #include "transport/zmq/control_client.h"
 #include "transport/zmq/curve.h"
 #include "transport/kinds.h"
+#include "transport/shards.h"
 
 namespace atl::run {
 
@@ -231,6 +232,11 @@ class IslandProcess {
   std::unique_ptr<transport::NetGroup> data_plane_;
   // Round records' sync_s is the wall time blocked in the exchange.
   std::optional<WatchedGroup> timed_;
+  // islands.shard_exchange: the shard endpoints of every member, and this rank's shard (its
+  // handles in the algorithm's hands: before release_algorithm_).
+  std::optional<ShardDirectory> shard_dir_;
+  RankShard rank_shard_;
+  std::unique_ptr<transport::Group> shard0_;
   // The algorithm's sub-groups use the group, its control plane and routes: the
   // algorithm goes before them, whichever way the process is left.
   struct ReleaseAlgorithm {
@@ -247,9 +253,6 @@ class IslandProcess {
   int64_t signal_cut_ = 0;  // the newest signal cut taken up
   // An island of several ranks: the algorithm's group and clock, mirrored to the other ranks.
   IslandRanks* ranks_ = nullptr;
-  // islands.shard_exchange: the shard endpoints of every member, and this rank's shard.
-  std::optional<ShardDirectory> shard_dir_;
-  RankShard rank_shard_;
   std::unique_ptr<transport::Group> mirrored_;
   std::unique_ptr<algorithms::TimeSource> mirrored_time_;
   std::unique_ptr<core::IslandRuntime> runtime_;
@@ -715,7 +718,12 @@ void IslandProcess::make_runtime() {
   core::IslandHost host = make_host();
   if (ranks_ != nullptr) {
     if (shard_dir_) {
-      rank_shard_.group = group;
+      // Shard 0 travels on a sub-group of the island's group, numbered as the other ranks'
+      // shard planes are (transport/shards.h).
+      std::vector<int> ids(static_cast<size_t>(k_));
+      for (int j = 0; j < k_; ++j) ids[static_cast<size_t>(j)] = j;
+      shard0_ = group->subgroup(transport::shard_key(0, ranks_->ranks()), std::move(ids));
+      rank_shard_.group = shard0_.get();
       rank_shard_.view = [this] { return shard_dir_->view(); };
       timed_->add_bytes_of(&rank_shard_.others);
     }
@@ -774,6 +782,9 @@ StatusOr<IslandEnd> IslandProcess::train() {
     throw;
   }
   if (ranks_ != nullptr) {
+    if (shard_dir_)
+      ATOLL_INFO("island " << island_ << " rank 0: sent " << data_plane_->bytes().sent << " bytes (the island's ranks: "
+                           << timed_->bytes().sent << ")");
     if (Status st = ranks_->check_replica(parts_.model->params()); !st.is_ok()) throw StatusError("island " + std::to_string(island_), st);
   }
   // Steps kept for a lead that may have died are recorded by someone before island_end.
@@ -909,6 +920,7 @@ Status run_rank(const config::Config& config, int island, IslandRanks& ranks) {
     runtime.join(std::move(*handover), group.get());
   }
   runtime.run();
+  if (plane) ATOLL_INFO(what << ": its shard plane sent " << plane->bytes().sent << " bytes");
   return ranks.check_replica(parts.model->params());
 }
 

@@ -9,22 +9,10 @@
 #include "compression/frame.h"
 #include "transport/inproc/inproc_group.h"
 #include "transport/network_model.h"
+#include "tests/transport/flat_network.h"
 
 namespace atl::transport {
 namespace {
-
-// `k` islands in one region: `mbps` access links, `latency_ms` one-way.
-NetworkSpec flat(int k, double mbps, double latency_ms) {
-  NetworkSpec s;
-  s.region_names = {"r"};
-  s.island_region.assign(static_cast<size_t>(k), 0);
-  s.up_bps.assign(static_cast<size_t>(k), mbps * 1e6);
-  s.down_bps.assign(static_cast<size_t>(k), mbps * 1e6);
-  PathSpec p;
-  p.latency_s = latency_ms / 1e3;
-  s.paths = {{p}};
-  return s;
-}
 
 TEST(NetworkModel, OneTransferMatchesHandCalculation) {
   // 100 MB at 100 Mbit/s with 50 ms latency: 8 s + 0.05 s.

@@ -1,5 +1,7 @@
 #include "transport/inproc/inproc_group.h"
 
+#include "transport/shards.h"
+
 #include <ATen/ATen.h>
 
 #include <algorithm>
@@ -9,6 +11,7 @@
 
 #include "transport/collectives/schedules.h"
 #include "transport/ring.h"
+#include "transport/shards.h"
 #include "transport/star.h"
 
 namespace atl::transport {
@@ -185,6 +188,7 @@ class InprocGroup final : public Group {
       c.kind = kind;
       c.root = root;
       c.ids = ids_;
+      c.streams = shard_streams(key_);
     }
     TORCH_CHECK(c.kind == kind && c.root == root && c.ids == ids_,
                 "collective #", seq, ": members issued different collectives");
@@ -331,8 +335,10 @@ void InprocHub::complete(Collective& c, uint64_t seq) {
   // Members that posted before a failure was noticed were waiting for the dead island.
   if (c.start < st_.detected_at && c.contributions.size() > 0) c.start = st_.detected_at;
   c.done_at = c.start;
+  phase_streams_ = c.streams;
   if (c.kind == Kind::kAllreduce) run_allreduce(c, seq);
   else run_exchange(c);
+  phase_streams_ = 1;
   c.done = true;
 }
 
@@ -446,7 +452,8 @@ void InprocHub::count(int from, int to, uint64_t size, uint64_t raw_bytes) {
     st_.counters[static_cast<size_t>(from)].raw_sent += raw_bytes;
   }
   if (to >= 0) st_.counters[static_cast<size_t>(to)].received += size;
-  if (network_ && (from >= 0 || to >= 0)) phase_.push_back({from, to, size});
+  // A shard's message shares its links with those of the S - 1 other shards, of about its size.
+  if (network_ && (from >= 0 || to >= 0)) phase_.push_back({from, to, size * static_cast<uint64_t>(phase_streams_)});
 }
 
 void InprocHub::transfer(int from, int to, const at::Tensor& src, at::Tensor dst,

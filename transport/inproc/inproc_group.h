@@ -154,6 +154,9 @@ class InprocHub {
     std::map<int, double> holders;              // their islands -> virtual time they posted
     double start = 0;                           // virtual time the last member posted
     double done_at = 0;                         // virtual time the result is everywhere
+    // One of this many concurrent shards of one exchange (transport/shards.h): its messages
+    // are timed as sharing their links with the others'.
+    int streams = 1;
   };
 
   // Called by the last arriving member: runs the collective on every member's buffer.
@@ -169,6 +172,7 @@ class InprocHub {
   // Counts a message of `size` bytes (standing for `raw_bytes` of fp32) from `from` to `to`
   // (-1: the server role) and, with a network model, adds it to the current phase.
   void count(int from, int to, uint64_t size, uint64_t raw_bytes);
+  int phase_streams_ = 1;  // the completing collective's Collective::streams
   // Moves `src` to `dst` through `codec`, counting bytes on both ends.
   void transfer(int from, int to, const at::Tensor& src, at::Tensor dst,
                 const compression::Pipeline& codec, uint64_t seed = 0);
