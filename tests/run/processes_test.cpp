@@ -831,6 +831,57 @@ TEST_F(Processes, IslandsOfTwoRanksMatchSimulateBitwiseForEveryAlgorithm) {
   }
 }
 
+// islands.shard_exchange (docs/ranks.md "The outer exchange, sharded"): rank r of every
+// island all-reduces shard r over its own ZeroMQ plane; the simulator runs the shards as
+// sub-groups of the hub. The real run ends bitwise as the simulated one, lossy codecs too
+// (each shard's collectives are numbered alike in both, so their seeds agree); it differs
+// from the unsharded run (each shard is a ring of its own); and both ranks carry the bytes.
+TEST_F(Processes, IslandsOfTwoRanksShardTheExchangeBitwiseAsSimulate) {
+  const std::string cfg = config(3, 20);
+  const std::string ranks = " --set model.layers=2 --set islands.ranks=2 --set transport.rank_port=" +
+                            std::to_string(port_ + 10);
+  const std::string sharded = " --set islands.shard_exchange=true";
+  struct Case {
+    std::string name, sets;
+  };
+  const std::vector<Case> cases = {
+      {"diloco", ""},
+      {"diloco_int8_eager", " --set 'algorithm={name: diloco, inner_steps: 5, overlap: eager}'"
+                            " --set 'compression=[{quantize: int8}]'"},
+      {"ddp", " --set 'algorithm={name: ddp}'"},
+      {"streaming_diloco", " --set 'algorithm={name: streaming_diloco, inner_steps: 8, fragments: 2, overlap_steps: 2}'"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    ASSERT_EQ(run("simulate " + cfg + " --quiet" + ranks + sharded + c.sets + " --set run.name=sim_" + c.name), 0);
+    const fs::path log = dir_ / (c.name + ".log");
+    // Not quiet: the ranks' byte lines are info lines.
+    const int status = std::system((std::string(ATOLL_BINARY) + " launch " + cfg + ranks + sharded + c.sets +
+                                    " --set run.name=real_" + c.name + " > " + log.string() + " 2>&1").c_str());
+    ASSERT_EQ(WIFEXITED(status) ? WEXITSTATUS(status) : -1, 0) << read(log);
+    const std::string real = read(dir_ / "runs" / ("real_" + c.name) / "final_params.bin");
+    ASSERT_GT(real.size(), 100u);
+    EXPECT_TRUE(read(dir_ / "runs" / ("sim_" + c.name) / "final_params.bin") == real)
+        << "final parameters differ between simulate and launch";
+    // Each island: rank 1 sent its shard on its own plane, rank 0 about as much.
+    const std::string text = read(log);
+    for (int island = 0; island < 3; ++island) {
+      const std::string id = "island " + std::to_string(island);
+      const size_t one = text.find(id + " rank 1: its shard plane sent ");
+      const size_t zero = text.find(id + " rank 0: sent ");
+      ASSERT_NE(one, std::string::npos) << text;
+      ASSERT_NE(zero, std::string::npos) << text;
+      const double by_one = std::stod(text.substr(one + id.size() + 29));
+      const double by_zero = std::stod(text.substr(zero + id.size() + 14));
+      EXPECT_GT(by_one, 0.35 * (by_zero + by_one)) << text;
+      EXPECT_GT(by_zero, 0.35 * (by_zero + by_one)) << text;
+    }
+  }
+  // The shards are all-reduced apart: not the bits of the exchange made whole by rank 0.
+  ASSERT_EQ(run("simulate " + cfg + " --quiet" + ranks + " --set run.name=whole"), 0);
+  EXPECT_FALSE(read(dir_ / "runs/whole/final_params.bin") == read(dir_ / "runs/sim_diloco/final_params.bin"));
+}
+
 // Two ranks at batch 2 each train like one rank at batch 4 (docs/ranks.md): the real run with
 // islands of two ranks ends within float-summation distance of the simulated run of one rank
 // per island, and not bitwise (the gradient is summed in another order).
