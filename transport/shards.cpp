@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <iterator>
 #include <utility>
 
 namespace atl::transport {
@@ -22,11 +23,38 @@ std::vector<ShardRange> shard_ranges(int64_t n, int shards) {
   return out;
 }
 
+ShardAgreement agree_shards(const std::vector<CollectiveResult>& results) {
+  ShardAgreement a;
+  std::vector<int> common;
+  for (size_t s = 0; s < results.size(); ++s) {
+    const CollectiveResult& r = results[s];
+    if (!r.status.is_ok() && r.status.code() != StatusCode::kPeerLost) {
+      a.status = r.status;
+      return a;
+    }
+    if (s == 0) {
+      common = r.contributors;
+      continue;
+    }
+    std::vector<int> both;
+    std::set_intersection(common.begin(), common.end(), r.contributors.begin(), r.contributors.end(),
+                          std::back_inserter(both));
+    common = std::move(both);
+  }
+  for (size_t s = 0; s < results.size(); ++s)
+    if (results[s].contributors != common) a.rerun.push_back(static_cast<int>(s));
+  return a;
+}
+
 namespace {
 
-class AllHandles final : public Handle {
+// One all-reduce of the simulator's sharded group: its S shards' handles. Every island posts
+// all its shards in one turn of the scheduler, and the hub completes a collective when its
+// last member posts, so a member lost between the shards cannot happen here: the shards always
+// agree (checked: agree_shards).
+class ShardedHandle final : public Handle {
  public:
-  explicit AllHandles(std::vector<std::unique_ptr<Handle>> handles) : handles_(std::move(handles)) {}
+  explicit ShardedHandle(std::vector<std::unique_ptr<Handle>> handles) : handles_(std::move(handles)) {}
   bool done() const override {
     return std::all_of(handles_.begin(), handles_.end(), [](const auto& h) { return h->done(); });
   }
@@ -36,18 +64,12 @@ class AllHandles final : public Handle {
       results.push_back(h->wait(deadline));
       if (results.back().status.code() == StatusCode::kTimeout) return results.back();
     }
-    for (const CollectiveResult& r : results) {
-      if (!r.status.is_ok() && r.status.code() != StatusCode::kPeerLost) return r;
-      if (r.contributors != results.front().contributors) {
-        CollectiveResult bad = r;
-        bad.status = Status(StatusCode::kInternal,
-                            "the shards of a sharded exchange ended with different contributors (" +
-                                ids_text(results.front().contributors) + " against " + ids_text(r.contributors) +
-                                "): a member failed between them");
-        return bad;
-      }
-    }
-    return results.front();
+    const ShardAgreement a = agree_shards(results);
+    CollectiveResult r = results.front();
+    if (!a.status.is_ok()) r.status = a.status;
+    else if (!a.rerun.empty())
+      r.status = Status(StatusCode::kInternal, "the shards of an exchange ended with different contributors");
+    return r;
   }
 
  private:
@@ -68,13 +90,13 @@ class ShardedGroup final : public Group {
     const std::vector<ShardRange> ranges = shard_ranges(buffer.numel(), shards_);
     if (ranges.empty()) return parent_->allreduce_mean(buffer, codec, weight, transmitted);
     std::vector<std::unique_ptr<Handle>> handles;
-    for (int s = 0; s < shards_; ++s) {
-      const ShardRange& r = ranges[static_cast<size_t>(s)];
-      Group& g = *subs_[static_cast<size_t>(s)];
-      handles.push_back(g.allreduce_mean(buffer.narrow(0, r.begin, r.size), codec, weight,
-                                         transmitted.defined() ? transmitted.narrow(0, r.begin, r.size) : at::Tensor()));
+    for (size_t s = 0; s < subs_.size(); ++s) {
+      const ShardRange& r = ranges[s];
+      handles.push_back(subs_[s]->allreduce_mean(buffer.narrow(0, r.begin, r.size), codec, weight,
+                                                 transmitted.defined() ? transmitted.narrow(0, r.begin, r.size)
+                                                                       : at::Tensor()));
     }
-    return all_handles(std::move(handles));
+    return std::make_unique<ShardedHandle>(std::move(handles));
   }
   std::unique_ptr<Handle> broadcast(int root, at::Tensor buffer, const compression::Pipeline& codec) override {
     return parent_->broadcast(root, std::move(buffer), codec);
@@ -100,7 +122,7 @@ class ShardedGroup final : public Group {
     for (auto& sub : subs_)
       if (auto h = sub->resume_in_flight()) handles.push_back(std::move(h));
     if (handles.empty()) return nullptr;
-    return all_handles(std::move(handles));
+    return std::make_unique<ShardedHandle>(std::move(handles));
   }
 
  private:
@@ -110,10 +132,6 @@ class ShardedGroup final : public Group {
 };
 
 }  // namespace
-
-std::unique_ptr<Handle> all_handles(std::vector<std::unique_ptr<Handle>> handles) {
-  return std::make_unique<AllHandles>(std::move(handles));
-}
 
 std::unique_ptr<Group> sharded_group(std::unique_ptr<Group> parent, int shards, std::vector<int> ids) {
   if (shards <= 1) return parent;

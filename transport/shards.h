@@ -49,13 +49,25 @@ inline int shard_streams(uint32_t key) {
 // The simulator's group of an island of S ranks with a sharded exchange: allreduce_mean of a
 // buffer that shard_ranges() cuts runs as S all-reduces of its shards, shard s on
 // parent.subgroup(shard_key(s, S), ids) with `ids` every island id that may take part;
-// everything else goes to `parent`. A result says the first shard's (the hub sees every
-// member, so the shards end with the same contributors unless a member dies between them: a
-// kInternal result then).
+// everything else goes to `parent`. A result says the first shard's (the shards always end
+// with the same contributors here: see agree_shards).
 std::unique_ptr<Group> sharded_group(std::unique_ptr<Group> parent, int shards, std::vector<int> ids);
 
-// One handle over the S shard handles of one all-reduce: done when all are; the result of
-// wait() is shard 0's, or the first that is not ok.
-std::unique_ptr<Handle> all_handles(std::vector<std::unique_ptr<Handle>> handles);
+// Agreement after a failure. In a real run the S shards of one all-reduce may end with
+// different contributors: a member that died between them is in some and not in the others
+// (not in the simulator, whose hub completes every shard of an all-reduce when the last member
+// posts them all, in one turn). Every
+// island sees the same S results (each shard's contributors agree among its members), so
+// each takes the same decision: the contributors every shard must end with are those in all
+// of them, and each shard that ended with others runs again from its input, as the next
+// collective of its group, over its live members (the dead are left out); until all agree.
+struct ShardAgreement {
+  Status status;              // not ok: a shard failed outright (not kPeerLost); give up
+  std::vector<int> rerun;     // the shards to run again (empty: they agree, or status)
+};
+ShardAgreement agree_shards(const std::vector<CollectiveResult>& results);
+// How many rounds of reruns an all-reduce of `members` members may take before the island
+// gives up (each round that does not agree has lost a member).
+inline int max_shard_reruns(size_t members) { return static_cast<int>(members) + 1; }
 
 }  // namespace atl::transport

@@ -169,10 +169,6 @@ void check_shard_exchange(const config::Config& c) {
   if (c.transport.kind != "zmq") refuse("shards travel over transport.kind zmq only (gloo: not built yet)");
   if (c.checkpoint.every > 0)
     refuse("checkpoints of a sharded exchange are not built yet (each rank would hold its shard's state): set checkpoint.every to 0");
-  for (const auto& e : c.islands.events)
-    if (e.kill >= 0 || e.rejoin >= 0 || e.add > 0)
-      refuse("kill, rejoin and add events with a sharded exchange are not built yet (a shard must run again over the "
-             "contributors of the others)");
 }
 
 void check_memory(const config::Config& c, Target target) {

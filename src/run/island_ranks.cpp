@@ -10,6 +10,7 @@
 
 #include "src/base/bytes.h"
 #include "src/base/hash.h"
+#include "src/base/log.h"
 #include "transport/shards.h"
 
 namespace atl::run {
@@ -241,15 +242,19 @@ class MirroredHandle final : public transport::Handle {
 
 // One sharded all-reduce (islands.shard_exchange) on every rank: each rank all-reduces its
 // shard on its shard group, while the ranks agree at every poll on whether all shards are
-// done (and rank 0's view reaches the shard planes). Then each rank's result and shard go to
-// every rank. Shards that ended with different contributors (a member failed between them)
-// end the island: running a shard again over the others' contributors is not built yet.
+// done (and rank 0's view reaches the shard planes). Then each rank's result goes to every
+// rank, and all take the same decision (transport::agree_shards): the shards that ended with
+// other contributors than the rest run again from their input; then each shard goes to
+// every rank.
 class ShardedHandle final : public transport::Handle {
  public:
   ShardedHandle(IslandRanks& ranks, RankShard& shard, int island, std::vector<transport::ShardRange> ranges,
-                at::Tensor buffer, at::Tensor transmitted, std::unique_ptr<transport::Handle> mine)
+                at::Tensor buffer, at::Tensor transmitted, const compression::Pipeline& codec, double weight)
       : ranks_(ranks), shard_(shard), island_(island), ranges_(std::move(ranges)), buffer_(std::move(buffer)),
-        transmitted_(std::move(transmitted)), mine_(std::move(mine)) {}
+        transmitted_(std::move(transmitted)), codec_(codec), weight_(weight) {
+    input_ = slice(buffer_).clone();
+    post();
+  }
 
   bool done() const override {
     if (result_) return true;
@@ -259,46 +264,38 @@ class ShardedHandle final : public transport::Handle {
 
   transport::CollectiveResult wait(transport::Deadline deadline) override {
     if (result_) return *result_;
-    for (;;) {
-      share_view(ranks_, shard_);
-      if (!local_) {
-        const auto poll = transport::Clock::now() + std::chrono::milliseconds(100);
-        transport::CollectiveResult r = mine_->wait(deadline ? std::min(*deadline, poll) : poll);
-        if (r.status.code() != StatusCode::kTimeout) local_ = std::move(r);
-      }
-      if (ranks_.all(local_.has_value())) break;
-      // Rank 0's clock decides whether the caller's deadline has passed.
-      if (ranks_.broadcast_flag(deadline && transport::Clock::now() >= *deadline)) {
-        transport::CollectiveResult late;
-        late.status = Status(StatusCode::kTimeout, "the sharded exchange did not complete before the deadline");
-        return late;
-      }
+    if (!wait_all(deadline)) {
+      transport::CollectiveResult late;
+      late.status = Status(StatusCode::kTimeout, "the sharded exchange did not complete before the deadline");
+      return late;
     }
-    std::vector<transport::CollectiveResult> results;
-    for (int r = 0; r < ranks_.ranks(); ++r)
-      results.push_back(decode_result(ranks_.broadcast_bytes(r == ranks_.rank() ? encode_result(*local_) : std::vector<uint8_t>{}, r)));
-    for (const transport::CollectiveResult& r : results) {
-      if (r.contributors == results[0].contributors && r.status.code() == results[0].status.code()) continue;
-      throw StatusError("island " + std::to_string(island_),
-                        Status(StatusCode::kPeerLost, "the shards of the outer exchange ended differently (contributors " +
-                                                          transport::ids_text(results[0].contributors) + " against " +
-                                                          transport::ids_text(r.contributors) +
-                                                          "): a member failed between them, and running a shard again "
-                                                          "is not built yet"));
+    std::vector<transport::CollectiveResult> results = exchange_results();
+    for (int round = 0;; ++round) {
+      const transport::ShardAgreement a = transport::agree_shards(results);
+      if (!a.status.is_ok()) return finish(results[0], a.status);
+      if (a.rerun.empty()) break;
+      if (round == transport::max_shard_reruns(results[0].contributors.size()))
+        return finish(results[0], Status(StatusCode::kInternal, "the shards of the outer exchange did not agree on "
+                                                                "its contributors after running again"));
+      ATOLL_WARN("island " << island_ << " rank " << ranks_.rank() << ": the exchange's shards ended with different "
+                           << "contributors; shards " << transport::ids_text(a.rerun) << " run again");
+      if (std::find(a.rerun.begin(), a.rerun.end(), ranks_.rank()) != a.rerun.end()) {
+        slice(buffer_).copy_(input_);
+        post();
+      }
+      wait_all(std::nullopt);
+      results = exchange_results();
     }
-    if (results[0].status.is_ok() || results[0].status.code() == StatusCode::kPeerLost) {
-      for (int r = 0; r < ranks_.ranks(); ++r) {
-        const transport::ShardRange& range = ranges_[static_cast<size_t>(r)];
-        for (at::Tensor* t : {&buffer_, &transmitted_}) {
-          if (!t->defined()) continue;
-          at::Tensor part = t->narrow(0, range.begin, range.size);
-          ranks_.broadcast(part, r);
-        }
+    for (int r = 0; r < ranks_.ranks(); ++r) {
+      const transport::ShardRange& range = ranges_[static_cast<size_t>(r)];
+      for (at::Tensor* t : {&buffer_, &transmitted_}) {
+        if (!t->defined()) continue;
+        at::Tensor part = t->narrow(0, range.begin, range.size);
+        ranks_.broadcast(part, r);
       }
     }
     count_bytes();
-    result_ = results[0];
-    return *result_;
+    return finish(results[0], Status::ok());
   }
 
   // Rank 0's view to the shard planes of the others.
@@ -308,6 +305,45 @@ class ShardedHandle final : public transport::Handle {
   }
 
  private:
+  at::Tensor slice(const at::Tensor& t) const {
+    const transport::ShardRange& r = ranges_[static_cast<size_t>(ranks_.rank())];
+    return t.narrow(0, r.begin, r.size);
+  }
+  // This rank's shard, on its shard group.
+  void post() {
+    // The collective starts over rank 0's view on every shard plane.
+    share_view(ranks_, shard_);
+    local_.reset();
+    mine_ = shard_.group->allreduce_mean(slice(buffer_), codec_, weight_,
+                                         transmitted_.defined() ? slice(transmitted_) : at::Tensor());
+  }
+  // Until every rank's shard has ended, or (rank 0's clock) the deadline has passed.
+  bool wait_all(transport::Deadline deadline) {
+    for (;;) {
+      share_view(ranks_, shard_);
+      if (!local_) {
+        const auto poll = transport::Clock::now() + std::chrono::milliseconds(100);
+        transport::CollectiveResult r = mine_->wait(deadline ? std::min(*deadline, poll) : poll);
+        if (r.status.code() != StatusCode::kTimeout) local_ = std::move(r);
+      }
+      if (ranks_.all(local_.has_value())) return true;
+      if (ranks_.broadcast_flag(deadline && transport::Clock::now() >= *deadline)) return false;
+    }
+  }
+  // Every rank's result, by rank.
+  std::vector<transport::CollectiveResult> exchange_results() {
+    std::vector<transport::CollectiveResult> results;
+    for (int r = 0; r < ranks_.ranks(); ++r)
+      results.push_back(
+          decode_result(ranks_.broadcast_bytes(r == ranks_.rank() ? encode_result(*local_) : std::vector<uint8_t>{}, r)));
+    return results;
+  }
+  transport::CollectiveResult finish(transport::CollectiveResult r, Status st) {
+    if (!st.is_ok()) r.status = std::move(st);
+    input_ = at::Tensor();
+    result_ = r;
+    return r;
+  }
   // The other ranks' shard planes' counters, for rank 0's records.
   void count_bytes() {
     transport::ByteCounters mine = ranks_.leads() ? transport::ByteCounters{} : shard_.bytes();
@@ -323,6 +359,9 @@ class ShardedHandle final : public transport::Handle {
   const int island_;
   const std::vector<transport::ShardRange> ranges_;
   at::Tensor buffer_, transmitted_;
+  at::Tensor input_;  // this rank's shard as it was given, for a rerun
+  const compression::Pipeline& codec_;
+  const double weight_;
   std::unique_ptr<transport::Handle> mine_;
   std::optional<transport::CollectiveResult> local_;
   std::optional<transport::CollectiveResult> result_;
@@ -361,14 +400,8 @@ class MirroredGroup final : public transport::Group {
                                                        : std::vector<transport::ShardRange>{};
     if (ranges.empty())
       return mirror(inner_ ? inner_->allreduce_mean(buffer, codec, weight, transmitted) : nullptr, {buffer, transmitted});
-    // The collective starts over rank 0's view on every shard plane.
-    ShardedHandle::share_view(ranks_, *shard_);
-    const transport::ShardRange& mine = ranges[static_cast<size_t>(ranks_.rank())];
-    auto handle = shard_->group->allreduce_mean(
-        buffer.narrow(0, mine.begin, mine.size), codec, weight,
-        transmitted.defined() ? transmitted.narrow(0, mine.begin, mine.size) : at::Tensor());
     return std::make_unique<ShardedHandle>(ranks_, *shard_, island_, std::move(ranges), std::move(buffer),
-                                           std::move(transmitted), std::move(handle));
+                                           std::move(transmitted), codec, weight);
   }
   std::unique_ptr<transport::Handle> broadcast(int root, at::Tensor buffer,
                                                const compression::Pipeline& codec) override {

@@ -427,13 +427,21 @@ TEST_F(Processes, CtrlCLeavesNoProcessBehind) {
 // transport.kind of the islands' data plane.
 // `setting` (and `setting2`, when given): --set overrides that pick the transport
 // ("transport.kind=gloo", ...) or the algorithm.
+// `ranks` > 1: islands of that many ranks (island 2's other ranks end with its rank 0).
 void killed_island_run_completes_with_survivors(Processes& t, const std::string& setting,
-                                                const std::string& setting2 = "") {
+                                                const std::string& setting2 = "", int ranks = 1) {
   const std::string cfg = t.config(3, 400);
   std::vector<std::string> args = {"launch", cfg, "--quiet", "--set", setting};
   if (!setting2.empty()) {
     args.push_back("--set");
     args.push_back(setting2);
+  }
+  if (ranks > 1) {
+    for (const std::string& s : {"islands.ranks=" + std::to_string(ranks), "transport.rank_port=" + std::to_string(t.port_ + 10),
+                                 std::string("model.layers=2")}) {
+      args.push_back("--set");
+      args.push_back(s);
+    }
   }
   const pid_t pid = spawn(args, t.dir_ / "launch.log");
   ASSERT_GT(pid, 0);
@@ -446,7 +454,7 @@ void killed_island_run_completes_with_survivors(Processes& t, const std::string&
   }
   ASSERT_TRUE(started) << "no rounds within 30 s";
   const auto kids = children_of(pid);
-  ASSERT_EQ(kids.size(), 4u);
+  ASSERT_EQ(kids.size(), 1u + 3u * static_cast<size_t>(ranks));
   const pid_t victim = atl::testing::island_child(pid, 2);
   ASSERT_GT(victim, 0);
   ASSERT_EQ(kill(victim, SIGKILL), 0);
@@ -486,13 +494,20 @@ void killed_island_run_completes_with_survivors(Processes& t, const std::string&
   ASSERT_TRUE(WIFEXITED(status)) << "launch ended by a signal";
   EXPECT_EQ(WEXITSTATUS(status), 3) << read(t.dir_ / "launch.log");
   const std::string log = read(t.dir_ / "launch.log");
-  EXPECT_NE(log.find("launch: the run finished with 2 of 3 islands; lost: island 2 (signal 9) (exit code 3)"),
-            std::string::npos)
+  std::string lost = "island 2 (signal 9)";
+  for (int r = 1; r < ranks; ++r) lost += ", island 2 rank " + std::to_string(r) + " (exit code 1)";
+  EXPECT_NE(log.find("launch: the run finished with 2 of 3 islands; lost: " + lost + " (exit code 3)"), std::string::npos)
       << log;
 }
 
 TEST_F(Processes, KilledIslandRunCompletesWithSurvivors) {
   killed_island_run_completes_with_survivors(*this, "transport.kind=zmq");
+}
+
+// islands.shard_exchange: the survivors' shard planes learn of the death from their rank 0's
+// view, and every shard of the round ends with the survivors (transport::agree_shards).
+TEST_F(Processes, KilledIslandRunCompletesWithSurvivorsWithAShardedExchange) {
+  killed_island_run_completes_with_survivors(*this, "islands.shard_exchange=true", "", 2);
 }
 
 // The star all-reduce: the coordinator itself finds the island dead and completes the

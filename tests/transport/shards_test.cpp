@@ -48,6 +48,28 @@ TEST(ShardKeys, NameTheirShardCountAndNoOtherKeyDoes) {
   EXPECT_LT(shard_key(255, 255), kShardKeyBase + (1u << 16));
 }
 
+CollectiveResult ended(std::vector<int> contributors, StatusCode code = StatusCode::kPeerLost) {
+  CollectiveResult r;
+  r.status = code == StatusCode::kOk ? Status::ok() : Status(code, "");
+  r.contributors = std::move(contributors);
+  return r;
+}
+
+// Agreement after a failure (real runs): the shards that ended with members the others lack
+// run again; a shard that failed outright fails the exchange.
+TEST(AgreeShards, RerunsTheShardsThatEndedWithOtherContributors) {
+  EXPECT_TRUE(agree_shards({ended({0, 1, 2}, StatusCode::kOk), ended({0, 1, 2}, StatusCode::kOk)}).rerun.empty());
+  // Island 2 died after shard 1 completed and before shard 0 did: shard 1 runs again.
+  ShardAgreement a = agree_shards({ended({0, 1}), ended({0, 1, 2}, StatusCode::kOk), ended({0, 1})});
+  EXPECT_TRUE(a.status.is_ok());
+  EXPECT_EQ(a.rerun, (std::vector<int>{1}));
+  // Each shard lost a different member: every shard runs again (over the live ones).
+  a = agree_shards({ended({0, 2}), ended({0, 1})});
+  EXPECT_EQ(a.rerun, (std::vector<int>{0, 1}));
+  a = agree_shards({ended({0, 1}), ended({}, StatusCode::kInternal)});
+  EXPECT_EQ(a.status.code(), StatusCode::kInternal);
+}
+
 struct ShardRun {
   std::vector<at::Tensor> out;
   std::vector<double> end;
