@@ -448,6 +448,8 @@ Status IslandProcess::start_data_plane() {
     where.first_seqs = resumed_->group_seqs;
     where.first_seq = where.first_seqs[0];
     where.first_seqs.erase(0);
+    if (ranks_ != nullptr)  // the other ranks' shard planes (checkpoint_at)
+      for (int r = 1; r < ranks_->ranks(); ++r) where.first_seqs.erase(transport::shard_key(r, ranks_->ranks()));
     where.in_flight = resumed_->in_flight;
   }
   where.curve_public_key = cc_.curve_keys.public_key;
@@ -575,6 +577,11 @@ void IslandProcess::checkpoint_at(int64_t step) {
   c.bytes = timed_->bytes();
   c.torch_rng = at::detail::getDefaultCPUGenerator().get_state();
   c.group_seqs = data_plane_->next_seqs();
+  // islands.shard_exchange: where each other rank's shard plane is, under its shard's key.
+  if (shard_dir_) {
+    for (int r = 1; r < ranks_->ranks(); ++r)
+      c.group_seqs[transport::shard_key(r, ranks_->ranks())] = ranks_->broadcast_count(0, r);
+  }
   const auto started_at = Clock::now();
   // A file that cannot be written is still marked, with why as the mark's value: the
   // coordinator counts the cut as not written (and stops the run under
@@ -865,7 +872,12 @@ Status run_rank(const config::Config& config, int island, IslandRanks& ranks) {
   std::optional<ShardPlane> plane;
   RankShard shard;
   if (config.islands.shard_exchange) {
-    plane.emplace(config, island, ranks.rank());
+    uint64_t first_seq = 0;  // resumed: where rank 0's checkpoint says this plane was
+    if (resumed) {
+      auto at = resumed->group_seqs.find(transport::shard_key(ranks.rank(), ranks.ranks()));
+      if (at != resumed->group_seqs.end()) first_seq = at->second;
+    }
+    plane.emplace(config, island, ranks.rank(), first_seq);
     for (int r = 1; r < ranks.ranks(); ++r) {
       const std::string& e = plane->endpoint();
       ranks.broadcast_bytes(r == ranks.rank() ? std::vector<uint8_t>(e.begin(), e.end()) : std::vector<uint8_t>{}, r);
@@ -891,6 +903,8 @@ Status run_rank(const config::Config& config, int island, IslandRanks& ranks) {
     for (int64_t cut : schedule.take_due(*parts.algorithm, step, total)) {
       (void)cut;
       parts.algorithm->wait_in_flight();  // as rank 0's checkpoint_at
+      if (plane)  // where its shard plane is, for rank 0's file
+        for (int r = 1; r < ranks.ranks(); ++r) ranks.broadcast_count(r == ranks.rank() ? plane->next_seq() : 0, r);
     }
   };
   core::IslandHost host;

@@ -102,6 +102,12 @@ std::vector<uint8_t> IslandRanks::broadcast_bytes(std::vector<uint8_t> bytes, in
   return std::vector<uint8_t>(p, p + size);
 }
 
+uint64_t IslandRanks::broadcast_count(uint64_t v, int root) {
+  at::Tensor t = at::full({1}, static_cast<int64_t>(v), at::kLong);
+  broadcast(t, root);
+  return static_cast<uint64_t>(t.item<int64_t>());
+}
+
 bool IslandRanks::all(bool v) {
   std::vector<at::Tensor> t{at::full({1}, v ? 1 : 0, at::kLong)};
   c10d::AllreduceOptions o;

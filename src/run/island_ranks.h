@@ -67,6 +67,8 @@ class IslandRanks {
   void broadcast(at::Tensor& t, int root = 0);
   // Rank `root`'s bytes to every rank (the others' argument is ignored).
   std::vector<uint8_t> broadcast_bytes(std::vector<uint8_t> bytes, int root = 0);
+  // Rank `root`'s `v` on every rank.
+  uint64_t broadcast_count(uint64_t v, int root);
   // Whether `v` holds on every rank.
   bool all(bool v);
   // `t` (int64) <- its sum over the ranks.

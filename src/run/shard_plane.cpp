@@ -135,10 +135,11 @@ class ShardPlane::Control final : public transport::ControlPlane {
   transport::Membership view_;
 };
 
-ShardPlane::ShardPlane(const config::Config& config, int island, int rank)
+ShardPlane::ShardPlane(const config::Config& config, int island, int rank, uint64_t first_seq)
     : control_(std::make_unique<Control>(island, rank)) {
   const auto& t = config.transport;
   DataPlaneStart where;
+  where.first_seq = first_seq;
   where.bind = "tcp://" + t.host + ":*";  // an ephemeral port: ranks of several islands share a node
   if (t.curve) {  // the island's key pair, as rank 0's
     auto keys = transport::curve::load_keypair(t.keys_dir, "island-" + std::to_string(island));

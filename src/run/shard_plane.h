@@ -45,7 +45,8 @@ class ShardDirectory {
 // A rank r >= 1's data plane for shard r, over the views rank 0 sends.
 class ShardPlane {
  public:
-  ShardPlane(const config::Config& config, int island, int rank);
+  // `first_seq`: its first collective (a run resumed from a checkpoint: where it was).
+  ShardPlane(const config::Config& config, int island, int rank, uint64_t first_seq = 0);
   ~ShardPlane();
   transport::Group& group();
   // Where the other islands' ranks r reach it.
@@ -53,6 +54,8 @@ class ShardPlane {
   // Rank 0's view (ShardDirectory::view).
   void apply_view(const std::vector<uint8_t>& view);
   transport::ByteCounters bytes() const;
+  // The sequence number of its next collective (for rank 0's checkpoint).
+  uint64_t next_seq() const { return plane_->next_seq(); }
 
  private:
   class Control;

@@ -105,7 +105,9 @@ class SimResume : public ::testing::Test {
   // feedback, so the compensated contribution in flight is saved too), diloco_events (diloco
   // with islands.events: island 1 killed at step 12 and rejoining at 2.5 s, an island added at
   // 3.5 s, island 0 (the evaluator) killed at 5 s), diloco_events1 (the same with a
-  // checkpoint at every step: the one of step 16, where the joiners are handed over, is skipped).
+  // checkpoint at every step: the one of step 16, where the joiners are handed over, is skipped),
+  // diloco_sharded (diloco_eager's exchange sharded over islands of two ranks, with
+  // diloco_events' events: docs/ranks.md).
   std::string config(const std::string& variant, int steps = 60) {
     const std::string algorithm = variant.rfind("diloco_", 0) == 0   ? "diloco"
                                   : variant.rfind("dipaco_", 0) == 0 ? "dipaco"
@@ -119,7 +121,8 @@ class SimResume : public ::testing::Test {
       << "train: {optimizer: adamw, lr: 0.003, warmup_steps: 5, batch_size: 4, steps: " << steps
       << ", eval_every: 7, eval_batches: 2, log_every: 3}\n"
       << "islands: {count: 3"
-      << (variant.rfind("diloco_events", 0) == 0 ? kEvents : variant == "fedavg_kill" ? ", events: [{kill: 1, at_time_s: 1.5}]" : "")
+      << (variant == "diloco_sharded" ? ", ranks: 2, shard_exchange: true" : "")
+      << (variant.rfind("diloco_events", 0) == 0 || variant == "diloco_sharded" ? kEvents : variant == "fedavg_kill" ? ", events: [{kill: 1, at_time_s: 1.5}]" : "")
       << "}\n"
       << "compute: {step_time_s: 0.1, jitter: 0.2, straggler_prob: 0.1"
       << (algorithm == "async_local_sgd" ? ", speeds: [1.0, 0.7, 0.45]" : "") << "}\n"
@@ -127,7 +130,7 @@ class SimResume : public ::testing::Test {
       << "algorithm: {name: " << algorithm;
     if (algorithm == "diloco") y << ", inner_steps: 4";
     if (variant == "diloco_delayed") y << ", overlap: delayed";
-    if (variant == "diloco_eager") y << ", overlap: eager, error_feedback: true";
+    if (variant == "diloco_eager" || variant == "diloco_sharded") y << ", overlap: eager, error_feedback: true";
     // Fragments in flight across step boundaries (overlap_steps), int8 with error feedback.
     if (algorithm == "streaming_diloco") y << ", inner_steps: 4, fragments: 2, overlap_steps: 1, error_feedback: true";
     // DiPaCo 2 paths over 3 islands: module 0 shared by all, module 1 by islands 0 and 2
@@ -147,6 +150,7 @@ class SimResume : public ::testing::Test {
     if (variant == "async_naive") y << ", inner_steps: 3, async_update: naive, dynamic_local_updates: false";
     y << "}\n";
     if (algorithm == "streaming_diloco" || algorithm == "dipaco" || algorithm == "fedavg" || variant == "diloco_eager" ||
+        variant == "diloco_sharded" ||
         variant == "async_local_sgd")
       y << "compression: [{quantize: int8}]\n";
     // dipaco_tasks: a 2x2 (4 paths) on the 3 islands, which take the paths in turn: every
@@ -208,7 +212,7 @@ class SimResume : public ::testing::Test {
 TEST_F(SimResume, KilledMidCheckpointWriteResumesFromThePreviousOne) {
   for (const char* algorithm :
        {"diloco", "ddp", "streaming_diloco", "demo", "dipaco", "dipaco_tasks", "diloco_delayed", "diloco_eager",
-        "diloco_events", "fedavg", "fedavg_kill", "async_local_sgd", "async_naive"}) {
+        "diloco_events", "diloco_sharded", "fedavg", "fedavg_kill", "async_local_sgd", "async_naive"}) {
     SCOPED_TRACE(algorithm);
     const std::string cfg = config(algorithm);
     const std::string name = std::string("fault_") + algorithm;

@@ -182,10 +182,6 @@ std::vector<Row> rows() {
        synthetic("{name: mlp, hidden: [8]}", "{name: diloco, inner_steps: 2}", "{count: 2, ranks: 2, shard_exchange: true}",
                  "transport: {kind: gloo}\n"),
        "islands.shard_exchange", "over transport.kind zmq only", "islands:"},
-      {"a sharded exchange with checkpoints",
-       synthetic("{name: mlp, hidden: [8]}", "{name: diloco, inner_steps: 2}", "{count: 2, ranks: 2, shard_exchange: true}",
-                 "checkpoint: {every: 2}\n"),
-       "islands.shard_exchange", "set checkpoint.every to 0", "islands:"},
       {"gloo with curve in a real run", synthetic() + "transport: {kind: gloo, curve: true}\n", "transport.curve",
        "not available with transport.kind gloo", "transport:", Who::kRealOnly},
   };

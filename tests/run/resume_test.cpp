@@ -292,6 +292,12 @@ TEST_F(Resume, EveryAlgorithmResumesBitwiseFromAnOlderCheckpoint) {
       // it to rank 1 when the run resumes.
       {"diloco_eager_two_ranks", "{name: diloco, inner_steps: 5, overlap: eager}", "",
        " --set islands.ranks=2 --set transport.rank_port=" + std::to_string(port_ + 10)},
+      // The exchange sharded over the two ranks (docs/ranks.md): rank 1's shard plane resumes
+      // where rank 0's file says it was, with int8's stochastic seeds and error feedback.
+      {"diloco_eager_sharded", "{name: diloco, inner_steps: 5, overlap: eager, error_feedback: true}",
+       "compression: [{quantize: int8, rounding: stochastic}]\n",
+       " --set islands.ranks=2 --set islands.shard_exchange=true --set model.layers=2 --set transport.rank_port=" +
+           std::to_string(port_ + 10)},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
