@@ -124,8 +124,6 @@ Status check_rejoin(const config::Config& config, const algorithms::Algorithm& a
   std::string why;
   const transport::TransportKind* kind = transport::find_transport_kind(config.transport.kind);
   if (kind && kind->no_handover) why = "transport.kind " + config.transport.kind + " (" + kind->no_handover + ")";
-  else if (config.islands.shard_exchange)
-    why = "islands.shard_exchange (each rank's shard plane would take its place in the shards' collectives: not built yet)";
   else if (algorithm.global_on_server()) why = config.algorithm.name + " (its global model lives in the coordinator's server role)";
   else if (core::eval_path_of(config, 0) == core::kEveryPath)
     why = config.algorithm.name + " with fewer islands than paths (the islands take the paths in turn; no island holds "
@@ -448,10 +446,10 @@ Status IslandProcess::start_data_plane() {
     where.first_seqs = resumed_->group_seqs;
     where.first_seq = where.first_seqs[0];
     where.first_seqs.erase(0);
-    if (ranks_ != nullptr)  // the other ranks' shard planes (checkpoint_at)
-      for (int r = 1; r < ranks_->ranks(); ++r) where.first_seqs.erase(transport::shard_key(r, ranks_->ranks()));
     where.in_flight = resumed_->in_flight;
   }
+  // islands.shard_exchange: the ranks' shard planes' (put there by checkpoint_at, the donor).
+  if (ranks_ != nullptr) rank_shard_.next_seqs = take_shard_seqs(where.first_seqs, ranks_->ranks());
   where.curve_public_key = cc_.curve_keys.public_key;
   where.curve_secret_key = cc_.curve_keys.secret_key;
   data_plane_ = make_data_plane(config_.transport, *control_, std::move(where));
@@ -577,11 +575,7 @@ void IslandProcess::checkpoint_at(int64_t step) {
   c.bytes = timed_->bytes();
   c.torch_rng = at::detail::getDefaultCPUGenerator().get_state();
   c.group_seqs = data_plane_->next_seqs();
-  // islands.shard_exchange: where each other rank's shard plane is, under its shard's key.
-  if (shard_dir_) {
-    for (int r = 1; r < ranks_->ranks(); ++r)
-      c.group_seqs[transport::shard_key(r, ranks_->ranks())] = ranks_->broadcast_count(0, r);
-  }
+  if (shard_dir_) put_shard_seqs(rank_shard_.next_seqs, c.group_seqs);  // where each rank's shard plane is
   const auto started_at = Clock::now();
   // A file that cannot be written is still marked, with why as the mark's value: the
   // coordinator counts the cut as not written (and stops the run under
@@ -765,6 +759,7 @@ void IslandProcess::make_runtime() {
         [this] {
           std::map<uint32_t, uint64_t> subgroup_seqs = data_plane_->next_seqs();
           subgroup_seqs.erase(0);
+          if (shard_dir_) put_shard_seqs(rank_shard_.next_seqs, subgroup_seqs);
           return core::export_handover(island_, *parts_.algorithm, runtime_->steps(), data_plane_->next_seq(),
                                        std::move(subgroup_seqs));
         },
@@ -872,12 +867,11 @@ Status run_rank(const config::Config& config, int island, IslandRanks& ranks) {
   std::optional<ShardPlane> plane;
   RankShard shard;
   if (config.islands.shard_exchange) {
-    uint64_t first_seq = 0;  // resumed: where rank 0's checkpoint says this plane was
-    if (resumed) {
-      auto at = resumed->group_seqs.find(transport::shard_key(ranks.rank(), ranks.ranks()));
-      if (at != resumed->group_seqs.end()) first_seq = at->second;
-    }
-    plane.emplace(config, island, ranks.rank(), first_seq);
+    // Where rank 0's checkpoint or its donor's hand-over says the planes were.
+    std::map<uint32_t, uint64_t> keyed = resumed ? resumed->group_seqs : handover ? handover->subgroup_seqs
+                                                                                : std::map<uint32_t, uint64_t>{};
+    shard.next_seqs = take_shard_seqs(keyed, ranks.ranks());
+    plane.emplace(config, island, ranks.rank(), shard.next_seqs[static_cast<size_t>(ranks.rank())]);
     for (int r = 1; r < ranks.ranks(); ++r) {
       const std::string& e = plane->endpoint();
       ranks.broadcast_bytes(r == ranks.rank() ? std::vector<uint8_t>(e.begin(), e.end()) : std::vector<uint8_t>{}, r);
@@ -903,8 +897,6 @@ Status run_rank(const config::Config& config, int island, IslandRanks& ranks) {
     for (int64_t cut : schedule.take_due(*parts.algorithm, step, total)) {
       (void)cut;
       parts.algorithm->wait_in_flight();  // as rank 0's checkpoint_at
-      if (plane)  // where its shard plane is, for rank 0's file
-        for (int r = 1; r < ranks.ranks(); ++r) ranks.broadcast_count(r == ranks.rank() ? plane->next_seq() : 0, r);
     }
   };
   core::IslandHost host;

@@ -102,12 +102,6 @@ std::vector<uint8_t> IslandRanks::broadcast_bytes(std::vector<uint8_t> bytes, in
   return std::vector<uint8_t>(p, p + size);
 }
 
-uint64_t IslandRanks::broadcast_count(uint64_t v, int root) {
-  at::Tensor t = at::full({1}, static_cast<int64_t>(v), at::kLong);
-  broadcast(t, root);
-  return static_cast<uint64_t>(t.item<int64_t>());
-}
-
 bool IslandRanks::all(bool v) {
   std::vector<at::Tensor> t{at::full({1}, v ? 1 : 0, at::kLong)};
   c10d::AllreduceOptions o;
@@ -147,6 +141,22 @@ Status IslandRanks::check_replica(const at::Tensor& params) {
   return Status(StatusCode::kInternal, "island " + std::to_string(place_.island) + ": " + std::to_string(n) + " of its " +
                                            std::to_string(ranks()) + " ranks hold parameters that differ from rank 0's "
                                            "after the last step (the ranks diverged)");
+}
+
+void put_shard_seqs(const std::vector<uint64_t>& seqs, std::map<uint32_t, uint64_t>& keyed) {
+  const int ranks = static_cast<int>(seqs.size());
+  for (int r = 1; r < ranks; ++r) keyed[transport::shard_key(r, ranks)] = seqs[static_cast<size_t>(r)];
+}
+
+std::vector<uint64_t> take_shard_seqs(std::map<uint32_t, uint64_t>& keyed, int ranks) {
+  std::vector<uint64_t> seqs(static_cast<size_t>(ranks), 0);
+  for (int r = 1; r < ranks; ++r) {
+    auto at = keyed.find(transport::shard_key(r, ranks));
+    if (at == keyed.end()) continue;
+    seqs[static_cast<size_t>(r)] = at->second;
+    keyed.erase(at);
+  }
+  return seqs;
 }
 
 IslandStart broadcast_start(IslandRanks& ranks, IslandStart start) {
@@ -259,6 +269,9 @@ class ShardedHandle final : public transport::Handle {
       : ranks_(ranks), shard_(shard), island_(island), ranges_(std::move(ranges)), buffer_(std::move(buffer)),
         transmitted_(std::move(transmitted)), codec_(codec), weight_(weight) {
     input_ = slice(buffer_).clone();
+    shard_.next_seqs.resize(static_cast<size_t>(ranks_.ranks()), 0);
+    for (int r = 0; r < ranks_.ranks(); ++r)  // every rank posts its own now
+      if (r != ranks_.rank()) ++shard_.next_seqs[static_cast<size_t>(r)];
     post();
   }
 
@@ -285,6 +298,8 @@ class ShardedHandle final : public transport::Handle {
                                                                 "its contributors after running again"));
       ATOLL_WARN("island " << island_ << " rank " << ranks_.rank() << ": the exchange's shards ended with different "
                            << "contributors; shards " << transport::ids_text(a.rerun) << " run again");
+      for (int r : a.rerun)
+        if (r != ranks_.rank()) ++shard_.next_seqs[static_cast<size_t>(r)];  // posted there
       if (std::find(a.rerun.begin(), a.rerun.end(), ranks_.rank()) != a.rerun.end()) {
         slice(buffer_).copy_(input_);
         post();
@@ -320,6 +335,7 @@ class ShardedHandle final : public transport::Handle {
     // The collective starts over rank 0's view on every shard plane.
     share_view(ranks_, shard_);
     local_.reset();
+    ++shard_.next_seqs[static_cast<size_t>(ranks_.rank())];
     mine_ = shard_.group->allreduce_mean(slice(buffer_), codec_, weight_,
                                          transmitted_.defined() ? slice(transmitted_) : at::Tensor());
   }

@@ -25,6 +25,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -67,8 +68,6 @@ class IslandRanks {
   void broadcast(at::Tensor& t, int root = 0);
   // Rank `root`'s bytes to every rank (the others' argument is ignored).
   std::vector<uint8_t> broadcast_bytes(std::vector<uint8_t> bytes, int root = 0);
-  // Rank `root`'s `v` on every rank.
-  uint64_t broadcast_count(uint64_t v, int root);
   // Whether `v` holds on every rank.
   bool all(bool v);
   // `t` (int64) <- its sum over the ranks.
@@ -109,7 +108,15 @@ struct RankShard {
   // Rank 0: the sum of the other ranks' shard planes' counters, as of the latest sharded
   // all-reduce that completed (the island's records count them with its own).
   transport::ByteCounters others;
+  // The sequence number of each rank's next shard collective, by rank (every rank counts
+  // every shard's: the ranks post and rerun them alike). Set from where the island starts (a
+  // checkpoint, a hand-over); rank 0 saves them under shard_key(r, R) (shard_seqs_in()).
+  std::vector<uint64_t> next_seqs;
 };
+// The shards' sequence numbers as a checkpoint or hand-over holds them: `seqs` (by rank) under
+// transport::shard_key(r, R) for r >= 1 in `keyed`; and back (0 where absent), removing them.
+void put_shard_seqs(const std::vector<uint64_t>& seqs, std::map<uint32_t, uint64_t>& keyed);
+std::vector<uint64_t> take_shard_seqs(std::map<uint32_t, uint64_t>& keyed, int ranks);
 
 // The group the algorithm of an island of several ranks talks through (see above). On rank 0
 // it wraps the island's group; on the others `inner` is null and every answer is rank 0's.

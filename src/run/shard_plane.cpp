@@ -43,6 +43,10 @@ Status ShardDirectory::publish(int island, const std::vector<std::string>& endpo
 // (none while it takes part in no collective).
 std::vector<uint8_t> ShardDirectory::view() {
   const transport::Membership m = control_.membership();
+  // A member that left and came back has new shard planes (new ports) under the same data
+  // endpoint: every change of the membership reads them again.
+  if (m.epoch != epoch_) known_.clear();
+  epoch_ = m.epoch;
   bytes::ByteWriter w;
   w.u64(m.epoch);
   w.u64(m.members.size());
@@ -50,7 +54,7 @@ std::vector<uint8_t> ShardDirectory::view() {
     std::vector<std::string> shards;
     if (transport::in_collectives(p)) {
       auto it = known_.find(p.id);
-      if (it == known_.end() || it->second.first != p.endpoint) {
+      if (it == known_.end()) {
         // Set before the member published its data endpoint: there already.
         auto got = control_.store_get(shard_key(p.id), transport::Clock::now() + std::chrono::seconds(10));
         std::vector<std::string> eps;
@@ -60,11 +64,11 @@ std::vector<uint8_t> ShardDirectory::view() {
                                << (got.is_ok() ? "malformed" : got.status().to_string()) << ")");
           eps.assign(static_cast<size_t>(ranks_ - 1), "");
         } else {
-          it = known_.insert_or_assign(p.id, std::make_pair(p.endpoint, eps)).first;
+          it = known_.emplace(p.id, eps).first;
         }
         shards = std::move(eps);
       } else {
-        shards = it->second.second;
+        shards = it->second;
       }
     }
     w.i64(p.id);

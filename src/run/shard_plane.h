@@ -38,8 +38,9 @@ class ShardDirectory {
  private:
   transport::ControlPlane& control_;
   const int ranks_;
-  // Per member: the data endpoint it published, and its shard endpoints then.
-  std::map<int, std::pair<std::string, std::vector<std::string>>> known_;
+  // Per member: its shard endpoints, as read in membership epoch epoch_.
+  std::map<int, std::vector<std::string>> known_;
+  uint64_t epoch_ = 0;
 };
 
 // A rank r >= 1's data plane for shard r, over the views rank 0 sends.
@@ -54,8 +55,6 @@ class ShardPlane {
   // Rank 0's view (ShardDirectory::view).
   void apply_view(const std::vector<uint8_t>& view);
   transport::ByteCounters bytes() const;
-  // The sequence number of its next collective (for rank 0's checkpoint).
-  uint64_t next_seq() const { return plane_->next_seq(); }
 
  private:
   class Control;

@@ -924,12 +924,17 @@ TEST_F(Processes, IslandsOfTwoRanksTrainLikeOneRankOfTheWholeBatch) {
 // sees the closed connection), the island leaves, the other islands finish (launch's survivors
 // exit code), nothing hangs. Both ranks started again by hand rejoin with a state hand-over and
 // end with the others' global model.
-TEST_F(Processes, KilledRankTakesItsIslandDownAndTheRestartedIslandRejoins) {
+// `extra`: more settings, for launch and the restarted ranks alike.
+void killed_rank_takes_its_island_down(Processes& t, const std::vector<std::string>& extra) {
   const int steps = 3000;
-  const std::string cfg = config(3, steps);
-  const std::string rank_port = "transport.rank_port=" + std::to_string(port_ + 10);
+  const std::string cfg = t.config(3, steps);
+  std::vector<std::string> sets = {"--set", "islands.ranks=2", "--set", "transport.rank_port=" + std::to_string(t.port_ + 10)};
+  for (const std::string& e : extra) sets.insert(sets.end(), {"--set", e});
+  const fs::path& dir_ = t.dir_;
   const fs::path metrics = dir_ / "runs/r/metrics.jsonl";
-  const pid_t launch = spawn({"launch", cfg, "--quiet", "--set", "islands.ranks=2", "--set", rank_port}, dir_ / "launch.log");
+  std::vector<std::string> args = {"launch", cfg, "--quiet"};
+  args.insert(args.end(), sets.begin(), sets.end());
+  const pid_t launch = spawn(args, dir_ / "launch.log");
   ASSERT_GT(launch, 0);
   ASSERT_TRUE(wait_for_record(metrics, {"\"event\":\"round\"", "\"round\":3,"}, 30)) << "no rounds within 30 s";
   const auto kids = children_of(launch);
@@ -951,8 +956,11 @@ TEST_F(Processes, KilledRankTakesItsIslandDownAndTheRestartedIslandRejoins) {
 
   std::vector<pid_t> restarted;
   for (const char* r : {"0", "1"})
-    restarted.push_back(spawn({"island", cfg, "--id", "2", "--rank", r, "--quiet", "--set", "islands.ranks=2", "--set",
-                               rank_port}, dir_ / ("island2-" + std::string(r) + ".log")));
+  {
+    std::vector<std::string> island = {"island", cfg, "--id", "2", "--rank", r, "--quiet"};
+    island.insert(island.end(), sets.begin(), sets.end());
+    restarted.push_back(spawn(island, dir_ / ("island2-" + std::string(r) + ".log")));
+  }
   const int launch_rc = wait_bounded(launch, 90);
   ASSERT_NE(launch_rc, -1) << "launch did not finish (a hang)\n" << read(dir_ / "launch.log");
   EXPECT_EQ(launch_rc, 3) << read(dir_ / "launch.log");
@@ -969,6 +977,16 @@ TEST_F(Processes, KilledRankTakesItsIslandDownAndTheRestartedIslandRejoins) {
   EXPECT_TRUE(rejoined) << "no rejoin record of island 2";
   ASSERT_EQ(global.size(), 3u);
   EXPECT_EQ(global[0], global[2]) << "the restarted island's final global model differs";
+}
+
+TEST_F(Processes, KilledRankTakesItsIslandDownAndTheRestartedIslandRejoins) {
+  killed_rank_takes_its_island_down(*this, {});
+}
+
+// The same with the exchange sharded over the ranks (docs/ranks.md): the restarted island's
+// rank 1 takes its shard plane's place from the donor's hand-over.
+TEST_F(Processes, KilledRankOfAShardedIslandTakesItDownAndTheRestartedIslandRejoins) {
+  killed_rank_takes_its_island_down(*this, {"islands.shard_exchange=true", "model.layers=2"});
 }
 
 // transport.coordinator tcp://*:PORT: the coordinator binds every interface and writes where it
