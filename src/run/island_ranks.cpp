@@ -5,6 +5,8 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <optional>
 #include <utility>
 
@@ -256,6 +258,26 @@ class MirroredHandle final : public transport::Handle {
   std::optional<transport::CollectiveResult> result_;
 };
 
+// Fault injection for tests (docs/ranks.md "The outer exchange, sharded"):
+// ATOLL_SHARD_FAULT=rerun:N:S has every island run shard S of its N-th sharded all-reduce
+// (from 1) again, once, as if a member had been lost between the shards. Unset or malformed:
+// none.
+struct ShardFault {
+  int64_t exchange = 0;
+  int shard = -1;
+};
+const ShardFault& shard_fault() {
+  static const ShardFault fault = [] {
+    ShardFault f;
+    const char* v = std::getenv("ATOLL_SHARD_FAULT");
+    long long n = 0;
+    int s = -1;
+    if (v && std::sscanf(v, "rerun:%lld:%d", &n, &s) == 2 && n > 0 && s >= 0) f = {n, s};
+    return f;
+  }();
+  return fault;
+}
+
 // One sharded all-reduce (islands.shard_exchange) on every rank: each rank all-reduces its
 // shard on its shard group, while the ranks agree at every poll on whether all shards are
 // done (and rank 0's view reaches the shard planes). Then each rank's result goes to every
@@ -269,9 +291,12 @@ class ShardedHandle final : public transport::Handle {
       : ranks_(ranks), shard_(shard), island_(island), ranges_(std::move(ranges)), buffer_(std::move(buffer)),
         transmitted_(std::move(transmitted)), codec_(codec), weight_(weight) {
     input_ = slice(buffer_).clone();
+    exchange_ = ++shard_.exchanges;
     shard_.next_seqs.resize(static_cast<size_t>(ranks_.ranks()), 0);
     for (int r = 0; r < ranks_.ranks(); ++r)  // every rank posts its own now
       if (r != ranks_.rank()) ++shard_.next_seqs[static_cast<size_t>(r)];
+    // The collective starts over rank 0's view on every shard plane.
+    share_view(ranks_, shard_);
     post();
   }
 
@@ -290,7 +315,10 @@ class ShardedHandle final : public transport::Handle {
     }
     std::vector<transport::CollectiveResult> results = exchange_results();
     for (int round = 0;; ++round) {
-      const transport::ShardAgreement a = transport::agree_shards(results);
+      transport::ShardAgreement a = transport::agree_shards(results);
+      if (round == 0 && exchange_ == shard_fault().exchange && a.status.is_ok() && a.rerun.empty() &&
+          shard_fault().shard < ranks_.ranks())
+        a.rerun = {shard_fault().shard};  // ATOLL_SHARD_FAULT
       if (!a.status.is_ok()) return finish(results[0], a.status);
       if (a.rerun.empty()) break;
       if (round == transport::max_shard_reruns(results[0].contributors.size()))
@@ -300,6 +328,7 @@ class ShardedHandle final : public transport::Handle {
                            << "contributors; shards " << transport::ids_text(a.rerun) << " run again");
       for (int r : a.rerun)
         if (r != ranks_.rank()) ++shard_.next_seqs[static_cast<size_t>(r)];  // posted there
+      share_view(ranks_, shard_);  // on every rank: the same c10d calls in the same order
       if (std::find(a.rerun.begin(), a.rerun.end(), ranks_.rank()) != a.rerun.end()) {
         slice(buffer_).copy_(input_);
         post();
@@ -330,10 +359,9 @@ class ShardedHandle final : public transport::Handle {
     const transport::ShardRange& r = ranges_[static_cast<size_t>(ranks_.rank())];
     return t.narrow(0, r.begin, r.size);
   }
-  // This rank's shard, on its shard group.
+  // This rank's shard, on its shard group (after share_view on every rank). No c10d call:
+  // in a rerun only some ranks post.
   void post() {
-    // The collective starts over rank 0's view on every shard plane.
-    share_view(ranks_, shard_);
     local_.reset();
     ++shard_.next_seqs[static_cast<size_t>(ranks_.rank())];
     mine_ = shard_.group->allreduce_mean(slice(buffer_), codec_, weight_,
@@ -379,6 +407,7 @@ class ShardedHandle final : public transport::Handle {
   IslandRanks& ranks_;
   RankShard& shard_;
   const int island_;
+  int64_t exchange_ = 0;  // this one's number among the island's sharded all-reduces (from 1)
   const std::vector<transport::ShardRange> ranges_;
   at::Tensor buffer_, transmitted_;
   at::Tensor input_;  // this rank's shard as it was given, for a rerun

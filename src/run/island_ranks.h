@@ -112,6 +112,7 @@ struct RankShard {
   // every shard's: the ranks post and rerun them alike). Set from where the island starts (a
   // checkpoint, a hand-over); rank 0 saves them under shard_key(r, R) (shard_seqs_in()).
   std::vector<uint64_t> next_seqs;
+  int64_t exchanges = 0;  // sharded all-reduces posted by this process
 };
 // The shards' sequence numbers as a checkpoint or hand-over holds them: `seqs` (by rank) under
 // transport::shard_key(r, R) for r >= 1 in `keyed`; and back (0 where absent), removing them.
