@@ -233,6 +233,7 @@ class IslandProcess {
   // islands.shard_exchange: the shard endpoints of every member, and this rank's shard (its
   // handles in the algorithm's hands: before release_algorithm_).
   std::optional<ShardDirectory> shard_dir_;
+  std::optional<ShardViews> shard_views_;
   RankShard rank_shard_;
   std::unique_ptr<transport::Group> shard0_;
   // The algorithm's sub-groups use the group, its control plane and routes: the
@@ -483,7 +484,9 @@ Status IslandProcess::publish_shards() {
     endpoints.emplace_back(e.begin(), e.end());
   }
   shard_dir_.emplace(*control_, ranks_->ranks());
-  return shard_dir_->publish(island_, endpoints);
+  if (Status st = shard_dir_->publish(island_, endpoints); !st.is_ok()) return st;
+  shard_views_.emplace(*shard_dir_, *control_, ranks_->place());
+  return Status::ok();
 }
 
 // Start together: every island of the start set that is still live takes part from the
@@ -725,7 +728,6 @@ void IslandProcess::make_runtime() {
       for (int j = 0; j < k_; ++j) ids[static_cast<size_t>(j)] = j;
       shard0_ = group->subgroup(transport::shard_key(0, ranks_->ranks()), std::move(ids));
       rank_shard_.group = shard0_.get();
-      rank_shard_.view = [this] { return shard_dir_->view(); };
       timed_->add_bytes_of(&rank_shard_.others);
     }
     mirrored_ = mirrored_group(*ranks_, group, island_, shard_dir_ ? &rank_shard_ : nullptr);
@@ -871,13 +873,12 @@ Status run_rank(const config::Config& config, int island, IslandRanks& ranks) {
     std::map<uint32_t, uint64_t> keyed = resumed ? resumed->group_seqs : handover ? handover->subgroup_seqs
                                                                                 : std::map<uint32_t, uint64_t>{};
     shard.next_seqs = take_shard_seqs(keyed, ranks.ranks());
-    plane.emplace(config, island, ranks.rank(), shard.next_seqs[static_cast<size_t>(ranks.rank())]);
+    plane.emplace(config, ranks.place(), shard.next_seqs[static_cast<size_t>(ranks.rank())]);
     for (int r = 1; r < ranks.ranks(); ++r) {
       const std::string& e = plane->endpoint();
       ranks.broadcast_bytes(r == ranks.rank() ? std::vector<uint8_t>(e.begin(), e.end()) : std::vector<uint8_t>{}, r);
     }
     shard.group = &plane->group();
-    shard.apply_view = [&plane](const std::vector<uint8_t>& view) { plane->apply_view(view); };
     shard.bytes = [&plane] { return plane->bytes(); };
   }
   std::unique_ptr<transport::Group> group = mirrored_group(ranks, nullptr, island, plane ? &shard : nullptr);

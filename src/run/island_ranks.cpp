@@ -280,10 +280,10 @@ const ShardFault& shard_fault() {
 
 // One sharded all-reduce (islands.shard_exchange) on every rank: each rank all-reduces its
 // shard on its shard group, while the ranks agree at every poll on whether all shards are
-// done (and rank 0's view reaches the shard planes). Then each rank's result goes to every
-// rank, and all take the same decision (transport::agree_shards): the shards that ended with
-// other contributors than the rest run again from their input; then each shard goes to
-// every rank.
+// done. Then each rank's result goes to every rank, and all take the same decision
+// (transport::agree_shards): the shards that ended with other contributors than the rest run
+// again from their input; then each shard goes to every rank. (Rank 0's membership reaches
+// the shard planes on its own: src/run/shard_plane.h.)
 class ShardedHandle final : public transport::Handle {
  public:
   ShardedHandle(IslandRanks& ranks, RankShard& shard, int island, std::vector<transport::ShardRange> ranges,
@@ -295,14 +295,11 @@ class ShardedHandle final : public transport::Handle {
     shard_.next_seqs.resize(static_cast<size_t>(ranks_.ranks()), 0);
     for (int r = 0; r < ranks_.ranks(); ++r)  // every rank posts its own now
       if (r != ranks_.rank()) ++shard_.next_seqs[static_cast<size_t>(r)];
-    // The collective starts over rank 0's view on every shard plane.
-    share_view(ranks_, shard_);
     post();
   }
 
   bool done() const override {
     if (result_) return true;
-    share_view(ranks_, shard_);
     return ranks_.all(local_ || mine_->done());
   }
 
@@ -328,7 +325,6 @@ class ShardedHandle final : public transport::Handle {
                            << "contributors; shards " << transport::ids_text(a.rerun) << " run again");
       for (int r : a.rerun)
         if (r != ranks_.rank()) ++shard_.next_seqs[static_cast<size_t>(r)];  // posted there
-      share_view(ranks_, shard_);  // on every rank: the same c10d calls in the same order
       if (std::find(a.rerun.begin(), a.rerun.end(), ranks_.rank()) != a.rerun.end()) {
         slice(buffer_).copy_(input_);
         post();
@@ -348,19 +344,12 @@ class ShardedHandle final : public transport::Handle {
     return finish(results[0], Status::ok());
   }
 
-  // Rank 0's view to the shard planes of the others.
-  static void share_view(IslandRanks& ranks, RankShard& shard) {
-    std::vector<uint8_t> view = ranks.broadcast_bytes(ranks.leads() ? shard.view() : std::vector<uint8_t>{});
-    if (!ranks.leads()) shard.apply_view(view);
-  }
-
  private:
   at::Tensor slice(const at::Tensor& t) const {
     const transport::ShardRange& r = ranges_[static_cast<size_t>(ranks_.rank())];
     return t.narrow(0, r.begin, r.size);
   }
-  // This rank's shard, on its shard group (after share_view on every rank). No c10d call:
-  // in a rerun only some ranks post.
+  // This rank's shard, on its shard group. No c10d call: in a rerun only some ranks post.
   void post() {
     local_.reset();
     ++shard_.next_seqs[static_cast<size_t>(ranks_.rank())];
@@ -370,7 +359,6 @@ class ShardedHandle final : public transport::Handle {
   // Until every rank's shard has ended, or (rank 0's clock) the deadline has passed.
   bool wait_all(transport::Deadline deadline) {
     for (;;) {
-      share_view(ranks_, shard_);
       if (!local_) {
         const auto poll = transport::Clock::now() + std::chrono::milliseconds(100);
         transport::CollectiveResult r = mine_->wait(deadline ? std::min(*deadline, poll) : poll);

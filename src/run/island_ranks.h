@@ -61,6 +61,9 @@ class IslandRanks {
   int rank() const { return place_.rank; }
   int ranks() const { return place_.ranks; }
   bool leads() const { return place_.rank == 0; }
+  // Where the island's c10d store is (rank 0's host and port): other threads open their own
+  // client of it (src/run/shard_plane.h).
+  const RankPlace& place() const { return place_; }
 
   // grads <- (sum over the ranks of grads) / ranks; returns the mean of the ranks' losses.
   double average(at::Tensor& grads, double loss);
@@ -100,10 +103,7 @@ IslandStart broadcast_start(IslandRanks& ranks, IslandStart start);
 struct RankShard {
   // Where this rank's shard travels: on rank 0 the island's group, on rank r its ShardPlane's.
   transport::Group* group = nullptr;
-  // Rank 0: its membership view for the shard planes (ShardDirectory::view).
-  std::function<std::vector<uint8_t>()> view;
-  // Ranks > 0: takes rank 0's view (ShardPlane::apply_view), and counts its plane's bytes.
-  std::function<void(const std::vector<uint8_t>&)> apply_view;
+  // Ranks > 0: its plane's counters.
   std::function<transport::ByteCounters()> bytes;
   // Rank 0: the sum of the other ranks' shard planes' counters, as of the latest sharded
   // all-reduce that completed (the island's records count them with its own).

@@ -1,8 +1,12 @@
 #include "src/run/shard_plane.h"
 
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
 #include <chrono>
-#include <condition_variable>
+#include <atomic>
+#include <cstdint>
 #include <mutex>
+#include <thread>
 #include <utility>
 
 #include "src/base/bytes.h"
@@ -10,6 +14,7 @@
 #include "src/base/status.h"
 #include "src/run/data_plane.h"
 #include "src/run/hosts.h"
+#include "src/run/island_ranks.h"
 #include "transport/zmq/curve.h"
 #include "transport/zmq/zmq_group.h"
 
@@ -18,6 +23,18 @@ namespace atl::run {
 namespace {
 
 std::string shard_key(int island) { return "atoll/shards/" + std::to_string(island); }
+// The key of rank 0's view in the island's c10d store.
+const char kViewKey[] = "atoll/shard_view";
+
+// A client of the island's c10d store, of this thread's own.
+c10::intrusive_ptr<c10d::TCPStore> store_client(const RankPlace& place) {
+  c10d::TCPStoreOptions o;
+  o.port = static_cast<uint16_t>(place.port);
+  o.isServer = false;
+  o.waitWorkers = false;
+  o.timeout = std::chrono::seconds(30);
+  return c10::make_intrusive<c10d::TCPStore>(place.rank0_host, o);
+}
 
 std::vector<std::string> split_words(const std::string& s) {
   std::vector<std::string> out;
@@ -41,7 +58,8 @@ Status ShardDirectory::publish(int island, const std::vector<std::string>& endpo
 
 // Encoded: epoch, then per member its id, public key and its ranks 1..R-1 shard endpoints
 // (none while it takes part in no collective).
-std::vector<uint8_t> ShardDirectory::view() {
+std::vector<uint8_t> ShardDirectory::view(bool* complete) {
+  if (complete) *complete = true;
   const transport::Membership m = control_.membership();
   // A member that left and came back has new shard planes (new ports) under the same data
   // endpoint: every change of the membership reads them again.
@@ -63,6 +81,7 @@ std::vector<uint8_t> ShardDirectory::view() {
           ATOLL_WARN("island " << control_.self() << ": no shard endpoints of island " << p.id << " ("
                                << (got.is_ok() ? "malformed" : got.status().to_string()) << ")");
           eps.assign(static_cast<size_t>(ranks_ - 1), "");
+          if (complete) *complete = false;
         } else {
           it = known_.emplace(p.id, eps).first;
         }
@@ -80,20 +99,24 @@ std::vector<uint8_t> ShardDirectory::view() {
   return {s.begin(), s.end()};
 }
 
-// Rank r's control plane: rank 0's latest view, with each member's rank-r endpoint. No store,
-// records or server role: the shard plane runs all-reduces only.
+// Rank r's control plane: rank 0's latest view (ShardViews), with each member's rank-r
+// endpoint, read from the island's c10d store at most every 20 ms. No store, records or
+// server role: the shard plane runs all-reduces only.
 class ShardPlane::Control final : public transport::ControlPlane {
  public:
-  Control(int island, int rank) : island_(island), rank_(rank) {}
+  Control(int island, int rank, const RankPlace& place) : island_(island), rank_(rank), place_(place) {}
   int self() const override { return island_; }
   transport::Membership membership() const override {
     std::lock_guard<std::mutex> lock(mu_);
+    read();
     return view_;
   }
   transport::Membership wait_for_change(uint64_t epoch, transport::Deadline deadline) override {
-    std::unique_lock<std::mutex> lock(mu_);
-    transport::wait_until(cv_, lock, deadline, [&] { return view_.epoch != epoch; });
-    return view_;
+    for (;;) {
+      transport::Membership m = membership();
+      if (m.epoch != epoch || (deadline && transport::Clock::now() >= *deadline)) return m;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
   }
   void suspect(int) override {}  // rank 0's view follows the coordinator's failure detector
   Status push(uint64_t, std::vector<uint8_t>, double) override { return unavailable(); }
@@ -102,7 +125,28 @@ class ShardPlane::Control final : public transport::ControlPlane {
   StatusOr<std::vector<uint8_t>> store_get(const std::string&, transport::Deadline) override { return unavailable(); }
   void record(const std::string&) override {}
 
-  void set(const std::vector<uint8_t>& bytes) {
+ private:
+  static Status unavailable() {
+    return Status(StatusCode::kUnavailable, "a shard plane has no store or server role (rank 0 speaks for the island)");
+  }
+  // Under mu_. A store that does not answer (rank 0 gone) leaves the view as it was: the
+  // rank's next c10d operation ends it.
+  void read() const {
+    const auto now = transport::Clock::now();
+    if (now < next_read_) return;
+    next_read_ = now + std::chrono::milliseconds(20);
+    try {
+      if (!store_) store_ = store_client(place_);
+      if (!store_->check({kViewKey})) return;
+      const std::vector<uint8_t> bytes = store_->get(kViewKey);
+      if (bytes == last_) return;
+      view_ = decode(bytes);
+      last_ = bytes;
+    } catch (const std::exception& e) {
+      ATOLL_DEBUG("island " << island_ << " rank " << rank_ << ": rank 0's view: " << e.what());
+    }
+  }
+  transport::Membership decode(const std::vector<uint8_t>& bytes) const {
     const std::string text(bytes.begin(), bytes.end());
     bytes::Reader r(text, "shard membership view");
     transport::Membership m;
@@ -119,28 +163,54 @@ class ShardPlane::Control final : public transport::ControlPlane {
       }
       m.members.push_back(std::move(p));
     }
-    if (!r.done()) throw std::runtime_error("island ranks: malformed shard membership view");
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      // Rank 0's epochs as they are: the other islands' shard planes number their views alike.
-      if (m.epoch == view_.epoch && m.members == view_.members) return;
-      view_ = std::move(m);
-    }
-    cv_.notify_all();
+    if (!r.done()) throw std::runtime_error("malformed shard membership view");
+    return m;
   }
 
- private:
-  static Status unavailable() {
-    return Status(StatusCode::kUnavailable, "a shard plane has no store or server role (rank 0 speaks for the island)");
-  }
   const int island_, rank_;
+  const RankPlace place_;
   mutable std::mutex mu_;
-  std::condition_variable cv_;
-  transport::Membership view_;
+  mutable c10::intrusive_ptr<c10d::TCPStore> store_;
+  mutable transport::Clock::time_point next_read_{};
+  mutable std::vector<uint8_t> last_;
+  mutable transport::Membership view_;
 };
 
-ShardPlane::ShardPlane(const config::Config& config, int island, int rank, uint64_t first_seq)
-    : control_(std::make_unique<Control>(island, rank)) {
+struct ShardViews::Thread {
+  std::atomic<bool> stop{false};
+  std::thread thread;
+};
+
+ShardViews::ShardViews(ShardDirectory& directory, transport::ControlPlane& control, const RankPlace& place)
+    : thread_(std::make_unique<Thread>()) {
+  Thread& t = *thread_;
+  auto store = store_client(place);  // before the thread: a failure here is the caller's
+  t.thread = std::thread([&t, &directory, &control, store]() {
+    uint64_t written = UINT64_MAX;
+    while (!t.stop) {
+      try {
+        const uint64_t epoch = control.membership().epoch;
+        if (epoch != written) {
+          bool complete = false;
+          store->set(kViewKey, directory.view(&complete));
+          if (complete) written = epoch;  // else read the missing endpoints again
+        }
+      } catch (const std::exception& e) {
+        ATOLL_DEBUG("shard views: " << e.what());
+      }
+      control.wait_for_change(written, transport::Clock::now() + std::chrono::milliseconds(100));
+    }
+  });
+}
+
+ShardViews::~ShardViews() {
+  thread_->stop = true;
+  thread_->thread.join();
+}
+
+ShardPlane::ShardPlane(const config::Config& config, const RankPlace& place, uint64_t first_seq)
+    : control_(std::make_unique<Control>(place.island, place.rank, place)) {
+  const int island = place.island;
   const auto& t = config.transport;
   DataPlaneStart where;
   where.first_seq = first_seq;
@@ -161,8 +231,6 @@ ShardPlane::ShardPlane(const config::Config& config, int island, int rank, uint6
 ShardPlane::~ShardPlane() = default;
 
 transport::Group& ShardPlane::group() { return *plane_; }
-
-void ShardPlane::apply_view(const std::vector<uint8_t>& view) { control_->set(view); }
 
 transport::ByteCounters ShardPlane::bytes() const { return plane_->bytes(); }
 

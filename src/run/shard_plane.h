@@ -5,12 +5,15 @@
 //     ZeroMQ data plane of its own (ShardPlane), bound to an ephemeral port.
 //   - Rank 0 stays the island's only control-plane client. Every island's rank 0 publishes
 //     its ranks' shard endpoints in the coordinator's store (ShardDirectory::publish) before
-//     its own data endpoint; it sends its membership view, with every member's shard
-//     endpoints, to its other ranks over c10d whenever their collectives start or are polled
-//     (src/run/island_ranks.cpp), so a shard plane has no failure detector of its own.
+//     its own data endpoint. Its ShardViews thread writes its membership view, with every
+//     member's shard endpoints, into the island's c10d store at every change, where the other
+//     ranks' shard planes read it (every poll_ms, as rank 0's data plane reads its control
+//     client's), so a shard plane has no failure detector of its own and learns of members
+//     (and their CURVE keys) as soon as rank 0's data plane does.
 //
-// Threads: ShardDirectory is used by rank 0's main thread; a ShardPlane by its rank's main
-// thread, its control plane by its data plane's I/O thread too.
+// Threads: ShardDirectory::publish on rank 0's main thread, then view() on its ShardViews
+// thread only; a ShardPlane by its rank's main thread, its control plane by its data plane's
+// I/O thread.
 #pragma once
 
 #include <cstdint>
@@ -26,14 +29,17 @@
 
 namespace atl::run {
 
+struct RankPlace;
+
 // Rank 0's side: the shard endpoints of every member, from the coordinator's store.
 class ShardDirectory {
  public:
   ShardDirectory(transport::ControlPlane& control, int ranks) : control_(control), ranks_(ranks) {}
   // This island's ranks 1..R-1 endpoints, before its own data endpoint is published.
   Status publish(int island, const std::vector<std::string>& endpoints);
-  // Rank 0's membership with every member's shard endpoints, encoded for the other ranks.
-  std::vector<uint8_t> view();
+  // Rank 0's membership with every member's shard endpoints, encoded for the other ranks;
+  // `complete` false when a member's could not be read (they go empty: it takes no part).
+  std::vector<uint8_t> view(bool* complete = nullptr);
 
  private:
   transport::ControlPlane& control_;
@@ -43,17 +49,28 @@ class ShardDirectory {
   uint64_t epoch_ = 0;
 };
 
+// Rank 0's thread that writes the directory's view into the island's c10d store (at `place`)
+// whenever the membership changes, until destroyed.
+class ShardViews {
+ public:
+  ShardViews(ShardDirectory& directory, transport::ControlPlane& control, const RankPlace& place);
+  ~ShardViews();
+
+ private:
+  struct Thread;
+  std::unique_ptr<Thread> thread_;
+};
+
 // A rank r >= 1's data plane for shard r, over the views rank 0 sends.
 class ShardPlane {
  public:
-  // `first_seq`: its first collective (a run resumed from a checkpoint: where it was).
-  ShardPlane(const config::Config& config, int island, int rank, uint64_t first_seq = 0);
+  // `first_seq`: its first collective (a run resumed from a checkpoint: where it was);
+  // `place`: where the island's c10d store is (rank 0's views).
+  ShardPlane(const config::Config& config, const RankPlace& place, uint64_t first_seq = 0);
   ~ShardPlane();
   transport::Group& group();
   // Where the other islands' ranks r reach it.
   const std::string& endpoint() const { return published_; }
-  // Rank 0's view (ShardDirectory::view).
-  void apply_view(const std::vector<uint8_t>& view);
   transport::ByteCounters bytes() const;
 
  private:

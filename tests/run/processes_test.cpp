@@ -905,6 +905,20 @@ TEST_F(Processes, IslandsOfTwoRanksShardTheExchangeBitwiseAsSimulate) {
                                  ": the exchange's shards ended with different contributors; shards 1 run again"),
                 std::string::npos) << read(again);
   EXPECT_TRUE(read(dir_ / "runs/again/final_params.bin") == read(dir_ / "runs/sim_diloco/final_params.bin"));
+  // With transport.curve the shard planes authenticate as their island (its key pair) and let in
+  // the members of rank 0's view, whose keys reach them with it.
+  const std::string keys = (dir_ / "keys").string();
+  bool curve = true;
+  for (const char* name : {"coordinator", "island-0", "island-1", "island-2"})
+    curve = curve && std::system((std::string(ATOLL_BINARY) + " keygen " + keys + " --name " + name + " >/dev/null 2>&1").c_str()) == 0;
+  if (curve) {
+    fs::create_directories(keys + "/allowed");
+    for (const char* name : {"island-0", "island-1", "island-2"})
+      fs::copy_file(keys + "/" + name + ".pub", keys + "/allowed/" + name + ".pub");
+    ASSERT_EQ(run("launch " + cfg + " --quiet" + ranks + sharded + " --set transport.curve=true --set transport.keys_dir=" +
+                  keys + " --set run.name=curve"), 0);
+    EXPECT_TRUE(read(dir_ / "runs/curve/final_params.bin") == read(dir_ / "runs/sim_diloco/final_params.bin"));
+  }
   // The shards are all-reduced apart: not the bits of the exchange made whole by rank 0.
   ASSERT_EQ(run("simulate " + cfg + " --quiet" + ranks + " --set run.name=whole"), 0);
   EXPECT_FALSE(read(dir_ / "runs/whole/final_params.bin") == read(dir_ / "runs/sim_diloco/final_params.bin"));
@@ -1022,14 +1036,15 @@ TEST_F(Processes, IslandsFindTheCoordinatorThroughTheRunDirectory) {
 
 // transport.host "*" (docs/slurm.md "Islands on several nodes"): each island binds every
 // interface and publishes its node's name, a gloo island's pairs and an island's ranks use
-// that name too; the runs end as with the address in the config, over zmq, over gloo and with
-// islands of two ranks.
+// that name too (and the ranks' shard planes, islands.shard_exchange); the runs end as with the
+// address in the config, over zmq, over gloo and with islands of two ranks.
 TEST_F(Processes, IslandsOnAnyNodePublishTheirNodesAddress) {
   char name[256] = {};
   ASSERT_EQ(::gethostname(name, sizeof name - 1), 0);
   const std::string cfg = config(2, 20);
   for (const std::string& extra : {std::string(" --set transport.kind=zmq"), std::string(" --set transport.kind=gloo"),
-                                   std::string(" --set islands.ranks=2")}) {
+                                   std::string(" --set islands.ranks=2"),
+                                   std::string(" --set islands.ranks=2 --set islands.shard_exchange=true --set model.layers=2")}) {
     SCOPED_TRACE(extra);
     ASSERT_EQ(run("launch " + cfg + " --quiet --force --set run.name=given" + extra), 0);
     const fs::path log = dir_ / "any.log";
