@@ -166,7 +166,6 @@ void check_shard_exchange(const config::Config& c) {
   if (algorithms::algorithm_traits(c.algorithm.name).server_role)
     refuse(c.algorithm.name + " talks to its server from rank 0 alone; there is no exchange to shard");
   if (c.transport.collective == "star") refuse("not available with transport.collective star (one all-reduce through the coordinator)");
-  if (c.transport.kind != "zmq") refuse("shards travel over transport.kind zmq only (gloo: not built yet)");
 }
 
 void check_memory(const config::Config& c, Target target) {

@@ -48,6 +48,7 @@ std::unique_ptr<transport::NetGroup> make_gloo(const config::TransportConfig& t,
   o.first_seq = s.first_seq;
   o.first_seqs = std::move(s.first_seqs);
   o.in_flight = std::move(s.in_flight);
+  if (!s.store_prefix.empty()) o.store_prefix = std::move(s.store_prefix);
   return std::make_unique<transport::GlooGroup>(control, std::move(o));
 }
 

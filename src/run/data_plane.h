@@ -27,6 +27,7 @@ struct DataPlaneStart {
   std::map<uint32_t, uint64_t> first_seqs;  // the algorithm's sub-groups', by key
   std::optional<transport::CollectiveResult> in_flight;
   std::string curve_public_key, curve_secret_key;  // transport.curve (zmq)
+  std::string store_prefix;  // gloo: a prefix of its own for its rendezvous keys ("": the default)
 };
 
 // The data plane of `t.kind` over `control`. Throws atl::UserError for a kind no row has.

@@ -3,8 +3,10 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <chrono>
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <optional>
 #include <mutex>
 #include <thread>
 #include <utility>
@@ -25,6 +27,11 @@ namespace {
 std::string shard_key(int island) { return "atoll/shards/" + std::to_string(island); }
 // The key of rank 0's view in the island's c10d store.
 const char kViewKey[] = "atoll/shard_view";
+// Rank r's requests to the coordinator's store through rank 0 (a gloo shard plane's
+// rendezvous): request n at "atoll/proxy/<r>/req/<n>", its answer at ".../ans/<n>".
+std::string proxy_key(int rank, const char* what, int64_t n) {
+  return "atoll/proxy/" + std::to_string(rank) + "/" + what + "/" + std::to_string(n);
+}
 
 // A client of the island's c10d store, of this thread's own.
 c10::intrusive_ptr<c10d::TCPStore> store_client(const RankPlace& place) {
@@ -121,11 +128,56 @@ class ShardPlane::Control final : public transport::ControlPlane {
   void suspect(int) override {}  // rank 0's view follows the coordinator's failure detector
   Status push(uint64_t, std::vector<uint8_t>, double) override { return unavailable(); }
   StatusOr<std::vector<uint8_t>> pull(uint64_t, transport::Deadline) override { return unavailable(); }
-  Status store_set(const std::string&, std::vector<uint8_t>) override { return unavailable(); }
-  StatusOr<std::vector<uint8_t>> store_get(const std::string&, transport::Deadline) override { return unavailable(); }
+  // Through rank 0 (ShardViews): a gloo shard plane's rendezvous.
+  Status store_set(const std::string& key, std::vector<uint8_t> value) override {
+    return ask(key, std::move(value), false, std::nullopt).status();
+  }
+  StatusOr<std::vector<uint8_t>> store_get(const std::string& key, transport::Deadline deadline) override {
+    return ask(key, {}, true, deadline);
+  }
   void record(const std::string&) override {}
 
  private:
+  // Request: u8 get, str key, bytes value, i64 wait_ms. Answer: u8 status code, str message,
+  // bytes value.
+  StatusOr<std::vector<uint8_t>> ask(const std::string& key, std::vector<uint8_t> value, bool get,
+                                     transport::Deadline deadline) {
+    std::lock_guard<std::mutex> lock(ask_mu_);
+    try {
+      if (!asker_) asker_ = store_client(place_);
+      const int64_t n = asker_->add("atoll/proxy/" + std::to_string(rank_) + "/next", 1);
+      bytes::ByteWriter w;
+      w.u8(get ? 1 : 0);
+      w.str(key);
+      w.str(std::string(value.begin(), value.end()));
+      const auto wait = deadline ? std::chrono::duration_cast<std::chrono::milliseconds>(*deadline - transport::Clock::now())
+                                 : std::chrono::milliseconds(-1);
+      w.i64(std::max<int64_t>(wait.count(), deadline ? 0 : -1));
+      std::string req = std::move(w).bytes();
+      asker_->set(proxy_key(rank_, "req", n), std::vector<uint8_t>(req.begin(), req.end()));
+      const std::string ans_key = proxy_key(rank_, "ans", n);
+      // Rank 0 answers by the deadline (plus its poll); a rank 0 that is gone never does.
+      const auto give_up = (deadline ? *deadline : transport::Clock::now() + std::chrono::hours(1)) + std::chrono::seconds(5);
+      while (!asker_->check({ans_key})) {
+        if (transport::Clock::now() > give_up)
+          return Status(StatusCode::kTimeout, "rank 0 did not answer a store request for '" + key + "'");
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      }
+      const std::vector<uint8_t> got = asker_->get(ans_key);
+      asker_->deleteKey(ans_key);
+      const std::string text(got.begin(), got.end());
+      bytes::Reader r(text, "store answer");
+      const auto code = static_cast<StatusCode>(r.u8());
+      std::string message = r.str();
+      const std::string v = r.str();
+      if (!r.done()) return Status(StatusCode::kInternal, "malformed store answer from rank 0");
+      if (code != StatusCode::kOk) return Status(code, message);
+      return std::vector<uint8_t>(v.begin(), v.end());
+    } catch (const std::exception& e) {
+      return Status(StatusCode::kUnavailable, std::string("the island's store: ") + e.what());
+    }
+  }
+
   static Status unavailable() {
     return Status(StatusCode::kUnavailable, "a shard plane has no store or server role (rank 0 speaks for the island)");
   }
@@ -169,6 +221,8 @@ class ShardPlane::Control final : public transport::ControlPlane {
 
   const int island_, rank_;
   const RankPlace place_;
+  std::mutex ask_mu_;
+  c10::intrusive_ptr<c10d::TCPStore> asker_;
   mutable std::mutex mu_;
   mutable c10::intrusive_ptr<c10d::TCPStore> store_;
   mutable transport::Clock::time_point next_read_{};
@@ -179,7 +233,54 @@ class ShardPlane::Control final : public transport::ControlPlane {
 struct ShardViews::Thread {
   std::atomic<bool> stop{false};
   std::thread thread;
+  std::vector<std::thread> proxies;  // one per rank >= 1: its requests to the coordinator's store
 };
+
+namespace {
+
+// Serves rank r's store requests (ShardPlane::Control::ask) in order, until `stop`.
+void serve_proxy(const std::atomic<bool>& stop, transport::ControlPlane& control, const RankPlace& place, int rank) {
+  auto store = store_client(place);
+  for (int64_t n = 1; !stop;) {
+    try {
+      const std::string req_key = proxy_key(rank, "req", n);
+      if (!store->check({req_key})) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        continue;
+      }
+      const std::vector<uint8_t> req = store->get(req_key);
+      store->deleteKey(req_key);
+      const std::string text(req.begin(), req.end());
+      bytes::Reader r(text, "store request");
+      const bool get = r.u8() != 0;
+      const std::string key = r.str();
+      const std::string value = r.str();
+      const int64_t wait_ms = r.i64();
+      Status st = r.done() ? Status::ok() : Status(StatusCode::kInvalidArgument, "malformed store request");
+      std::vector<uint8_t> out;
+      if (st.is_ok() && get) {
+        auto v = control.store_get(key, wait_ms < 0 ? transport::Deadline{}
+                                                    : transport::Clock::now() + std::chrono::milliseconds(wait_ms));
+        if (v.is_ok()) out = std::move(v.value());
+        else st = v.status();
+      } else if (st.is_ok()) {
+        st = control.store_set(key, std::vector<uint8_t>(value.begin(), value.end()));
+      }
+      bytes::ByteWriter w;
+      w.u8(static_cast<uint8_t>(st.code()));
+      w.str(st.message());
+      w.str(std::string(out.begin(), out.end()));
+      std::string ans = std::move(w).bytes();
+      store->set(proxy_key(rank, "ans", n), std::vector<uint8_t>(ans.begin(), ans.end()));
+      ++n;
+    } catch (const std::exception& e) {
+      ATOLL_DEBUG("shard store proxy of rank " << rank << ": " << e.what());
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+}
+
+}  // namespace
 
 ShardViews::ShardViews(ShardDirectory& directory, transport::ControlPlane& control, const RankPlace& place)
     : thread_(std::make_unique<Thread>()) {
@@ -201,11 +302,14 @@ ShardViews::ShardViews(ShardDirectory& directory, transport::ControlPlane& contr
       control.wait_for_change(written, transport::Clock::now() + std::chrono::milliseconds(100));
     }
   });
+  for (int r = 1; r < place.ranks; ++r)
+    t.proxies.emplace_back([&t, &control, place, r] { serve_proxy(t.stop, control, place, r); });
 }
 
 ShardViews::~ShardViews() {
   thread_->stop = true;
   thread_->thread.join();
+  for (std::thread& p : thread_->proxies) p.join();
 }
 
 ShardPlane::ShardPlane(const config::Config& config, const RankPlace& place, uint64_t first_seq)
@@ -221,11 +325,15 @@ ShardPlane::ShardPlane(const config::Config& config, const RankPlace& place, uin
     where.curve_public_key = keys.value().public_key;
     where.curve_secret_key = keys.value().secret_key;
   }
+  // gloo: its rendezvous keys apart from rank 0's and the other ranks' planes.
+  where.store_prefix = "gloo/shard" + std::to_string(place.rank) + "/";
   plane_ = make_data_plane(t, *control_, std::move(where));
-  const auto* zmq = dynamic_cast<const transport::ZmqGroup*>(plane_.get());
-  TORCH_CHECK(zmq != nullptr, "a shard plane is a ZeroMQ data plane (validation refuses other transports)");
-  const std::string bound = zmq->endpoint();
-  published_ = "tcp://" + island_address(t) + bound.substr(bound.rfind(':'));
+  if (const auto* zmq = dynamic_cast<const transport::ZmqGroup*>(plane_.get())) {
+    const std::string bound = zmq->endpoint();
+    published_ = "tcp://" + island_address(t) + bound.substr(bound.rfind(':'));
+  } else {  // gloo's pairs meet through the store: a name that says which plane it is
+    published_ = t.kind + "://" + island_address(t) + "/island" + std::to_string(island) + "/rank" + std::to_string(place.rank);
+  }
 }
 
 ShardPlane::~ShardPlane() = default;

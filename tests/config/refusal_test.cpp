@@ -178,10 +178,6 @@ std::vector<Row> rows() {
        synthetic("{name: mlp, hidden: [8]}", "{name: fedavg, local_steps: 2, client_fraction: 1}",
                  "{count: 2, ranks: 2, shard_exchange: true}"),
        "islands.shard_exchange", "fedavg talks to its server from rank 0 alone", "islands:"},
-      {"a sharded exchange over gloo",
-       synthetic("{name: mlp, hidden: [8]}", "{name: diloco, inner_steps: 2}", "{count: 2, ranks: 2, shard_exchange: true}",
-                 "transport: {kind: gloo}\n"),
-       "islands.shard_exchange", "over transport.kind zmq only", "islands:"},
       {"gloo with curve in a real run", synthetic() + "transport: {kind: gloo, curve: true}\n", "transport.curve",
        "not available with transport.kind gloo", "transport:", Who::kRealOnly},
   };

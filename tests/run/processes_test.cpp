@@ -510,6 +510,10 @@ TEST_F(Processes, KilledIslandRunCompletesWithSurvivorsWithAShardedExchange) {
   killed_island_run_completes_with_survivors(*this, "islands.shard_exchange=true", "", 2);
 }
 
+TEST_F(Processes, KilledIslandRunCompletesWithSurvivorsWithAShardedExchangeOverGloo) {
+  killed_island_run_completes_with_survivors(*this, "islands.shard_exchange=true", "transport.kind=gloo", 2);
+}
+
 // The star all-reduce: the coordinator itself finds the island dead and completes the
 // collective it was waiting for with the survivors' mean.
 TEST_F(Processes, KilledIslandRunCompletesWithSurvivorsOverTheStar) {
@@ -865,6 +869,9 @@ TEST_F(Processes, IslandsOfTwoRanksShardTheExchangeBitwiseAsSimulate) {
                             " --set 'compression=[{quantize: int8}]'"},
       {"ddp", " --set 'algorithm={name: ddp}'"},
       {"streaming_diloco", " --set 'algorithm={name: streaming_diloco, inner_steps: 8, fragments: 2, overlap_steps: 2}'"},
+      // Over gloo: rank r's plane meets the others' through the coordinator's store, by way of
+      // its rank 0 (src/run/shard_plane.h).
+      {"diloco_gloo", " --set transport.kind=gloo --set 'compression=[{quantize: int8}]'"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);

@@ -298,6 +298,9 @@ TEST_F(Resume, EveryAlgorithmResumesBitwiseFromAnOlderCheckpoint) {
        "compression: [{quantize: int8, rounding: stochastic}]\n",
        " --set islands.ranks=2 --set islands.shard_exchange=true --set model.layers=2 --set transport.rank_port=" +
            std::to_string(port_ + 10)},
+      {"diloco_delayed_gloo_sharded", "{name: diloco, inner_steps: 5, overlap: delayed}", "",
+       " --set transport.kind=gloo --set islands.ranks=2 --set islands.shard_exchange=true --set model.layers=2"
+       " --set transport.rank_port=" + std::to_string(port_ + 10)},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
