@@ -6,10 +6,9 @@
 // coordinator as record sink and its membership deciding the roles (core::Roles). Started
 // again while the run is going (after a crash), it rejoins: it takes a live island's state
 // hand-over (core::Handover, carried by src/run/handover.h) and goes on from there.
-// Length: over 800 lines because rank 0 (IslandProcess) and the other ranks of an island
-// (run_rank) share this file's signal handlers, start message and restore helpers, which must
-// stay in step line for line; splitting the ranks' side out (with those helpers in a header of
-// src/run) is the next cut, when the outer exchange is sharded over the ranks (issue 25).
+// Length: just over 800 lines: IslandProcess's stages (join, start, data plane, checkpoints,
+// signal cuts, outputs) with their comments; the other ranks of an island are
+// src/run/island_rank.cpp.
 #include <unistd.h>
 
 #include <ATen/ATen.h>
@@ -135,17 +134,6 @@ Status check_rejoin(const config::Config& config, const algorithms::Algorithm& a
 }  // namespace
 
 namespace {
-
-// A resumed island's training state (core::restore_training, as in every resume) and libtorch's
-// generator (dropout).
-void restore_island(core::IslandParts& parts, core::IslandRuntime& runtime, const IslandProcessCheckpoint& c) {
-  core::restore_training(parts, runtime, c);
-  if (c.torch_rng.defined()) {
-    at::Generator gen = at::detail::getDefaultCPUGenerator();
-    std::lock_guard<std::mutex> lock(gen.mutex());
-    gen.set_state(c.torch_rng);
-  }
-}
 
 // How one life of an island in the run ended: it ran all its steps, or it was declared dead
 // while cut off and came back into a run that went on without it, and is to join again
@@ -728,6 +716,7 @@ void IslandProcess::make_runtime() {
       for (int j = 0; j < k_; ++j) ids[static_cast<size_t>(j)] = j;
       shard0_ = group->subgroup(transport::shard_key(0, ranks_->ranks()), std::move(ids));
       rank_shard_.group = shard0_.get();
+      rank_shard_.epoch = [this] { return control_->membership().epoch; };
       timed_->add_bytes_of(&rank_shard_.others);
     }
     mirrored_ = mirrored_group(*ranks_, group, island_, shard_dir_ ? &rank_shard_ : nullptr);
@@ -827,108 +816,6 @@ void IslandProcess::write_outputs() {
       ATOLL_WARN("island " << island_ << ": " << st.to_string());
     throw;
   }
-}
-
-// A rank > 0 of an island of several ranks (src/run/island_ranks.h): the island's parts, the
-// start rank 0 sends, and the island loop over rank 0's observations. No control plane, no
-// records, evaluations or checkpoint files: rank 0's are the island's. It waits in the
-// algorithm's exchanges where rank 0 waits in the run's (at checkpoint cuts too), so that
-// both run the same algorithm calls in the same order.
-Status run_rank(const config::Config& config, int island, IslandRanks& ranks) {
-  core::validate_config(config, core::Target::kIsland);
-  core::configure_threads(config.run.threads);
-  torch::manual_seed(config.run.seed);
-  const core::RunData data = core::load_run_data(config);
-  const algorithms::AlgorithmOptions algo_options = core::algorithm_options(config, data.shard_sizes);
-  const compression::Pipeline codec = core::make_pipeline(config);
-  core::IslandParts parts = core::make_island_parts(config, data, algo_options, island);
-  // A re-routing (the paths' re-sharding) scores the paths on every rank, which then deal
-  // their data alike from rank 0's gathered scores (the allgather is mirrored).
-  std::unique_ptr<core::Evaluator> scorer = parts.rerouter ? core::make_evaluator(config, data) : nullptr;
-  struct Release {  // the algorithm before the groups it holds sub-groups of
-    core::IslandParts& parts;
-    ~Release() { parts.algorithm.reset(); }
-  };
-  const IslandStart start = broadcast_start(ranks, {});
-  if (start.kind == IslandStart::kNothing) return Status::ok();
-  std::optional<IslandProcessCheckpoint> resumed;
-  std::optional<Handover> handover;
-  const std::string what = "island " + std::to_string(island) + " rank " + std::to_string(ranks.rank());
-  if (start.kind == IslandStart::kResume) {
-    auto file = checkpoint::decode(std::string_view(reinterpret_cast<const char*>(start.payload.data()), start.payload.size()),
-                                   what + ": rank 0's checkpoint");
-    if (!file.is_ok()) return file.status();
-    auto c = decode_island(file.value(), what + ": rank 0's checkpoint");
-    if (!c.is_ok()) return c.status();
-    resumed = std::move(c.value());
-  } else if (start.kind == IslandStart::kJoin) {
-    handover.emplace();
-    if (Status st = decode_handover(start.payload.data(), start.payload.size(), &*handover); !st.is_ok()) return st;
-  }
-  // islands.shard_exchange: this rank's shard plane, its endpoint to rank 0 (publish_shards).
-  std::optional<ShardPlane> plane;
-  RankShard shard;
-  if (config.islands.shard_exchange) {
-    // Where rank 0's checkpoint or its donor's hand-over says the planes were.
-    std::map<uint32_t, uint64_t> keyed = resumed ? resumed->group_seqs : handover ? handover->subgroup_seqs
-                                                                                : std::map<uint32_t, uint64_t>{};
-    shard.next_seqs = take_shard_seqs(keyed, ranks.ranks());
-    plane.emplace(config, ranks.place(), shard.next_seqs[static_cast<size_t>(ranks.rank())]);
-    for (int r = 1; r < ranks.ranks(); ++r) {
-      const std::string& e = plane->endpoint();
-      ranks.broadcast_bytes(r == ranks.rank() ? std::vector<uint8_t>(e.begin(), e.end()) : std::vector<uint8_t>{}, r);
-    }
-    shard.group = &plane->group();
-    shard.bytes = [&plane] { return plane->bytes(); };
-  }
-  std::unique_ptr<transport::Group> group = mirrored_group(ranks, nullptr, island, plane ? &shard : nullptr);
-  std::unique_ptr<algorithms::TimeSource> time = mirrored_time(ranks, nullptr);
-  core::CheckpointSchedule schedule(config.checkpoint.every, handover ? handover->step : resumed ? resumed->step : 0);
-  // Rank 0's signal cuts (IslandProcess::follow_signal_cut), in the same broadcast.
-  const bool signal_cuts = config.checkpoint.every > 0 && parts.algorithm->checkpoint_cut() == algorithms::CheckpointCut::kStep;
-  int64_t signal_cut = handover ? handover->step : resumed ? resumed->step : 0;  // as rank 0's
-  auto follow_signal_cut = [&](int64_t step) {
-    if (!signal_cuts) return;
-    const auto cut = static_cast<int64_t>(ranks.broadcast_double(0));
-    if (cut <= signal_cut) return;
-    signal_cut = cut;
-    if (cut >= step) schedule.add_cut(cut);
-  };
-  auto at_boundary = [&](int64_t step, int64_t total) {
-    for (int64_t cut : schedule.take_due(*parts.algorithm, step, total)) {
-      (void)cut;
-      parts.algorithm->wait_in_flight();  // as rank 0's checkpoint_at
-    }
-  };
-  core::IslandHost host;
-  host.time = time.get();
-  host.wall_s = [] { return 0.0; };
-  host.record = [](const std::string&) {};
-  host.is_lead = [] { return false; };
-  host.eval_recorded = [](int64_t) { return true; };
-  host.wait = [](double) {};
-  host.eval_bytes = [] { return uint64_t{0}; };
-  host.round_times = [] { return core::RoundTimes{}; };
-  host.share = {ranks.rank(), ranks.ranks()};
-  host.reduce_ranks = [&ranks](at::Tensor& grads, double loss) { return ranks.average(grads, loss); };
-  host.scorer = scorer.get();
-  host.after_step = [&](int64_t step, int64_t total, double, double) {
-    follow_signal_cut(step);
-    at_boundary(step, total);
-  };
-  if (parts.algorithm->checkpoint_cut() == algorithms::CheckpointCut::kServerRound)
-    host.after_setup = [&](int64_t step) { at_boundary(step, std::numeric_limits<int64_t>::max()); };
-  core::IslandRuntime runtime(island, parts, config.train, group.get(), &codec, data.shard_sizes[island], nullptr,
-                              data.classifier, std::move(host));
-  Release release{parts};
-  if (resumed) {
-    restore_island(parts, runtime, *resumed);
-  } else if (handover) {
-    runtime.join(std::move(*handover), group.get());
-  }
-  runtime.run();
-  if (plane) ATOLL_INFO(what << ": its shard plane sent " << plane->bytes().sent << " bytes");
-  return ranks.check_replica(parts.model->params());
 }
 
 }  // namespace

@@ -104,6 +104,12 @@ std::vector<uint8_t> IslandRanks::broadcast_bytes(std::vector<uint8_t> bytes, in
   return std::vector<uint8_t>(p, p + size);
 }
 
+uint64_t IslandRanks::broadcast_count(uint64_t v, int root) {
+  at::Tensor t = at::full({1}, static_cast<int64_t>(v), at::kLong);
+  broadcast(t, root);
+  return static_cast<uint64_t>(t.item<int64_t>());
+}
+
 bool IslandRanks::all(bool v) {
   std::vector<at::Tensor> t{at::full({1}, v ? 1 : 0, at::kLong)};
   c10d::AllreduceOptions o;
@@ -295,6 +301,7 @@ class ShardedHandle final : public transport::Handle {
     shard_.next_seqs.resize(static_cast<size_t>(ranks_.ranks()), 0);
     for (int r = 0; r < ranks_.ranks(); ++r)  // every rank posts its own now
       if (r != ranks_.rank()) ++shard_.next_seqs[static_cast<size_t>(r)];
+    catch_up();
     post();
   }
 
@@ -325,6 +332,7 @@ class ShardedHandle final : public transport::Handle {
                            << "contributors; shards " << transport::ids_text(a.rerun) << " run again");
       for (int r : a.rerun)
         if (r != ranks_.rank()) ++shard_.next_seqs[static_cast<size_t>(r)];  // posted there
+      catch_up();
       if (std::find(a.rerun.begin(), a.rerun.end(), ranks_.rank()) != a.rerun.end()) {
         slice(buffer_).copy_(input_);
         post();
@@ -348,6 +356,12 @@ class ShardedHandle final : public transport::Handle {
   at::Tensor slice(const at::Tensor& t) const {
     const transport::ShardRange& r = ranges_[static_cast<size_t>(ranks_.rank())];
     return t.narrow(0, r.begin, r.size);
+  }
+  // On every rank: the shard planes start their collectives in rank 0's membership epoch or
+  // a later one (their views reach them on their own, and could lag).
+  void catch_up() {
+    const uint64_t epoch = ranks_.broadcast_count(ranks_.leads() ? shard_.epoch() : 0);
+    if (!ranks_.leads()) shard_.catch_up(epoch);
   }
   // This rank's shard, on its shard group. No c10d call: in a rerun only some ranks post.
   void post() {

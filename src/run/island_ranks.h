@@ -32,6 +32,7 @@
 
 #include "algorithms/algorithm.h"
 #include "src/base/status.h"
+#include "src/config/config.h"
 #include "transport/group.h"
 
 namespace c10d {
@@ -71,6 +72,8 @@ class IslandRanks {
   void broadcast(at::Tensor& t, int root = 0);
   // Rank `root`'s bytes to every rank (the others' argument is ignored).
   std::vector<uint8_t> broadcast_bytes(std::vector<uint8_t> bytes, int root = 0);
+  // Rank `root`'s `v` on every rank.
+  uint64_t broadcast_count(uint64_t v, int root = 0);
   // Whether `v` holds on every rank.
   bool all(bool v);
   // `t` (int64) <- its sum over the ranks.
@@ -90,6 +93,10 @@ class IslandRanks {
   std::shared_ptr<c10d::ProcessGroupGloo> group_;
 };
 
+// A rank > 0's part in its island's run, start to end (src/run/island_rank.cpp); rank 0 is
+// the island process (src/run/island_process.cpp), which it follows.
+Status run_rank(const config::Config& config, int island, IslandRanks& ranks);
+
 // What rank 0 starts from, sent to the other ranks before the island's algorithm is set up.
 struct IslandStart {
   enum Kind : uint8_t { kFresh = 0, kResume = 1, kJoin = 2, kNothing = 3 };
@@ -103,8 +110,11 @@ IslandStart broadcast_start(IslandRanks& ranks, IslandStart start);
 struct RankShard {
   // Where this rank's shard travels: on rank 0 the island's group, on rank r its ShardPlane's.
   transport::Group* group = nullptr;
-  // Ranks > 0: its plane's counters.
+  // Rank 0: its membership epoch now. Ranks > 0: their plane's counters, and its catch-up to
+  // rank 0's epoch (ShardPlane::catch_up) before each of their collectives.
+  std::function<uint64_t()> epoch;
   std::function<transport::ByteCounters()> bytes;
+  std::function<void(uint64_t)> catch_up;
   // Rank 0: the sum of the other ranks' shard planes' counters, as of the latest sharded
   // all-reduce that completed (the island's records count them with its own).
   transport::ByteCounters others;

@@ -1,9 +1,11 @@
 #include "src/run/process_checkpoint.h"
 
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
 
 #include <algorithm>
 #include <filesystem>
+#include <mutex>
 #include <set>
 
 #include "src/base/bytes.h"
@@ -278,5 +280,15 @@ std::vector<int64_t> parse_steps(const std::string& text) {
   }
   return out;
 }
+
+void restore_island(core::IslandParts& parts, core::IslandRuntime& runtime, const IslandProcessCheckpoint& c) {
+  core::restore_training(parts, runtime, c);
+  if (c.torch_rng.defined()) {
+    at::Generator gen = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    gen.set_state(c.torch_rng);
+  }
+}
+
 
 }  // namespace atl::run

@@ -117,6 +117,9 @@ StatusOr<CoordinatorRunState> decode_run_state(const checkpoint::Checkpoint& fil
 
 std::vector<checkpoint::Section> encode_island(const IslandProcessCheckpoint& c);
 StatusOr<IslandProcessCheckpoint> decode_island(const checkpoint::Checkpoint& file, const std::string& what);
+// A resumed island's training state (core::restore_training, as in every resume) and
+// libtorch's generator (dropout), on every rank of the island.
+void restore_island(core::IslandParts& parts, core::IslandRuntime& runtime, const IslandProcessCheckpoint& c);
 std::vector<checkpoint::Section> encode_coordinator(const CoordinatorCheckpoint& c);
 StatusOr<CoordinatorCheckpoint> decode_coordinator(const checkpoint::Checkpoint& file, const std::string& what);
 

@@ -118,6 +118,24 @@ class ShardPlane::Control final : public transport::ControlPlane {
     read();
     return view_;
   }
+  // Reads rank 0's view until it is of `epoch` or later (rank 0's when this rank's collective
+  // starts), or the deadline passes.
+  void catch_up(uint64_t epoch, transport::Clock::time_point deadline) {
+    for (;;) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        next_read_ = {};
+        read();
+        if (view_.epoch >= epoch) return;
+      }
+      if (transport::Clock::now() >= deadline) {
+        ATOLL_WARN("island " << island_ << " rank " << rank_ << ": rank 0's membership of epoch " << epoch
+                             << " has not reached this shard plane; it goes on with epoch " << view_.epoch);
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  }
   transport::Membership wait_for_change(uint64_t epoch, transport::Deadline deadline) override {
     for (;;) {
       transport::Membership m = membership();
@@ -341,5 +359,7 @@ ShardPlane::~ShardPlane() = default;
 transport::Group& ShardPlane::group() { return *plane_; }
 
 transport::ByteCounters ShardPlane::bytes() const { return plane_->bytes(); }
+
+void ShardPlane::catch_up(uint64_t epoch) { control_->catch_up(epoch, transport::Clock::now() + std::chrono::seconds(10)); }
 
 }  // namespace atl::run

@@ -72,6 +72,9 @@ class ShardPlane {
   // Where the other islands' ranks r reach it.
   const std::string& endpoint() const { return published_; }
   transport::ByteCounters bytes() const;
+  // Before a collective: until it has read rank 0's view of `epoch` (rank 0's when the
+  // collective starts there) or later, so that it starts among the members rank 0's does.
+  void catch_up(uint64_t epoch);
 
  private:
   class Control;
