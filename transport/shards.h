@@ -8,7 +8,7 @@
 //     sharing their links: shard_streams()); in a real run shard 0 is that sub-group of rank 0's
 //     data plane and shard s >= 1 the whole of rank s's own data plane, whose collectives are
 //     numbered as the sub-group's are, so lossy codecs' seeds agree;
-//   - ShardedGroup: the simulator's island group, which issues the S shards of each
+//   - sharded_group(): the simulator's island group, which issues the S shards of each
 //     all-reduce itself (a real run's ranks each issue one: src/run/island_ranks.cpp).
 //
 // Threads: as transport/group.h (a group belongs to one island's thread).
@@ -27,8 +27,9 @@ struct ShardRange {
 };
 
 // Shards start at multiples of this many elements (64 x 64: a DeMo / SparseLoCo chunk, and a
-// whole number of every block codec's blocks), so that a shard's encoding is that of the
-// same values in the unsharded buffer.
+// whole number of every block codec's blocks), so that block codecs' blocks fall where they
+// fall in the unsharded buffer (a selection over the whole buffer, such as top-k, selects
+// per shard instead).
 constexpr int64_t kShardAlign = 4096;
 
 // The S shards of an n-element buffer: contiguous, in order, each a multiple of kShardAlign

@@ -996,10 +996,13 @@ void killed_rank_takes_its_island_down(Processes& t, const std::vector<std::stri
     restarted.push_back(spawn(island, dir_ / ("island2-" + std::string(r) + ".log")));
   }
   const int launch_rc = wait_bounded(launch, 90);
+  // The restarted ranks are waited for (killed if they hang) before anything may end the test.
+  std::vector<int> restarted_rc;
+  for (pid_t pid : restarted) restarted_rc.push_back(wait_bounded(pid, launch_rc == -1 ? 1 : 30));
   ASSERT_NE(launch_rc, -1) << "launch did not finish (a hang)\n" << read(dir_ / "launch.log");
   EXPECT_EQ(launch_rc, 3) << read(dir_ / "launch.log");
   for (int r = 0; r < 2; ++r)
-    EXPECT_EQ(wait_bounded(restarted[static_cast<size_t>(r)], 30), 0) << read(dir_ / ("island2-" + std::to_string(r) + ".log"));
+    EXPECT_EQ(restarted_rc[static_cast<size_t>(r)], 0) << read(dir_ / ("island2-" + std::to_string(r) + ".log"));
   bool rejoined = false;
   std::map<int, std::string> global;
   for (const auto& l : lines(metrics)) {
