@@ -391,36 +391,43 @@ TEST_F(RealSlurm, JobArrayOfOneElementPerIslandEndsAsLaunch) {
 
 // `atoll slurm --submit` of two islands of two ranks: the coordinator job and the island
 // array it writes and submits (each element a step of two tasks, rank 0 and rank 1 of its
-// island) run the run to its end, bitwise as `atoll launch`.
+// island) run the run to its end, bitwise as `atoll launch`; also with islands.shard_exchange.
 TEST_F(RealSlurm, SubmittedBatchScriptsEndAsLaunch) {
-  const std::string two_ranks = " --set islands.ranks=2 --set transport.rank_port=" + std::to_string(port_ + 10);
-  EXPECT_EQ(atl::testing::run_atoll("launch " + config_ + " --quiet --set run.name=whole" + two_ranks), 0);
-  const std::string expected = atl::testing::read(dir_ / "runs/whole/final_params.bin");
-  ASSERT_GT(expected.size(), 100u);
-  atl::testing::Result r = atl::testing::run("slurm " + config_ + " --submit --set run.name=sub --set slurm.binary=" +
-                                             std::string(ATOLL_BINARY) + two_ranks);
-  ASSERT_EQ(r.code, 0) << r.output;
-  const size_t at = r.output.find("submitted: coordinator job ");
-  ASSERT_NE(at, std::string::npos) << r.output;
-  int coordinator = 0, islands = 0;
-  ASSERT_EQ(std::sscanf(r.output.c_str() + at, "submitted: coordinator job %d, islands job array %d", &coordinator,
-                        &islands), 2) << r.output;
-  const std::string jobs = std::to_string(coordinator) + "," + std::to_string(islands);
-  std::string queued = "?";
-  for (int i = 0; i < 600 && queued.find_first_not_of(" \n") != std::string::npos; ++i) {  // up to 120 s
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    queued = atl::testing::run_shell("squeue -h -j " + jobs + " -o %i");
+  // Then with the outer exchange sharded over the ranks (docs/ranks.md): each rank's shard plane
+  // binds its own node's port and is found through rank 0.
+  for (const std::string sharded : {std::string(), std::string(" --set islands.shard_exchange=true --set model.layers=2")}) {
+    SCOPED_TRACE(sharded);
+    fs::remove_all(dir_ / "runs");
+    const std::string two_ranks = " --set islands.ranks=2 --set transport.rank_port=" + std::to_string(port_ + 10) + sharded;
+    EXPECT_EQ(atl::testing::run_atoll("launch " + config_ + " --quiet --set run.name=whole" + two_ranks), 0);
+    const std::string expected = atl::testing::read(dir_ / "runs/whole/final_params.bin");
+    ASSERT_GT(expected.size(), 100u);
+    atl::testing::Result r = atl::testing::run("slurm " + config_ + " --submit --set run.name=sub --set slurm.binary=" +
+                                               std::string(ATOLL_BINARY) + two_ranks);
+    ASSERT_EQ(r.code, 0) << r.output;
+    const size_t at = r.output.find("submitted: coordinator job ");
+    ASSERT_NE(at, std::string::npos) << r.output;
+    int coordinator = 0, islands = 0;
+    ASSERT_EQ(std::sscanf(r.output.c_str() + at, "submitted: coordinator job %d, islands job array %d", &coordinator,
+                          &islands), 2) << r.output;
+    const std::string jobs = std::to_string(coordinator) + "," + std::to_string(islands);
+    std::string queued = "?";
+    for (int i = 0; i < 600 && queued.find_first_not_of(" \n") != std::string::npos; ++i) {  // up to 120 s
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      queued = atl::testing::run_shell("squeue -h -j " + jobs + " -o %i");
+    }
+    const fs::path scripts = dir_ / "runs/sub-slurm";
+    std::string outputs;
+    for (const auto& f : fs::directory_iterator(scripts)) outputs += f.path().filename().string() + ":\n" + atl::testing::read(f.path());
+    ASSERT_EQ(queued.find_first_not_of(" \n"), std::string::npos) << "jobs still queued after 120 s: " << queued << outputs;
+    EXPECT_TRUE(fs::exists(scripts / "coordinator.sbatch"));
+    EXPECT_TRUE(fs::exists(scripts / "islands.sbatch"));
+    EXPECT_NE(atl::testing::read(dir_ / "runs/sub/summary.json").find("\"islands_finished\":2"), std::string::npos) << outputs;
+    EXPECT_NE(outputs.find("island 1: rank 1 of 2 joined its island"), std::string::npos) << outputs;
+    if (!sharded.empty()) EXPECT_NE(outputs.find("island 1 rank 1: its shard plane sent"), std::string::npos) << outputs;
+    EXPECT_TRUE(atl::testing::read(dir_ / "runs/sub/final_params.bin") == expected) << "final parameters differ from launch's\n"
+                                                                                    << outputs;
   }
-  const fs::path scripts = dir_ / "runs/sub-slurm";
-  std::string outputs;
-  for (const auto& f : fs::directory_iterator(scripts)) outputs += f.path().filename().string() + ":\n" + atl::testing::read(f.path());
-  ASSERT_EQ(queued.find_first_not_of(" \n"), std::string::npos) << "jobs still queued after 120 s: " << queued << outputs;
-  EXPECT_TRUE(fs::exists(scripts / "coordinator.sbatch"));
-  EXPECT_TRUE(fs::exists(scripts / "islands.sbatch"));
-  EXPECT_NE(atl::testing::read(dir_ / "runs/sub/summary.json").find("\"islands_finished\":2"), std::string::npos) << outputs;
-  EXPECT_NE(outputs.find("island 1: rank 1 of 2 joined its island"), std::string::npos) << outputs;
-  EXPECT_TRUE(atl::testing::read(dir_ / "runs/sub/final_params.bin") == expected) << "final parameters differ from launch's\n"
-                                                                                  << outputs;
 }
 
 // Submits the run as `name` with `sets` (atoll slurm --submit) and waits until its metrics show
