@@ -161,6 +161,7 @@ void check_shard_exchange(const config::Config& c) {
   const std::string key = "islands.shard_exchange";
   auto refuse = [&](const std::string& why) { config::fail_key(c, key, why); };
   if (c.islands.ranks.max() < 2) refuse("shards the outer exchange over an island's ranks: set islands.ranks > 1");
+  if (c.islands.ranks.max() > 255) refuse("shards over at most 255 ranks an island");
   if (std::adjacent_find(r.begin(), r.end(), std::not_equal_to<>()) != r.end())
     refuse("needs the same islands.ranks for every island (rank r of every island carries shard r)");
   if (algorithms::algorithm_traits(c.algorithm.name).server_role)

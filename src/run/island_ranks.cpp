@@ -5,14 +5,13 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <algorithm>
-#include <cstdio>
-#include <cstdlib>
 #include <optional>
 #include <utility>
 
 #include "src/base/bytes.h"
 #include "src/base/hash.h"
 #include "src/base/log.h"
+#include "src/run/shard_plane.h"
 #include "transport/shards.h"
 
 namespace atl::run {
@@ -264,26 +263,6 @@ class MirroredHandle final : public transport::Handle {
   std::optional<transport::CollectiveResult> result_;
 };
 
-// Fault injection for tests (docs/ranks.md "The outer exchange, sharded"):
-// ATOLL_SHARD_FAULT=rerun:N:S has every island run shard S of its N-th sharded all-reduce
-// (from 1) again, once, as if a member had been lost between the shards. Unset or malformed:
-// none.
-struct ShardFault {
-  int64_t exchange = 0;
-  int shard = -1;
-};
-const ShardFault& shard_fault() {
-  static const ShardFault fault = [] {
-    ShardFault f;
-    const char* v = std::getenv("ATOLL_SHARD_FAULT");
-    long long n = 0;
-    int s = -1;
-    if (v && std::sscanf(v, "rerun:%lld:%d", &n, &s) == 2 && n > 0 && s >= 0) f = {n, s};
-    return f;
-  }();
-  return fault;
-}
-
 // One sharded all-reduce (islands.shard_exchange) on every rank: each rank all-reduces its
 // shard on its shard group, while the ranks agree at every poll on whether all shards are
 // done. Then each rank's result goes to every rank, and all take the same decision
@@ -320,9 +299,9 @@ class ShardedHandle final : public transport::Handle {
     std::vector<transport::CollectiveResult> results = exchange_results();
     for (int round = 0;; ++round) {
       transport::ShardAgreement a = transport::agree_shards(results);
-      if (round == 0 && exchange_ == shard_fault().exchange && a.status.is_ok() && a.rerun.empty() &&
-          shard_fault().shard < ranks_.ranks())
-        a.rerun = {shard_fault().shard};  // ATOLL_SHARD_FAULT
+      if (round == 0 && exchange_ == shard_fault().rerun_exchange && a.status.is_ok() && a.rerun.empty() &&
+          shard_fault().rerun_shard < ranks_.ranks())
+        a.rerun = {shard_fault().rerun_shard};  // ATOLL_SHARD_FAULT
       if (!a.status.is_ok()) return finish(results[0], a.status);
       if (a.rerun.empty()) break;
       if (round == transport::max_shard_reruns(results[0].contributors.size()))

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <optional>
 #include <mutex>
 #include <thread>
@@ -43,23 +45,41 @@ c10::intrusive_ptr<c10d::TCPStore> store_client(const RankPlace& place) {
   return c10::make_intrusive<c10d::TCPStore>(place.rank0_host, o);
 }
 
-std::vector<std::string> split_words(const std::string& s) {
-  std::vector<std::string> out;
-  size_t at = 0;
-  while (at < s.size()) {
-    size_t end = s.find(' ', at);
-    if (end == std::string::npos) end = s.size();
-    if (end > at) out.push_back(s.substr(at, end - at));
-    at = end + 1;
-  }
-  return out;
+// An island's shard endpoints in the coordinator's store: u64 count, then each as a string.
+std::vector<std::string> decode_endpoints(const std::vector<uint8_t>& bytes) {
+  const std::string text(bytes.begin(), bytes.end());
+  bytes::Reader r(text, "shard endpoints");
+  const uint64_t n = r.u64();
+  if (!r.ok() || n > 256) return {};  // ranks of an island: shard_key holds fewer than 256
+  std::vector<std::string> out(n);
+  for (std::string& e : out) e = r.str();
+  return r.done() ? out : std::vector<std::string>{};
 }
 
 }  // namespace
 
+const ShardFault& shard_fault() {
+  static const ShardFault fault = [] {
+    ShardFault f;
+    const char* v = std::getenv("ATOLL_SHARD_FAULT");
+    long long n = 0;
+    int k = -1;
+    if (v && std::sscanf(v, "rerun:%lld:%d", &n, &k) == 2 && n > 0 && k >= 0) {
+      f.rerun_exchange = n;
+      f.rerun_shard = k;
+    } else if (v && std::sscanf(v, "slow_views:%d", &k) == 1 && k > 0) {
+      f.slow_views_ms = k;
+    }
+    return f;
+  }();
+  return fault;
+}
+
 Status ShardDirectory::publish(int island, const std::vector<std::string>& endpoints) {
-  std::string text;
-  for (const std::string& e : endpoints) text += (text.empty() ? "" : " ") + e;
+  bytes::ByteWriter w;
+  w.u64(endpoints.size());
+  for (const std::string& e : endpoints) w.str(e);
+  std::string text = std::move(w).bytes();
   return control_.store_set(shard_key(island), {text.begin(), text.end()});
 }
 
@@ -83,7 +103,7 @@ std::vector<uint8_t> ShardDirectory::view(bool* complete) {
         // Set before the member published its data endpoint: there already.
         auto got = control_.store_get(shard_key(p.id), transport::Clock::now() + std::chrono::seconds(10));
         std::vector<std::string> eps;
-        if (got.is_ok()) eps = split_words(std::string(got.value().begin(), got.value().end()));
+        if (got.is_ok()) eps = decode_endpoints(got.value());
         if (static_cast<int>(eps.size()) != ranks_ - 1) {
           ATOLL_WARN("island " << control_.self() << ": no shard endpoints of island " << p.id << " ("
                                << (got.is_ok() ? "malformed" : got.status().to_string()) << ")");
@@ -310,6 +330,8 @@ ShardViews::ShardViews(ShardDirectory& directory, transport::ControlPlane& contr
       try {
         const uint64_t epoch = control.membership().epoch;
         if (epoch != written) {
+          if (shard_fault().slow_views_ms > 0)
+            std::this_thread::sleep_for(std::chrono::milliseconds(shard_fault().slow_views_ms));
           bool complete = false;
           store->set(kViewKey, directory.view(&complete));
           if (complete) written = epoch;  // else read the missing endpoints again

@@ -31,6 +31,19 @@ namespace atl::run {
 
 struct RankPlace;
 
+// Fault injection for tests (docs/ranks.md "The outer exchange, sharded"), from the
+// environment's ATOLL_SHARD_FAULT (unset or malformed: none):
+//   - rerun:N:S — every island runs shard S of its N-th sharded all-reduce (from 1) again,
+//     once, as if a member had been lost between the shards;
+//   - slow_views:MS — rank 0 writes each membership view for its ranks MS ms late, so that
+//     their planes lag behind its own (they catch up before each collective).
+struct ShardFault {
+  int64_t rerun_exchange = 0;
+  int rerun_shard = -1;
+  int slow_views_ms = 0;
+};
+const ShardFault& shard_fault();
+
 // Rank 0's side: the shard endpoints of every member, from the coordinator's store.
 class ShardDirectory {
  public:
