@@ -75,6 +75,7 @@ struct ParamRange {
 };
 
 class SharedTensors;  // algorithms/shared_tensors.h
+class OuterShards;    // algorithms/outer_optimizer.h
 
 struct IslandContext {
   int island = 0;                            // this island's id
@@ -111,6 +112,10 @@ struct IslandContext {
   // The simulator: where state that islands in step hold bitwise alike is held once
   // (algorithms/shared_tensors.h). Null in real runs and tests.
   SharedTensors* shared = nullptr;
+  // Real runs of islands of several ranks with a sharded outer exchange: where each rank
+  // keeps its shard of the outer optimizers' state (algorithms/outer_optimizer.h; an
+  // algorithm passes it to its optimizers in setup). Null otherwise.
+  OuterShards* outer_shards = nullptr;
 };
 
 // An island's algorithm state in a checkpoint (docs/checkpoints.md "Named state"): what

@@ -60,7 +60,7 @@ class DiLoCo final : public Algorithm {
   void setup(IslandContext& ctx) override {
     at::NoGradGuard no_grad;
     anchor_ = share(ctx.shared, ctx.params.detach().clone());
-    outer_.set_shared(ctx.shared);
+    outer_.place(ctx.shared, ctx.outer_shards);
     // Without overlap the exchange happens after the round's last optimizer step and ends
     // with the parameters set to the new global model: the parameters' own buffer holds the
     // delta meanwhile (on the CPU, where the exchange runs), so that the gradient's buffer is

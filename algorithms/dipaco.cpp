@@ -56,6 +56,7 @@ class DiPaCo final : public Algorithm {
     at::NoGradGuard no_grad;
     anchor_ = ctx.params.detach().clone();
     delta_ = at::empty({ctx.params.numel()}, ctx.params.options().device(at::kCPU));
+    outer_.place(nullptr, ctx.outer_shards);
     if (rotating()) {
       setup_tasks(ctx);
       return;
@@ -289,6 +290,7 @@ class DiPaCo final : public Algorithm {
         at += numel;
       }
       m.outer = std::make_unique<OuterOptimizer>(own_.outer);
+      m.outer->place(nullptr, ctx.outer_shards);
       modules_.push_back(std::move(m));
     }
     take_path(ctx, path_of(ctx.island, 0));

@@ -137,7 +137,7 @@ class StreamingDiLoCo final : public Algorithm {
     auto runs = streaming_diloco::assign_fragments(ctx.layout, ctx.params.numel(),
                                                    own_.fragments, own_.fragment_mode);
     for (auto& r : runs) fragments_.emplace_back(std::move(r), own_, ctx.params.options());
-    for (auto& f : fragments_) f.outer.set_shared(ctx.shared);
+    for (auto& f : fragments_) f.outer.place(ctx.shared, ctx.outer_shards);
   }
 
   int64_t planned_steps(int64_t configured) override {

@@ -33,6 +33,7 @@ IslandRuntime::IslandRuntime(int island, IslandParts& parts, const config::Train
   }
   context_.time = host_.algorithm_time != nullptr ? host_.algorithm_time : host_.time;
   context_.shared = host_.shared;
+  context_.outer_shards = host_.outer_shards;
   context_.on_round = [this](const algorithms::RoundInfo& r) {
     if (host_.after_round) host_.after_round(r);
     host_.record(round_record(island_, r, host_.round_times(), now()));

@@ -68,6 +68,9 @@ struct IslandHost {
   // The simulator's state held once for the islands in step (IslandContext::shared); null
   // in real runs.
   algorithms::SharedTensors* shared = nullptr;
+  // A real run's island of several ranks with a sharded outer exchange: where the ranks keep
+  // their shards of the outer optimizers' state (IslandContext::outer_shards); null otherwise.
+  algorithms::OuterShards* outer_shards = nullptr;
   // Wall seconds since the run (process) started: records' wall_time_s.
   std::function<double()> wall_s;
   // Appends one record (a JSON object) to the run's metrics.

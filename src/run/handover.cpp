@@ -203,10 +203,10 @@ HandoverDonor::HandoverDonor(transport::ControlPlane& control, std::function<Han
     : control_(control), make_(std::move(make)), record_(std::move(record)), healthy_(std::move(healthy)),
       roles_(std::move(roles)) {}
 
-void HandoverDonor::at_step_boundary() {
-  transport::Membership m = control_.membership();
+// The joiners whose donor this island is, among the members in collectives, and that it has
+// not served in this epoch.
+std::vector<int> HandoverDonor::joiners(const transport::Membership& m) const {
   const int self = control_.self();
-  // The joiners whose donor this island is, among the members in collectives.
   std::vector<int> running;
   for (const auto& p : m.members)
     if (transport::in_collectives(p)) running.push_back(p.id);
@@ -217,6 +217,13 @@ void HandoverDonor::at_step_boundary() {
     auto served = served_.find(p.id);
     if (served == served_.end() || served->second != m.epoch) joiners.push_back(p.id);
   }
+  return joiners;
+}
+
+void HandoverDonor::at_step_boundary() {
+  transport::Membership m = control_.membership();
+  const int self = control_.self();
+  const std::vector<int> joiners = this->joiners(m);
   if (joiners.empty()) return;
   const auto t0 = Clock::now();
   Handover h = make_();

@@ -78,8 +78,11 @@ class HandoverDonor {
   // own: a joiner bounds each of its steps and exits when one fails (its LEAVE, or the
   // heartbeat timeout, removes it). Cheap otherwise: one look at the membership.
   void at_step_boundary();
+  // Whether at_step_boundary() would hand over now (the same look at the membership).
+  bool joiners_waiting() const { return !joiners(control_.membership()).empty(); }
 
  private:
+  std::vector<int> joiners(const transport::Membership& m) const;
   transport::ControlPlane& control_;
   std::function<Handover()> make_;
   std::function<void(const std::string&)> record_;

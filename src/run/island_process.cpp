@@ -180,6 +180,8 @@ class IslandProcess {
     // next, at the boundary where that pull is its next action; the file of cut c is step-c).
     for (int64_t cut : schedule_->take_due(*parts_.algorithm, step, total)) checkpoint_at(cut);
   }
+  // At each step boundary, after the due checkpoints: the state handed to joiners that wait.
+  void hand_over();
   // At each step boundary, before the due checkpoints: a signal's ask, and the cut the run
   // agreed on (polled at most once a second) added to the schedule.
   void follow_signal_cut(int64_t step);
@@ -224,6 +226,9 @@ class IslandProcess {
   std::optional<ShardViews> shard_views_;
   RankShard rank_shard_;
   std::unique_ptr<transport::Group> shard0_;
+  // ... and its shards of the outer optimizers' state (enrolled optimizers: before
+  // release_algorithm_).
+  std::unique_ptr<algorithms::OuterShards> outer_shards_;
   // The algorithm's sub-groups use the group, its control plane and routes: the
   // algorithm goes before them, whichever way the process is left.
   struct ReleaseAlgorithm {
@@ -557,12 +562,14 @@ void IslandProcess::checkpoint_at(int64_t step) {
   IslandProcessCheckpoint c;
   // First: the exchange in flight completes (its bytes and its result belong to the cut).
   c.in_flight = parts_.algorithm->wait_in_flight();
+  if (outer_shards_) outer_shards_->gather_all();  // the ranks' shards of the outer state, as rank_outer_shards says
   c.step = step;
   c.config_hash = ckpt_hash_;
   c.island = island_;
   c.islands = k_;
   c.global = parts_.algorithm->global_params();
   static_cast<core::IslandTraining&>(c) = core::capture_training(parts_, *runtime_);
+  if (outer_shards_) outer_shards_->release_all();
   c.bytes = timed_->bytes();
   c.torch_rng = at::detail::getDefaultCPUGenerator().get_state();
   c.group_seqs = data_plane_->next_seqs();
@@ -646,6 +653,19 @@ void IslandProcess::follow_signal_cut(int64_t step) {
   schedule_->add_cut(cut);
 }
 
+void IslandProcess::hand_over() {
+  bool now = donor_ && parts_.algorithm->can_hand_over();
+  if (outer_shards_) {
+    // The ranks hold shards of the outer state: when a joiner waits, all of them put it
+    // together first (the other ranks follow this flag: run_rank).
+    now = ranks_->broadcast_flag(now && donor_->joiners_waiting());
+    if (!now) return;
+    outer_shards_->gather_all();
+  }
+  if (now) donor_->at_step_boundary();
+  if (outer_shards_) outer_shards_->release_all();
+}
+
 // The island runtime's host in a real run: the wall clock, the coordinator as record sink,
 // the membership deciding the lead (core::Roles; src/core/eval_role.h: every eval step is
 // recorded exactly once, the lead's role moves when it dies), the store saying which steps
@@ -694,7 +714,7 @@ core::IslandHost IslandProcess::make_host() {
     // after it and is not waited for.
     follow_signal_cut(step);
     at_boundary(step, total);
-    if (donor_ && parts_.algorithm->can_hand_over()) donor_->at_step_boundary();
+    hand_over();
   };
   // A fedavg client whose first pull (after a resume: its next) is at or past a cut arrives
   // there before its first step (docs/checkpoints.md "fedavg: a cut at a server round").
@@ -720,6 +740,10 @@ void IslandProcess::make_runtime() {
       timed_->add_bytes_of(&rank_shard_.others);
     }
     mirrored_ = mirrored_group(*ranks_, group, island_, shard_dir_ ? &rank_shard_ : nullptr);
+    if (shard_dir_) {
+      outer_shards_ = rank_outer_shards(*ranks_);
+      host.outer_shards = outer_shards_.get();
+    }
     mirrored_time_ = mirrored_time(*ranks_, &wall_time_);
     group = mirrored_.get();
     host.algorithm_time = mirrored_time_.get();
@@ -775,9 +799,11 @@ StatusOr<IslandEnd> IslandProcess::train() {
     throw;
   }
   if (ranks_ != nullptr) {
-    if (shard_dir_)
+    if (shard_dir_) {
       ATOLL_INFO("island " << island_ << " rank 0: sent " << data_plane_->bytes().sent << " bytes (the island's ranks: "
                            << timed_->bytes().sent << ")");
+      log_outer_state(*outer_shards_, "island " + std::to_string(island_) + " rank 0");
+    }
     if (Status st = ranks_->check_replica(parts_.model->params()); !st.is_ok()) throw StatusError("island " + std::to_string(island_), st);
   }
   // Steps kept for a lead that may have died are recorded by someone before island_end.

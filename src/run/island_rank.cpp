@@ -76,6 +76,10 @@ Status run_rank(const config::Config& config, int island, IslandRanks& ranks) {
     shard.catch_up = [&plane](uint64_t epoch) { plane->catch_up(epoch); };
   }
   std::unique_ptr<transport::Group> group = mirrored_group(ranks, nullptr, island, plane ? &shard : nullptr);
+  // Its shard of the outer optimizers' state, put together with the others' where rank 0
+  // saves or hands it over (enrolled optimizers: declared before `release`).
+  std::unique_ptr<algorithms::OuterShards> outer_shards = plane ? rank_outer_shards(ranks) : nullptr;
+  Release release{parts};
   std::unique_ptr<algorithms::TimeSource> time = mirrored_time(ranks, nullptr);
   core::CheckpointSchedule schedule(config.checkpoint.every, handover ? handover->step : resumed ? resumed->step : 0);
   // Rank 0's signal cuts (IslandProcess::follow_signal_cut), in the same broadcast.
@@ -92,7 +96,12 @@ Status run_rank(const config::Config& config, int island, IslandRanks& ranks) {
     for (int64_t cut : schedule.take_due(*parts.algorithm, step, total)) {
       (void)cut;
       parts.algorithm->wait_in_flight();  // as rank 0's checkpoint_at
+      if (outer_shards) outer_shards->gather_all();
     }
+  };
+  // Rank 0's hand-overs to joiners (IslandProcess::hand_over), where the outer state is sharded.
+  auto hand_over = [&] {
+    if (outer_shards && ranks.broadcast_flag(false)) outer_shards->gather_all();
   };
   core::IslandHost host;
   host.time = time.get();
@@ -106,22 +115,26 @@ Status run_rank(const config::Config& config, int island, IslandRanks& ranks) {
   host.share = {ranks.rank(), ranks.ranks()};
   host.reduce_ranks = [&ranks](at::Tensor& grads, double loss) { return ranks.average(grads, loss); };
   host.scorer = scorer.get();
+  host.outer_shards = outer_shards.get();
   host.after_step = [&](int64_t step, int64_t total, double, double) {
     follow_signal_cut(step);
     at_boundary(step, total);
+    hand_over();
   };
   if (parts.algorithm->checkpoint_cut() == algorithms::CheckpointCut::kServerRound)
     host.after_setup = [&](int64_t step) { at_boundary(step, std::numeric_limits<int64_t>::max()); };
   core::IslandRuntime runtime(island, parts, config.train, group.get(), &codec, data.shard_sizes[island], nullptr,
                               data.classifier, std::move(host));
-  Release release{parts};
   if (resumed) {
     restore_island(parts, runtime, *resumed);
   } else if (handover) {
     runtime.join(std::move(*handover), group.get());
   }
   runtime.run();
-  if (plane) ATOLL_INFO(what << ": its shard plane sent " << plane->bytes().sent << " bytes");
+  if (plane) {
+    ATOLL_INFO(what << ": its shard plane sent " << plane->bytes().sent << " bytes");
+    log_outer_state(*outer_shards, what);
+  }
   return ranks.check_replica(parts.model->params());
 }
 

@@ -492,6 +492,38 @@ class MirroredTime final : public algorithms::TimeSource {
 
 }  // namespace
 
+namespace {
+
+class RankOuterShards final : public algorithms::OuterShards {
+ public:
+  explicit RankOuterShards(IslandRanks& ranks) : ranks_(ranks) {}
+  int rank() const override { return ranks_.rank(); }
+  int ranks() const override { return ranks_.ranks(); }
+  void share(at::Tensor& t, const std::vector<transport::ShardRange>& ranges) override {
+    const bool host = t.is_cpu();
+    at::Tensor all = host ? t : t.cpu();
+    for (size_t r = 0; r < ranges.size(); ++r) {
+      at::Tensor part = all.narrow(0, ranges[r].begin, ranges[r].size);
+      ranks_.broadcast(part, static_cast<int>(r));
+    }
+    if (!host) t.copy_(all);
+  }
+
+ private:
+  IslandRanks& ranks_;
+};
+
+}  // namespace
+
+std::unique_ptr<algorithms::OuterShards> rank_outer_shards(IslandRanks& ranks) {
+  return std::make_unique<RankOuterShards>(ranks);
+}
+
+void log_outer_state(const algorithms::OuterShards& shards, const std::string& who) {
+  ATOLL_INFO(who << ": holds " << shards.values_held() << " of the island's " << shards.values_whole()
+                 << " outer optimizer state values");
+}
+
 std::unique_ptr<transport::Group> mirrored_group(IslandRanks& ranks, transport::Group* inner, int island,
                                                  RankShard* shard) {
   return std::make_unique<MirroredGroup>(ranks, ranks.leads() ? inner : nullptr, nullptr, island, shard);

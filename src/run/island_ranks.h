@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "algorithms/algorithm.h"
+#include "algorithms/outer_optimizer.h"
 #include "src/base/status.h"
 #include "src/config/config.h"
 #include "transport/group.h"
@@ -135,6 +136,14 @@ std::vector<uint64_t> take_shard_seqs(std::map<uint32_t, uint64_t>& keyed, int r
 // rank, each on its rank's shard group, and the ranks then share the shards over c10d.
 std::unique_ptr<transport::Group> mirrored_group(IslandRanks& ranks, transport::Group* inner, int island,
                                                  RankShard* shard = nullptr);
+// Where the ranks of an island with a sharded exchange keep their shards of the outer
+// optimizers' state (algorithms/outer_optimizer.h): share() broadcasts each rank's shard from
+// it over c10d. Every rank calls gather_all() at each checkpoint cut and before each hand-over
+// (rank 0 then saves the whole state), after the exchange in flight there completed.
+std::unique_ptr<algorithms::OuterShards> rank_outer_shards(IslandRanks& ranks);
+// Logs the outer state `who` holds, of the island's whole (OuterShards::values_held).
+void log_outer_state(const algorithms::OuterShards& shards, const std::string& who);
+
 // The algorithm's clock: rank 0's readings of `inner` on every rank (`inner` unused elsewhere).
 std::unique_ptr<algorithms::TimeSource> mirrored_time(IslandRanks& ranks, algorithms::TimeSource* inner);
 

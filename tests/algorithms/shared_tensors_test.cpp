@@ -49,8 +49,8 @@ TEST(SharedTensors, OuterOptimizersInStepShareTheirMomentum) {
   OuterOptimizerOptions o;
   SharedTensors shared;
   OuterOptimizer one(o), two(o), alone(o);
-  one.set_shared(&shared);
-  two.set_shared(&shared);
+  one.place(&shared, nullptr);
+  two.place(&shared, nullptr);
   at::Tensor t1 = at::randn({5000}), t2 = t1.clone(), t3 = t1.clone();
   for (int r = 0; r < 3; ++r) {
     const at::Tensor delta = at::randn({5000});

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -73,6 +74,7 @@ TEST_F(Processes, IslandsOfTwoRanksShardTheExchangeBitwiseAsSimulate) {
   const std::string sharded = " --set islands.shard_exchange=true";
   struct Case {
     std::string name, sets;
+    bool sharded_bytes = true;  // its exchange is all-reduces of the island's group
   };
   const std::vector<Case> cases = {
       {"diloco", ""},
@@ -80,6 +82,11 @@ TEST_F(Processes, IslandsOfTwoRanksShardTheExchangeBitwiseAsSimulate) {
                             " --set 'compression=[{quantize: int8}]'"},
       {"ddp", " --set 'algorithm={name: ddp}'"},
       {"streaming_diloco", " --set 'algorithm={name: streaming_diloco, inner_steps: 8, fragments: 2, overlap_steps: 2}'"},
+      // Adam's two moments, each cut in shards.
+      {"diloco_adam", " --set 'algorithm={name: diloco, inner_steps: 5, outer_optimizer: adam, outer_lr: 0.01}'"},
+      // Its modules' all-reduces are sub-groups', which stay with rank 0; their outer
+      // optimizers' state is sharded all the same.
+      {"dipaco", " --set algorithm.name=dipaco --set 'dipaco={levels: [{blocks: [0], modules: 2}], prefix: 8}'", false},
       // Over gloo: rank r's plane meets the others' through the coordinator's store, by way of
       // its rank 0 (src/run/shard_plane.h).
       {"diloco_gloo", " --set transport.kind=gloo --set 'compression=[{quantize: int8}]'"},
@@ -106,8 +113,27 @@ TEST_F(Processes, IslandsOfTwoRanksShardTheExchangeBitwiseAsSimulate) {
       ASSERT_NE(zero, std::string::npos) << text;
       const double by_one = std::stod(text.substr(one + id.size() + 29));
       const double by_zero = std::stod(text.substr(zero + id.size() + 14));
-      EXPECT_GT(by_one, 0.35 * (by_zero + by_one)) << text;
-      EXPECT_GT(by_zero, 0.35 * (by_zero + by_one)) << text;
+      if (c.sharded_bytes) {
+        EXPECT_GT(by_one, 0.35 * (by_zero + by_one)) << text;
+        EXPECT_GT(by_zero, 0.35 * (by_zero + by_one)) << text;
+      }
+      // Each rank keeps its shard of the outer optimizers' state (ddp has none): the two
+      // shards make the whole, about half each (shards start at multiples of 4,096 values).
+      int64_t held[2] = {0, 0}, whole[2] = {0, 0};
+      for (int rank = 0; rank < 2; ++rank) {
+        const std::string who = id + " rank " + std::to_string(rank) + ": holds ";
+        const size_t at = text.find(who);
+        ASSERT_NE(at, std::string::npos) << text;
+        std::istringstream line(text.substr(at + who.size()));
+        std::string of, the, islands;
+        line >> held[rank] >> of >> the >> islands >> whole[rank];
+        ASSERT_EQ(islands, "island's") << text.substr(at, 200);
+      }
+      EXPECT_EQ(whole[0], whole[1]);
+      EXPECT_EQ(held[0] + held[1], whole[0]);
+      if (c.name == "ddp") continue;
+      EXPECT_GT(held[0], 0.3 * static_cast<double>(whole[0]));
+      EXPECT_GT(held[1], 0.3 * static_cast<double>(whole[0]));
     }
   }
   // A shard run again as after a member lost between the shards (ATOLL_SHARD_FAULT: every
