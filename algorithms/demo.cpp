@@ -21,6 +21,9 @@
 //   [indices: sum over blocks of k * ceil(log2(n1 n2)) bits, padded to a byte]
 //   [values: one codec frame of the K = sum of k over blocks values (raw fp32: 4 K bytes)]
 // sent to W - 1 peers and W - 1 such messages received (transport framing counted as well).
+// An island whose ranks shard the exchange (islands.shard_exchange, docs/ranks.md) cuts the
+// message in parts of whole tensors (plan_parts), each [indices][frame], part s gathered by
+// rank s: the same values, one frame header more per part.
 // All tensor work runs on the CPU, whatever the parameters' device (the update is copied
 // over), so replicas and the simulator agree bitwise.
 #include "algorithms/demo.h"
@@ -191,6 +194,30 @@ void select_blocks(const std::vector<TensorPlan>& plans, const float* x, uint32_
   }
 }
 
+std::vector<PlanPart> plan_parts(const std::vector<TensorPlan>& plans, int shards) {
+  const size_t n = plans.size();
+  const size_t parts = shards > 1 && n >= static_cast<size_t>(shards) ? static_cast<size_t>(shards) : 1;
+  std::vector<int64_t> before(n + 1, 0);  // values sent by the plans before plan i
+  for (size_t i = 0; i < n; ++i) before[i + 1] = before[i] + plans[i].sent();
+  std::vector<size_t> start(parts + 1, 0);
+  start[parts] = n;
+  for (size_t s = 1; s < parts; ++s) {
+    const int64_t target = before[n] * static_cast<int64_t>(s) / static_cast<int64_t>(parts);
+    size_t b = static_cast<size_t>(std::lower_bound(before.begin(), before.begin() + static_cast<std::ptrdiff_t>(n), target) -
+                                   before.begin());
+    start[s] = std::clamp(b, start[s - 1] + 1, n - (parts - s));
+  }
+  std::vector<PlanPart> out(parts);
+  for (size_t s = 0; s < parts; ++s) {
+    PlanPart& q = out[s];
+    q.plans.assign(plans.begin() + static_cast<std::ptrdiff_t>(start[s]), plans.begin() + static_cast<std::ptrdiff_t>(start[s + 1]));
+    q.first_plan = start[s];
+    q.first = before[start[s]];
+    q.values = before[start[s + 1]] - q.first;
+  }
+  return out;
+}
+
 void Demo::setup(IslandContext& ctx) {
   if (auto problem = algorithms::codec_problem(name(), ctx.codec->stages())) throw UserError("compression: " + *problem);
   params_ = ctx.params;
@@ -239,17 +266,29 @@ void Demo::inner_step(IslandContext& ctx, int64_t step) {
     forward(p, delta_.narrow(0, p.offset, p.numel()), y);
   }
   select_blocks(plans_, coef_.data_ptr<float>(), idx_.data(), values_.data_ptr<float>());
-  std::vector<uint8_t> message;
-  message.reserve(packed_index_bytes(plans_) + ctx.codec->max_encoded_size(values_.numel()));
-  pack_indices(plans_, idx_.data(), message);
-  const size_t index_bytes = message.size();
-  ctx.codec->encode(values_, message, static_cast<uint64_t>(step) * 65536u + static_cast<uint64_t>(ctx.island));
+  // The message, in parts of whole tensors when the group shards the exchange (one otherwise).
+  const std::vector<PlanPart> parts = plan_parts(plans_, ctx.group->shards());
+  std::vector<std::vector<uint8_t>> messages(parts.size());
+  std::vector<size_t> index_bytes(parts.size());
+  for (size_t q = 0; q < parts.size(); ++q) {
+    const PlanPart& part = parts[q];
+    std::vector<uint8_t>& message = messages[q];
+    message.reserve(packed_index_bytes(part.plans) + ctx.codec->max_encoded_size(part.values));
+    pack_indices(part.plans, idx_.data() + part.first, message);
+    index_bytes[q] = message.size();
+    ctx.codec->encode(values_.narrow(0, part.first, part.values), message,
+                      (static_cast<uint64_t>(step) * 65536u + static_cast<uint64_t>(ctx.island)) + (static_cast<uint64_t>(q) << 48));
+  }
 
   // What the others will decode of this island's values, then q = its inverse DCT: δ -= q.
   const at::Tensor* own = &values_;
   if (!ctx.codec->lossless()) {
-    const Status s = ctx.codec->decode(message.data() + index_bytes, message.size() - index_bytes, decoded_);
-    TORCH_CHECK(s.is_ok(), "demo: own frame does not decode: ", s.message());
+    for (size_t q = 0; q < parts.size(); ++q) {
+      const std::vector<uint8_t>& message = messages[q];
+      at::Tensor out = decoded_.narrow(0, parts[q].first, parts[q].values);  // a view: decode writes decoded_
+      const Status s = ctx.codec->decode(message.data() + index_bytes[q], message.size() - index_bytes[q], out);
+      TORCH_CHECK(s.is_ok(), "demo: own frame does not decode: ", s.message());
+    }
     own = &decoded_;
   }
   float* cw = coef_.data_ptr<float>();
@@ -272,31 +311,37 @@ void Demo::inner_step(IslandContext& ctx, int64_t step) {
 
   // Exchange, then per coefficient the mean over the islands that sent it.
   const RoundMeter meter(*ctx.group);
-  std::vector<std::vector<uint8_t>> gathered;
-  const transport::CollectiveResult result = ctx.group->allgather(std::move(message), &gathered)->wait();
+  std::vector<std::vector<std::vector<uint8_t>>> gathered;
+  const transport::CollectiveResult result = ctx.group->allgather_parts(std::move(messages), &gathered)->wait();
   require_usable(result, ctx, "demo allgather", step);
   coef_.zero_();
   touched_.clear();
-  for (size_t m = 0; m < gathered.size(); ++m) {
-    const auto& bytes = gathered[m];
-    Status s = bytes.size() >= index_bytes ? unpack_indices(plans_, bytes.data(), index_bytes, idx_.data())
-                                           : corrupt("demo message: shorter than its indices");
-    if (s.is_ok()) s = ctx.codec->decode(bytes.data() + index_bytes, bytes.size() - index_bytes, decoded_);
-    if (!s.is_ok()) {
-      throw StatusError("island " + std::to_string(ctx.island) + ": demo message of island " +
-                            std::to_string(result.contributors[m]) + " at step " + std::to_string(step),
-                        s);
-    }
-    const float* dv = decoded_.data_ptr<float>();
-    int64_t i = 0;
-    for (const auto& p : plans_) {
-      for (int64_t b = 0; b < p.blocks; ++b) {
-        const int64_t base = p.offset + b * p.block_size();
-        for (int64_t j = 0; j < p.k; ++j, ++i) {
-          const int64_t pos = base + idx_[static_cast<size_t>(i)];
-          if (count_[static_cast<size_t>(pos)] == 0) touched_.push_back(pos);
-          cw[pos] += dv[i];
-          count_[static_cast<size_t>(pos)] += 1;
+  for (size_t q = 0; q < parts.size(); ++q) {
+    const PlanPart& part = parts[q];
+    uint32_t* idx = idx_.data() + part.first;
+    at::Tensor decoded = decoded_.narrow(0, part.first, part.values);
+    for (size_t m = 0; m < gathered[q].size(); ++m) {
+      const auto& bytes = gathered[q][m];
+      const size_t ib = index_bytes[q];
+      Status s = bytes.size() >= ib ? unpack_indices(part.plans, bytes.data(), ib, idx)
+                                    : corrupt("demo message: shorter than its indices");
+      if (s.is_ok()) s = ctx.codec->decode(bytes.data() + ib, bytes.size() - ib, decoded);
+      if (!s.is_ok()) {
+        throw StatusError("island " + std::to_string(ctx.island) + ": demo message of island " +
+                              std::to_string(result.contributors[m]) + " at step " + std::to_string(step),
+                          s);
+      }
+      const float* dv = decoded.data_ptr<float>();
+      int64_t i = 0;
+      for (const auto& p : part.plans) {
+        for (int64_t b = 0; b < p.blocks; ++b) {
+          const int64_t base = p.offset + b * p.block_size();
+          for (int64_t j = 0; j < p.k; ++j, ++i) {
+            const int64_t pos = base + idx[i];
+            if (count_[static_cast<size_t>(pos)] == 0) touched_.push_back(pos);
+            cw[pos] += dv[i];
+            count_[static_cast<size_t>(pos)] += 1;
+          }
         }
       }
     }

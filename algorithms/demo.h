@@ -63,6 +63,20 @@ void block_topk(const float* x, int64_t n, int64_t k, uint32_t* idx);
 // their values into values, sum of sent() of each (SparseLoCo selects this way too).
 void select_blocks(const std::vector<TensorPlan>& plans, const float* x, uint32_t* idx, float* values);
 
+// The parts of an exchange over `plans` for a group that cuts its exchanges in `shards`
+// (transport::Group::shards(), allgather_parts; islands.shard_exchange, docs/ranks.md "The
+// outer exchange, sharded"): consecutive runs of whole tensors, so that each part encodes and
+// decodes on its own, cut where the running count of values sent reaches s / shards of the
+// total (each part at least one tensor). One part of every plan with one shard or fewer
+// tensors than shards; then the message is the unsharded one.
+struct PlanPart {
+  std::vector<TensorPlan> plans;
+  size_t first_plan = 0;  // its first plan's index among all
+  int64_t first = 0;      // its first value among the values of every plan, in plan order
+  int64_t values = 0;     // the sum of its plans' sent()
+};
+std::vector<PlanPart> plan_parts(const std::vector<TensorPlan>& plans, int shards);
+
 // One island's DeMo. Owned by that island's thread.
 class Demo final : public Algorithm {
  public:

@@ -21,7 +21,8 @@
 // Bytes on the wire per round and island: one allgather of
 //   [indices: k * ceil(log2(tile size)) bits per tile (12 for 64 x 64), padded to a byte]
 //   [per tensor: u32 frame size, one codec frame of its k * tiles values]
-// sent to W - 1 peers. With lut2: 2 bits a value plus 74 bytes a tensor (u32 size, 50-byte
+// sent to W - 1 peers; cut in parts of whole tensors when the island's ranks shard the
+// exchange (demo::plan_parts; docs/ranks.md), the same frames. With lut2: 2 bits a value plus 74 bytes a tensor (u32 size, 50-byte
 // frame header, shift and table).
 // [impl choice] A joiner starts with e = 0 and the round count (as DeMo's residual: a
 // donor's accumulator is its own unsent update). Checkpoints hold "round", "anchor", "error".
@@ -97,15 +98,24 @@ class SparseLoCo final : public Algorithm {
       to_tiles(p, error_.narrow(0, p.offset, p.numel()), y);
     }
     demo::select_blocks(plans_, tiles_.data_ptr<float>(), idx_.data(), values_.data_ptr<float>());
-    std::vector<uint8_t> message;
-    demo::pack_indices(plans_, idx_.data(), message);
-    const size_t index_bytes = message.size();
-    encode_values(ctx, message);
+    // The message, in parts of whole tensors when the group shards the exchange (one otherwise:
+    // the parts are the unsharded message cut between tensors, each frame with its own seed).
+    const std::vector<demo::PlanPart> parts = demo::plan_parts(plans_, ctx.group->shards());
+    std::vector<std::vector<uint8_t>> messages(parts.size());
+    std::vector<size_t> index_bytes(parts.size());
+    for (size_t q = 0; q < parts.size(); ++q) {
+      demo::pack_indices(parts[q].plans, idx_.data() + parts[q].first, messages[q]);
+      index_bytes[q] = messages[q].size();
+      encode_values(ctx, parts[q], messages[q]);
+    }
 
     // e -= what the others will decode of it (in tile order, then back).
-    const Status own = decode_values(ctx, message.data() + index_bytes, message.size() - index_bytes);
-    TORCH_CHECK(own.is_ok(), "sparseloco: own message does not decode: ", own.message());
-    scatter(decoded_, tiles_, -1.0f, false);
+    for (size_t q = 0; q < parts.size(); ++q) {
+      const std::vector<uint8_t>& message = messages[q];
+      const Status own = decode_values(ctx, parts[q], message.data() + index_bytes[q], message.size() - index_bytes[q]);
+      TORCH_CHECK(own.is_ok(), "sparseloco: own message does not decode: ", own.message());
+      scatter(parts[q], decoded_, tiles_, -1.0f, false);
+    }
     for (const auto& p : plans_) {
       at::Tensor x = error_.narrow(0, p.offset, p.numel());
       from_tiles(p, tiles_.narrow(0, p.offset, p.numel()), x);
@@ -113,24 +123,28 @@ class SparseLoCo final : public Algorithm {
 
     // Exchange; U = the sum of every contributor's decoded values over R (or per coordinate).
     const RoundMeter meter(*ctx.group);
-    std::vector<std::vector<uint8_t>> gathered;
-    const transport::CollectiveResult result = ctx.group->allgather(std::move(message), &gathered)->wait();
+    std::vector<std::vector<std::vector<uint8_t>>> gathered;
+    const transport::CollectiveResult result = ctx.group->allgather_parts(std::move(messages), &gathered)->wait();
     require_usable(result, ctx, "sparseloco allgather", step);
     sum_.zero_();
-    for (size_t m = 0; m < gathered.size(); ++m) {
-      const auto& bytes = gathered[m];
-      Status s = bytes.size() >= index_bytes ? demo::unpack_indices(plans_, bytes.data(), index_bytes, idx_.data())
-                                             : corrupt("sparseloco message: shorter than its indices");
-      if (s.is_ok()) s = decode_values(ctx, bytes.data() + index_bytes, bytes.size() - index_bytes);
-      if (!s.is_ok()) {
-        throw StatusError("island " + std::to_string(ctx.island) + ": sparseloco message of island " +
-                              std::to_string(result.contributors[m]) + " at step " + std::to_string(step),
-                          s);
+    for (size_t q = 0; q < parts.size(); ++q) {
+      const demo::PlanPart& part = parts[q];
+      const size_t ib = index_bytes[q];
+      for (size_t m = 0; m < gathered[q].size(); ++m) {
+        const auto& bytes = gathered[q][m];
+        Status s = bytes.size() >= ib ? demo::unpack_indices(part.plans, bytes.data(), ib, idx_.data() + part.first)
+                                      : corrupt("sparseloco message: shorter than its indices");
+        if (s.is_ok()) s = decode_values(ctx, part, bytes.data() + ib, bytes.size() - ib);
+        if (!s.is_ok()) {
+          throw StatusError("island " + std::to_string(ctx.island) + ": sparseloco message of island " +
+                                std::to_string(result.contributors[m]) + " at step " + std::to_string(step),
+                            s);
+        }
+        scatter(part, decoded_, sum_, 1.0f, own_.aggregation == Aggregation::kMeanSelected);
       }
-      scatter(decoded_, sum_, 1.0f, own_.aggregation == Aggregation::kMeanSelected);
     }
     if (own_.aggregation == Aggregation::kMeanAll) {
-      sum_.div_(static_cast<double>(gathered.size()));
+      sum_.div_(static_cast<double>(result.contributors.size()));
     } else {
       float* s = sum_.data_ptr<float>();
       for (size_t i = 0; i < count_.size(); ++i) {
@@ -177,11 +191,13 @@ class SparseLoCo final : public Algorithm {
   }
 
  private:
-  // Appends, per tensor, u32 frame size + the frame of its values (values_ in plan order).
-  void encode_values(const IslandContext& ctx, std::vector<uint8_t>& message) const {
-    int64_t at_k = 0;
-    for (size_t t = 0; t < plans_.size(); ++t) {
-      const int64_t count = plans_[t].sent();
+  // Appends, per tensor of `part`, u32 frame size + the frame of its values (values_ in plan
+  // order; each tensor's seed from its index among all, whatever the part).
+  void encode_values(const IslandContext& ctx, const demo::PlanPart& part, std::vector<uint8_t>& message) const {
+    int64_t at_k = part.first;
+    for (size_t i = 0; i < part.plans.size(); ++i) {
+      const size_t t = part.first_plan + i;
+      const int64_t count = part.plans[i].sent();
       const size_t size_at = message.size();
       bytes::Writer(message).u32(0);
       const uint64_t seed = (static_cast<uint64_t>(round_ + 1) << 40) ^ (static_cast<uint64_t>(ctx.island) << 20) ^ t;
@@ -191,11 +207,12 @@ class SparseLoCo final : public Algorithm {
     }
   }
 
-  // The inverse of encode_values into decoded_; kCorrupt for any malformed part.
-  Status decode_values(const IslandContext& ctx, const uint8_t* in, size_t size) {
+  // The inverse of encode_values into decoded_ (at the part's values); kCorrupt for any
+  // malformed part.
+  Status decode_values(const IslandContext& ctx, const demo::PlanPart& part, const uint8_t* in, size_t size) {
     bytes::Reader r(in, size, "sparseloco message");
-    int64_t at_k = 0;
-    for (const auto& p : plans_) {
+    int64_t at_k = part.first;
+    for (const auto& p : part.plans) {
       const uint32_t frame = r.u32("frame size");
       const uint8_t* body = r.take(frame, "frame");
       if (!r.ok()) return corrupt(r.error());
@@ -207,13 +224,13 @@ class SparseLoCo final : public Algorithm {
     return Status::ok();
   }
 
-  // dst[tile position of value i] += sign * decoded[i] for this island's idx_, counting the
-  // contributors of each position when `count`.
-  void scatter(const at::Tensor& decoded, at::Tensor& dst, float sign, bool count) {
+  // dst[tile position of value i] += sign * decoded[i] for the part's values and idx_,
+  // counting the contributors of each position when `count`.
+  void scatter(const demo::PlanPart& part, const at::Tensor& decoded, at::Tensor& dst, float sign, bool count) {
     const float* dv = decoded.data_ptr<float>();
     float* d = dst.data_ptr<float>();
-    int64_t i = 0;
-    for (const auto& p : plans_) {
+    int64_t i = part.first;
+    for (const auto& p : part.plans) {
       for (int64_t b = 0; b < p.blocks; ++b) {
         const int64_t base = p.offset + b * p.block_size();
         for (int64_t j = 0; j < p.k; ++j, ++i) {

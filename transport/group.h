@@ -20,6 +20,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -107,6 +108,21 @@ class Group {
   // collectives, a member lost mid-way is left out and the result says so (kPeerLost).
   virtual std::unique_ptr<Handle> allgather(std::vector<uint8_t> bytes,
                                             std::vector<std::vector<uint8_t>>* out) = 0;
+
+  // The shards this group cuts an island's exchanges into: 1, but for the island of R ranks
+  // whose exchange is sharded (islands.shard_exchange; transport/shards.h), where shard s
+  // travels with rank s. allreduce_mean cuts its buffer itself; an allgather's message is
+  // opaque, so an algorithm that can cut its message in parts that decode on their own
+  // (DeMo, SparseLoCo: whole tensors) passes shards() parts, or one, to allgather_parts:
+  // (*out)[s][i] holds part s of the message of result.contributors[i], and every part ends
+  // with the same contributors. One part is allgather itself.
+  virtual int shards() const { return 1; }
+  virtual std::unique_ptr<Handle> allgather_parts(std::vector<std::vector<uint8_t>> parts,
+                                                  std::vector<std::vector<std::vector<uint8_t>>>* out) {
+    if (parts.size() != 1) throw std::logic_error("allgather_parts: this group does not shard its exchanges");
+    out->assign(1, {});
+    return allgather(std::move(parts[0]), &(*out)[0]);
+  }
 
   // The group of the islands in `ids` (ascending, containing this island) that share
   // something, e.g. the islands whose paths go through one module. Its collectives

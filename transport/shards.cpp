@@ -104,6 +104,16 @@ class ShardedGroup final : public Group {
   std::unique_ptr<Handle> allgather(std::vector<uint8_t> bytes, std::vector<std::vector<uint8_t>>* out) override {
     return parent_->allgather(std::move(bytes), out);
   }
+  int shards() const override { return shards_; }
+  std::unique_ptr<Handle> allgather_parts(std::vector<std::vector<uint8_t>> parts,
+                                          std::vector<std::vector<std::vector<uint8_t>>>* out) override {
+    if (parts.size() == 1) return Group::allgather_parts(std::move(parts), out);
+    TORCH_CHECK(parts.size() == subs_.size(), "allgather_parts: ", parts.size(), " parts for ", subs_.size(), " shards");
+    out->assign(parts.size(), {});
+    std::vector<std::unique_ptr<Handle>> handles;
+    for (size_t s = 0; s < subs_.size(); ++s) handles.push_back(subs_[s]->allgather(std::move(parts[s]), &(*out)[s]));
+    return std::make_unique<ShardedHandle>(std::move(handles));
+  }
   std::unique_ptr<Group> subgroup(uint32_t key, std::vector<int> ids) override {
     TORCH_CHECK(key < kShardKeyBase, "subgroup: keys from ", kShardKeyBase, " on carry the exchange's shards");
     return parent_->subgroup(key, std::move(ids));

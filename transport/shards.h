@@ -49,8 +49,8 @@ inline int shard_streams(uint32_t key) {
 
 // The simulator's group of an island of S ranks with a sharded exchange: allreduce_mean of a
 // buffer that shard_ranges() cuts runs as S all-reduces of its shards, shard s on
-// parent.subgroup(shard_key(s, S), ids) with `ids` every island id that may take part;
-// everything else goes to `parent`. A result says the first shard's (the shards always end
+// parent.subgroup(shard_key(s, S), ids) with `ids` every island id that may take part, and
+// allgather_parts of S parts as S all-gathers there; everything else goes to `parent`. A result says the first shard's (the shards always end
 // with the same contributors here: see agree_shards).
 std::unique_ptr<Group> sharded_group(std::unique_ptr<Group> parent, int shards, std::vector<int> ids);
 

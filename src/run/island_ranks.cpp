@@ -263,19 +263,107 @@ class MirroredHandle final : public transport::Handle {
   std::optional<transport::CollectiveResult> result_;
 };
 
-// One sharded all-reduce (islands.shard_exchange) on every rank: each rank all-reduces its
-// shard on its shard group, while the ranks agree at every poll on whether all shards are
-// done. Then each rank's result goes to every rank, and all take the same decision
+// What one sharded exchange moves: this rank's shard, posted (again, for a rerun) on its
+// shard group, and at the end every rank's shard handed to every rank.
+class ShardWork {
+ public:
+  virtual ~ShardWork() = default;
+  virtual std::unique_ptr<transport::Handle> post(transport::Group& group) = 0;
+  virtual void share(IslandRanks& ranks) = 0;
+  virtual void release() {}
+};
+
+// An all-reduce: shard r of the buffer (and of `transmitted`), kept as it was given for a
+// rerun; at the end each rank's shard broadcast from it.
+class AllreduceWork final : public ShardWork {
+ public:
+  AllreduceWork(int rank, std::vector<transport::ShardRange> ranges, at::Tensor buffer, at::Tensor transmitted,
+                const compression::Pipeline& codec, double weight)
+      : rank_(rank), ranges_(std::move(ranges)), buffer_(std::move(buffer)), transmitted_(std::move(transmitted)),
+        codec_(codec), weight_(weight), input_(slice(buffer_).clone()) {}
+  std::unique_ptr<transport::Handle> post(transport::Group& group) override {
+    slice(buffer_).copy_(input_);  // a rerun starts from the input
+    return group.allreduce_mean(slice(buffer_), codec_, weight_, transmitted_.defined() ? slice(transmitted_) : at::Tensor());
+  }
+  void share(IslandRanks& ranks) override {
+    for (int r = 0; r < ranks.ranks(); ++r) {
+      const transport::ShardRange& range = ranges_[static_cast<size_t>(r)];
+      for (at::Tensor* t : {&buffer_, &transmitted_}) {
+        if (!t->defined()) continue;
+        at::Tensor part = t->narrow(0, range.begin, range.size);
+        ranks.broadcast(part, r);
+      }
+    }
+  }
+  void release() override { input_ = at::Tensor(); }
+
+ private:
+  at::Tensor slice(const at::Tensor& t) const {
+    const transport::ShardRange& r = ranges_[static_cast<size_t>(rank_)];
+    return t.narrow(0, r.begin, r.size);
+  }
+  const int rank_;
+  const std::vector<transport::ShardRange> ranges_;
+  at::Tensor buffer_, transmitted_;
+  const compression::Pipeline& codec_;
+  const double weight_;
+  at::Tensor input_;
+};
+
+// An allgather of a message in parts (Group::allgather_parts): part r gathered on rank r's
+// shard group; at the end each rank's gathered part broadcast from it.
+class GatherWork final : public ShardWork {
+ public:
+  GatherWork(int rank, std::vector<std::vector<uint8_t>> parts, std::vector<std::vector<std::vector<uint8_t>>>* out)
+      : rank_(rank), parts_(std::move(parts)), out_(out) {
+    out_->assign(parts_.size(), {});
+  }
+  std::unique_ptr<transport::Handle> post(transport::Group& group) override {
+    mine_.clear();
+    return group.allgather(parts_[static_cast<size_t>(rank_)], &mine_);
+  }
+  void share(IslandRanks& ranks) override {
+    for (int r = 0; r < ranks.ranks(); ++r) {
+      bytes::ByteWriter w;
+      if (r == rank_) {
+        w.u64(mine_.size());
+        for (const auto& g : mine_) w.str(std::string(g.begin(), g.end()));
+      }
+      std::string s = std::move(w).bytes();
+      const std::vector<uint8_t> got = ranks.broadcast_bytes({s.begin(), s.end()}, r);
+      const std::string text(got.begin(), got.end());
+      bytes::Reader in(text, "allgather part");
+      std::vector<std::vector<uint8_t>>& part = (*out_)[static_cast<size_t>(r)];
+      part.assign(in.u64(), {});
+      for (auto& g : part) {
+        const std::string one = in.str();
+        g.assign(one.begin(), one.end());
+      }
+      if (!in.done()) throw std::runtime_error("island ranks: malformed allgather part");
+    }
+  }
+  void release() override {
+    parts_.clear();
+    mine_.clear();
+  }
+
+ private:
+  const int rank_;
+  std::vector<std::vector<uint8_t>> parts_;
+  std::vector<std::vector<std::vector<uint8_t>>>* out_;
+  std::vector<std::vector<uint8_t>> mine_;
+};
+
+// One sharded exchange (islands.shard_exchange) on every rank: each rank posts its shard on
+// its shard group, while the ranks agree at every poll on whether all shards are done. Then
+// each rank's result goes to every rank, and all take the same decision
 // (transport::agree_shards): the shards that ended with other contributors than the rest run
 // again from their input; then each shard goes to every rank. (Rank 0's membership reaches
 // the shard planes on its own: src/run/shard_plane.h.)
 class ShardedHandle final : public transport::Handle {
  public:
-  ShardedHandle(IslandRanks& ranks, RankShard& shard, int island, std::vector<transport::ShardRange> ranges,
-                at::Tensor buffer, at::Tensor transmitted, const compression::Pipeline& codec, double weight)
-      : ranks_(ranks), shard_(shard), island_(island), ranges_(std::move(ranges)), buffer_(std::move(buffer)),
-        transmitted_(std::move(transmitted)), codec_(codec), weight_(weight) {
-    input_ = slice(buffer_).clone();
+  ShardedHandle(IslandRanks& ranks, RankShard& shard, int island, std::unique_ptr<ShardWork> work)
+      : ranks_(ranks), shard_(shard), island_(island), work_(std::move(work)) {
     exchange_ = ++shard_.exchanges;
     shard_.next_seqs.resize(static_cast<size_t>(ranks_.ranks()), 0);
     for (int r = 0; r < ranks_.ranks(); ++r)  // every rank posts its own now
@@ -312,30 +400,16 @@ class ShardedHandle final : public transport::Handle {
       for (int r : a.rerun)
         if (r != ranks_.rank()) ++shard_.next_seqs[static_cast<size_t>(r)];  // posted there
       catch_up();
-      if (std::find(a.rerun.begin(), a.rerun.end(), ranks_.rank()) != a.rerun.end()) {
-        slice(buffer_).copy_(input_);
-        post();
-      }
+      if (std::find(a.rerun.begin(), a.rerun.end(), ranks_.rank()) != a.rerun.end()) post();
       wait_all(std::nullopt);
       results = exchange_results();
     }
-    for (int r = 0; r < ranks_.ranks(); ++r) {
-      const transport::ShardRange& range = ranges_[static_cast<size_t>(r)];
-      for (at::Tensor* t : {&buffer_, &transmitted_}) {
-        if (!t->defined()) continue;
-        at::Tensor part = t->narrow(0, range.begin, range.size);
-        ranks_.broadcast(part, r);
-      }
-    }
+    work_->share(ranks_);
     count_bytes();
     return finish(results[0], Status::ok());
   }
 
  private:
-  at::Tensor slice(const at::Tensor& t) const {
-    const transport::ShardRange& r = ranges_[static_cast<size_t>(ranks_.rank())];
-    return t.narrow(0, r.begin, r.size);
-  }
   // On every rank: the shard planes start their collectives in rank 0's membership epoch or
   // a later one (their views reach them on their own, and could lag).
   void catch_up() {
@@ -346,8 +420,7 @@ class ShardedHandle final : public transport::Handle {
   void post() {
     local_.reset();
     ++shard_.next_seqs[static_cast<size_t>(ranks_.rank())];
-    mine_ = shard_.group->allreduce_mean(slice(buffer_), codec_, weight_,
-                                         transmitted_.defined() ? slice(transmitted_) : at::Tensor());
+    mine_ = work_->post(*shard_.group);
   }
   // Until every rank's shard has ended, or (rank 0's clock) the deadline has passed.
   bool wait_all(transport::Deadline deadline) {
@@ -371,7 +444,7 @@ class ShardedHandle final : public transport::Handle {
   }
   transport::CollectiveResult finish(transport::CollectiveResult r, Status st) {
     if (!st.is_ok()) r.status = std::move(st);
-    input_ = at::Tensor();
+    work_->release();
     result_ = r;
     return r;
   }
@@ -388,12 +461,8 @@ class ShardedHandle final : public transport::Handle {
   IslandRanks& ranks_;
   RankShard& shard_;
   const int island_;
-  int64_t exchange_ = 0;  // this one's number among the island's sharded all-reduces (from 1)
-  const std::vector<transport::ShardRange> ranges_;
-  at::Tensor buffer_, transmitted_;
-  at::Tensor input_;  // this rank's shard as it was given, for a rerun
-  const compression::Pipeline& codec_;
-  const double weight_;
+  int64_t exchange_ = 0;  // this one's number among the island's sharded exchanges (from 1)
+  std::unique_ptr<ShardWork> work_;
   std::unique_ptr<transport::Handle> mine_;
   std::optional<transport::CollectiveResult> local_;
   std::optional<transport::CollectiveResult> result_;
@@ -432,8 +501,9 @@ class MirroredGroup final : public transport::Group {
                                                        : std::vector<transport::ShardRange>{};
     if (ranges.empty())
       return mirror(inner_ ? inner_->allreduce_mean(buffer, codec, weight, transmitted) : nullptr, {buffer, transmitted});
-    return std::make_unique<ShardedHandle>(ranks_, *shard_, island_, std::move(ranges), std::move(buffer),
-                                           std::move(transmitted), codec, weight);
+    return std::make_unique<ShardedHandle>(
+        ranks_, *shard_, island_,
+        std::make_unique<AllreduceWork>(ranks_.rank(), std::move(ranges), std::move(buffer), std::move(transmitted), codec, weight));
   }
   std::unique_ptr<transport::Handle> broadcast(int root, at::Tensor buffer,
                                                const compression::Pipeline& codec) override {
@@ -443,6 +513,16 @@ class MirroredGroup final : public transport::Group {
                                                std::vector<std::vector<uint8_t>>* out) override {
     auto inner = inner_ ? inner_->allgather(std::move(bytes), out) : nullptr;
     return std::make_unique<MirroredHandle>(ranks_, std::move(inner), std::vector<at::Tensor>{}, out);
+  }
+  int shards() const override { return shard_ ? ranks_.ranks() : 1; }
+  std::unique_ptr<transport::Handle> allgather_parts(std::vector<std::vector<uint8_t>> parts,
+                                                     std::vector<std::vector<std::vector<uint8_t>>>* out) override {
+    if (!shard_ || parts.size() == 1) return Group::allgather_parts(std::move(parts), out);
+    if (parts.size() != static_cast<size_t>(ranks_.ranks()))
+      throw std::logic_error("allgather_parts: " + std::to_string(parts.size()) + " parts for " +
+                             std::to_string(ranks_.ranks()) + " ranks");
+    return std::make_unique<ShardedHandle>(ranks_, *shard_, island_,
+                                           std::make_unique<GatherWork>(ranks_.rank(), std::move(parts), out));
   }
   std::unique_ptr<transport::Group> subgroup(uint32_t key, std::vector<int> ids) override {
     std::unique_ptr<transport::Group> sub = inner_ ? inner_->subgroup(key, std::move(ids)) : nullptr;

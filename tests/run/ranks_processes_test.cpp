@@ -75,6 +75,9 @@ TEST_F(Processes, IslandsOfTwoRanksShardTheExchangeBitwiseAsSimulate) {
   struct Case {
     std::string name, sets;
     bool sharded_bytes = true;  // its exchange is all-reduces of the island's group
+    // Its parts are whole tensors, decoded on their own, each with the seed it has unsharded
+    // (the unsharded run's bits, which an unsharded simulate gives independently).
+    bool as_unsharded = false;
   };
   const std::vector<Case> cases = {
       {"diloco", ""},
@@ -82,6 +85,10 @@ TEST_F(Processes, IslandsOfTwoRanksShardTheExchangeBitwiseAsSimulate) {
                             " --set 'compression=[{quantize: int8}]'"},
       {"ddp", " --set 'algorithm={name: ddp}'"},
       {"streaming_diloco", " --set 'algorithm={name: streaming_diloco, inner_steps: 8, fragments: 2, overlap_steps: 2}'"},
+      // All-gathers of messages in parts (Group::allgather_parts): rank r gathers part r.
+      {"demo", kDemo, true, true},
+      {"sparseloco_lut2", " --set 'algorithm={name: sparseloco, inner_steps: 4, chunk: 16, topk: 8}'"
+                          " --set 'compression=[{quantize: lut2}]'", true, true},
       // Adam's two moments, each cut in shards.
       {"diloco_adam", " --set 'algorithm={name: diloco, inner_steps: 5, outer_optimizer: adam, outer_lr: 0.01}'"},
       // Its modules' all-reduces are sub-groups', which stay with rank 0; their outer
@@ -94,6 +101,12 @@ TEST_F(Processes, IslandsOfTwoRanksShardTheExchangeBitwiseAsSimulate) {
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
     ASSERT_EQ(run("simulate " + cfg + " --quiet" + ranks + sharded + c.sets + " --set run.name=sim_" + c.name), 0);
+    if (c.as_unsharded) {
+      ASSERT_EQ(run("simulate " + cfg + " --quiet" + ranks + c.sets + " --set run.name=whole_" + c.name), 0);
+      EXPECT_TRUE(read(dir_ / "runs" / ("sim_" + c.name) / "final_params.bin") ==
+                  read(dir_ / "runs" / ("whole_" + c.name) / "final_params.bin"))
+          << "the exchange in parts does not give the unsharded run's parameters";
+    }
     const fs::path log = dir_ / (c.name + ".log");
     // Not quiet: the ranks' byte lines are info lines.
     const int status = std::system((std::string(ATOLL_BINARY) + " launch " + cfg + ranks + sharded + c.sets +
@@ -117,7 +130,7 @@ TEST_F(Processes, IslandsOfTwoRanksShardTheExchangeBitwiseAsSimulate) {
         EXPECT_GT(by_one, 0.35 * (by_zero + by_one)) << text;
         EXPECT_GT(by_zero, 0.35 * (by_zero + by_one)) << text;
       }
-      // Each rank keeps its shard of the outer optimizers' state (ddp has none): the two
+      // Each rank keeps its shard of the outer optimizers' state: the two
       // shards make the whole, about half each (shards start at multiples of 4,096 values).
       int64_t held[2] = {0, 0}, whole[2] = {0, 0};
       for (int rank = 0; rank < 2; ++rank) {
@@ -131,7 +144,11 @@ TEST_F(Processes, IslandsOfTwoRanksShardTheExchangeBitwiseAsSimulate) {
       }
       EXPECT_EQ(whole[0], whole[1]);
       EXPECT_EQ(held[0] + held[1], whole[0]);
-      if (c.name == "ddp") continue;
+      const bool outer_state = c.name.rfind("diloco", 0) == 0 || c.name == "streaming_diloco" || c.name == "dipaco";
+      if (!outer_state) {  // ddp, demo, sparseloco: no outer optimizer
+        EXPECT_EQ(whole[0], 0);
+        continue;
+      }
       EXPECT_GT(held[0], 0.3 * static_cast<double>(whole[0]));
       EXPECT_GT(held[1], 0.3 * static_cast<double>(whole[0]));
     }
@@ -149,6 +166,13 @@ TEST_F(Processes, IslandsOfTwoRanksShardTheExchangeBitwiseAsSimulate) {
                                  ": the exchange's shards ended with different contributors; shards 1 run again"),
                 std::string::npos) << read(again);
   EXPECT_TRUE(read(dir_ / "runs/again/final_params.bin") == read(dir_ / "runs/sim_diloco/final_params.bin"));
+  // The same for a part of an all-gather (DeMo's fifth step), gathered again from its message.
+  const int gather = std::system(("ATOLL_SHARD_FAULT=rerun:5:1 " + std::string(ATOLL_BINARY) + " launch " + cfg + ranks +
+                                  sharded + kDemo + " --set run.name=again_demo > " + again.string() + " 2>&1").c_str());
+  ASSERT_EQ(WIFEXITED(gather) ? WEXITSTATUS(gather) : -1, 0) << read(again);
+  EXPECT_NE(read(again).find("island 0 rank 1: the exchange's shards ended with different contributors; shards 1 run again"),
+            std::string::npos) << read(again);
+  EXPECT_TRUE(read(dir_ / "runs/again_demo/final_params.bin") == read(dir_ / "runs/sim_demo/final_params.bin"));
   // Rank 0's views reaching its ranks 300 ms late (ATOLL_SHARD_FAULT=slow_views): every shard
   // plane catches up with its rank 0's epoch before a collective, so none starts among fewer
   // members than rank 0's; the same bits.
