@@ -327,6 +327,49 @@ TEST(Demo, DivisorRule) {
   EXPECT_EQ(plans[2].n2, 4);
 }
 
+// The parts of a sharded exchange (docs/ranks.md "The outer exchange, sharded"): consecutive
+// whole tensors covering every plan once, in order, each part at least one tensor, the values
+// they send about equal (within the largest tensor's), their first values where the earlier
+// parts' end; one part of every plan with one shard or fewer tensors than shards.
+TEST(Demo, PlanPartsAreConsecutiveWholeTensorsOfAboutEqualValues) {
+  std::vector<ParamRange> layout;
+  int64_t at = 0;
+  for (int64_t rows : {40, 8, 8, 64, 8, 8, 64, 4, 16}) {
+    layout.push_back({at, rows * 16, -1, {rows, 16}, 0});
+    at += rows * 16;
+  }
+  const auto plans = demo::plan(layout, at, 4, 4);
+  int64_t total = 0, largest = 0;
+  for (const auto& p : plans) {
+    total += p.sent();
+    largest = std::max(largest, p.sent());
+  }
+  for (int shards : {1, 2, 3, 4, 9}) {
+    SCOPED_TRACE(shards);
+    const auto parts = demo::plan_parts(plans, shards);
+    ASSERT_EQ(parts.size(), static_cast<size_t>(shards));
+    size_t next = 0;
+    int64_t first = 0;
+    for (const auto& q : parts) {
+      ASSERT_FALSE(q.plans.empty());
+      EXPECT_EQ(q.first_plan, next);
+      EXPECT_EQ(q.first, first);
+      int64_t values = 0;
+      for (size_t i = 0; i < q.plans.size(); ++i) {
+        EXPECT_EQ(q.plans[i].offset, plans[next + i].offset);
+        values += q.plans[i].sent();
+      }
+      EXPECT_EQ(q.values, values);
+      EXPECT_LE(std::abs(static_cast<double>(values) - static_cast<double>(total) / shards), static_cast<double>(largest));
+      next += q.plans.size();
+      first += values;
+    }
+    EXPECT_EQ(next, plans.size());
+  }
+  EXPECT_EQ(demo::plan_parts(plans, 10).size(), 1u);  // 9 tensors: not cut in 10
+  EXPECT_EQ(demo::plan_parts(plans, 10)[0].plans.size(), plans.size());
+}
+
 // Index codec: round trip, exact size (12 bits per index for blocks of 4096), and rejection
 // of out-of-block, unordered and padded-with-garbage input.
 TEST(Demo, IndexCodec) {
