@@ -186,9 +186,11 @@ void check_memory(const config::Config& c, Target target) {
   std::snprintf(params, sizeof params, "%.3g", static_cast<double>(m.params));
   config::fail_key(c, key, "the model does not fit in memory: at least " + human_bytes(m.bytes) + " (" + params +
                                " parameters x 4 bytes x " + std::to_string(m.copies) + " copies (" +
-                               m.copies_text + ") x " + std::to_string(m.islands) + " island" +
-                               (m.islands == 1 ? "" : "s") + (m.shared > 0 ? " + a gradient buffer they share" : "") +
-                               " in one process) but this machine has " +
+                               m.copies_text + ") x " + std::to_string(m.islands) +
+                               (target == Target::kLaunch ? (m.islands == 1 ? " island process" : " island processes")
+                                                                  : (m.islands == 1 ? " island" : " islands")) +
+                               (m.shared > 0 ? " + a gradient buffer they share" : "") +
+                               (target == Target::kLaunch ? " on this machine" : " in one process") + ") but this machine has " +
                                human_bytes(physical));
 }
 
@@ -224,9 +226,15 @@ MemoryEstimate estimate_memory(const config::Config& c, Target target) {
     }
     m.islands = c.islands.count;
     if (target == Target::kIsland) m.islands = 1;
-    if (target == Target::kLaunch && !c.hosts.islands.empty()) {
-      m.islands = 0;  // only the islands placed on this machine
-      for (const auto& h : c.hosts.islands) m.islands += h.empty();
+    if (target == Target::kLaunch) {
+      // Every rank of an island placed on this machine is a process holding the whole model
+      // (docs/ranks.md).
+      m.islands = 0;
+      for (int i = 0; i < c.islands.count; ++i) {
+        const bool here = c.hosts.islands.empty() ||
+                          (static_cast<size_t>(i) < c.hosts.islands.size() && c.hosts.islands[static_cast<size_t>(i)].empty());
+        if (here) m.islands += c.islands.ranks.of(i);
+      }
     }
   }
   m.bytes = static_cast<double>(m.params) * 4.0 * (static_cast<double>(m.copies) * m.islands + m.shared);

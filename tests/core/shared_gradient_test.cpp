@@ -50,7 +50,7 @@ TEST(SharedGradient, EveryParametersGradientLandsInTheSharedBuffer) {
 }
 
 // The simulator's estimate counts the shared gradient once; a process of one island, and an
-// algorithm that exchanges its gradient (ddp), count it per island.
+// algorithm that exchanges its gradient (ddp), count it per island; launch counts every rank.
 TEST(SharedGradient, TheMemoryEstimateCountsTheSharedGradientOnce) {
   const config::Config diloco = tiny("diloco");
   const MemoryEstimate sim = estimate_memory(diloco, Target::kSimulate);
@@ -62,6 +62,17 @@ TEST(SharedGradient, TheMemoryEstimateCountsTheSharedGradientOnce) {
   const MemoryEstimate island = estimate_memory(diloco, Target::kIsland);
   EXPECT_EQ(island.shared, 0);
   EXPECT_EQ(island.copies, sim.copies + 1);
+
+  // launch: every rank of an island is a process of its own holding the whole model.
+  config::Config ranks = diloco;
+  ranks.islands.ranks = config::parse_config(
+      "model: {name: mlp, hidden: [16, 8]}\n"
+      "data: {kind: synthetic, synthetic_examples: 256, synthetic_dim: 6, synthetic_classes: 3}\n"
+      "train: {batch_size: 8}\n"
+      "islands: {count: 4, ranks: [1, 2, 2, 3]}\n", "ranks.yaml").islands.ranks;
+  EXPECT_EQ(estimate_memory(diloco, Target::kLaunch).islands, 4);
+  EXPECT_EQ(estimate_memory(ranks, Target::kLaunch).islands, 8);
+  EXPECT_EQ(estimate_memory(ranks, Target::kIsland).islands, 1);
 
   const MemoryEstimate ddp = estimate_memory(tiny("ddp"), Target::kSimulate);
   EXPECT_EQ(ddp.shared, 0);
