@@ -82,6 +82,9 @@ class ShardedGroup final : public Group {
       : parent_(std::move(parent)), shards_(shards) {
     for (int s = 0; s < shards; ++s) subs_.push_back(parent_->subgroup(shard_key(s, shards), ids));
   }
+  // A sharded sub-group: `parent` the whole sub-group, `subs` its shards.
+  ShardedGroup(std::unique_ptr<Group> parent, std::vector<std::unique_ptr<Group>> subs)
+      : parent_(std::move(parent)), shards_(static_cast<int>(subs.size())), subs_(std::move(subs)), nested_(true) {}
 
   MembershipView view() const override { return parent_->view(); }
 
@@ -116,7 +119,10 @@ class ShardedGroup final : public Group {
   }
   std::unique_ptr<Group> subgroup(uint32_t key, std::vector<int> ids) override {
     TORCH_CHECK(key < kShardKeyBase, "subgroup: keys from ", kShardKeyBase, " on carry the exchange's shards");
-    return parent_->subgroup(key, std::move(ids));
+    if (nested_ || !sharded_subgroup(key)) return parent_->subgroup(key, std::move(ids));
+    std::vector<std::unique_ptr<Group>> subs;
+    for (int s = 0; s < shards_; ++s) subs.push_back(parent_->subgroup(shard_key(s, shards_, key), ids));
+    return std::make_unique<ShardedGroup>(parent_->subgroup(key, std::move(ids)), std::move(subs));
   }
   std::unique_ptr<Handle> push(uint64_t tag, at::Tensor buffer, const compression::Pipeline& codec, double weight,
                                at::Tensor transmitted) override {
@@ -139,6 +145,7 @@ class ShardedGroup final : public Group {
   std::unique_ptr<Group> parent_;
   const int shards_;
   std::vector<std::unique_ptr<Group>> subs_;  // shard s on subs_[s]
+  const bool nested_ = false;                 // a sub-group's: its own sub-groups stay whole
 };
 
 }  // namespace

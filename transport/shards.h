@@ -38,19 +38,24 @@ constexpr int64_t kShardAlign = 4096;
 std::vector<ShardRange> shard_ranges(int64_t n, int shards);
 
 // Sub-group key of shard s of S (S < 256; keys of algorithms' own sub-groups stay below
-// kShardKeyBase), and the S a key names (1 for any other key).
+// kShardKeyBase) of the island's group, or (`sub` in 1..kMaxShardedSubgroup) of the
+// algorithm's sub-group `sub` (DiPaCo's modules), and the S a key names (1 for any other key).
 constexpr uint32_t kShardKeyBase = 0xA7000000u;
-inline uint32_t shard_key(int s, int shards) {
-  return kShardKeyBase + (static_cast<uint32_t>(shards) << 8) + static_cast<uint32_t>(s);
+constexpr uint32_t kMaxShardedSubgroup = 255;  // sub-groups of larger keys stay whole (rank 0's)
+inline uint32_t shard_key(int s, int shards, uint32_t sub = 0) {
+  return kShardKeyBase + (sub << 16) + (static_cast<uint32_t>(shards) << 8) + static_cast<uint32_t>(s);
 }
 inline int shard_streams(uint32_t key) {
-  return key >= kShardKeyBase && key < kShardKeyBase + (1u << 16) ? static_cast<int>((key - kShardKeyBase) >> 8) : 1;
+  return (key & 0xFF000000u) == kShardKeyBase ? static_cast<int>((key >> 8) & 0xFFu) : 1;
 }
+inline bool sharded_subgroup(uint32_t sub) { return sub > 0 && sub <= kMaxShardedSubgroup; }
 
 // The simulator's group of an island of S ranks with a sharded exchange: allreduce_mean of a
 // buffer that shard_ranges() cuts runs as S all-reduces of its shards, shard s on
 // parent.subgroup(shard_key(s, S), ids) with `ids` every island id that may take part, and
-// allgather_parts of S parts as S all-gathers there; everything else goes to `parent`. A result says the first shard's (the shards always end
+// allgather_parts of S parts as S all-gathers there; everything else goes to `parent`. Its
+// sub-group of key k (sharded_subgroup(k)) is sharded alike, shard s on
+// parent.subgroup(shard_key(s, S, k), its ids). A result says the first shard's (the shards always end
 // with the same contributors here: see agree_shards).
 std::unique_ptr<Group> sharded_group(std::unique_ptr<Group> parent, int shards, std::vector<int> ids);
 

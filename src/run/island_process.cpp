@@ -443,7 +443,7 @@ Status IslandProcess::start_data_plane() {
     where.in_flight = resumed_->in_flight;
   }
   // islands.shard_exchange: the ranks' shard planes' (put there by checkpoint_at, the donor).
-  if (ranks_ != nullptr) rank_shard_.next_seqs = take_shard_seqs(where.first_seqs, ranks_->ranks());
+  if (ranks_ != nullptr) rank_shard_.seqs = take_shard_seqs(where.first_seqs, ranks_->ranks());
   where.curve_public_key = cc_.curve_keys.public_key;
   where.curve_secret_key = cc_.curve_keys.secret_key;
   data_plane_ = make_data_plane(config_.transport, *control_, std::move(where));
@@ -573,7 +573,7 @@ void IslandProcess::checkpoint_at(int64_t step) {
   c.bytes = timed_->bytes();
   c.torch_rng = at::detail::getDefaultCPUGenerator().get_state();
   c.group_seqs = data_plane_->next_seqs();
-  if (shard_dir_) put_shard_seqs(rank_shard_.next_seqs, c.group_seqs);  // where each rank's shard plane is
+  if (shard_dir_) put_shard_seqs(rank_shard_.seqs, c.group_seqs);  // where each rank's shard plane is
   const auto started_at = Clock::now();
   // A file that cannot be written is still marked, with why as the mark's value: the
   // coordinator counts the cut as not written (and stops the run under
@@ -736,6 +736,7 @@ void IslandProcess::make_runtime() {
       for (int j = 0; j < k_; ++j) ids[static_cast<size_t>(j)] = j;
       shard0_ = group->subgroup(transport::shard_key(0, ranks_->ranks()), std::move(ids));
       rank_shard_.group = shard0_.get();
+      rank_shard_.subgroup = [group](uint32_t key, std::vector<int> ids) { return group->subgroup(key, std::move(ids)); };
       rank_shard_.epoch = [this] { return control_->membership().epoch; };
       timed_->add_bytes_of(&rank_shard_.others);
     }
@@ -774,7 +775,7 @@ void IslandProcess::make_runtime() {
         [this] {
           std::map<uint32_t, uint64_t> subgroup_seqs = data_plane_->next_seqs();
           subgroup_seqs.erase(0);
-          if (shard_dir_) put_shard_seqs(rank_shard_.next_seqs, subgroup_seqs);
+          if (shard_dir_) put_shard_seqs(rank_shard_.seqs, subgroup_seqs);
           return core::export_handover(island_, *parts_.algorithm, runtime_->steps(), data_plane_->next_seq(),
                                        std::move(subgroup_seqs));
         },

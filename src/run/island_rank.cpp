@@ -65,13 +65,15 @@ Status run_rank(const config::Config& config, int island, IslandRanks& ranks) {
     // Where rank 0's checkpoint or its donor's hand-over says the planes were.
     std::map<uint32_t, uint64_t> keyed = resumed ? resumed->group_seqs : handover ? handover->subgroup_seqs
                                                                                 : std::map<uint32_t, uint64_t>{};
-    shard.next_seqs = take_shard_seqs(keyed, ranks.ranks());
-    plane.emplace(config, ranks.place(), shard.next_seqs[static_cast<size_t>(ranks.rank())]);
+    shard.seqs = take_shard_seqs(keyed, ranks.ranks());
+    plane.emplace(config, ranks.place(), shard.seqs.group[static_cast<size_t>(ranks.rank())],
+                  first_seqs(shard.seqs, ranks.rank()));
     for (int r = 1; r < ranks.ranks(); ++r) {
       const std::string& e = plane->endpoint();
       ranks.broadcast_bytes(r == ranks.rank() ? std::vector<uint8_t>(e.begin(), e.end()) : std::vector<uint8_t>{}, r);
     }
     shard.group = &plane->group();
+    shard.subgroup = [&plane](uint32_t key, std::vector<int> ids) { return plane->group().subgroup(key, std::move(ids)); };
     shard.bytes = [&plane] { return plane->bytes(); };
     shard.catch_up = [&plane](uint64_t epoch) { plane->catch_up(epoch); };
   }

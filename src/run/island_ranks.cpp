@@ -150,20 +150,42 @@ Status IslandRanks::check_replica(const at::Tensor& params) {
                                            "after the last step (the ranks diverged)");
 }
 
-void put_shard_seqs(const std::vector<uint64_t>& seqs, std::map<uint32_t, uint64_t>& keyed) {
-  const int ranks = static_cast<int>(seqs.size());
-  for (int r = 1; r < ranks; ++r) keyed[transport::shard_key(r, ranks)] = seqs[static_cast<size_t>(r)];
+void put_shard_seqs(const RankShard::Seqs& seqs, std::map<uint32_t, uint64_t>& keyed) {
+  const int ranks = static_cast<int>(seqs.group.size());
+  for (int r = 1; r < ranks; ++r) {
+    keyed[transport::shard_key(r, ranks)] = seqs.group[static_cast<size_t>(r)];
+    for (const auto& [sub, by_rank] : seqs.subs) keyed[transport::shard_key(r, ranks, sub)] = by_rank[static_cast<size_t>(r)];
+  }
 }
 
-std::vector<uint64_t> take_shard_seqs(std::map<uint32_t, uint64_t>& keyed, int ranks) {
-  std::vector<uint64_t> seqs(static_cast<size_t>(ranks), 0);
-  for (int r = 1; r < ranks; ++r) {
-    auto at = keyed.find(transport::shard_key(r, ranks));
-    if (at == keyed.end()) continue;
-    seqs[static_cast<size_t>(r)] = at->second;
-    keyed.erase(at);
+RankShard::Seqs take_shard_seqs(std::map<uint32_t, uint64_t>& keyed, int ranks) {
+  RankShard::Seqs seqs;
+  seqs.group.assign(static_cast<size_t>(ranks), 0);
+  for (auto at = keyed.begin(); at != keyed.end();) {
+    const uint32_t key = at->first;
+    const int r = static_cast<int>(key & 0xFFu);
+    const uint32_t sub = (key >> 16) & 0xFFu;
+    if (transport::shard_streams(key) != ranks || r < 1 || r >= ranks) {
+      ++at;
+      continue;
+    }
+    if (sub == 0) {
+      seqs.group[static_cast<size_t>(r)] = at->second;
+    } else {
+      std::vector<uint64_t>& by_rank = seqs.subs[sub];
+      by_rank.resize(static_cast<size_t>(ranks), 0);
+      by_rank[static_cast<size_t>(r)] = at->second;
+    }
+    at = keyed.erase(at);
   }
   return seqs;
+}
+
+std::map<uint32_t, uint64_t> first_seqs(const RankShard::Seqs& seqs, int rank) {
+  std::map<uint32_t, uint64_t> out;
+  const int ranks = static_cast<int>(seqs.group.size());
+  for (const auto& [sub, by_rank] : seqs.subs) out[transport::shard_key(rank, ranks, sub)] = by_rank[static_cast<size_t>(rank)];
+  return out;
 }
 
 IslandStart broadcast_start(IslandRanks& ranks, IslandStart start) {
@@ -362,12 +384,15 @@ class GatherWork final : public ShardWork {
 // the shard planes on its own: src/run/shard_plane.h.)
 class ShardedHandle final : public transport::Handle {
  public:
-  ShardedHandle(IslandRanks& ranks, RankShard& shard, int island, std::unique_ptr<ShardWork> work)
-      : ranks_(ranks), shard_(shard), island_(island), work_(std::move(work)) {
+  // `group`: this rank's shard group (of the island's group or of a sub-group); `seqs` its
+  // shards' next sequence numbers, by rank.
+  ShardedHandle(IslandRanks& ranks, RankShard& shard, transport::Group& group, std::vector<uint64_t>& seqs, int island,
+                std::unique_ptr<ShardWork> work)
+      : ranks_(ranks), shard_(shard), group_(group), seqs_(seqs), island_(island), work_(std::move(work)) {
     exchange_ = ++shard_.exchanges;
-    shard_.next_seqs.resize(static_cast<size_t>(ranks_.ranks()), 0);
+    seqs_.resize(static_cast<size_t>(ranks_.ranks()), 0);
     for (int r = 0; r < ranks_.ranks(); ++r)  // every rank posts its own now
-      if (r != ranks_.rank()) ++shard_.next_seqs[static_cast<size_t>(r)];
+      if (r != ranks_.rank()) ++seqs_[static_cast<size_t>(r)];
     catch_up();
     post();
   }
@@ -398,7 +423,7 @@ class ShardedHandle final : public transport::Handle {
       ATOLL_WARN("island " << island_ << " rank " << ranks_.rank() << ": the exchange's shards ended with different "
                            << "contributors; shards " << transport::ids_text(a.rerun) << " run again");
       for (int r : a.rerun)
-        if (r != ranks_.rank()) ++shard_.next_seqs[static_cast<size_t>(r)];  // posted there
+        if (r != ranks_.rank()) ++seqs_[static_cast<size_t>(r)];  // posted there
       catch_up();
       if (std::find(a.rerun.begin(), a.rerun.end(), ranks_.rank()) != a.rerun.end()) post();
       wait_all(std::nullopt);
@@ -419,8 +444,8 @@ class ShardedHandle final : public transport::Handle {
   // This rank's shard, on its shard group. No c10d call: in a rerun only some ranks post.
   void post() {
     local_.reset();
-    ++shard_.next_seqs[static_cast<size_t>(ranks_.rank())];
-    mine_ = work_->post(*shard_.group);
+    ++seqs_[static_cast<size_t>(ranks_.rank())];
+    mine_ = work_->post(group_);
   }
   // Until every rank's shard has ended, or (rank 0's clock) the deadline has passed.
   bool wait_all(transport::Deadline deadline) {
@@ -460,6 +485,8 @@ class ShardedHandle final : public transport::Handle {
 
   IslandRanks& ranks_;
   RankShard& shard_;
+  transport::Group& group_;
+  std::vector<uint64_t>& seqs_;
   const int island_;
   int64_t exchange_ = 0;  // this one's number among the island's sharded exchanges (from 1)
   std::unique_ptr<ShardWork> work_;
@@ -470,9 +497,15 @@ class ShardedHandle final : public transport::Handle {
 
 class MirroredGroup final : public transport::Group {
  public:
+  // With `shard`: the island's group sharded (shard_group and seqs null: shard->group's), or
+  // one of its sub-groups (`shard_group` this rank's shard of it, `seqs` its shards').
   MirroredGroup(IslandRanks& ranks, transport::Group* inner, std::unique_ptr<transport::Group> owned, int island,
-                RankShard* shard = nullptr)
-      : ranks_(ranks), inner_(inner), owned_(std::move(owned)), island_(island), shard_(shard) {}
+                RankShard* shard = nullptr, std::unique_ptr<transport::Group> shard_group = nullptr,
+                std::vector<uint64_t>* seqs = nullptr)
+      : ranks_(ranks), inner_(inner), owned_(std::move(owned)), island_(island), shard_(shard),
+        shard_group_(std::move(shard_group)), seqs_(seqs) {
+    if (shard_ && !shard_group_) seqs_ = &shard_->seqs.group;
+  }
 
   transport::MembershipView view() const override {
     bytes::ByteWriter w;
@@ -502,7 +535,7 @@ class MirroredGroup final : public transport::Group {
     if (ranges.empty())
       return mirror(inner_ ? inner_->allreduce_mean(buffer, codec, weight, transmitted) : nullptr, {buffer, transmitted});
     return std::make_unique<ShardedHandle>(
-        ranks_, *shard_, island_,
+        ranks_, *shard_, shard_group(), *seqs_, island_,
         std::make_unique<AllreduceWork>(ranks_.rank(), std::move(ranges), std::move(buffer), std::move(transmitted), codec, weight));
   }
   std::unique_ptr<transport::Handle> broadcast(int root, at::Tensor buffer,
@@ -521,13 +554,21 @@ class MirroredGroup final : public transport::Group {
     if (parts.size() != static_cast<size_t>(ranks_.ranks()))
       throw std::logic_error("allgather_parts: " + std::to_string(parts.size()) + " parts for " +
                              std::to_string(ranks_.ranks()) + " ranks");
-    return std::make_unique<ShardedHandle>(ranks_, *shard_, island_,
+    return std::make_unique<ShardedHandle>(ranks_, *shard_, shard_group(), *seqs_, island_,
                                            std::make_unique<GatherWork>(ranks_.rank(), std::move(parts), out));
   }
+  // Sharded alike when the island's group is and `key` may be (transport::sharded_subgroup):
+  // rank r's shard on its shard group's sub-group shard_key(r, R, key).
   std::unique_ptr<transport::Group> subgroup(uint32_t key, std::vector<int> ids) override {
+    const bool sharded = shard_ && !shard_group_ && transport::sharded_subgroup(key);
+    std::unique_ptr<transport::Group> mine =
+        sharded ? shard_->subgroup(transport::shard_key(ranks_.rank(), ranks_.ranks(), key), ids) : nullptr;
     std::unique_ptr<transport::Group> sub = inner_ ? inner_->subgroup(key, std::move(ids)) : nullptr;
     transport::Group* raw = sub.get();
-    return std::make_unique<MirroredGroup>(ranks_, raw, std::move(sub), island_);
+    if (!sharded) return std::make_unique<MirroredGroup>(ranks_, raw, std::move(sub), island_);
+    std::vector<uint64_t>& seqs = shard_->seqs.subs[key];
+    seqs.resize(static_cast<size_t>(ranks_.ranks()), 0);
+    return std::make_unique<MirroredGroup>(ranks_, raw, std::move(sub), island_, shard_, std::move(mine), &seqs);
   }
   std::unique_ptr<transport::Handle> push(uint64_t tag, at::Tensor buffer, const compression::Pipeline& codec,
                                           double weight, at::Tensor transmitted) override {
@@ -549,11 +590,15 @@ class MirroredGroup final : public transport::Group {
     return std::make_unique<MirroredHandle>(ranks_, std::move(inner), std::move(outputs));
   }
 
+  transport::Group& shard_group() { return shard_group_ ? *shard_group_ : *shard_->group; }
+
   IslandRanks& ranks_;
   transport::Group* inner_;                  // null on ranks > 0
   std::unique_ptr<transport::Group> owned_;  // a sub-group's
   const int island_;
-  RankShard* shard_;                         // islands.shard_exchange (not a sub-group's)
+  RankShard* shard_;                         // islands.shard_exchange
+  std::unique_ptr<transport::Group> shard_group_;  // a sharded sub-group's: this rank's shard of it
+  std::vector<uint64_t>* seqs_ = nullptr;          // its shards' next sequence numbers, by rank
 };
 
 class MirroredTime final : public algorithms::TimeSource {

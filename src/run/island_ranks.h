@@ -119,16 +119,27 @@ struct RankShard {
   // Rank 0: the sum of the other ranks' shard planes' counters, as of the latest sharded
   // all-reduce that completed (the island's records count them with its own).
   transport::ByteCounters others;
+  // This rank's shard group of the algorithm's sub-group `sub` (transport::sharded_subgroup:
+  // DiPaCo's modules), keyed transport::shard_key(rank, R, sub): on rank 0 a sub-group of the
+  // island's group, on rank r one of its ShardPlane's.
+  std::function<std::unique_ptr<transport::Group>(uint32_t key, std::vector<int> ids)> subgroup;
   // The sequence number of each rank's next shard collective, by rank (every rank counts
-  // every shard's: the ranks post and rerun them alike). Set from where the island starts (a
-  // checkpoint, a hand-over); rank 0 saves them under shard_key(r, R) (shard_seqs_in()).
-  std::vector<uint64_t> next_seqs;
-  int64_t exchanges = 0;  // sharded all-reduces posted by this process
+  // every shard's: the ranks post and rerun them alike), of the island's group and of each
+  // sharded sub-group. Set from where the island starts (a checkpoint, a hand-over); rank 0
+  // saves them there (put_shard_seqs).
+  struct Seqs {
+    std::vector<uint64_t> group;
+    std::map<uint32_t, std::vector<uint64_t>> subs;  // by the algorithm's sub-group key
+  } seqs;
+  int64_t exchanges = 0;  // sharded exchanges posted by this process
 };
-// The shards' sequence numbers as a checkpoint or hand-over holds them: `seqs` (by rank) under
-// transport::shard_key(r, R) for r >= 1 in `keyed`; and back (0 where absent), removing them.
-void put_shard_seqs(const std::vector<uint64_t>& seqs, std::map<uint32_t, uint64_t>& keyed);
-std::vector<uint64_t> take_shard_seqs(std::map<uint32_t, uint64_t>& keyed, int ranks);
+// The shards' sequence numbers as a checkpoint or hand-over holds them: rank r >= 1's under
+// transport::shard_key(r, R) (the group's) and shard_key(r, R, sub) (a sub-group's) in
+// `keyed`; and back (0 where absent), removing them. `first_seqs` gives rank r's plane the
+// first sequence numbers of its sub-groups.
+void put_shard_seqs(const RankShard::Seqs& seqs, std::map<uint32_t, uint64_t>& keyed);
+RankShard::Seqs take_shard_seqs(std::map<uint32_t, uint64_t>& keyed, int ranks);
+std::map<uint32_t, uint64_t> first_seqs(const RankShard::Seqs& seqs, int rank);
 
 // The group the algorithm of an island of several ranks talks through (see above). On rank 0
 // it wraps the island's group; on the others `inner` is null and every answer is rank 0's.

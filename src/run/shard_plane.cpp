@@ -352,12 +352,14 @@ ShardViews::~ShardViews() {
   for (std::thread& p : thread_->proxies) p.join();
 }
 
-ShardPlane::ShardPlane(const config::Config& config, const RankPlace& place, uint64_t first_seq)
+ShardPlane::ShardPlane(const config::Config& config, const RankPlace& place, uint64_t first_seq,
+                       std::map<uint32_t, uint64_t> first_seqs)
     : control_(std::make_unique<Control>(place.island, place.rank, place)) {
   const int island = place.island;
   const auto& t = config.transport;
   DataPlaneStart where;
   where.first_seq = first_seq;
+  where.first_seqs = std::move(first_seqs);
   where.bind = "tcp://" + t.host + ":*";  // an ephemeral port: ranks of several islands share a node
   if (t.curve) {  // the island's key pair, as rank 0's
     auto keys = transport::curve::load_keypair(t.keys_dir, "island-" + std::to_string(island));

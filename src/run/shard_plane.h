@@ -77,9 +77,11 @@ class ShardViews {
 // A rank r >= 1's data plane for shard r, over the views rank 0 sends.
 class ShardPlane {
  public:
-  // `first_seq`: its first collective (a run resumed from a checkpoint: where it was);
-  // `place`: where the island's c10d store is (rank 0's views).
-  ShardPlane(const config::Config& config, const RankPlace& place, uint64_t first_seq = 0);
+  // `first_seq`: its first collective (a run resumed from a checkpoint: where it was), and
+  // `first_seqs` its sub-groups' (by key); `place`: where the island's c10d store is (rank
+  // 0's views).
+  ShardPlane(const config::Config& config, const RankPlace& place, uint64_t first_seq = 0,
+             std::map<uint32_t, uint64_t> first_seqs = {});
   ~ShardPlane();
   transport::Group& group();
   // Where the other islands' ranks r reach it.

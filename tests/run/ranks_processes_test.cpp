@@ -91,9 +91,9 @@ TEST_F(Processes, IslandsOfTwoRanksShardTheExchangeBitwiseAsSimulate) {
                           " --set 'compression=[{quantize: lut2}]'", true, true},
       // Adam's two moments, each cut in shards.
       {"diloco_adam", " --set 'algorithm={name: diloco, inner_steps: 5, outer_optimizer: adam, outer_lr: 0.01}'"},
-      // Its modules' all-reduces are sub-groups', which stay with rank 0; their outer
-      // optimizers' state is sharded all the same.
-      {"dipaco", " --set algorithm.name=dipaco --set 'dipaco={levels: [{blocks: [0], modules: 2}], prefix: 8}'", false},
+      // Its modules' all-reduces are sub-groups' (transport::sharded_subgroup): rank r
+      // all-reduces shard r of each module on a sub-group of its plane.
+      {"dipaco", " --set algorithm.name=dipaco --set 'dipaco={levels: [{blocks: [0], modules: 2}], prefix: 8}'"},
       // Over gloo: rank r's plane meets the others' through the coordinator's store, by way of
       // its rank 0 (src/run/shard_plane.h).
       {"diloco_gloo", " --set transport.kind=gloo --set 'compression=[{quantize: int8}]'"},

@@ -301,6 +301,14 @@ TEST_F(Resume, EveryAlgorithmResumesBitwiseFromAnOlderCheckpoint) {
       {"diloco_delayed_gloo_sharded", "{name: diloco, inner_steps: 5, overlap: delayed}", "",
        " --set transport.kind=gloo --set islands.ranks=2 --set islands.shard_exchange=true --set model.layers=2"
        " --set transport.rank_port=" + std::to_string(port_ + 10)},
+      // Sharded sub-groups (DiPaCo's modules: rank 1 resumes each module's shard sub-group of
+      // its plane where the file says) and all-gathers in parts (SparseLoCo).
+      {"dipaco_sharded", "{name: dipaco, inner_steps: 5}", two_paths + "compression: [{quantize: int8, rounding: stochastic}]\n",
+       " --set islands.ranks=2 --set islands.shard_exchange=true --set model.layers=2 --set transport.rank_port=" +
+           std::to_string(port_ + 10)},
+      {"sparseloco_sharded", "{name: sparseloco, inner_steps: 5, chunk: 16, topk: 8}", "compression: [{quantize: lut2}]\n",
+       " --set islands.ranks=2 --set islands.shard_exchange=true --set model.layers=2 --set transport.rank_port=" +
+           std::to_string(port_ + 10)},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);

@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <set>
 #include <vector>
 
 #include "transport/inproc/inproc_group.h"
@@ -46,6 +47,20 @@ TEST(ShardKeys, NameTheirShardCountAndNoOtherKeyDoes) {
   EXPECT_EQ(shard_streams(0), 1);
   EXPECT_EQ(shard_streams(7), 1);
   EXPECT_LT(shard_key(255, 255), kShardKeyBase + (1u << 16));
+  // A sharded sub-group's shards (DiPaCo's modules): the same count, distinct keys for
+  // distinct sub-groups and shards, apart from the island group's.
+  std::set<uint32_t> keys;
+  for (uint32_t sub : {0u, 1u, 7u, kMaxShardedSubgroup})
+    for (int s = 0; s < 3; ++s) {
+      EXPECT_EQ(shard_streams(shard_key(s, 3, sub)), 3);
+      EXPECT_TRUE(keys.insert(shard_key(s, 3, sub)).second);
+      EXPECT_GE(shard_key(s, 3, sub), kShardKeyBase);
+    }
+  EXPECT_EQ(shard_key(1, 3, 0), shard_key(1, 3));
+  EXPECT_TRUE(sharded_subgroup(1));
+  EXPECT_TRUE(sharded_subgroup(kMaxShardedSubgroup));
+  EXPECT_FALSE(sharded_subgroup(0));
+  EXPECT_FALSE(sharded_subgroup(kMaxShardedSubgroup + 1));
 }
 
 CollectiveResult ended(std::vector<int> contributors, StatusCode code = StatusCode::kPeerLost) {
