@@ -6,7 +6,7 @@
 // coordinator as record sink and its membership deciding the roles (core::Roles). Started
 // again while the run is going (after a crash), it rejoins: it takes a live island's state
 // hand-over (core::Handover, carried by src/run/handover.h) and goes on from there.
-// Length: just over 800 lines: IslandProcess's stages (join, start, data plane, checkpoints,
+// Length: about 900 lines: IslandProcess's stages (join, start, data plane, checkpoints,
 // signal cuts, outputs) with their comments; the other ranks of an island are
 // src/run/island_rank.cpp.
 #include <unistd.h>
