@@ -51,6 +51,8 @@ class OuterShards {
   void release_all();
   // The optimizers that place() was given this to; an optimizer leaves when destroyed.
   void enroll(OuterOptimizer* o) { enrolled_.push_back(o); }
+  // No optimizer enrolled (ddp, DeMo, SparseLoCo): nothing to gather, on every rank alike.
+  bool empty() const { return enrolled_.empty(); }
   void leave(OuterOptimizer* o);
   // The state values this rank holds over every enrolled optimizer, and those the island's
   // whole state has (docs/ranks.md: the first is about 1/R of the second).

@@ -655,7 +655,7 @@ void IslandProcess::follow_signal_cut(int64_t step) {
 
 void IslandProcess::hand_over() {
   bool now = donor_ && parts_.algorithm->can_hand_over();
-  if (outer_shards_) {
+  if (outer_shards_ && !outer_shards_->empty()) {
     // The ranks hold shards of the outer state: when a joiner waits, all of them put it
     // together first (the other ranks follow this flag: run_rank).
     now = ranks_->broadcast_flag(now && donor_->joiners_waiting());
@@ -663,7 +663,7 @@ void IslandProcess::hand_over() {
     outer_shards_->gather_all();
   }
   if (now) donor_->at_step_boundary();
-  if (outer_shards_) outer_shards_->release_all();
+  if (outer_shards_ && now) outer_shards_->release_all();
 }
 
 // The island runtime's host in a real run: the wall clock, the coordinator as record sink,

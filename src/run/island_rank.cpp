@@ -103,7 +103,7 @@ Status run_rank(const config::Config& config, int island, IslandRanks& ranks) {
   };
   // Rank 0's hand-overs to joiners (IslandProcess::hand_over), where the outer state is sharded.
   auto hand_over = [&] {
-    if (outer_shards && ranks.broadcast_flag(false)) outer_shards->gather_all();
+    if (outer_shards && !outer_shards->empty() && ranks.broadcast_flag(false)) outer_shards->gather_all();
   };
   core::IslandHost host;
   host.time = time.get();
