@@ -94,6 +94,9 @@ TEST_F(Processes, IslandsOfTwoRanksShardTheExchangeBitwiseAsSimulate) {
       // Its modules' all-reduces are sub-groups' (transport::sharded_subgroup): rank r
       // all-reduces shard r of each module on a sub-group of its plane.
       {"dipaco", " --set algorithm.name=dipaco --set 'dipaco={levels: [{blocks: [0], modules: 2}], prefix: 8}'"},
+      // ... over gloo: each shard sub-group a gloo group of its rank's plane.
+      {"dipaco_gloo", " --set algorithm.name=dipaco --set 'dipaco={levels: [{blocks: [0], modules: 2}], prefix: 8}'"
+                      " --set transport.kind=gloo --set 'compression=[{quantize: int8}]'"},
       // Over gloo: rank r's plane meets the others' through the coordinator's store, by way of
       // its rank 0 (src/run/shard_plane.h).
       {"diloco_gloo", " --set transport.kind=gloo --set 'compression=[{quantize: int8}]'"},
@@ -144,7 +147,8 @@ TEST_F(Processes, IslandsOfTwoRanksShardTheExchangeBitwiseAsSimulate) {
       }
       EXPECT_EQ(whole[0], whole[1]);
       EXPECT_EQ(held[0] + held[1], whole[0]);
-      const bool outer_state = c.name.rfind("diloco", 0) == 0 || c.name == "streaming_diloco" || c.name == "dipaco";
+      const bool outer_state =
+          c.name.rfind("diloco", 0) == 0 || c.name == "streaming_diloco" || c.name.rfind("dipaco", 0) == 0;
       if (!outer_state) {  // ddp, demo, sparseloco: no outer optimizer
         EXPECT_EQ(whole[0], 0);
         continue;
