@@ -59,7 +59,9 @@ void CommandLine::add_run_commands() {
   slurm->add_flag("--dry-run", dry_run, "print the scripts only; write nothing");
   island->add_option("--peer-endpoint", peer_endpoints,
                      "ID=ENDPOINT: dial peer ID at ENDPOINT instead of the endpoint it published "
-                     "(launch --emulate-wan: the relay of the link; repeatable)");
+                     "(launch --emulate-wan: the relay of the link; repeatable). For a rank >= 1 of a "
+                     "sharded exchange: the peer's rank of the same number, whose shard plane then binds "
+                     "transport.base_port + rank x islands.count + island");
 
 }
 

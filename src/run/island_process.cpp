@@ -879,7 +879,7 @@ Status run_island(const config::Config& config, int island, const ProcessOptions
     if (!got.is_ok()) return got.status();
     ranks = std::move(got.value());
     ATOLL_INFO("island " << island << ": rank " << options.rank << " of " << r << " joined its island");
-    if (options.rank > 0) return run_rank(config, island, *ranks);  // SIGTERM's default action: it just ends
+    if (options.rank > 0) return run_rank(config, island, *ranks, options.peer_endpoints);  // SIGTERM's default action: it just ends
   } else if (options.rank != 0) {
     throw UserError("--rank " + std::to_string(options.rank) + ": island " + std::to_string(island) +
                     " has one rank (islands.ranks)");

@@ -27,7 +27,7 @@ namespace atl::run {
 // records, evaluations or checkpoint files: rank 0's are the island's. It waits in the
 // algorithm's exchanges where rank 0 waits in the run's (at checkpoint cuts too), so that
 // both run the same algorithm calls in the same order.
-Status run_rank(const config::Config& config, int island, IslandRanks& ranks) {
+Status run_rank(const config::Config& config, int island, IslandRanks& ranks, const std::map<int, std::string>& routes) {
   core::validate_config(config, core::Target::kIsland);
   core::configure_threads(config.run.threads);
   torch::manual_seed(config.run.seed);
@@ -67,7 +67,7 @@ Status run_rank(const config::Config& config, int island, IslandRanks& ranks) {
                                                                                 : std::map<uint32_t, uint64_t>{};
     shard.seqs = take_shard_seqs(keyed, ranks.ranks());
     plane.emplace(config, ranks.place(), shard.seqs.group[static_cast<size_t>(ranks.rank())],
-                  first_seqs(shard.seqs, ranks.rank()));
+                  first_seqs(shard.seqs, ranks.rank()), routes);
     for (int r = 1; r < ranks.ranks(); ++r) {
       const std::string& e = plane->endpoint();
       ranks.broadcast_bytes(r == ranks.rank() ? std::vector<uint8_t>(e.begin(), e.end()) : std::vector<uint8_t>{}, r);

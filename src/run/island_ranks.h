@@ -96,7 +96,9 @@ class IslandRanks {
 
 // A rank > 0's part in its island's run, start to end (src/run/island_rank.cpp); rank 0 is
 // the island process (src/run/island_process.cpp), which it follows.
-Status run_rank(const config::Config& config, int island, IslandRanks& ranks);
+// `routes`: where its shard plane dials each peer's (launch --emulate-wan; empty: where they bound).
+Status run_rank(const config::Config& config, int island, IslandRanks& ranks,
+                const std::map<int, std::string>& routes = {});
 
 // What rank 0 starts from, sent to the other ranks before the island's algorithm is set up.
 struct IslandStart {

@@ -176,6 +176,19 @@ class Relays {
     return a;
   }
 
+  // Rank r >= 1 of island i (islands.shard_exchange): every peer's rank r through the relay
+  // of its link; its shard plane binds the port the relays forward to (shard_plane_port).
+  std::vector<std::string> rank_args(int i, int r) const {
+    std::vector<std::string> a;
+    const auto& links = plan_.shard_link[static_cast<size_t>(i)];
+    if (r < 1 || static_cast<size_t>(r - 1) >= links.size()) return a;
+    for (const auto& [peer, link] : links[static_cast<size_t>(r - 1)]) {
+      a.push_back("--peer-endpoint");
+      a.push_back(std::to_string(peer) + "=tcp://" + relay_->address(link));
+    }
+    return a;
+  }
+
   // Stops forwarding; writes the counters to `path` (one JSON object per link) and logs a total.
   void finish(const std::string& path) {
     stop();
@@ -289,9 +302,18 @@ int launch(const config::Config& config, const ProcessOptions& options) {
     throw UserError(config.source + ": key 'transport.kind': launch --emulate-wan is not available with " +
                     config.transport.kind + " (" + kind->no_relays + ")");
   }
-  if (options.emulate_wan && config.islands.shard_exchange)
-    throw UserError(config.source + ": key 'islands.shard_exchange': launch --emulate-wan is not available with a sharded "
-                    "exchange (the relays carry each island's one data endpoint, not its ranks' shard planes)");
+  if (options.emulate_wan && config.islands.shard_exchange) {
+    // The relays forward to each rank's shard plane at a port of its own (shard_plane_port):
+    // base_port + K .. base_port + R x K - 1, clear of the ranks' c10d stores.
+    const auto& t = config.transport;
+    const int k = config.islands.count, first = t.base_port + k, last = t.base_port + config.islands.ranks.max() * k - 1;
+    const int stores = t.rank_port > 0 ? t.rank_port : t.base_port + 400;
+    if (last > 65535 || (stores <= last && stores + k - 1 >= first))
+      throw UserError(config.source + ": key 'transport.rank_port': launch --emulate-wan puts the ranks' shard planes on "
+                      "ports " + std::to_string(first) + ".." + std::to_string(last) + " (transport.base_port + rank x "
+                      "islands.count + island), which the islands' rank stores (" + std::to_string(stores) + "..) overlap "
+                      "or which exceed 65535; move transport.rank_port or transport.base_port");
+  }
   // What to start: [0] is the coordinator. With `hosts:`, processes on other machines are
   // started through ssh (or only printed, without --ssh).
   struct Start {
@@ -345,9 +367,12 @@ int launch(const config::Config& config, const ProcessOptions& options) {
     }
     // An island's other ranks (islands.ranks; docs/ranks.md): they talk only to its rank 0.
     for (int i = 0; i < config.islands.count; ++i) {
-      for (int r = 1; r < config.islands.ranks.of(i); ++r)
-        starts.push_back({"[island " + std::to_string(i) + " rank " + std::to_string(r) + "] ",
-                          args("island", {"--id", std::to_string(i), "--rank", std::to_string(r)}), "", i, r});
+      for (int r = 1; r < config.islands.ranks.of(i); ++r) {
+        std::vector<std::string> extra = {"--id", std::to_string(i), "--rank", std::to_string(r)};
+        if (relays) for (auto& a : relays->rank_args(i, r)) extra.push_back(a);
+        starts.push_back({"[island " + std::to_string(i) + " rank " + std::to_string(r) + "] ", args("island", extra), "",
+                          i, r});
+      }
     }
   }
   struct sigaction sa {};

@@ -19,6 +19,7 @@
 #include "src/run/data_plane.h"
 #include "src/run/hosts.h"
 #include "src/run/island_ranks.h"
+#include "src/run/wan.h"
 #include "transport/zmq/curve.h"
 #include "transport/zmq/zmq_group.h"
 
@@ -131,7 +132,8 @@ std::vector<uint8_t> ShardDirectory::view(bool* complete) {
 // server role: the shard plane runs all-reduces only.
 class ShardPlane::Control final : public transport::ControlPlane {
  public:
-  Control(int island, int rank, const RankPlace& place) : island_(island), rank_(rank), place_(place) {}
+  Control(int island, int rank, const RankPlace& place, std::map<int, std::string> routes)
+      : island_(island), rank_(rank), place_(place), routes_(std::move(routes)) {}
   int self() const override { return island_; }
   transport::Membership membership() const override {
     std::lock_guard<std::mutex> lock(mu_);
@@ -251,6 +253,9 @@ class ShardPlane::Control final : public transport::ControlPlane {
         std::string e = r.str();
         if (static_cast<int>(j) == rank_ - 1) p.endpoint = std::move(e);
       }
+      // launch --emulate-wan: a peer's plane through the relay of this island's link to it.
+      if (auto route = routes_.find(p.id); route != routes_.end() && p.id != island_ && transport::in_collectives(p))
+        p.endpoint = route->second;
       m.members.push_back(std::move(p));
     }
     if (!r.done()) throw std::runtime_error("malformed shard membership view");
@@ -259,6 +264,7 @@ class ShardPlane::Control final : public transport::ControlPlane {
 
   const int island_, rank_;
   const RankPlace place_;
+  const std::map<int, std::string> routes_;  // peer -> the endpoint to dial it at
   std::mutex ask_mu_;
   c10::intrusive_ptr<c10d::TCPStore> asker_;
   mutable std::mutex mu_;
@@ -353,14 +359,16 @@ ShardViews::~ShardViews() {
 }
 
 ShardPlane::ShardPlane(const config::Config& config, const RankPlace& place, uint64_t first_seq,
-                       std::map<uint32_t, uint64_t> first_seqs)
-    : control_(std::make_unique<Control>(place.island, place.rank, place)) {
+                       std::map<uint32_t, uint64_t> first_seqs, std::map<int, std::string> routes)
+    : control_(std::make_unique<Control>(place.island, place.rank, place, routes)) {
   const int island = place.island;
   const auto& t = config.transport;
   DataPlaneStart where;
   where.first_seq = first_seq;
   where.first_seqs = std::move(first_seqs);
-  where.bind = "tcp://" + t.host + ":*";  // an ephemeral port: ranks of several islands share a node
+  // An ephemeral port (ranks of several islands share a node), or with routed peers (launch
+  // --emulate-wan) the one the relays forward to.
+  where.bind = "tcp://" + t.host + ":" + (routes.empty() ? std::string("*") : std::to_string(shard_plane_port(config, island, place.rank)));
   if (t.curve) {  // the island's key pair, as rank 0's
     auto keys = transport::curve::load_keypair(t.keys_dir, "island-" + std::to_string(island));
     if (!keys.is_ok()) throw UserError("transport.keys_dir: " + keys.status().message());

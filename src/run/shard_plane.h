@@ -79,9 +79,10 @@ class ShardPlane {
  public:
   // `first_seq`: its first collective (a run resumed from a checkpoint: where it was), and
   // `first_seqs` its sub-groups' (by key); `place`: where the island's c10d store is (rank
-  // 0's views).
+  // 0's views); `routes`: peers to dial elsewhere than where they bound (launch
+  // --emulate-wan's relays; the plane then binds shard_plane_port, src/run/wan.h).
   ShardPlane(const config::Config& config, const RankPlace& place, uint64_t first_seq = 0,
-             std::map<uint32_t, uint64_t> first_seqs = {});
+             std::map<uint32_t, uint64_t> first_seqs = {}, std::map<int, std::string> routes = {});
   ~ShardPlane();
   transport::Group& group();
   // Where the other islands' ranks r reach it.

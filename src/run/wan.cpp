@@ -40,12 +40,16 @@ relay::DirectionShape direction(const NetworkModel& m, int a, int b, const WanOp
 
 std::string endpoint_name(int endpoint) { return endpoint == kServer ? "coordinator" : std::to_string(endpoint); }
 
-std::string endpoint_address(const config::Config& config, int endpoint) {
+int shard_plane_port(const config::Config& config, int island, int rank) {
+  return config.transport.base_port + rank * config.islands.count + island;
+}
+
+std::string endpoint_address(const config::Config& config, int endpoint, int rank) {
   const auto& t = config.transport;
   if (endpoint == kServer) return t.coordinator;
   // Islands bind transport.host; a wildcard is reached on loopback.
   const std::string host = t.host == "*" || t.host == "0.0.0.0" ? "127.0.0.1" : t.host;
-  return "tcp://" + host + ":" + std::to_string(t.base_port + endpoint);
+  return "tcp://" + host + ":" + std::to_string(rank == 0 ? t.base_port + endpoint : shard_plane_port(config, endpoint, rank));
 }
 
 relay::LinkSpec wan_link(const NetworkModel& model, int from, int to, const std::string& listen,
@@ -74,15 +78,20 @@ WanPlan plan_wan(const config::Config& config, const WanOptions& options) {
   const int k = config.islands.count;
   WanPlan plan;
   plan.peer_link.resize(static_cast<size_t>(k));
-  auto add = [&](int from, int to) {
-    plan.relay.links.push_back(wan_link(model, from, to, "127.0.0.1:0", endpoint_address(config, to), options,
+  auto add = [&](int from, int to, int rank) {
+    plan.relay.links.push_back(wan_link(model, from, to, "127.0.0.1:0", endpoint_address(config, to, rank), options,
                                         plan.relay.buckets));
+    if (rank > 0) plan.relay.links.back().name += " rank " + std::to_string(rank);
     return plan.relay.links.size() - 1;
   };
+  const int ranks = config.islands.shard_exchange ? config.islands.ranks.max() : 1;
+  plan.shard_link.assign(static_cast<size_t>(k), std::vector<std::map<int, size_t>>(static_cast<size_t>(ranks - 1)));
   for (int i = 0; i < k; ++i) {
-    plan.control_link.push_back(add(i, kServer));
+    plan.control_link.push_back(add(i, kServer, 0));
     for (int j = 0; j < k; ++j) {
-      if (j != i) plan.peer_link[static_cast<size_t>(i)][j] = add(i, j);
+      if (j == i) continue;
+      plan.peer_link[static_cast<size_t>(i)][j] = add(i, j, 0);
+      for (int r = 1; r < ranks; ++r) plan.shard_link[static_cast<size_t>(i)][static_cast<size_t>(r - 1)][j] = add(i, j, r);
     }
   }
   plan.relay.seed = config.run.seed;

@@ -34,12 +34,20 @@ struct WanPlan {
   transport::relay::RelayOptions relay;
   std::vector<std::map<int, size_t>> peer_link;  // [i][j]: index of link i -> j in relay.links
   std::vector<size_t> control_link;              // [i]: index of link i -> coordinator
+  // islands.shard_exchange: [i][r - 1][j], link i -> j of rank r >= 1's shard plane (sharing
+  // the token buckets of i -> j: the island's link, as the simulator shares it).
+  std::vector<std::vector<std::map<int, size_t>>> shard_link;
 };
 
 // "0", "1", ... or "coordinator" for transport::kServer.
 std::string endpoint_name(int endpoint);
-// The endpoint a relay of `config` forwards to: island k's data socket or the coordinator.
-std::string endpoint_address(const config::Config& config, int endpoint);
+// The endpoint a relay of `config` forwards to: island k's data socket (rank r >= 1: its shard
+// plane's, which binds it when its peers are routed: shard_plane_port) or the coordinator.
+std::string endpoint_address(const config::Config& config, int endpoint, int rank = 0);
+// The port of island `island`'s rank `rank` >= 1 shard plane when relays forward to it:
+// transport.base_port + rank x islands.count + island (rank 0's data socket is base_port +
+// island).
+int shard_plane_port(const config::Config& config, int island, int rank);
 
 // One relay link from `from` to `to` (connections accepted on `listen` go to `target`), with
 // the token buckets it names added to `buckets`.

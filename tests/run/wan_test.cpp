@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -153,6 +154,52 @@ TEST_F(Wan, SyncTimesMatchTheModelAt100msRtt20MbitWithStalls) {
     }
   }
   EXPECT_GE(stalls, 3u * 4);  // 4 rounds x 3 ring links x ~1.4 each
+}
+
+// Islands of two ranks with a sharded exchange (docs/ranks.md): rank 1 of each island reaches
+// the other islands' ranks 1 through relay links of their own, which share the island's link
+// with rank 0's (its token buckets); the run ends bitwise as `atoll simulate` of the config.
+TEST_F(Wan, ShardedRanksReachEachOtherThroughTheirOwnRelayLinks) {
+  const std::string cfg = write_config(
+      "sharded",
+      "model: {name: mlp, hidden: [256, 128]}\n"
+      "data: {kind: synthetic, synthetic_examples: 600, synthetic_dim: 32, synthetic_classes: 3, partition: iid}\n"
+      "train: {optimizer: sgd, lr: 0.05, schedule: constant, warmup_steps: 0, weight_decay: 0, grad_clip: 0, "
+      "batch_size: 10, steps: 20, eval_every: 0, eval_batches: 1, log_every: 5}\n"
+      "islands: {count: 3, ranks: 2, shard_exchange: true}\n"
+      "algorithm: {name: diloco, inner_steps: 5}\n"
+      "network: {bandwidth_mbps: 100, latency_ms: 10}\n");
+  // Rank stores on the ports the shard planes bind (base_port + 3 .. + 5): one line, nothing started.
+  const std::string clash = "transport.rank_port=" + std::to_string(port_ + 1 + 4);
+  ASSERT_EQ(launch_bounded({cfg, "--emulate-wan", "--quiet", "--set", clash}, dir_ / "clash.log", 30), 2);
+  EXPECT_NE(read(dir_ / "clash.log").find("key 'transport.rank_port': launch --emulate-wan puts the ranks' shard planes"),
+            std::string::npos) << read(dir_ / "clash.log");
+  const std::string ranks = "transport.rank_port=" + std::to_string(port_ + 10);
+  ASSERT_EQ(launch_bounded({cfg, "--emulate-wan", "--quiet", "--set", ranks}, dir_ / "wan.log", 90), 0)
+      << read(dir_ / "wan.log");
+  const std::string real = read(dir_ / "runs/sharded/final_params.bin");
+  ASSERT_GT(real.size(), 100u);
+  const std::string sim = "\"" + std::string(ATOLL_BINARY) + "\" simulate " + cfg + " --quiet --set run.name=sim > " +
+                          (dir_ / "sim.log").string() + " 2>&1";
+  ASSERT_EQ(std::system(sim.c_str()), 0) << read(dir_ / "sim.log");
+  EXPECT_TRUE(read(dir_ / "runs/sim/final_params.bin") == real) << "final parameters differ between simulate and launch";
+  // Every directed link of rank 1 carried its shards, about as much as rank 0's link did.
+  std::map<std::string, double> bytes;
+  for (const auto& l : lines(dir_ / "runs/sharded/relays.jsonl"))
+    bytes[*json_find_string(l, "link")] = *json_find_number(l, "forward_bytes") + *json_find_number(l, "backward_bytes");
+  int ring = 0;
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 3; ++j) {
+      if (i == j) continue;
+      const std::string link = std::to_string(i) + "->" + std::to_string(j);
+      ASSERT_TRUE(bytes.count(link + " rank 1")) << link;
+      std::printf("%s: rank 0 %.0f bytes, rank 1 %.0f bytes\n", link.c_str(), bytes[link], bytes[link + " rank 1"]);
+      if (bytes[link] + bytes[link + " rank 1"] < 1e5) continue;  // not on the ring
+      ++ring;
+      EXPECT_GT(bytes[link + " rank 1"], 0.3 * bytes[link]) << link;
+      EXPECT_GT(bytes[link], 0.3 * bytes[link + " rank 1"]) << link;
+    }
+  EXPECT_GE(ring, 3);
 }
 
 // The relays are threads of launch: Ctrl-C leaves no process behind with --emulate-wan too.
