@@ -304,6 +304,9 @@ struct NetworkConfig {
   // gradient after each step (docs/ranks.md).
   double intra_island_mbps = 100000;
   double intra_island_latency_ms = 0.01;
+  // With islands.shard_exchange: each rank of an island has an access link of its own, as
+  // the island's (a NIC per GPU), so the shards of an exchange do not share one (docs/ranks.md).
+  bool rank_links = false;
 
   template <class V>
   void fields(V& v) {
@@ -317,6 +320,7 @@ struct NetworkConfig {
     v.field("regions", regions);
     v.field("intra_island_mbps", intra_island_mbps, above(0));
     v.field("intra_island_latency_ms", intra_island_latency_ms, at_least(0));
+    v.field("rank_links", rank_links);
     v.field("links", links);
     v.field("server_region", server_region);
   }

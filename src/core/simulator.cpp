@@ -121,6 +121,7 @@ Simulation::Simulation(const config::Config& config, const SimulateOptions& opti
   place_large_buffers_apart(n_, models::estimate_numel(config.model, data_.shape));
   scheduler_ = std::make_unique<transport::Scheduler>(n_);
   hub_ = std::make_unique<transport::InprocHub>(n_, *scheduler_);
+  hub_->set_rank_links(config.network.rank_links);
   islands_.resize(static_cast<size_t>(n_));
   shares_gradient_ = algorithms::algorithm_traits(config.algorithm.name).step_local_gradient;
   for (int i = 0; i < n_; ++i) {

@@ -156,6 +156,10 @@ void check_checkpoint(const config::Config& c, Target target) {
 // islands.shard_exchange (docs/ranks.md "The outer exchange, sharded"): what this version
 // shards. Each refusal says what is not built yet, so that nothing runs half-sharded.
 void check_shard_exchange(const config::Config& c) {
+  if (c.network.rank_links && !c.islands.shard_exchange)
+    config::fail_key(c, "network.rank_links",
+                     "gives each rank of an island a link of its own, which only a sharded exchange uses: set "
+                     "islands.shard_exchange (and islands.ranks > 1)");
   if (!c.islands.shard_exchange) return;
   const auto& r = c.islands.ranks.values;
   const std::string key = "islands.shard_exchange";

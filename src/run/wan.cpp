@@ -14,7 +14,7 @@ namespace relay = transport::relay;
 namespace {
 
 relay::DirectionShape direction(const NetworkModel& m, int a, int b, const WanOptions& options,
-                                std::map<std::string, double>& buckets) {
+                                std::map<std::string, double>& buckets, const std::string& access) {
   const transport::PathSpec& p = m.path(a, b);
   relay::DirectionShape d;
   d.latency_s = p.latency_s;
@@ -26,8 +26,8 @@ relay::DirectionShape direction(const NetworkModel& m, int a, int b, const WanOp
     buckets[name] = bps;
     d.buckets.push_back(name);
   };
-  bucket("up:" + endpoint_name(a), m.up_bps(a));
-  bucket("down:" + endpoint_name(b), m.down_bps(b));
+  bucket("up:" + endpoint_name(a) + access, m.up_bps(a));
+  bucket("down:" + endpoint_name(b) + access, m.down_bps(b));
   const int ra = m.region_of(a), rb = m.region_of(b);
   if (ra != rb) {
     const auto& names = m.spec().region_names;
@@ -54,13 +54,16 @@ std::string endpoint_address(const config::Config& config, int endpoint, int ran
 
 relay::LinkSpec wan_link(const NetworkModel& model, int from, int to, const std::string& listen,
                          const std::string& target, const WanOptions& options,
-                         std::map<std::string, double>& buckets) {
+                         std::map<std::string, double>& buckets, int rank, bool rank_links) {
   relay::LinkSpec l;
-  l.name = endpoint_name(from) + "->" + endpoint_name(to);
+  l.name = endpoint_name(from) + "->" + endpoint_name(to) + (rank > 0 ? " rank " + std::to_string(rank) : "");
   l.listen = listen;
   l.target = target;
-  l.forward = direction(model, from, to, options, buckets);
-  l.backward = direction(model, to, from, options, buckets);
+  // Rank r's shard plane on the island's access links, or (network.rank_links) on links of
+  // its own of the same rates; paths between regions are shared either way.
+  const std::string access = rank_links ? "#rank" + std::to_string(rank) : "";
+  l.forward = direction(model, from, to, options, buckets, access);
+  l.backward = direction(model, to, from, options, buckets, access);
   const int ra = model.region_of(from), rb = model.region_of(to);
   for (const transport::Partition& p : model.spec().partitions) {
     if ((p.region_a == ra && p.region_b == rb) || (p.region_a == rb && p.region_b == ra)) {
@@ -80,8 +83,7 @@ WanPlan plan_wan(const config::Config& config, const WanOptions& options) {
   plan.peer_link.resize(static_cast<size_t>(k));
   auto add = [&](int from, int to, int rank) {
     plan.relay.links.push_back(wan_link(model, from, to, "127.0.0.1:0", endpoint_address(config, to, rank), options,
-                                        plan.relay.buckets));
-    if (rank > 0) plan.relay.links.back().name += " rank " + std::to_string(rank);
+                                        plan.relay.buckets, rank, config.network.rank_links));
     return plan.relay.links.size() - 1;
   };
   const int ranks = config.islands.shard_exchange ? config.islands.ranks.max() : 1;

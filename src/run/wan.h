@@ -51,9 +51,12 @@ int shard_plane_port(const config::Config& config, int island, int rank);
 
 // One relay link from `from` to `to` (connections accepted on `listen` go to `target`), with
 // the token buckets it names added to `buckets`.
+// `rank`: a link of rank `rank`'s shard plane (named "i->j rank r"), on the island's access
+// buckets or, with `rank_links` (network.rank_links), on buckets of its own.
 transport::relay::LinkSpec wan_link(const transport::NetworkModel& model, int from, int to,
                                     const std::string& listen, const std::string& target,
-                                    const WanOptions& options, std::map<std::string, double>& buckets);
+                                    const WanOptions& options, std::map<std::string, double>& buckets,
+                                    int rank = 0, bool rank_links = false);
 
 // Every link of a launch of `config` on this machine, listening on free loopback ports.
 WanPlan plan_wan(const config::Config& config, const WanOptions& options);

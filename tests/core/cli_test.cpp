@@ -279,3 +279,39 @@ TEST_F(Cli, RanksDivideTheSimulatedStepAndAddTheIslandsAllReduce) {
                   sim_time(" --set islands.ranks=2"),
               10 * 2 * 1e-3, 1e-6);
 }
+
+// A sharded exchange on the simulator's clock (docs/ranks.md): its shards share the island's
+// link, so a round's WAN time is the unsharded one's; with network.rank_links each rank has a
+// link of its own, and the round takes about as long as its largest shard alone.
+TEST_F(Cli, ShardsShareTheIslandsLinkUnlessEachRankHasItsOwn) {
+  const std::string path = write(
+      "s.yaml", "run: {name: s, threads: 1, out_dir: " + (dir_ / "runs").string() + "}\n"
+                "model: {name: mlp, hidden: [256, 128]}\n"
+                "data: {kind: synthetic, synthetic_examples: 64, synthetic_dim: 32, synthetic_classes: 2}\n"
+                "train: {steps: 10, batch_size: 4, warmup_steps: 0, eval_every: 0}\n"
+                "islands: {count: 3, ranks: 2}\n"
+                "algorithm: {name: diloco, inner_steps: 5}\n"
+                "compute: {step_time_s: 0.01}\n"
+                "network: {bandwidth_mbps: 10, latency_ms: 0, intra_island_mbps: 1e12, intra_island_latency_ms: 0}\n");
+  auto sim_time = [&](const std::string& sets) {
+    EXPECT_EQ(run("simulate " + path + " --force --quiet" + sets).code, 0);
+    std::ifstream in(dir_ / "runs/s/summary.json");
+    const std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const size_t at = s.find("\"sim_time_s\":");
+    return at == std::string::npos ? -1.0 : std::stod(s.substr(at + 13));
+  };
+  const double compute = sim_time(" --set network.bandwidth_mbps=1e12");
+  const double whole = sim_time("") - compute;
+  const double shared = sim_time(" --set islands.shard_exchange=true") - compute;
+  const double own = sim_time(" --set islands.shard_exchange=true --set network.rank_links=true") - compute;
+  std::printf("WAN seconds: whole %.4f, sharded %.4f, sharded on the ranks' own links %.4f\n", whole, shared, own);
+  ASSERT_GT(whole, 0.1);  // 2 rounds of a 43k-parameter ring at 10 Mbit/s
+  // Each shard is timed as one of two transfers sharing the island's link: as long as the whole
+  // exchange, or longer by the larger shard's excess (shards are cut at multiples of 4,096).
+  EXPECT_GT(shared, 0.95 * whole);
+  EXPECT_LT(shared, 1.3 * whole);
+  // On links of their own the two shards move at once: half of that.
+  EXPECT_NEAR(own, shared / 2, 0.05 * shared);
+  // Without a sharded exchange there is nothing for the ranks' links to carry.
+  EXPECT_EQ(run("simulate " + path + " --force --quiet --set network.rank_links=true").code, 2);
+}

@@ -188,7 +188,7 @@ class InprocGroup final : public Group {
       c.kind = kind;
       c.root = root;
       c.ids = ids_;
-      c.streams = shard_streams(key_);
+      c.streams = hub_.rank_links_ ? 1 : shard_streams(key_);
     }
     TORCH_CHECK(c.kind == kind && c.root == root && c.ids == ids_,
                 "collective #", seq, ": members issued different collectives");

@@ -53,6 +53,10 @@ class InprocHub {
   // On the virtual clock: two phases through the server's link (members -> server, then
   // server -> members). Broadcasts are unchanged.
   void set_star(bool star) { star_ = star; }
+  // Islands whose ranks each have a link of their own (network.rank_links): the shards of a
+  // sharded exchange (transport/shards.h) are timed each on its own link instead of as
+  // sharing the island's.
+  void set_rank_links(bool own) { rank_links_ = own; }
 
   // Island `id` left the run at virtual time `at`: it is no longer a member and its
   // contributions to unfinished collectives are dropped. `failure`: it died without a word,
@@ -201,6 +205,7 @@ class InprocHub {
   // Restored collectives not yet handed back: per island, (collective, time it posted).
   std::map<int, std::vector<std::pair<CollectiveId, double>>> restored_;
   bool star_ = false;                // all-reduce through the server (set_star)
+  bool rank_links_ = false;          // shards on links of their own (set_rank_links)
   // Members that take part in collective `seq` of `c`'s group.
   size_t participants(const Collective& c, uint32_t key, uint64_t seq) const;
 };
