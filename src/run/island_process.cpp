@@ -734,9 +734,15 @@ void IslandProcess::make_runtime() {
       // shard planes are (transport/shards.h).
       std::vector<int> ids(static_cast<size_t>(k_));
       for (int j = 0; j < k_; ++j) ids[static_cast<size_t>(j)] = j;
-      shard0_ = group->subgroup(transport::shard_key(0, ranks_->ranks()), std::move(ids));
+      // Watched for a dropped island, but not counted: the sharded handle counts its whole
+      // wait (RankShard::blocked), shard 0's included.
+      auto watched = [this](uint32_t key, std::vector<int> ids) -> std::unique_ptr<transport::Group> {
+        return std::make_unique<WatchedGroup>(data_plane_->subgroup(key, std::move(ids)), [this] { return in_run(); });
+      };
+      shard0_ = watched(transport::shard_key(0, ranks_->ranks()), std::move(ids));
       rank_shard_.group = shard0_.get();
-      rank_shard_.subgroup = [group](uint32_t key, std::vector<int> ids) { return group->subgroup(key, std::move(ids)); };
+      rank_shard_.subgroup = watched;
+      rank_shard_.blocked = [this](double s) { timed_->add_blocked_s(s); };
       rank_shard_.epoch = [this] { return control_->membership().epoch; };
       timed_->add_bytes_of(&rank_shard_.others);
     }

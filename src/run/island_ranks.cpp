@@ -404,6 +404,13 @@ class ShardedHandle final : public transport::Handle {
 
   transport::CollectiveResult wait(transport::Deadline deadline) override {
     if (result_) return *result_;
+    struct Blocked {  // the whole wait, whichever way it ends
+      RankShard& shard;
+      const transport::Clock::time_point t0 = transport::Clock::now();
+      ~Blocked() {
+        if (shard.blocked) shard.blocked(std::chrono::duration<double>(transport::Clock::now() - t0).count());
+      }
+    } blocked{shard_};
     if (!wait_all(deadline)) {
       transport::CollectiveResult late;
       late.status = Status(StatusCode::kTimeout, "the sharded exchange did not complete before the deadline");

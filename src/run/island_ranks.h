@@ -118,6 +118,9 @@ struct RankShard {
   std::function<uint64_t()> epoch;
   std::function<transport::ByteCounters()> bytes;
   std::function<void(uint64_t)> catch_up;
+  // Rank 0: takes the seconds each sharded exchange's wait blocked (its round records' sync_s;
+  // its shard groups do not count their own). Empty on the other ranks.
+  std::function<void(double)> blocked;
   // Rank 0: the sum of the other ranks' shard planes' counters, as of the latest sharded
   // all-reduce that completed (the island's records count them with its own).
   transport::ByteCounters others;

@@ -45,7 +45,7 @@ class WatchedGroup::WatchedHandle final : public transport::Handle {
         break;
       }
     }
-    group_.blocked_s_ += seconds(t0, Clock::now());
+    group_.blocked() += seconds(t0, Clock::now());
     return r;
   }
 
@@ -56,7 +56,7 @@ class WatchedGroup::WatchedHandle final : public transport::Handle {
 
 std::unique_ptr<transport::Handle> WatchedGroup::watched(Clock::time_point start,
                                                          std::unique_ptr<transport::Handle> handle) {
-  blocked_s_ += seconds(start, Clock::now());
+  blocked() += seconds(start, Clock::now());
   return std::make_unique<WatchedHandle>(std::move(handle), *this);
 }
 
@@ -79,7 +79,7 @@ std::unique_ptr<transport::Handle> WatchedGroup::allgather(std::vector<uint8_t> 
 }
 
 std::unique_ptr<transport::Group> WatchedGroup::subgroup(uint32_t key, std::vector<int> ids) {
-  return std::make_unique<WatchedGroup>(inner_.subgroup(key, std::move(ids)), dropped_);
+  return std::make_unique<WatchedGroup>(inner_.subgroup(key, std::move(ids)), dropped_, root_ ? root_ : this);
 }
 
 std::unique_ptr<transport::Handle> WatchedGroup::push(uint64_t tag, at::Tensor buffer, const compression::Pipeline& codec,

@@ -67,8 +67,9 @@ class WatchedGroup final : public transport::Group {
  public:
   WatchedGroup(transport::Group& inner, std::function<Status()> dropped)
       : inner_(inner), dropped_(std::move(dropped)) {}
-  WatchedGroup(std::unique_ptr<transport::Group> inner, std::function<Status()> dropped)
-      : owned_(std::move(inner)), inner_(*owned_), dropped_(std::move(dropped)) {}
+  // A sub-group's (subgroup()): its blocked time counts in `root`'s, which outlives it.
+  WatchedGroup(std::unique_ptr<transport::Group> inner, std::function<Status()> dropped, WatchedGroup* root = nullptr)
+      : owned_(std::move(inner)), inner_(*owned_), dropped_(std::move(dropped)), root_(root) {}
 
   transport::MembershipView view() const override { return inner_.view(); }
   std::unique_ptr<transport::Handle> allreduce_mean(at::Tensor buffer, const compression::Pipeline& codec,
@@ -77,7 +78,8 @@ class WatchedGroup final : public transport::Group {
                                                const compression::Pipeline& codec) override;
   std::unique_ptr<transport::Handle> allgather(std::vector<uint8_t> bytes,
                                                std::vector<std::vector<uint8_t>>* out) override;
-  // The inner group's sub-group, watched the same way.
+  // The inner group's sub-group, watched the same way; the time blocked in it counts here
+  // (DiPaCo's modules, a sharded exchange's shard 0).
   std::unique_ptr<transport::Group> subgroup(uint32_t key, std::vector<int> ids) override;
   std::unique_ptr<transport::Handle> push(uint64_t tag, at::Tensor buffer, const compression::Pipeline& codec,
                                           double weight, at::Tensor transmitted) override;
@@ -101,8 +103,10 @@ class WatchedGroup final : public transport::Group {
   // Counters kept elsewhere that count as this island's (src/run/island_ranks.h RankShard).
   void add_bytes_of(const transport::ByteCounters* also) { also_ = also; }
 
-  // Seconds spent blocked since the previous call (or the start).
+  // Seconds spent blocked since the previous call (or the start), sub-groups' included.
   double take_blocked_s();
+  // Time blocked elsewhere that counts as this island's (a sharded exchange's whole wait).
+  void add_blocked_s(double s) { blocked() += s; }
 
  private:
   class WatchedHandle;
@@ -112,7 +116,9 @@ class WatchedGroup final : public transport::Group {
   std::unique_ptr<transport::Group> owned_;  // a sub-group: the inner one it wraps
   transport::Group& inner_;
   std::function<Status()> dropped_;
+  WatchedGroup* root_ = nullptr;  // a sub-group's: where its blocked time counts
   double blocked_s_ = 0;
+  double& blocked() { return root_ ? root_->blocked_s_ : blocked_s_; }
   transport::ByteCounters base_{};
   const transport::ByteCounters* also_ = nullptr;
 };

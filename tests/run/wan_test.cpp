@@ -200,6 +200,30 @@ TEST_F(Wan, ShardedRanksReachEachOtherThroughTheirOwnRelayLinks) {
       EXPECT_GT(bytes[link], 0.3 * bytes[link + " rank 1"]) << link;
     }
   EXPECT_GE(ring, 3);
+
+  // The ranks share the island's link unless each has its own (network.rank_links): at 10
+  // Mbit/s the shards then move at once and a round's sync time halves, as the simulator
+  // times it (Cli.ShardsShareTheIslandsLinkUnlessEachRankHasItsOwn). Mean over rounds 2-4.
+  auto mean_sync = [&](const std::string& name, const std::string& links) {
+    EXPECT_EQ(launch_bounded({cfg, "--emulate-wan", "--quiet", "--set", ranks, "--set", "network.bandwidth_mbps=10",
+                              "--set", "transport.bandwidth_mbps=10", "--set", "network.rank_links=" + links, "--set",
+                              "run.name=" + name},
+                             dir_ / (name + ".log"), 90),
+              0)
+        << read(dir_ / (name + ".log"));
+    double sum = 0;
+    int n = 0;
+    for (const auto& l : lines(dir_ / "runs" / name / "metrics.jsonl")) {
+      if (json_find_string(l, "event") != "round" || json_find_number(l, "round").value_or(0) < 2) continue;
+      sum += json_find_number(l, "sync_s").value_or(0);
+      ++n;
+    }
+    return n > 0 ? sum / n : 0.0;
+  };
+  const double shared = mean_sync("shared", "false"), own = mean_sync("own", "true");
+  std::printf("mean sync_s at 10 Mbit/s: ranks sharing the island's link %.3f s, each on its own %.3f s\n", shared, own);
+  EXPECT_GT(shared, 0.1);  // about 180 KB an island a round
+  EXPECT_LT(own, 0.8 * shared);
 }
 
 // The relays are threads of launch: Ctrl-C leaves no process behind with --emulate-wan too.
