@@ -120,6 +120,27 @@ class Cli : public ::testing::Test {
   std::string good() const {
     return "data: {kind: text, path: " + (dir_ / "corpus.txt").string() + "}\n";
   }
+  // A DiLoCo run of 10 steps of 10 ms on the simulator's clock, named `name` (also its file):
+  // an MLP of `hidden` layers on `dim` synthetic features, `islands` and `network` sections.
+  std::string clock_config(const std::string& name, const std::string& hidden, int dim, const std::string& islands,
+                           const std::string& network) {
+    return write(name + ".yaml",
+                 "run: {name: " + name + ", threads: 1, out_dir: " + (dir_ / "runs").string() + "}\n" +
+                     "model: {name: mlp, hidden: " + hidden + "}\n" +
+                     "data: {kind: synthetic, synthetic_examples: 64, synthetic_dim: " + std::to_string(dim) +
+                     ", synthetic_classes: 2}\n" + "train: {steps: 10, batch_size: 4, warmup_steps: 0, eval_every: 0}\n" +
+                     "islands: " + islands + "\n" + "algorithm: {name: diloco, inner_steps: 5}\n" +
+                     "compute: {step_time_s: 0.01}\n" + "network: " + network + "\n");
+  }
+  // `atoll simulate` of the config at `path` (run.name `name`, under dir_/runs) with `sets`:
+  // its summary's sim_time_s (-1 when it has none).
+  double sim_time(const std::string& path, const std::string& name, const std::string& sets) {
+    EXPECT_EQ(run("simulate " + path + " --force --quiet" + sets).code, 0);
+    std::ifstream in(dir_ / "runs" / name / "summary.json");
+    const std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const size_t at = s.find("\"sim_time_s\":");
+    return at == std::string::npos ? -1.0 : std::stod(s.substr(at + 13));
+  }
   fs::path dir_;
 };
 
@@ -255,22 +276,9 @@ TEST_F(Cli, UsageErrorsExitTwo) {
 // compute.rank_scaling) plus the ring all-reduce on network.intra_island_* (here 2 (R - 1)
 // latencies; the bandwidth made free).
 TEST_F(Cli, RanksDivideTheSimulatedStepAndAddTheIslandsAllReduce) {
-  const std::string path = write(
-      "r.yaml", "run: {name: r, threads: 1, out_dir: " + (dir_ / "runs").string() + "}\n"
-                "model: {name: mlp, hidden: [8]}\n"
-                "data: {kind: synthetic, synthetic_examples: 64, synthetic_dim: 4, synthetic_classes: 2}\n"
-                "train: {steps: 10, batch_size: 4, warmup_steps: 0, eval_every: 0}\n"
-                "islands: {count: 2}\n"
-                "algorithm: {name: diloco, inner_steps: 5}\n"
-                "compute: {step_time_s: 0.01}\n"
-                "network: {intra_island_mbps: 1e12, intra_island_latency_ms: 0}\n");
-  auto sim_time = [&](const std::string& sets) {
-    EXPECT_EQ(run("simulate " + path + " --force --quiet" + sets).code, 0);
-    std::ifstream in(dir_ / "runs/r/summary.json");
-    const std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    const size_t at = s.find("\"sim_time_s\":");
-    return at == std::string::npos ? -1.0 : std::stod(s.substr(at + 13));
-  };
+  const std::string path =
+      clock_config("r", "[8]", 4, "{count: 2}", "{intra_island_mbps: 1e12, intra_island_latency_ms: 0}");
+  auto sim_time = [&](const std::string& sets) { return Cli::sim_time(path, "r", sets); };
   const double one = sim_time("");
   ASSERT_GT(one, 0.1);
   EXPECT_NEAR(one - sim_time(" --set islands.ranks=2"), 10 * 0.005, 1e-6);
@@ -284,22 +292,10 @@ TEST_F(Cli, RanksDivideTheSimulatedStepAndAddTheIslandsAllReduce) {
 // link, so a round's WAN time is the unsharded one's; with network.rank_links each rank has a
 // link of its own, and the round takes about as long as its largest shard alone.
 TEST_F(Cli, ShardsShareTheIslandsLinkUnlessEachRankHasItsOwn) {
-  const std::string path = write(
-      "s.yaml", "run: {name: s, threads: 1, out_dir: " + (dir_ / "runs").string() + "}\n"
-                "model: {name: mlp, hidden: [256, 128]}\n"
-                "data: {kind: synthetic, synthetic_examples: 64, synthetic_dim: 32, synthetic_classes: 2}\n"
-                "train: {steps: 10, batch_size: 4, warmup_steps: 0, eval_every: 0}\n"
-                "islands: {count: 3, ranks: 2}\n"
-                "algorithm: {name: diloco, inner_steps: 5}\n"
-                "compute: {step_time_s: 0.01}\n"
-                "network: {bandwidth_mbps: 10, latency_ms: 0, intra_island_mbps: 1e12, intra_island_latency_ms: 0}\n");
-  auto sim_time = [&](const std::string& sets) {
-    EXPECT_EQ(run("simulate " + path + " --force --quiet" + sets).code, 0);
-    std::ifstream in(dir_ / "runs/s/summary.json");
-    const std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    const size_t at = s.find("\"sim_time_s\":");
-    return at == std::string::npos ? -1.0 : std::stod(s.substr(at + 13));
-  };
+  const std::string path =
+      clock_config("s", "[256, 128]", 32, "{count: 3, ranks: 2}",
+                   "{bandwidth_mbps: 10, latency_ms: 0, intra_island_mbps: 1e12, intra_island_latency_ms: 0}");
+  auto sim_time = [&](const std::string& sets) { return Cli::sim_time(path, "s", sets); };
   const double compute = sim_time(" --set network.bandwidth_mbps=1e12");
   const double whole = sim_time("") - compute;
   const double shared = sim_time(" --set islands.shard_exchange=true") - compute;
