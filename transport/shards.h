@@ -39,7 +39,7 @@ std::vector<ShardRange> shard_ranges(int64_t n, int shards);
 
 // Sub-group key of shard s of S (S < 256; keys of algorithms' own sub-groups stay below
 // kShardKeyBase) of the island's group, or (`sub` in 1..kMaxShardedSubgroup) of the
-// algorithm's sub-group `sub` (DiPaCo's modules), and the S a key names (1 for any other key).
+// algorithm's sub-group `sub` (a modular model's modules), and the S a key names (1 for any other key).
 constexpr uint32_t kShardKeyBase = 0xA7000000u;
 constexpr uint32_t kMaxShardedSubgroup = 255;  // sub-groups of larger keys stay whole (rank 0's)
 inline uint32_t shard_key(int s, int shards, uint32_t sub = 0) {

@@ -125,7 +125,7 @@ struct RankShard {
   // all-reduce that completed (the island's records count them with its own).
   transport::ByteCounters others;
   // This rank's shard group of the algorithm's sub-group `sub` (transport::sharded_subgroup:
-  // DiPaCo's modules), keyed transport::shard_key(rank, R, sub): on rank 0 a sub-group of the
+  // a modular model's modules), keyed transport::shard_key(rank, R, sub): on rank 0 a sub-group of the
   // island's group, on rank r one of its ShardPlane's.
   std::function<std::unique_ptr<transport::Group>(uint32_t key, std::vector<int> ids)> subgroup;
   // The sequence number of each rank's next shard collective, by rank (every rank counts

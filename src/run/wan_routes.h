@@ -79,7 +79,7 @@ class WatchedGroup final : public transport::Group {
   std::unique_ptr<transport::Handle> allgather(std::vector<uint8_t> bytes,
                                                std::vector<std::vector<uint8_t>>* out) override;
   // The inner group's sub-group, watched the same way; the time blocked in it counts here
-  // (DiPaCo's modules, a sharded exchange's shard 0).
+  // (a modular model's modules, a sharded exchange's shard 0).
   std::unique_ptr<transport::Group> subgroup(uint32_t key, std::vector<int> ids) override;
   std::unique_ptr<transport::Handle> push(uint64_t tag, at::Tensor buffer, const compression::Pipeline& codec,
                                           double weight, at::Tensor transmitted) override;
