@@ -281,6 +281,25 @@ int run_outcome(const std::vector<Child>& children, size_t islands, const std::s
   return kExitSurvivors;
 }
 
+// What --emulate-wan cannot route, each one line (nothing started).
+void check_emulate_wan(const config::Config& config) {
+  if (const auto* kind = transport::find_transport_kind(config.transport.kind); kind && kind->no_relays) {
+    throw UserError(config.source + ": key 'transport.kind': launch --emulate-wan is not available with " +
+                    config.transport.kind + " (" + kind->no_relays + ")");
+  }
+  if (!config.islands.shard_exchange) return;
+  // The relays forward to each rank's shard plane at a port of its own (shard_plane_port):
+  // base_port + K .. base_port + R x K - 1, clear of the ranks' c10d stores.
+  const auto& t = config.transport;
+  const int k = config.islands.count, first = t.base_port + k, last = t.base_port + config.islands.ranks.max() * k - 1;
+  const int stores = t.rank_port > 0 ? t.rank_port : t.base_port + 400;
+  if (last > 65535 || (stores <= last && stores + k - 1 >= first))
+    throw UserError(config.source + ": key 'transport.rank_port': launch --emulate-wan puts the ranks' shard planes on "
+                    "ports " + std::to_string(first) + ".." + std::to_string(last) + " (transport.base_port + rank x "
+                    "islands.count + island), which the islands' rank stores (" + std::to_string(stores) + "..) overlap "
+                    "or which exceed 65535; move transport.rank_port or transport.base_port");
+}
+
 }  // namespace
 
 int launch(const config::Config& config, const ProcessOptions& options) {
@@ -298,22 +317,7 @@ int launch(const config::Config& config, const ProcessOptions& options) {
     a.insert(a.end(), extra.begin(), extra.end());
     return a;
   };
-  if (const auto* kind = transport::find_transport_kind(config.transport.kind); options.emulate_wan && kind && kind->no_relays) {
-    throw UserError(config.source + ": key 'transport.kind': launch --emulate-wan is not available with " +
-                    config.transport.kind + " (" + kind->no_relays + ")");
-  }
-  if (options.emulate_wan && config.islands.shard_exchange) {
-    // The relays forward to each rank's shard plane at a port of its own (shard_plane_port):
-    // base_port + K .. base_port + R x K - 1, clear of the ranks' c10d stores.
-    const auto& t = config.transport;
-    const int k = config.islands.count, first = t.base_port + k, last = t.base_port + config.islands.ranks.max() * k - 1;
-    const int stores = t.rank_port > 0 ? t.rank_port : t.base_port + 400;
-    if (last > 65535 || (stores <= last && stores + k - 1 >= first))
-      throw UserError(config.source + ": key 'transport.rank_port': launch --emulate-wan puts the ranks' shard planes on "
-                      "ports " + std::to_string(first) + ".." + std::to_string(last) + " (transport.base_port + rank x "
-                      "islands.count + island), which the islands' rank stores (" + std::to_string(stores) + "..) overlap "
-                      "or which exceed 65535; move transport.rank_port or transport.base_port");
-  }
+  if (options.emulate_wan) check_emulate_wan(config);
   // What to start: [0] is the coordinator. With `hosts:`, processes on other machines are
   // started through ssh (or only printed, without --ssh).
   struct Start {

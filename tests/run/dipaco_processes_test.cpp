@@ -38,21 +38,11 @@ class DiPaCoProcesses : public ::testing::Test {
 
   // A 2x2 (two one-block levels of two modules) on `islands` islands, k-means routing.
   std::string config(int islands, int steps, const std::string& extra = "") {
-    std::ostringstream y;
-    y << "run: {name: r, seed: 5, out_dir: " << (dir_ / "runs").string() << ", threads: 1}\n"
-      << "model: {name: gpt, layers: 2, heads: 2, dim: 32, seq_len: 16}\n"
-      << "data: {kind: text, path: " << (dir_ / "corpus.txt").string() << ", partition: iid}\n"
-      << "train: {lr: 0.003, warmup_steps: 2, batch_size: 4, steps: " << steps
-      << ", eval_every: 0, eval_batches: 1, log_every: 5}\n"
-      << "islands: {count: " << islands << "}\n"
-      << "algorithm: {name: dipaco, inner_steps: 5}\n"
-      << "dipaco: {levels: [{blocks: [0], modules: 2}, {blocks: [1], modules: 2}], prefix: 8}\n"
-      << "transport: {coordinator: \"tcp://127.0.0.1:" << port_ << "\", base_port: " << port_ + 1
-      << ", heartbeat_ms: 100, heartbeat_timeout_ms: 1500}\n"
-      << extra;
-    const fs::path p = dir_ / "c.yaml";
-    std::ofstream(p) << y.str();
-    return p.string();
+    return atl::testing::write_gpt_config(
+        dir_, {islands, steps, 2, 0, 5,
+               "algorithm: {name: dipaco, inner_steps: 5}\n"
+               "dipaco: {levels: [{blocks: [0], modules: 2}, {blocks: [1], modules: 2}], prefix: 8}\n" +
+                   atl::testing::test_transport(port_) + extra});
   }
   fs::path dir_;
   int port_ = 0;

@@ -101,18 +101,7 @@ class Faults : public ::testing::Test {
 
   // A small GPT with DiLoCo (H = 5) on the test corpus; `extra` YAML appended.
   std::string config(int islands, int steps, const std::string& extra = "") {
-    std::ostringstream y;
-    y << "run: {name: r, seed: 5, out_dir: " << (dir_ / "runs").string() << ", threads: 1}\n"
-      << "model: {name: gpt, layers: 1, heads: 2, dim: 32, seq_len: 16}\n"
-      << "data: {kind: text, path: " << (dir_ / "corpus.txt").string() << ", partition: iid}\n"
-      << "train: {lr: 0.003, warmup_steps: 2, batch_size: 4, steps: " << steps
-      << ", eval_every: 10, eval_batches: 1, log_every: 1}\n"
-      << "islands: {count: " << islands << "}\n"
-      << "algorithm: {name: diloco, inner_steps: 5}\n"
-      << extra;
-    const fs::path p = dir_ / "c.yaml";
-    std::ofstream(p) << y.str();
-    return p.string();
+    return atl::testing::write_gpt_config(dir_, {islands, steps, 1, 10, 1, "algorithm: {name: diloco, inner_steps: 5}\n" + extra});
   }
   // --set overrides of a real run: this test's ports, fast heartbeats, and `more`.
   std::vector<std::string> args(std::vector<std::string> a, const std::vector<std::string>& more) const {

@@ -36,6 +36,34 @@ inline std::filesystem::path make_test_dir(const std::string& prefix) {
   return dir;
 }
 
+// The process tests' run, written to <dir>/c.yaml (the test corpus of make_test_dir): run.name
+// r, seed 5; a GPT of `layers` blocks (2 heads, dim 32, seq_len 16); `islands` islands of
+// `steps` steps; then `rest` (the algorithm: section and whatever else the test sets).
+struct GptRun {
+  int islands = 2, steps = 10, layers = 1;
+  int eval_every = 0, log_every = 5;
+  std::string rest;
+};
+inline std::string write_gpt_config(const std::filesystem::path& dir, const GptRun& r) {
+  std::ostringstream y;
+  y << "run: {name: r, seed: 5, out_dir: " << (dir / "runs").string() << ", threads: 1}\n"
+    << "model: {name: gpt, layers: " << r.layers << ", heads: 2, dim: 32, seq_len: 16}\n"
+    << "data: {kind: text, path: " << (dir / "corpus.txt").string() << ", partition: iid}\n"
+    << "train: {lr: 0.003, warmup_steps: 2, batch_size: 4, steps: " << r.steps << ", eval_every: " << r.eval_every
+    << ", eval_batches: 1, log_every: " << r.log_every << "}\n"
+    << "islands: {count: " << r.islands << "}\n"
+    << r.rest;
+  const std::filesystem::path p = dir / "c.yaml";
+  std::ofstream(p) << y.str();
+  return p.string();
+}
+// Its transport: section for a run whose ports start at `port` (test_port): the coordinator
+// there, the islands from port + 1, heartbeats fast enough for the tests.
+inline std::string test_transport(int port) {
+  return "transport: {coordinator: \"tcp://127.0.0.1:" + std::to_string(port) + "\", base_port: " +
+         std::to_string(port + 1) + ", heartbeat_ms: 100, heartbeat_timeout_ms: 1500}\n";
+}
+
 // The first of 20 ports for a test's run (coordinator, then data planes), in [base, base +
 // span): below the kernel's ephemeral range (32768 and up by default), where the local ports
 // of outgoing connections come from, so that no connection of a concurrent test can hold it

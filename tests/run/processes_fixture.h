@@ -56,20 +56,8 @@ class Processes : public ::testing::Test {
   void TearDown() override { fs::remove_all(dir_); }
 
   std::string config(int islands, int steps, const std::string& extra = "") {
-    std::ostringstream y;
-    y << "run: {name: r, seed: 5, out_dir: " << (dir_ / "runs").string() << ", threads: 1}\n"
-      << "model: {name: gpt, layers: 1, heads: 2, dim: 32, seq_len: 16}\n"
-      << "data: {kind: text, path: " << (dir_ / "corpus.txt").string() << ", partition: iid}\n"
-      << "train: {lr: 0.003, warmup_steps: 2, batch_size: 4, steps: " << steps
-      << ", eval_every: 0, eval_batches: 1, log_every: 5}\n"
-      << "islands: {count: " << islands << "}\n"
-      << "algorithm: {name: diloco, inner_steps: 5}\n"
-      << "transport: {coordinator: \"tcp://127.0.0.1:" << port_ << "\", base_port: " << port_ + 1
-      << ", heartbeat_ms: 100, heartbeat_timeout_ms: 1500}\n"
-      << extra;
-    const fs::path p = dir_ / "c.yaml";
-    std::ofstream(p) << y.str();
-    return p.string();
+    return atl::testing::write_gpt_config(
+        dir_, {islands, steps, 1, 0, 5, "algorithm: {name: diloco, inner_steps: 5}\n" + atl::testing::test_transport(port_) + extra});
   }
   fs::path dir_;
   int port_ = 0;
