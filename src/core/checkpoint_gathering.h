@@ -1,17 +1,10 @@
-// The simulator's checkpoint gathering (docs/checkpoints.md "Resuming"): where each island
-// arrives at a due checkpoint and waits, and when the last expected one has arrived. At each
-// cut of its CheckpointSchedule each live island arrives and waits; the last to arrive (every
-// exchange is posted and complete by then) writes, then everyone goes on in the scheduler's order, as
-// a resumed run starts. An island killed while the others wait, or whose thread is done,
-// completes the gathering instead of arriving. A checkpoint is skipped (not written; the run
-// goes on alike) while a joiner is between its join time and its first step, or when the
-// simulator says so (async_local_sgd: a push in flight across the cut).
-//
-// Threads: called by the island holding the scheduler's turn (one at a time).
+// Checkpoint cuts of both modes (docs/checkpoints.md): when each island's cuts fall
+// (CheckpointSchedule) and how the islands gather at one (CheckpointGathering).
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -22,9 +15,8 @@ namespace atl::core {
 // When one island's checkpoints fall (docs/checkpoints.md), the rule of both modes: at every
 // checkpoint.every-th step boundary where the algorithm can checkpoint, or, for algorithms
 // cut at server interactions, at each multiple of checkpoint.every rounds (fedavg) or nominal
-// steps of virtual time (async_local_sgd) that the island's next pull or push reaches. How the
-// islands then gather at a cut is the mode's own: CheckpointGathering below in the
-// simulator, the coordinator's store marks in real runs (src/run/island_process.cpp).
+// steps of virtual time (async_local_sgd) that the island's next pull or push reaches. The
+// islands then gather at a cut through CheckpointGathering below. Each island holds its own.
 class CheckpointSchedule {
  public:
   // `every`: checkpoint.every (0: none); `after_step`: the step the island starts after (a
@@ -54,49 +46,55 @@ class CheckpointSchedule {
   int64_t extra_ = 0;  // add_cut's, until taken (0: none)
 };
 
+// Which islands have reached each checkpoint cut, and when a cut is done: the gathering of
+// both modes (docs/checkpoints.md "Gathering"). An island that reaches a cut marks it (saying
+// why its own part was not written, if it was not) and waits until the cut is done. A cut is
+// done, oldest first, once every island that takes part and is due at it has marked it; it is
+// then written — the mode's run-level part: the simulator's file of the whole simulated run, a
+// real run's coordinator file — or skipped: when an island that takes part is not due at it
+// (it was handed over after the cut: its state is no checkpoint's), or when the mode's skip
+// hook says why not.
+//
+// The modes supply who takes part (the simulator's running islands, a real run's members in
+// collectives), how a mark arrives (a call on the island's scheduler thread in the simulator;
+// the coordinator's store in a real run, checkpoint_mark_key) and how the waiting islands are
+// released (the scheduler; the coordinator's done key).
+//
+// Not thread-safe: the simulator calls it holding the scheduler's turn, the coordinator under
+// its marks mutex.
 class CheckpointGathering {
  public:
   struct Hooks {
-    std::function<bool(int island)> alive;    // a live member
-    std::function<bool(int island)> joining;  // between its join time and its first step
-    // Non-empty: why the checkpoint of `cut` cannot be written (besides a joiner).
+    // Whether island `i`, taking part and not marked, is due at `cut` (waited for) or not
+    // (the cut is skipped). Unset: every island is due.
+    std::function<bool(int i, int64_t cut)> due;
+    // Non-empty: why the cut of `cut` cannot be written, although every island is at it.
     std::function<std::string(int64_t cut)> skip;
-    std::function<void(int64_t cut)> write;
-    // The scheduler: island waits until ready(); island lets earlier ones go first.
-    std::function<void(int island, const std::function<bool()>& ready, const std::string& what)> block;
-    std::function<void(int island)> yield;
   };
-  // `every`: checkpoint.every (0: none); `resumed_step`: the step of the checkpoint a resumed
-  // run started from (0: a fresh run); `cut_unit_s`: the virtual seconds of a nominal step
-  // of the fastest island (CheckpointCut::kServerTime positions).
-  CheckpointGathering(int islands, int64_t every, int64_t resumed_step, double cut_unit_s, Hooks hooks);
+  // A cut that is done.
+  struct Cut {
+    int64_t step = 0;
+    std::string skipped;                   // non-empty: not written, and why
+    std::map<int, std::string> failures;  // islands whose own part was not written, and why
+  };
+  // `done`: the newest cut already done (a resumed run's step; -1: none); marks up to it are
+  // ignored.
+  explicit CheckpointGathering(int64_t done = -1, Hooks hooks = {}) : hooks_(std::move(hooks)), done_(done) {}
 
-  // Island `i` at its boundary after `step` (of `total`; a server-cut algorithm also before
-  // each server call): arrives at every checkpoint due there, and waits for the others.
-  void at_boundary(int i, const algorithms::Algorithm& algorithm, int64_t step, int64_t total);
-  // Island `i` died (done: its thread finished too, it is waited for no more): it may
-  // complete a gathering that waited only for it.
-  void left(int i, bool done);
-  // A resumed island that had finished before the checkpoint: never waited for.
-  void finished_before(int i) { gone_[static_cast<size_t>(i)] = 1; }
-  // A joiner handed over at `step`: due at the next multiple after it.
-  void joined_after(int i, int64_t step);
-  // The virtual time of cut `cut` (CheckpointCut::kServerTime).
-  double cut_time_s(int64_t cut) const { return static_cast<double>(cut) * cut_unit_s_; }
+  // Island `i` reached `cut`; `failure`: why its own part was not written ("": it was). False
+  // when the cut is done already (the mark is ignored: the island goes on).
+  bool mark(int i, int64_t cut, std::string failure = {});
+  // The cuts done now that `taking_part` (ascending) are the islands taking part, oldest first:
+  // to be written (or logged as skipped) by the caller, in order. None while nobody takes part.
+  std::vector<Cut> complete(const std::vector<int>& taking_part);
+  // A cut given up (one a restarted coordinator had not finished): done, unwritten.
+  void give_up(int64_t cut);
+  bool done(int64_t cut) const { return cut <= done_; }
 
  private:
-  int expected_at(int64_t step) const;
-  void complete(int64_t step);
-  void arrive(int i, int64_t step);
-
-  const double cut_unit_s_;
   Hooks hooks_;
-  int64_t step_ = 0;  // the step being gathered
-  int arrived_ = 0;
-  int64_t done_ = 0;            // the newest checkpoint's step (written or skipped)
-  std::vector<char> arrived_at_;  // islands at the gathered step
-  std::vector<char> gone_;        // islands whose thread is done: waited for no more
-  std::vector<CheckpointSchedule> due_;  // per island: its cuts still due
+  int64_t done_;
+  std::map<int64_t, std::map<int, std::string>> marks_;  // cut -> island -> its failure
 };
 
 }  // namespace atl::core

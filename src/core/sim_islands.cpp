@@ -189,7 +189,7 @@ void Simulation::die(int i, Membership::Kill& kill, const char* why) {
   membership_.member_s[i] += scheduler_->time(i) - membership_.member_since[i];
   membership_.end_time[i] = scheduler_->time(i);
   record_membership(i, "killed", why);
-  gathering_->left(i, /*done=*/false);
+  complete_checkpoints();
   throw IslandKilled{};
 }
 
@@ -213,7 +213,8 @@ void Simulation::island_thread(int i) {
         // Joiners still waiting get the final state (they have no steps left to run).
         if (!membership_.pending.empty()) hand_over(i, is.runtime->steps(), live);
         // A checkpoint gathered while this island ran its last steps waits for it no more.
-        gathering_->left(i, /*done=*/true);
+        is.gone = true;
+        complete_checkpoints();
         return;
       } catch (const IslandKilled&) {
         // Unwound; its collectives completed without it. Drop the algorithm now: it may hold
@@ -256,7 +257,7 @@ bool Simulation::rejoin(int i, size_t& next_join) {
   is.alive = true;
   m.joining[i] = 0;
   m.member_since[i] = scheduler_->time(i);
-  gathering_->joined_after(i, a.handover.step);  // due at the next multiple after the donor's step
+  is.checkpoints.restart_after(a.handover.step);  // due at the next multiple after the donor's step
   a.handover.epoch = is.group->view().epoch;
   is.runtime->join(std::move(a.handover), is.group.get());
   record_membership(i, i < k_ ? "rejoined" : "added", "event");
@@ -325,6 +326,30 @@ void Simulation::server_evaluate(int64_t step, const at::Tensor& params, double 
   EvalResult r = evaluator_->evaluate(params);
   dir_->record(eval_record(-1, step, r, data_.classifier, total_bytes(), RecordTime{seconds_since(t0_), sim_time}));
   after_eval(step, r, sim_time);
+}
+
+void Simulation::maybe_checkpoint(int i, int64_t step, int64_t total) {
+  for (int64_t cut : islands_[i].checkpoints.take_due(*islands_[i].parts.algorithm, step, total)) {
+    if (!gathering_->mark(i, cut)) continue;  // done (or skipped) without this island
+    complete_checkpoints();
+    if (gathering_->done(cut)) {
+      scheduler_->yield(i);  // the next to run is the one a resumed run starts with
+      continue;
+    }
+    scheduler_->block_until(
+        i, [this, cut] { return gathering_->done(cut); }, "the others to reach the checkpoint of " + std::to_string(cut));
+  }
+}
+
+// Taking part in checkpoints: the islands alive whose thread is not done.
+void Simulation::complete_checkpoints() {
+  std::vector<int> taking_part;
+  for (int j = 0; j < n_; ++j)
+    if (islands_[j].alive && !islands_[j].gone) taking_part.push_back(j);
+  for (const CheckpointGathering::Cut& cut : gathering_->complete(taking_part)) {
+    if (cut.skipped.empty()) write_checkpoint(cut.step);
+    else ATOLL_DEBUG("checkpoint of step " << cut.step << " skipped: " << cut.skipped);
+  }
 }
 
 // Dead islands are saved as dead (their clock, which kills fired).

@@ -1,7 +1,7 @@
 // `atoll simulate` as a composition (docs/simulator.md, docs/architecture.md "The run
 // layer"): N island runtimes on the cooperative scheduler's threads, on the virtual clock, over
 // the in-process hub, with the run-level objects both modes share (core::Roles,
-// core::Handover, core::ServerHost, core::CheckpointSchedule through CheckpointGathering,
+// core::Handover, core::ServerHost, core::CheckpointSchedule, core::CheckpointGathering,
 // core::IslandTraining) and the simulator's own extras: the event injector (kills, rejoins,
 // additions; partitions are the network model's) and the cost model.
 //
@@ -75,6 +75,8 @@ struct Island {
   double compute_s = 0;  // virtual seconds spent computing inner steps
   bool alive = true;      // a member (not killed, not waiting to be added)
   bool finished = false;  // ran all its steps
+  bool gone = false;      // its thread is done (or it had finished before a resume): no cut waits for it
+  CheckpointSchedule checkpoints;  // its checkpoint cuts still due
   // At the previous round record: to report per-round compute / comm / idle.
   double last_compute_s = 0, last_comm_s = 0, last_waited_s = 0, last_slept_s = 0;
 };
@@ -170,9 +172,12 @@ class Simulation {
   void server_evaluate(int64_t step, const at::Tensor& params, double sim_time);
   IslandCheckpoint island_state(int i);
   void write_checkpoint(int64_t step);
-  void maybe_checkpoint(int i, int64_t step, int64_t total) {
-    gathering_->at_boundary(i, *islands_[i].parts.algorithm, step, total);
-  }
+  // Island i at its boundary after `step` (of `total`; a server-cut algorithm also before each
+  // server call): marks every cut due there and waits until each is done.
+  void maybe_checkpoint(int i, int64_t step, int64_t total);
+  // Writes (or skips) the cuts every island taking part has reached; after a mark, a death, an
+  // island's end.
+  void complete_checkpoints();
 
   const config::Config& config_;
   const SimulateOptions options_;
@@ -208,6 +213,7 @@ class Simulation {
   Membership membership_;
   const Roles roles_;
   std::optional<CheckpointGathering> gathering_;
+  double cut_unit_s_ = 1;  // virtual seconds of a nominal step of the fastest island (CheckpointCut::kServerTime)
   // What checkpoint.every asked for and what was written (summary.json, the end line).
   int64_t checkpoints_asked_ = 0, checkpoints_written_ = 0;
 };

@@ -208,25 +208,24 @@ void Simulation::make_server() {
 }
 
 // Checkpoints (src/core/checkpoint_gathering.h): an island's state is read at the write, not
-// at its arrival: a collective it posted may complete only when a later island posts (diloco
-// with overlap: the average lands in its buffer then).
+// when it marks the cut: a collective it posted may complete only when a later island posts
+// (diloco with overlap: the average lands in its buffer then).
 void Simulation::make_checkpoints() {
+  cut_unit_s_ = cost_->base_step_s() / *std::max_element(cost_->speeds().begin(), cost_->speeds().end());
+  const int64_t start = resumed_ ? resumed_->step : 0;
+  for (Island& is : islands_) is.checkpoints = CheckpointSchedule(config_.checkpoint.every, start, cut_unit_s_);
   CheckpointGathering::Hooks gather;
-  gather.alive = [this](int j) { return islands_[j].alive; };
-  gather.joining = [this](int j) { return membership_.joining[j] != 0; };
+  // A joiner handed over after the cut is not due at it.
+  gather.due = [this](int j, int64_t cut) { return islands_[j].checkpoints.due() <= cut; };
   // async_local_sgd: a push posted before the cut's time that reached the server after it.
   const bool cut_in_time = islands_[0].parts.algorithm->checkpoint_cut() == algorithms::CheckpointCut::kServerTime;
   gather.skip = [this, cut_in_time](int64_t cut) -> std::string {
-    return cut_in_time && hub_->last_push_arrival() >= gathering_->cut_time_s(cut) ? "a push in flight" : "";
+    // A joiner between its join time and its first step is in no island's state.
+    for (int j = 0; j < n_; ++j)
+      if (membership_.joining[j]) return "an island is joining";
+    return cut_in_time && hub_->last_push_arrival() >= static_cast<double>(cut) * cut_unit_s_ ? "a push in flight" : "";
   };
-  gather.write = [this](int64_t step) { write_checkpoint(step); };
-  gather.block = [this](int i, const std::function<bool()>& ready, const std::string& what) {
-    scheduler_->block_until(i, ready, what);
-  };
-  gather.yield = [this](int i) { scheduler_->yield(i); };
-  gathering_.emplace(n_, config_.checkpoint.every, resumed_ ? resumed_->step : 0,
-                     cost_->base_step_s() / *std::max_element(cost_->speeds().begin(), cost_->speeds().end()),
-                     std::move(gather));
+  gathering_.emplace(start, std::move(gather));
 }
 
 // Every island, the shared accounting and the RNGs as they were at the checkpoint.
@@ -255,7 +254,7 @@ void Simulation::restore(const SimCheckpoint& resumed) {
     is.planned = c.planned;
     is.alive = c.alive;
     is.finished = c.finished;
-    if (is.finished) gathering_->finished_before(i);  // a checkpoint waits for it no more
+    is.gone = is.finished;  // a checkpoint waits for it no more
   }
   for (auto& of_island : membership_.kills)
     for (Membership::Kill& kill : of_island)

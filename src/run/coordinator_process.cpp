@@ -32,6 +32,7 @@
 #include "src/run/run_identity.h"
 #include "src/run/run_totals.h"
 #include "src/run/start_gate.h"
+#include "src/core/checkpoint_gathering.h"
 #include "src/core/components.h"
 #include "src/core/island_parts.h"
 #include "src/core/json.h"
@@ -196,15 +197,14 @@ class CoordinatorProcess {
   std::mutex failure_mu_;
   std::string run_failure_;
 
-  // The checkpoint protocol's marks (island K wrote step S) and the islands' --resume lists.
+  // The checkpoint protocol's marks (island K wrote step S, or why not: core::CheckpointGathering)
+  // and the islands' --resume lists.
   std::mutex marks_mu_;
-  std::map<int64_t, std::set<int>> marks_;
+  core::CheckpointGathering gathering_;
   std::map<int, std::vector<int64_t>> have_;
   std::set<int> finished_;  // islands that have finished their steps (finished_key)
-  // Checkpoints: islands whose file of step S was not written (their mark says why), and the
-  // counts for summary.json (a cut is written when the coordinator's file and every
-  // island's are).
-  std::map<int64_t, std::map<int, std::string>> mark_failures_;
+  // Checkpoints: the counts for summary.json (a cut is written when the coordinator's file and
+  // every island's are).
   int64_t checkpoints_asked_ = 0, checkpoints_written_ = 0;
   // Why an island could not write a final parameter file ("" while none failed).
   std::string final_params_failure_;
@@ -213,13 +213,11 @@ class CoordinatorProcess {
   std::pair<int64_t, transport::OuterServer::State> latest_server_;
   // Picked up: a checkpoint the previous coordinator had not finished is skipped (the
   // records of its islands may still be on their way back, so no cut is made there): its
-  // islands are released, and marks up to it are ignored.
+  // islands are released, and marks up to it are ignored (given up in gathering_).
   std::vector<int64_t> skipped_;
-  int64_t skip_through_ = -1;
   // A checkpoint asked by a signal: proposed (kCheckpointAskKey, by island asked_by_), then
   // announced and pending until cut (under marks_mu_).
   int64_t asked_cut_ = 0, signal_cut_ = 0;
-  int64_t last_cut_ = -1;  // the newest cut completed (or skipped) by this coordinator
   int asked_by_ = -1;
 
   // The server role (fedavg, async_local_sgd, core::ServerHost): it holds the global model,
@@ -319,7 +317,7 @@ void CoordinatorProcess::find_skipped() {
         std::find(skipped_.begin(), skipped_.end(), step[0]) == skipped_.end())
       skipped_.push_back(step[0]);  // once, whichever islands marked it
   }
-  skip_through_ = skipped_.empty() ? -1 : *std::max_element(skipped_.begin(), skipped_.end());
+  if (!skipped_.empty()) gathering_.give_up(*std::max_element(skipped_.begin(), skipped_.end()));
 }
 
 void CoordinatorProcess::fail_run(const std::string& why) {
@@ -463,13 +461,11 @@ void CoordinatorProcess::on_store_set(int island, const std::string& key, std::s
   const size_t slash = key.find('/', prefix.size());
   if (key.rfind(prefix, 0) != 0 || slash == std::string::npos) return;
   const std::vector<int64_t> step = parse_steps(key.substr(prefix.size(), slash - prefix.size()));
-  // A mark of a cut already completed (an island that joined later saying it was behind a
-  // signal's cut) is not a new one.
-  if (step.size() == 1 && step[0] > skip_through_ && step[0] > last_cut_ && key == checkpoint_mark_key(step[0], island)) {
-    marks_[step[0]].insert(island);
-    // A mark with a value: the island's file of this step was not written, and why.
-    if (!value.empty()) mark_failures_[step[0]][island] = std::string(value.begin(), value.end());
-  }
+  // A mark with a value: the island's file of this step was not written, and why. A mark of a
+  // cut already done (an island that joined later saying it was behind a signal's cut) is
+  // ignored.
+  if (step.size() == 1 && key == checkpoint_mark_key(step[0], island))
+    gathering_.mark(island, step[0], std::string(value.begin(), value.end()));
 }
 
 // One `membership` record per island whose membership changed (docs/metrics.md). An island
@@ -617,23 +613,17 @@ void CoordinatorProcess::announce_signal_cut() {
 // it are all in metrics.jsonl (each island marked after them, on the same connection) and
 // none after it (each waits until the coordinator has written its file).
 void CoordinatorProcess::cut_checkpoints(const transport::Membership& now) {
-  std::vector<int> required;
-  for (const auto& p : now.members)
-    if (transport::in_collectives(p)) required.push_back(p.id);
-  if (required.empty()) return;
+  const std::vector<int> taking_part = transport::collective_members(now);
   std::lock_guard<std::mutex> lock(marks_mu_);
-  while (!marks_.empty()) {
-    const auto& [step, marked] = *marks_.begin();
-    for (int id : required)
-      if (!marked.count(id)) return;
+  for (const core::CheckpointGathering::Cut& cut : gathering_.complete(taking_part)) {
     CoordinatorCheckpoint c;
-    c.step = step;
+    c.step = cut.step;
     c.config_hash = ckpt_hash_;
     c.islands = k_;
     c.epoch = now.epoch;
-    c.members = required;
+    c.members = taking_part;
     for (int id : finished_)
-      if (!std::binary_search(required.begin(), required.end(), id)) c.finished.push_back(id);
+      if (!std::binary_search(taking_part.begin(), taking_part.end(), id)) c.finished.push_back(id);
     if (server_) {
       c.has_server = true;
       std::tie(c.server_round, c.server) = latest_server_;
@@ -644,22 +634,20 @@ void CoordinatorProcess::cut_checkpoints(const transport::Membership& now) {
     }
     ++checkpoints_asked_;
     std::string not_written;
-    if (Status st = ckpts_.save(step, encode_coordinator(c)); !st.is_ok()) not_written = "the coordinator's: " + st.to_string();
-    for (const auto& [id, why] : mark_failures_[step])
+    if (Status st = ckpts_.save(cut.step, encode_coordinator(c)); !st.is_ok())
+      not_written = "the coordinator's: " + st.to_string();
+    for (const auto& [id, why] : cut.failures)
       not_written += (not_written.empty() ? "" : "; ") + ("island " + std::to_string(id) + "'s: " + why);
-    mark_failures_.erase(step);
     if (not_written.empty()) {
       ++checkpoints_written_;
     } else if (config_.checkpoint.on_failure == "stop") {
-      fail_run("checkpoint of step " + std::to_string(step) + " not written (" + not_written +
+      fail_run("checkpoint of step " + std::to_string(cut.step) + " not written (" + not_written +
                "); the run stops (checkpoint.on_failure: stop)");
     } else {
-      ATOLL_WARN("coordinator: checkpoint of step " << step << " not written (" << not_written << ")");
+      ATOLL_WARN("coordinator: checkpoint of step " << cut.step << " not written (" << not_written << ")");
     }
-    coordinator_->store_set(checkpoint_done_key(step), {1});
-    if (signal_cut_ > 0 && step >= signal_cut_) signal_cut_ = 0;  // another signal may ask again
-    last_cut_ = std::max(last_cut_, step);
-    marks_.erase(marks_.begin());
+    coordinator_->store_set(checkpoint_done_key(cut.step), {1});
+    if (signal_cut_ > 0 && cut.step >= signal_cut_) signal_cut_ = 0;  // another signal may ask again
   }
 }
 

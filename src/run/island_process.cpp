@@ -554,10 +554,11 @@ std::vector<int> IslandProcess::running() const {
   return ids;
 }
 
-// Checkpoints (docs/checkpoints.md "Real runs"): at a due step boundary every island writes
-// its own file, then marks it in the store (after its records up to the step, on the same
-// connection) and waits until the coordinator has written its own: every island then holds
-// the same step, and metrics.jsonl is cut at it.
+// Checkpoints (docs/checkpoints.md "Gathering", "Real runs"): at a due step boundary every
+// island writes its own file, then marks it in the store (after its records up to the step, on
+// the same connection; the coordinator's core::CheckpointGathering takes the mark) and waits
+// until the coordinator has written its own: every island then holds the same step, and
+// metrics.jsonl is cut at it.
 void IslandProcess::checkpoint_at(int64_t step) {
   IslandProcessCheckpoint c;
   // First: the exchange in flight completes (its bytes and its result belong to the cut).

@@ -1,10 +1,14 @@
 // When an island's checkpoints fall (core::CheckpointSchedule, the rule of both modes):
 // step cuts at multiples of checkpoint.every where the algorithm can checkpoint, server-round
 // and virtual-time cuts up to the position of the next server call, after a resume or a
-// hand-over from the next multiple on.
+// hand-over from the next multiple on. And how the islands gather at a cut
+// (core::CheckpointGathering, the one gathering of both modes): done when every island taking
+// part and due has marked it, oldest first; skipped when one taking part is not due.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <map>
+#include <string>
 #include <vector>
 
 #include "src/core/checkpoint_gathering.h"
@@ -101,6 +105,83 @@ TEST(CheckpointSchedule, ServerCutsTakeEveryMultipleUpToTheNextCall) {
   EXPECT_EQ(t.take_due(a, 1, 100), V{});
   a.position = 3.5;  // nominal step 7: cuts 3 and 6
   EXPECT_EQ(t.take_due(a, 2, 100), (V{3, 6}));
+}
+
+using Done = std::vector<CheckpointGathering::Cut>;
+V steps(const Done& cuts) {
+  V v;
+  for (const auto& c : cuts) v.push_back(c.step);
+  return v;
+}
+
+TEST(CheckpointGathering, ACutIsDoneWhenEveryIslandTakingPartHasMarkedIt) {
+  CheckpointGathering g;
+  EXPECT_TRUE(g.mark(0, 10));
+  EXPECT_TRUE(g.mark(2, 10));
+  EXPECT_EQ(steps(g.complete({0, 1, 2})), V{});  // island 1 is waited for
+  EXPECT_FALSE(g.done(10));
+  EXPECT_EQ(steps(g.complete({})), V{});  // nobody takes part: nothing is cut
+  // Island 1 died: the others' marks complete it.
+  const Done done = g.complete({0, 2});
+  ASSERT_EQ(steps(done), V{10});
+  EXPECT_EQ(done[0].skipped, "");
+  EXPECT_TRUE(done[0].failures.empty());
+  EXPECT_TRUE(g.done(10));
+  EXPECT_TRUE(g.done(9));
+  // A mark of a cut done already is ignored: the island goes on.
+  EXPECT_FALSE(g.mark(1, 10));
+  EXPECT_EQ(steps(g.complete({0, 1, 2})), V{});
+}
+
+TEST(CheckpointGathering, CutsAreDoneOldestFirstWithTheirFailures) {
+  CheckpointGathering g;
+  g.mark(0, 20);
+  g.mark(1, 20, "disk full");
+  g.mark(0, 10);
+  EXPECT_EQ(steps(g.complete({0, 1})), V{});  // 10 waits for island 1, and 20 behind it
+  g.mark(1, 10);
+  const Done done = g.complete({0, 1});
+  ASSERT_EQ(steps(done), (V{10, 20}));
+  EXPECT_TRUE(done[0].failures.empty());
+  EXPECT_EQ(done[1].failures, (std::map<int, std::string>{{1, "disk full"}}));
+}
+
+TEST(CheckpointGathering, AnIslandNotDueSkipsTheCutAndTheSkipHookIsAsked) {
+  std::map<int, int64_t> due{{0, 10}, {1, 15}, {2, 10}};  // island 1 was handed over at step 12
+  std::string why_not;
+  CheckpointGathering g(0, {[&](int i, int64_t cut) { return due.at(i) <= cut; },
+                            [&](int64_t) { return why_not; }});
+  g.mark(0, 10);
+  EXPECT_EQ(steps(g.complete({0, 1, 2})), V{});  // island 2 is due: waited for
+  g.mark(2, 10);
+  Done done = g.complete({0, 1, 2});
+  ASSERT_EQ(steps(done), V{10});
+  EXPECT_EQ(done[0].skipped, "island 1 was handed over after it");
+  // Every island at the cut, but the mode says no.
+  why_not = "a push in flight";
+  for (int i : {0, 1, 2}) g.mark(i, 20);
+  done = g.complete({0, 1, 2});
+  ASSERT_EQ(steps(done), V{20});
+  EXPECT_EQ(done[0].skipped, "a push in flight");
+  why_not.clear();
+  for (int i : {0, 1, 2}) g.mark(i, 30);
+  done = g.complete({0, 1, 2});
+  ASSERT_EQ(steps(done), V{30});
+  EXPECT_EQ(done[0].skipped, "");
+}
+
+TEST(CheckpointGathering, AResumedOrGivenUpCutIsDoneAndLaterMarksOfItIgnored) {
+  CheckpointGathering resumed(40);  // a run resumed from step 40
+  EXPECT_FALSE(resumed.mark(0, 40));
+  EXPECT_TRUE(resumed.done(40));
+  EXPECT_FALSE(resumed.done(50));
+  CheckpointGathering g;
+  g.mark(0, 30);  // marked before a restarted coordinator picked the run up
+  g.give_up(30);
+  EXPECT_TRUE(g.done(30));
+  EXPECT_FALSE(g.mark(1, 30));
+  EXPECT_TRUE(g.mark(1, 40));
+  EXPECT_EQ(steps(g.complete({1})), V{40});  // the given-up cut's marks are not cut again
 }
 
 }  // namespace
