@@ -6,9 +6,8 @@
 // coordinator as record sink and its membership deciding the roles (core::Roles). Started
 // again while the run is going (after a crash), it rejoins: it takes a live island's state
 // hand-over (core::Handover, carried by src/run/handover.h) and goes on from there.
-// Length: about 900 lines: IslandProcess's stages (join, start, data plane, checkpoints,
-// signal cuts, outputs) with their comments; the other ranks of an island are
-// src/run/island_rank.cpp.
+// Its checkpoints, signal cuts and hand-overs to joiners are src/run/island_cuts.cpp; the
+// other ranks of an island are src/run/island_rank.cpp.
 #include <unistd.h>
 
 #include <ATen/ATen.h>
@@ -32,6 +31,7 @@
 #include "src/run/data_plane.h"
 #include "src/run/handover.h"
 #include "src/run/hosts.h"
+#include "src/run/island_process.h"
 #include "src/run/island_ranks.h"
 #include "src/run/process_checkpoint.h"
 #include "src/run/processes.h"
@@ -56,8 +56,6 @@
 
 namespace atl::run {
 
-using Clock = std::chrono::steady_clock;
-
 namespace {
 
 // SIGTERM or SIGINT to an island process that trains (Slurm's scancel or requeue, a job's
@@ -78,20 +76,10 @@ extern "C" void leave_on_signal(int sig) {
   g_leave_signal = sig;
 }
 
-// SIGUSR1 (Slurm's --signal=USR1@N before a job's time limit): the island asks the run for a
-// checkpoint soon (IslandProcess::follow_signal_cut; docs/checkpoints.md "A checkpoint on a
-// signal").
-std::atomic<bool> g_checkpoint_signal{false};
-extern "C" void checkpoint_on_signal(int) { g_checkpoint_signal = true; }
-
 Status left_on_signal(int island) {
   return Status(StatusCode::kUnavailable, "island " + std::to_string(island) + ": left the run on signal " +
                                               std::to_string(g_leave_signal.load()) + " (" +
                                               ::strsignal(g_leave_signal.load()) + ")");
-}
-
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
 // Island K's data socket, as it binds it (transport.host; "*": every interface) and as it
@@ -132,123 +120,6 @@ Status check_rejoin(const config::Config& config, const algorithms::Algorithm& a
 }
 
 }  // namespace
-
-namespace {
-
-// How one life of an island in the run ended: it ran all its steps, or it was declared dead
-// while cut off and came back into a run that went on without it, and is to join again
-// (with a state hand-over).
-enum class IslandEnd { kFinished, kJoinAgain };
-
-// Prefixes "island K: " to a failure's message.
-Status failed(int island, const Status& st, const std::string& what = "") {
-  return Status(st.code(), "island " + std::to_string(island) + ": " + what + st.message());
-}
-
-// One life of island `island` in the run. Expected failures (the coordinator cannot be
-// reached, nobody can hand the state over, the islands do not all join) are returned;
-// user errors throw atl::UserError; a failure of the run itself mid-way throws. Its stages,
-// in order: join the coordinator, learn how the run starts (with this island, resumed, or
-// already going), the state it starts from (a checkpoint or a hand-over), the data plane,
-// the runtime, the training and the outputs. Used by the main thread only.
-class IslandProcess {
- public:
-  // `ranks`: the island's ranks when it has several (this is rank 0), else null.
-  IslandProcess(const config::Config& config, int island, const ProcessOptions& options, IslandRanks* ranks = nullptr);
-  StatusOr<IslandEnd> run();
-
- private:
-  Status join();
-  // How the run starts for this island: false when it has nothing to run (a fedavg client
-  // that had finished before the checkpoint resumed from).
-  StatusOr<bool> decide_start();
-  Status load_resume_point();
-  Status fetch_state();
-  // An island of several ranks: tells the others how it starts (src/run/island_ranks.h).
-  void tell_ranks(IslandStart::Kind kind);
-  Status start_data_plane();
-  Status publish_shards();
-  Status wait_for_start_set();
-  core::IslandHost make_host();
-  void make_runtime();
-  StatusOr<IslandEnd> train();
-  void write_outputs();
-  void checkpoint_at(int64_t step);
-  void at_boundary(int64_t step, int64_t total) {
-    // The checkpoints due at the boundary after `step` (of `total`), by the rule both modes
-    // share (core::CheckpointSchedule; fedavg: every cut up to the round this client pulls
-    // next, at the boundary where that pull is its next action; the file of cut c is step-c).
-    for (int64_t cut : schedule_->take_due(*parts_.algorithm, step, total)) checkpoint_at(cut);
-  }
-  // At each step boundary, after the due checkpoints: the state handed to joiners that wait.
-  void hand_over();
-  // At each step boundary, before the due checkpoints: a signal's ask, and the cut the run
-  // agreed on (polled at most once a second) added to the schedule.
-  void follow_signal_cut(int64_t step);
-  Status in_run() const;
-  bool in_store(const std::string& key);
-  std::vector<int> running() const;
-  Status failed(const Status& st, const std::string& what = "") const { return ::atl::run::failed(island_, st, what); }
-
-  const config::Config& config_;
-  const int island_;
-  const ProcessOptions& options_;
-  const Clock::time_point t0_;
-  const int k_;
-  Clock::duration join_timeout_{};
-  core::RunData data_;
-  algorithms::AlgorithmOptions algo_options_;
-  compression::Pipeline codec_;
-  core::IslandParts parts_;
-  // Any island may have to evaluate: the lead's role moves when it dies.
-  std::unique_ptr<core::Evaluator> evaluator_;
-  transport::ControlClientOptions cc_;
-  std::unique_ptr<transport::ZmqControlClient> client_;
-  uint64_t join_epoch_ = 0;
-  // With launch --emulate-wan, peers are dialled through the relays of this island's links.
-  std::optional<PeerRoutes> control_;
-  bool started_ = false;  // the run was going when this island joined
-  bool late_ = false;     // it comes into a run that started without it
-  const std::string ckpt_hash_;
-  checkpoint::CheckpointDir ckpt_dir_;
-  std::vector<int> start_set_;
-  // Who leads and who hands state over, on this island's view: the members that take part in
-  // collectives.
-  const core::Roles roles_;
-  std::optional<IslandProcessCheckpoint> resumed_;  // the checkpoint this island resumes from
-  std::optional<Handover> handover_;                // the state a rejoiner starts from
-  std::unique_ptr<transport::NetGroup> data_plane_;
-  // Round records' sync_s is the wall time blocked in the exchange.
-  std::optional<WatchedGroup> timed_;
-  // islands.shard_exchange: the shard endpoints of every member, and this rank's shard (its
-  // handles in the algorithm's hands: before release_algorithm_).
-  std::optional<ShardDirectory> shard_dir_;
-  std::optional<ShardViews> shard_views_;
-  RankShard rank_shard_;
-  std::unique_ptr<transport::Group> shard0_;
-  // ... and its shards of the outer optimizers' state (enrolled optimizers: before
-  // release_algorithm_).
-  std::unique_ptr<algorithms::OuterShards> outer_shards_;
-  // The algorithm's sub-groups use the group, its control plane and routes: the
-  // algorithm goes before them, whichever way the process is left.
-  struct ReleaseAlgorithm {
-    core::IslandParts& parts;
-    ~ReleaseAlgorithm() { parts.algorithm.reset(); }
-  } release_algorithm_{parts_};
-  core::Progress progress_;
-  core::ProgressState state_;
-  core::WallTime wall_time_;
-  std::optional<HandoverDonor> donor_;
-  std::optional<core::CheckpointSchedule> schedule_;
-  Clock::time_point last_cut_poll_{};
-  std::pair<Clock::time_point, int64_t> rate_from_{{}, -1};  // when, and at which step, it first trained
-  int64_t signal_cut_ = 0;  // the newest signal cut taken up
-  // An island of several ranks: the algorithm's group and clock, mirrored to the other ranks.
-  IslandRanks* ranks_ = nullptr;
-  std::unique_ptr<transport::Group> mirrored_;
-  std::unique_ptr<algorithms::TimeSource> mirrored_time_;
-  std::unique_ptr<core::IslandRuntime> runtime_;
-};
 
 IslandProcess::IslandProcess(const config::Config& config, int island, const ProcessOptions& options,
                              IslandRanks* ranks)
@@ -394,25 +265,6 @@ StatusOr<bool> IslandProcess::decide_start() {
   return true;
 }
 
-// The checkpoint this island resumes from (the coordinator set the key before the start).
-Status IslandProcess::load_resume_point() {
-  if (!config_.run.resume || late_) return Status::ok();
-  auto got = client_->store_peek(kResumeKey);
-  if (!got.is_ok()) return failed(got.status());
-  const std::string value = got.value() ? std::string(got.value()->begin(), got.value()->end()) : "fresh";
-  if (value.rfind("step:", 0) != 0) return Status::ok();
-  const std::vector<int64_t> step = parse_steps(value.substr(5));
-  if (step.size() != 1) return failed(corrupt("malformed resume decision '" + value + "'"));
-  const std::string path = ckpt_dir_.path() + "/" + checkpoint::CheckpointDir::file_name(step[0]);
-  auto file = checkpoint::read_checkpoint(path);
-  if (!file.is_ok()) return failed(file.status(), "cannot resume: ");
-  auto c = decode_island(file.value(), "checkpoint '" + path + "'");
-  if (!c.is_ok()) return failed(c.status(), "cannot resume: ");
-  resumed_ = std::move(c.value());
-  ATOLL_INFO("island " << island_ << ": resuming after step " << resumed_->step << " from " << path);
-  return Status::ok();
-}
-
 // A rejoiner's state: a live island's hand-over (src/run/handover.h).
 Status IslandProcess::fetch_state() {
   if (Status st = check_rejoin(config_, *parts_.algorithm); !st.is_ok()) return failed(st, "the run is already going: ");
@@ -552,119 +404,6 @@ std::vector<int> IslandProcess::running() const {
     if (transport::in_collectives(p)) ids.push_back(p.id);
   std::sort(ids.begin(), ids.end());
   return ids;
-}
-
-// Checkpoints (docs/checkpoints.md "Gathering", "Real runs"): at a due step boundary every
-// island writes its own file, then marks it in the store (after its records up to the step, on
-// the same connection; the coordinator's core::CheckpointGathering takes the mark) and waits
-// until the coordinator has written its own: every island then holds the same step, and
-// metrics.jsonl is cut at it.
-void IslandProcess::checkpoint_at(int64_t step) {
-  IslandProcessCheckpoint c;
-  // First: the exchange in flight completes (its bytes and its result belong to the cut).
-  c.in_flight = parts_.algorithm->wait_in_flight();
-  if (outer_shards_) outer_shards_->gather_all();  // the ranks' shards of the outer state, as rank_outer_shards says
-  c.step = step;
-  c.config_hash = ckpt_hash_;
-  c.island = island_;
-  c.islands = k_;
-  c.global = parts_.algorithm->global_params();
-  static_cast<core::IslandTraining&>(c) = core::capture_training(parts_, *runtime_);
-  if (outer_shards_) outer_shards_->release_all();
-  c.bytes = timed_->bytes();
-  c.torch_rng = at::detail::getDefaultCPUGenerator().get_state();
-  c.group_seqs = data_plane_->next_seqs();
-  if (shard_dir_) put_shard_seqs(rank_shard_.seqs, c.group_seqs);  // where each rank's shard plane is
-  const auto started_at = Clock::now();
-  // A file that cannot be written is still marked, with why as the mark's value: the
-  // coordinator counts the cut as not written (and stops the run under
-  // checkpoint.on_failure: stop); a resume finds the file missing and falls back.
-  std::string not_written;
-  if (Status st = ckpt_dir_.save(step, encode_island(c)); !st.is_ok()) {
-    not_written = st.to_string().substr(0, 400);
-    ATOLL_WARN("island " << island_ << ": checkpoint of step " << step << " not written: " << not_written);
-  } else {
-    ATOLL_DEBUG("island " << island_ << ": checkpoint of step " << step << " in " << seconds_since(started_at) << " s");
-  }
-  // Both wait out a coordinator that is away for a while (restarted: it picks the run up).
-  const std::string what = "island " + std::to_string(island_) + ": checkpoint of step " + std::to_string(step);
-  auto retry = [&](const Status& st) {
-    if (Status run = in_run(); !run.is_ok()) throw StatusError(what, run);
-    if (st.code() != StatusCode::kTimeout) throw StatusError(what, st);
-  };
-  const std::vector<uint8_t> mark(not_written.begin(), not_written.end());
-  for (Status st; !(st = client_->store_set(checkpoint_mark_key(step, island_), mark)).is_ok();) retry(st);
-  for (;;) {
-    auto done = client_->store_get(checkpoint_done_key(step), Clock::now() + std::chrono::seconds(5));
-    if (done.is_ok()) break;
-    retry(done.status());
-  }
-}
-
-// The margin of an asked cut covers the islands of a synchronous run being a round or two
-// apart and each learning of the cut up to a second (its poll) late: 2 x inner_steps + 3 s of
-// steps at this island's rate since its first step. An island past the cut when it learns of it marks the
-// cut as not written by it (so nobody waits), and the run resumes from the checkpoint before.
-void IslandProcess::follow_signal_cut(int64_t step) {
-  if (rate_from_.second < 0) rate_from_ = {Clock::now(), step};
-  const bool step_cuts = parts_.algorithm->checkpoint_cut() == algorithms::CheckpointCut::kStep;
-  const bool on = config_.checkpoint.every > 0 && step_cuts;
-  if (g_checkpoint_signal.exchange(false)) {
-    if (!on) {
-      ATOLL_WARN("island " << island_ << ": a signal asks for a checkpoint, but "
-                           << (config_.checkpoint.every <= 0 ? std::string("checkpoint.every is 0 (checkpoints are off)")
-                                                             : config_.algorithm.name + " cuts its checkpoints at server "
-                                                                                        "interactions")
-                           << "; ignored");
-    } else {
-      // Steps per second since this island's first step here (not since the process began:
-      // joining and loading may take longer than the training so far).
-      const double rate = static_cast<double>(step - rate_from_.second) /
-                          std::max(1e-3, seconds_since(rate_from_.first));
-      const int64_t cut = step + 2 * std::max<int64_t>(1, config_.algorithm.round_steps()) +
-                          static_cast<int64_t>(std::ceil(rate * 3.0)) + 1;
-      const std::string text = std::to_string(cut);
-      if (Status st = client_->store_set(kCheckpointAskKey, {text.begin(), text.end()}); !st.is_ok())
-        ATOLL_WARN("island " << island_ << ": " << st.to_string());
-      ATOLL_INFO("island " << island_ << ": a signal asks for a checkpoint; proposed step " << cut);
-      last_cut_poll_ = {};
-    }
-  }
-  if (!on) return;
-  int64_t cut = 0;
-  if (Clock::now() - last_cut_poll_ >= std::chrono::seconds(1)) {
-    last_cut_poll_ = Clock::now();
-    auto got = client_->store_peek(kCheckpointCutKey);
-    if (got.is_ok() && got.value()) {
-      const std::vector<int64_t> s = parse_steps(std::string(got.value()->begin(), got.value()->end()));
-      if (s.size() == 1) cut = s[0];
-    }
-  }
-  if (ranks_ != nullptr) cut = static_cast<int64_t>(ranks_->broadcast_double(static_cast<double>(cut)));
-  if (cut <= signal_cut_) return;
-  signal_cut_ = cut;
-  if (cut < step) {
-    const std::string why = "island " + std::to_string(island_) + " was at step " + std::to_string(step) +
-                            " when it learned of the cut";
-    ATOLL_WARN("island " << island_ << ": the checkpoint asked at step " << cut << " is behind it (" << why << ")");
-    if (Status st = client_->store_set(checkpoint_mark_key(cut, island_), {why.begin(), why.end()}); !st.is_ok())
-      ATOLL_WARN("island " << island_ << ": " << st.to_string());
-    return;
-  }
-  schedule_->add_cut(cut);
-}
-
-void IslandProcess::hand_over() {
-  bool now = donor_ && parts_.algorithm->can_hand_over();
-  if (outer_shards_ && !outer_shards_->empty()) {
-    // The ranks hold shards of the outer state: when a joiner waits, all of them put it
-    // together first (the other ranks follow this flag: run_rank).
-    now = ranks_->broadcast_flag(now && donor_->joiners_waiting());
-    if (!now) return;
-    outer_shards_->gather_all();
-  }
-  if (now) donor_->at_step_boundary();
-  if (outer_shards_ && now) outer_shards_->release_all();
 }
 
 // The island runtime's host in a real run: the wall clock, the coordinator as record sink,
@@ -852,8 +591,6 @@ void IslandProcess::write_outputs() {
   }
 }
 
-}  // namespace
-
 Status run_island(const config::Config& config, int island, const ProcessOptions& options) {
   g_leave_signal = 0;
   static std::once_flag watchdog;
@@ -865,8 +602,7 @@ Status run_island(const config::Config& config, int island, const ProcessOptions
     }).detach();
   });
   // Before the rendezvous, which may wait: a signal meanwhile has its meaning already.
-  std::signal(SIGUSR1, options.rank > 0 ? SIG_IGN : checkpoint_on_signal);
-  g_checkpoint_signal = false;
+  arm_checkpoint_signal(options.rank == 0);
   std::unique_ptr<IslandRanks> ranks;
   if (const int r = config.islands.ranks.of(island); r > 1) {
     if (options.rank < 0 || options.rank >= r)

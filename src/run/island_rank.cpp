@@ -1,5 +1,5 @@
 // A rank > 0 of an island of several ranks (`atoll island CONFIG --id K --rank r`;
-// src/run/island_ranks.h, docs/ranks.md): rank 0 is IslandProcess (island_process.cpp).
+// src/run/island_ranks.h, docs/ranks.md): rank 0 is IslandProcess (island_process.h).
 #include <torch/torch.h>
 
 #include <limits>
