@@ -31,7 +31,8 @@ std::vector<int64_t> CheckpointSchedule::take_due(const algorithms::Algorithm& a
 
 bool CheckpointGathering::mark(int i, int64_t cut, std::string failure) {
   if (done(cut)) return false;
-  marks_[cut][i] = std::move(failure);
+  std::string& why = marks_[cut][i];
+  if (why.empty()) why = std::move(failure);  // a repeated mark keeps the failure said first
   return true;
 }
 

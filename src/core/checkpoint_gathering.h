@@ -81,8 +81,9 @@ class CheckpointGathering {
   // ignored.
   explicit CheckpointGathering(int64_t done = -1, Hooks hooks = {}) : hooks_(std::move(hooks)), done_(done) {}
 
-  // Island `i` reached `cut`; `failure`: why its own part was not written ("": it was). False
-  // when the cut is done already (the mark is ignored: the island goes on).
+  // Island `i` reached `cut`; `failure`: why its own part was not written ("": it was; a
+  // repeated mark keeps a failure said before). False when the cut is done already (the mark
+  // is ignored: the island goes on).
   bool mark(int i, int64_t cut, std::string failure = {});
   // The cuts done now that `taking_part` (ascending) are the islands taking part, oldest first:
   // to be written (or logged as skipped) by the caller, in order. None while nobody takes part.

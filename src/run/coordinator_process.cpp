@@ -309,15 +309,20 @@ void CoordinatorProcess::open_run_dir() {
 void CoordinatorProcess::find_skipped() {
   if (!pickup_) return;
   const std::string prefix = "atoll/checkpoint/";
-  for (const auto& [key, value] : pickup_->snapshot.store) {
+  const auto& store = pickup_->snapshot.store;
+  int64_t newest = -1;  // the newest cut given up here or completed by the previous coordinator
+  for (const auto& [key, value] : store) {
     const size_t slash = key.find('/', prefix.size());
     if (key.rfind(prefix, 0) != 0 || slash == std::string::npos) continue;
     const std::vector<int64_t> step = parse_steps(key.substr(prefix.size(), slash - prefix.size()));
-    if (step.size() == 1 && !pickup_->snapshot.store.count(checkpoint_done_key(step[0])) &&
+    if (step.size() != 1) continue;
+    newest = std::max(newest, step[0]);
+    if (!store.count(checkpoint_done_key(step[0])) &&
         std::find(skipped_.begin(), skipped_.end(), step[0]) == skipped_.end())
       skipped_.push_back(step[0]);  // once, whichever islands marked it
   }
-  if (!skipped_.empty()) gathering_.give_up(*std::max_element(skipped_.begin(), skipped_.end()));
+  // Marks up to it (an island's mark sent again after the restart) are ignored.
+  if (newest >= 0) gathering_.give_up(newest);
 }
 
 void CoordinatorProcess::fail_run(const std::string& why) {
@@ -616,6 +621,11 @@ void CoordinatorProcess::cut_checkpoints(const transport::Membership& now) {
   const std::vector<int> taking_part = transport::collective_members(now);
   std::lock_guard<std::mutex> lock(marks_mu_);
   for (const core::CheckpointGathering::Cut& cut : gathering_.complete(taking_part)) {
+    if (!cut.skipped.empty()) {  // (no skip hooks here today; a cut skipped is released unwritten)
+      ATOLL_WARN("coordinator: checkpoint of step " << cut.step << " skipped: " << cut.skipped);
+      coordinator_->store_set(checkpoint_done_key(cut.step), {1});
+      continue;
+    }
     CoordinatorCheckpoint c;
     c.step = cut.step;
     c.config_hash = ckpt_hash_;

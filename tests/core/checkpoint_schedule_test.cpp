@@ -137,6 +137,7 @@ TEST(CheckpointGathering, CutsAreDoneOldestFirstWithTheirFailures) {
   CheckpointGathering g;
   g.mark(0, 20);
   g.mark(1, 20, "disk full");
+  g.mark(1, 20);  // said again (a retried store set): the failure stays
   g.mark(0, 10);
   EXPECT_EQ(steps(g.complete({0, 1})), V{});  // 10 waits for island 1, and 20 behind it
   g.mark(1, 10);
