@@ -16,7 +16,13 @@ std::vector<int64_t> CheckpointSchedule::take_due(const algorithms::Algorithm& a
     for (; position >= 0 && position >= due_; due_ += every_) cuts.push_back(due_);
     return cuts;
   }
+  if (seen_from_ < 0) seen_from_ = step;
   if (step < total && a.can_checkpoint()) {
+    if (cuttable_.empty() || cuttable_.back() < step) cuttable_.push_back(step);
+    if (cuttable_.size() > kRemembered) {
+      seen_from_ = cuttable_.front() + 1;
+      cuttable_.pop_front();
+    }
     if (every_ > 0 && step >= due_) {
       due_ = next_after(step);
       cuts.push_back(step);
@@ -34,6 +40,14 @@ bool CheckpointGathering::mark(int i, int64_t cut, std::string failure) {
   std::string& why = marks_[cut][i];
   if (why.empty()) why = std::move(failure);  // a repeated mark keeps the failure said first
   return true;
+}
+
+int64_t CheckpointSchedule::add_cut(int64_t step) {
+  if (seen_from_ >= 0 && step < seen_from_) return step;  // before this island's boundaries
+  const auto passed = std::lower_bound(cuttable_.begin(), cuttable_.end(), step);
+  if (passed != cuttable_.end()) return *passed;
+  extra_ = step;
+  return 0;
 }
 
 void CheckpointGathering::give_up(int64_t cut) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <string>
@@ -30,10 +31,14 @@ class CheckpointSchedule {
   std::vector<int64_t> take_due(const algorithms::Algorithm& algorithm, int64_t step, int64_t total);
   // A hand-over at `step`: the next cut due is the next multiple after it.
   void restart_after(int64_t step) { due_ = next_after(step); }
-  // One more cut, off the multiples, at the boundary after `step` (or the first one after it
-  // where the algorithm can cut, as for the scheduled cuts): a real run's checkpoint asked by
-  // a signal (docs/checkpoints.md "A checkpoint on a signal"). CheckpointCut::kStep only.
-  void add_cut(int64_t step) { extra_ = step; }
+  // One more cut, off the multiples, at the boundary after `step` or the first one after it
+  // where the algorithm can cut (as for the scheduled cuts): a real run's checkpoint asked by a
+  // signal (docs/checkpoints.md "A checkpoint on a signal"). CheckpointCut::kStep only.
+  // Returns 0 when it is taken so. An island that learns of the cut late may have passed that
+  // boundary already: then it returns that boundary's step, where the other islands cut and
+  // this one can only mark the cut as not written by it (`step` itself when this island did
+  // not see every boundary since: it started after it).
+  int64_t add_cut(int64_t step);
   int64_t extra() const { return extra_; }
   // The first cut still due (0 with checkpoints off).
   int64_t due() const { return due_; }
@@ -44,6 +49,11 @@ class CheckpointSchedule {
   double cut_unit_s_;
   int64_t due_;  // the first cut still due
   int64_t extra_ = 0;  // add_cut's, until taken (0: none)
+  // The recent boundaries where a step cut could be taken (ascending, at most kRemembered),
+  // complete from seen_from_ on (-1: no boundary seen yet).
+  static constexpr size_t kRemembered = 4096;
+  std::deque<int64_t> cuttable_;
+  int64_t seen_from_ = -1;
 };
 
 // Which islands have reached each checkpoint cut, and when a cut is done: the gathering of

@@ -134,15 +134,16 @@ void IslandProcess::follow_signal_cut(int64_t step) {
   if (ranks_ != nullptr) cut = static_cast<int64_t>(ranks_->broadcast_double(static_cast<double>(cut)));
   if (cut <= signal_cut_) return;
   signal_cut_ = cut;
-  if (cut < step) {
+  // Behind it: the others cut at the first boundary from `cut` on where the algorithm could
+  // (not at `cut` itself while an exchange is in flight there), which this island passed.
+  if (const int64_t passed = schedule_->add_cut(cut); passed > 0) {
     const std::string why = "island " + std::to_string(island_) + " was at step " + std::to_string(step) +
                             " when it learned of the cut";
-    ATOLL_WARN("island " << island_ << ": the checkpoint asked at step " << cut << " is behind it (" << why << ")");
-    if (Status st = client_->store_set(checkpoint_mark_key(cut, island_), {why.begin(), why.end()}); !st.is_ok())
+    ATOLL_WARN("island " << island_ << ": the checkpoint asked at step " << cut << " (taken at step " << passed
+                         << ") is behind it (" << why << ")");
+    if (Status st = client_->store_set(checkpoint_mark_key(passed, island_), {why.begin(), why.end()}); !st.is_ok())
       ATOLL_WARN("island " << island_ << ": " << st.to_string());
-    return;
   }
-  schedule_->add_cut(cut);
 }
 
 void IslandProcess::hand_over() {

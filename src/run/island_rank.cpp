@@ -87,12 +87,12 @@ Status run_rank(const config::Config& config, int island, IslandRanks& ranks, co
   // Rank 0's signal cuts (IslandProcess::follow_signal_cut), in the same broadcast.
   const bool signal_cuts = config.checkpoint.every > 0 && parts.algorithm->checkpoint_cut() == algorithms::CheckpointCut::kStep;
   int64_t signal_cut = handover ? handover->step : resumed ? resumed->step : 0;  // as rank 0's
-  auto follow_signal_cut = [&](int64_t step) {
+  auto follow_signal_cut = [&](int64_t) {
     if (!signal_cuts) return;
     const auto cut = static_cast<int64_t>(ranks.broadcast_double(0));
     if (cut <= signal_cut) return;
     signal_cut = cut;
-    if (cut >= step) schedule.add_cut(cut);
+    schedule.add_cut(cut);  // behind it: rank 0 marks it
   };
   auto at_boundary = [&](int64_t step, int64_t total) {
     for (int64_t cut : schedule.take_due(*parts.algorithm, step, total)) {

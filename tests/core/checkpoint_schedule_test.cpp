@@ -76,6 +76,25 @@ TEST(CheckpointSchedule, AnAddedCutIsTakenOnceBesideTheMultiples) {
   EXPECT_EQ(server.take_due(a, 9, 40), V{});
 }
 
+// An island that learns of an asked cut after it has passed it: the boundary where the others
+// take it (the first from the cut on where the algorithm could cut), which it can only mark as
+// not written by it; none passed yet: it takes the cut as they do.
+TEST(CheckpointSchedule, ALateAskedCutNamesTheBoundaryTheOthersTakeItAt) {
+  Cuts a;
+  CheckpointSchedule s(100, 10);  // resumed after step 10
+  for (int64_t step = 11; step <= 23; ++step) {
+    a.can = step != 14 && step != 15 && step < 21;  // exchanges in flight over 14-15 and 21-23
+    EXPECT_EQ(s.take_due(a, step, 1000), V{});
+  }
+  EXPECT_EQ(s.add_cut(14), 16) << "the others cut at 16, which this island passed";
+  EXPECT_EQ(s.add_cut(13), 13);
+  EXPECT_EQ(s.add_cut(5), 5) << "before this island's first boundary: the cut itself";
+  EXPECT_EQ(s.extra(), 0);
+  EXPECT_EQ(s.add_cut(21), 0) << "no boundary that could cut since 21: taken as the others do";
+  a.can = true;
+  EXPECT_EQ(s.take_due(a, 24, 1000), V{24});
+}
+
 TEST(CheckpointSchedule, ResumesAndHandOversStartAtTheNextMultiple) {
   Cuts a;
   CheckpointSchedule resumed(5, 10);
