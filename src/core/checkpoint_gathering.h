@@ -29,8 +29,13 @@ class CheckpointSchedule {
   // The cuts due at the boundary after `step` (of `total`; a server-cut algorithm also before
   // each server call), oldest first: each is taken from the schedule.
   std::vector<int64_t> take_due(const algorithms::Algorithm& algorithm, int64_t step, int64_t total);
-  // A hand-over at `step`: the next cut due is the next multiple after it.
-  void restart_after(int64_t step) { due_ = next_after(step); }
+  // A hand-over at `step`: the next cut due is the next multiple after it (and the boundaries
+  // remembered before it are no longer this island's).
+  void restart_after(int64_t step) {
+    due_ = next_after(step);
+    cuttable_.clear();
+    seen_from_ = -1;
+  }
   // One more cut, off the multiples, at the boundary after `step` or the first one after it
   // where the algorithm can cut (as for the scheduled cuts): a real run's checkpoint asked by a
   // signal (docs/checkpoints.md "A checkpoint on a signal"). CheckpointCut::kStep only.
