@@ -77,7 +77,13 @@ void IslandProcess::checkpoint_at(int64_t step) {
   } else {
     ATOLL_DEBUG("island " << island_ << ": checkpoint of step " << step << " in " << seconds_since(started_at) << " s");
   }
-  // Both wait out a coordinator that is away for a while (restarted: it picks the run up).
+  mark_cut(step, not_written);
+}
+
+// Marks the cut of `step` (with why this island's file of it was not written, if it was not)
+// and waits until the coordinator has completed it. Both wait out a coordinator that is away
+// for a while (restarted: it picks the run up).
+void IslandProcess::mark_cut(int64_t step, const std::string& not_written) {
   const std::string what = "island " + std::to_string(island_) + ": checkpoint of step " + std::to_string(step);
   auto retry = [&](const Status& st) {
     if (Status run = in_run(); !run.is_ok()) throw StatusError(what, run);
@@ -135,14 +141,15 @@ void IslandProcess::follow_signal_cut(int64_t step) {
   if (cut <= signal_cut_) return;
   signal_cut_ = cut;
   // Behind it: the others cut at the first boundary from `cut` on where the algorithm could
-  // (not at `cut` itself while an exchange is in flight there), which this island passed.
+  // (not at `cut` itself while an exchange is in flight there), which this island passed. It
+  // marks that cut as not written by it and waits until it is done, as at a cut: a joiner it
+  // handed its state to meanwhile would take part in the cut without marking it.
   if (const int64_t passed = schedule_->add_cut(cut); passed > 0) {
     const std::string why = "island " + std::to_string(island_) + " was at step " + std::to_string(step) +
                             " when it learned of the cut";
     ATOLL_WARN("island " << island_ << ": the checkpoint asked at step " << cut << " (taken at step " << passed
                          << ") is behind it (" << why << ")");
-    if (Status st = client_->store_set(checkpoint_mark_key(passed, island_), {why.begin(), why.end()}); !st.is_ok())
-      ATOLL_WARN("island " << island_ << ": " << st.to_string());
+    mark_cut(passed, why);
   }
 }
 

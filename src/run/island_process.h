@@ -82,6 +82,7 @@ class IslandProcess {
   StatusOr<IslandEnd> train();
   void write_outputs();
   void checkpoint_at(int64_t step);
+  void mark_cut(int64_t step, const std::string& not_written);
   void at_boundary(int64_t step, int64_t total) {
     // The checkpoints due at the boundary after `step` (of `total`), by the rule both modes
     // share (core::CheckpointSchedule; fedavg: every cut up to the round this client pulls
