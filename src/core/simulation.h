@@ -213,7 +213,6 @@ class Simulation {
   Membership membership_;
   const Roles roles_;
   std::optional<CheckpointGathering> gathering_;
-  double cut_unit_s_ = 1;  // virtual seconds of a nominal step of the fastest island (CheckpointCut::kServerTime)
   // What checkpoint.every asked for and what was written (summary.json, the end line).
   int64_t checkpoints_asked_ = 0, checkpoints_written_ = 0;
 };

@@ -211,19 +211,20 @@ void Simulation::make_server() {
 // when it marks the cut: a collective it posted may complete only when a later island posts
 // (diloco with overlap: the average lands in its buffer then).
 void Simulation::make_checkpoints() {
-  cut_unit_s_ = cost_->base_step_s() / *std::max_element(cost_->speeds().begin(), cost_->speeds().end());
+  // Virtual seconds of a nominal step of the fastest island (CheckpointCut::kServerTime).
+  const double cut_unit_s = cost_->base_step_s() / *std::max_element(cost_->speeds().begin(), cost_->speeds().end());
   const int64_t start = resumed_ ? resumed_->step : 0;
-  for (Island& is : islands_) is.checkpoints = CheckpointSchedule(config_.checkpoint.every, start, cut_unit_s_);
+  for (Island& is : islands_) is.checkpoints = CheckpointSchedule(config_.checkpoint.every, start, cut_unit_s);
   CheckpointGathering::Hooks gather;
   // A joiner handed over after the cut is not due at it.
   gather.due = [this](int j, int64_t cut) { return islands_[j].checkpoints.due() <= cut; };
   // async_local_sgd: a push posted before the cut's time that reached the server after it.
   const bool cut_in_time = islands_[0].parts.algorithm->checkpoint_cut() == algorithms::CheckpointCut::kServerTime;
-  gather.skip = [this, cut_in_time](int64_t cut) -> std::string {
+  gather.skip = [this, cut_in_time, cut_unit_s](int64_t cut) -> std::string {
     // A joiner between its join time and its first step is in no island's state.
     for (int j = 0; j < n_; ++j)
       if (membership_.joining[j]) return "an island is joining";
-    return cut_in_time && hub_->last_push_arrival() >= static_cast<double>(cut) * cut_unit_s_ ? "a push in flight" : "";
+    return cut_in_time && hub_->last_push_arrival() >= static_cast<double>(cut) * cut_unit_s ? "a push in flight" : "";
   };
   gathering_.emplace(start, std::move(gather));
 }

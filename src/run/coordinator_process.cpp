@@ -3,8 +3,8 @@
 // "The run layer"). Decides when the run starts and with which islands
 // (src/run/start_gate.h). Ends when the run has started and every island has left again
 // (finished, or declared dead), soon after a start that failed, or on SIGINT/SIGTERM.
-// Length: just over 800 lines; the checkpoint cut (marks, the signal's cut, pick-up) is the
-// part to move into its own file when it next grows.
+// The resume decision and the checkpoint cut (marks, the signal's cut, pick-up) are
+// src/run/coordinator_cuts.cpp.
 #include <ATen/ATen.h>
 #include <fcntl.h>
 #include <unistd.h>
@@ -26,6 +26,7 @@
 #include "src/base/log.h"
 #include "src/base/status.h"
 #include "src/checkpoint/checkpoint_dir.h"
+#include "src/run/coordinator_process.h"
 #include "src/run/hosts.h"
 #include "src/run/process_checkpoint.h"
 #include "src/run/processes.h"
@@ -46,8 +47,6 @@
 #include "transport/zmq/curve.h"
 
 namespace atl::run {
-
-using Clock = std::chrono::steady_clock;
 
 namespace {
 
@@ -130,119 +129,7 @@ class SupervisorReports {
   std::string pending_;
 };
 
-// The coordinator of one run. Its state in named parts: the records (metrics.jsonl, or the
-// records held back until a resume decides where it is cut), the checkpoint marks, the start
-// (src/run/start_gate.h), the server role (core::ServerHost). The transport::Coordinator's
-// loop thread calls the hooks (records, store sets, membership, persist); the main thread
-// runs watch(). Each part under its own mutex where both threads touch it.
-class CoordinatorProcess {
- public:
-  CoordinatorProcess(const config::Config& config, const ProcessOptions& options);
-  int run();
-
- private:
-  void open_run_dir();
-  void find_skipped();
-  void make_server();
-  transport::CoordinatorOptions coordinator_options();
-  // The loop thread's hooks.
-  void sink(const std::string& json);
-  void persist(const transport::CoordinatorSnapshot& snapshot);
-  void on_store_set(int island, const std::string& key, std::span<const uint8_t> value);
-  void on_membership(const transport::Membership& view, const std::vector<transport::MemberChange>& changes);
-  void fail_run(const std::string& why);
-  std::string failure();
-  // The main thread's.
-  void take_pickup();
-  void watch();
-  void decide(const transport::Membership& view);
-  void announce(const StartDecision& d);
-  void decide_resume();
-  void cut_checkpoints(const transport::Membership& now);
-  void announce_signal_cut();
-  int finish();
-
-  const config::Config& config_;
-  const ProcessOptions& options_;
-  const Clock::time_point t0_;
-  const int k_;
-  core::RunData data_;
-  algorithms::AlgorithmOptions algo_options_;
-  compression::Pipeline codec_;
-  // --resume (docs/checkpoints.md "Real runs"): a run directory that exists continues from
-  // the newest checkpoint that the coordinator and every island it lists hold; which one is
-  // decided once the islands have said what they hold. Until then records are held back
-  // (metrics.jsonl is cut at the checkpoint first).
-  const std::string run_path_;
-  const std::string ckpt_hash_;
-  // The running state's config identity: resume_hash without the coordinator's own address,
-  // so that a coordinator restarted elsewhere (islands that find it through the run directory
-  // follow it there) picks the run up.
-  const std::string pickup_hash_;
-  checkpoint::CheckpointDir ckpts_;
-  std::vector<CoordinatorCheckpoint> resumable_;
-  bool resuming_ = false;
-  // A coordinator restarted mid-run (docs/checkpoints.md "Coordinator restart") continues
-  // metrics.jsonl from its saved running state, and the islands' records it had not saved
-  // come again (they resend the newest after a reconnection).
-  std::optional<CoordinatorRunState> pickup_;
-
-  // The records.
-  RunTotals totals_;
-  std::mutex dir_mu_;  // guards dir_ and held_
-  std::optional<core::RunDir> dir_;
-  std::vector<std::string> held_;  // records that came before metrics.jsonl was cut (resuming)
-  // A failure that ends the run (run.metrics_on_failure or checkpoint.on_failure: stop):
-  // said at once, and watch() stops the run (docs/errors.md "Outputs").
-  std::mutex failure_mu_;
-  std::string run_failure_;
-
-  // The checkpoint protocol's marks (island K wrote step S, or why not: core::CheckpointGathering)
-  // and the islands' --resume lists.
-  std::mutex marks_mu_;
-  core::CheckpointGathering gathering_;
-  std::map<int, std::vector<int64_t>> have_;
-  std::set<int> finished_;  // islands that have finished their steps (finished_key)
-  // Checkpoints: the counts for summary.json (a cut is written when the coordinator's file and
-  // every island's are).
-  int64_t checkpoints_asked_ = 0, checkpoints_written_ = 0;
-  // Why an island could not write a final parameter file ("" while none failed).
-  std::string final_params_failure_;
-  // The server role's state and latest round as last persisted (on the loop thread, after
-  // every change): what a checkpoint cut holds (every island waits at the cut meanwhile).
-  std::pair<int64_t, transport::OuterServer::State> latest_server_;
-  // Picked up: a checkpoint the previous coordinator had not finished is skipped (the
-  // records of its islands may still be on their way back, so no cut is made there): its
-  // islands are released, and marks up to it are ignored (given up in gathering_).
-  std::vector<int64_t> skipped_;
-  // A checkpoint asked by a signal: proposed (kCheckpointAskKey, by island asked_by_), then
-  // announced and pending until cut (under marks_mu_).
-  int64_t asked_cut_ = 0, signal_cut_ = 0;
-  int asked_by_ = -1;
-
-  // The server role (fedavg, async_local_sgd, core::ServerHost): it holds the global model,
-  // so it is evaluated here.
-  std::unique_ptr<core::Evaluator> evaluator_;
-  std::unique_ptr<core::ServerHost> server_;
-  // Islands seen joining: one that joins again after it left or failed is `rejoined`.
-  std::set<int> seen_;
-
-  // The start (src/run/start_gate.h): decided here, announced through the store.
-  JoinView joins_;
-  Clock::time_point join_deadline_;
-  std::set<int> ever_joined_;
-  size_t refused_seen_ = 0;
-  std::optional<StartDecision> decision_;
-  std::optional<Clock::time_point> failed_at_;
-  // --resume: after the start decision, the checkpoint to resume from (decide_resume).
-  std::optional<StartDecision> awaiting_resume_;
-  // When a failed start first became certain while islands were still expected.
-  std::optional<Clock::time_point> certain_since_;
-  // Islands whose process exited, as the supervisor reported them (launch --supervised).
-  std::map<int, std::string> exited_;
-
-  std::unique_ptr<transport::Coordinator> coordinator_;  // last: its hooks use the above
-};
+}  // namespace
 
 CoordinatorProcess::CoordinatorProcess(const config::Config& config, const ProcessOptions& options)
     : config_(config),
@@ -304,25 +191,6 @@ void CoordinatorProcess::open_run_dir() {
   std::filesystem::create_directories(run_path_);
   std::filesystem::create_directories(ckpts_.path());
   data::write_normalization(data_.splits.normalization, data_.splits.train->input_dim(), run_path_);
-}
-
-void CoordinatorProcess::find_skipped() {
-  if (!pickup_) return;
-  const std::string prefix = "atoll/checkpoint/";
-  const auto& store = pickup_->snapshot.store;
-  int64_t newest = -1;  // the newest cut given up here or completed by the previous coordinator
-  for (const auto& [key, value] : store) {
-    const size_t slash = key.find('/', prefix.size());
-    if (key.rfind(prefix, 0) != 0 || slash == std::string::npos) continue;
-    const std::vector<int64_t> step = parse_steps(key.substr(prefix.size(), slash - prefix.size()));
-    if (step.size() != 1) continue;
-    newest = std::max(newest, step[0]);
-    if (!store.count(checkpoint_done_key(step[0])) &&
-        std::find(skipped_.begin(), skipped_.end(), step[0]) == skipped_.end())
-      skipped_.push_back(step[0]);  // once, whichever islands marked it
-  }
-  // Marks up to it (an island's mark sent again after the restart) are ignored.
-  if (newest >= 0) gathering_.give_up(newest);
 }
 
 void CoordinatorProcess::fail_run(const std::string& why) {
@@ -462,15 +330,11 @@ void CoordinatorProcess::on_store_set(int island, const std::string& key, std::s
       final_params_failure_ = "island " + std::to_string(island) + ": " + std::string(value.begin(), value.end());
     return;
   }
-  const std::string prefix = "atoll/checkpoint/";
-  const size_t slash = key.find('/', prefix.size());
-  if (key.rfind(prefix, 0) != 0 || slash == std::string::npos) return;
-  const std::vector<int64_t> step = parse_steps(key.substr(prefix.size(), slash - prefix.size()));
   // A mark with a value: the island's file of this step was not written, and why. A mark of a
   // cut already done (an island that joined later saying it was behind a signal's cut) is
   // ignored.
-  if (step.size() == 1 && key == checkpoint_mark_key(step[0], island))
-    gathering_.mark(island, step[0], std::string(value.begin(), value.end()));
+  if (const int64_t step = checkpoint_key_step(key); step >= 0 && key == checkpoint_mark_key(step, island))
+    gathering_.mark(island, step, std::string(value.begin(), value.end()));
 }
 
 // One `membership` record per island whose membership changed (docs/metrics.md). An island
@@ -534,155 +398,6 @@ void CoordinatorProcess::announce(const StartDecision& d) {
     failed_at_ = Clock::now();
   } else if (!d.why.empty()) {
     ATOLL_WARN("coordinator: " << d.why);
-  }
-}
-
-// Picks the checkpoint once every island of the start set has said what it holds (or the join
-// timeout has passed), cuts metrics.jsonl there and announces it before the start.
-void CoordinatorProcess::decide_resume() {
-  std::map<int, std::vector<int64_t>> lists;
-  {
-    std::lock_guard<std::mutex> lock(marks_mu_);
-    lists = have_;
-  }
-  bool all = true;
-  for (int id : awaiting_resume_->islands) all = all && lists.count(id);
-  if (!all && Clock::now() < join_deadline_) return;
-  StartDecision d = *awaiting_resume_;
-  awaiting_resume_.reset();
-  std::string why;
-  const std::optional<ResumePoint> point = resume_step(resumable_, lists, &why);
-  if (!point) {
-    d.start = false;
-    d.islands.clear();
-    d.why = "run.resume: no checkpoint that the coordinator and every island hold (" + why + ")";
-    return announce(d);
-  }
-  const CoordinatorCheckpoint& at = *std::find_if(resumable_.begin(), resumable_.end(),
-                                                  [&](const CoordinatorCheckpoint& c) { return c.step == point->step; });
-  // The server role as it was at the cut (fedavg); the islands pull from it once started.
-  // Before the run directory is set: the loop thread's persist reads the server only after.
-  if (server_ && at.has_server) server_->load(at.server, at.server_round);
-  {
-    std::lock_guard<std::mutex> lock(dir_mu_);
-    dir_.emplace(config_, core::RunDir::Continue{at.metrics_bytes});
-    // summary.json counts every record of the run: those before the cut first.
-    std::ifstream in(dir_->path() + "/metrics.jsonl");
-    for (std::string line; std::getline(in, line);) totals_.add(line);
-    for (const std::string& json : held_) {
-      std::string routed;
-      try {
-        if (totals_.add(json, &routed)) dir_->record(json);
-        if (!routed.empty() && totals_.add(routed)) dir_->record(routed);
-      } catch (const core::OutputError& e) {  // run.metrics_on_failure: stop
-        fail_run(e.what());
-      }
-    }
-    held_.clear();
-  }
-  // Islands of the start set the checkpoint does not list come in as rejoiners do (dead at
-  // the cut), or run nothing (finished before it: fedavg clients whose plan had ended); the
-  // others resume.
-  d.islands = point->members;
-  const std::string done = steps_text({at.finished.begin(), at.finished.end()});
-  coordinator_->store_set(kFinishedKey, {done.begin(), done.end()});
-  {
-    std::lock_guard<std::mutex> lock(marks_mu_);
-    finished_.insert(at.finished.begin(), at.finished.end());  // later cuts list them too
-  }
-  ATOLL_INFO("coordinator: resuming after step " << point->step << " (islands "
-                                                 << steps_text({d.islands.begin(), d.islands.end()}) << ")");
-  const std::string value = "step:" + std::to_string(point->step);
-  coordinator_->store_set(kResumeKey, {value.begin(), value.end()});
-  announce(d);
-}
-
-// A checkpoint asked by a signal (docs/checkpoints.md "A checkpoint on a signal"): the step an
-// island proposed becomes every island's extra cut.
-void CoordinatorProcess::announce_signal_cut() {
-  int64_t cut = 0;
-  int by = -1;
-  {
-    std::lock_guard<std::mutex> lock(marks_mu_);
-    if (asked_cut_ == 0) return;
-    cut = signal_cut_ = asked_cut_;
-    by = asked_by_;
-    asked_cut_ = 0;
-  }
-  const std::string text = std::to_string(cut);
-  coordinator_->store_set(kCheckpointCutKey, {text.begin(), text.end()});
-  ATOLL_INFO("coordinator: island " << by << " received a signal to checkpoint; every island cuts at step " << cut);
-}
-
-// A checkpoint is complete when every island that takes part has marked it: the records up to
-// it are all in metrics.jsonl (each island marked after them, on the same connection) and
-// none after it (each waits until the coordinator has written its file).
-void CoordinatorProcess::cut_checkpoints(const transport::Membership& now) {
-  const std::vector<int> taking_part = transport::collective_members(now);
-  std::lock_guard<std::mutex> lock(marks_mu_);
-  for (const core::CheckpointGathering::Cut& cut : gathering_.complete(taking_part)) {
-    if (!cut.skipped.empty()) {  // (no skip hooks here today; a cut skipped is released unwritten)
-      ATOLL_WARN("coordinator: checkpoint of step " << cut.step << " skipped: " << cut.skipped);
-      coordinator_->store_set(checkpoint_done_key(cut.step), {1});
-      continue;
-    }
-    CoordinatorCheckpoint c;
-    c.step = cut.step;
-    c.config_hash = ckpt_hash_;
-    c.islands = k_;
-    c.epoch = now.epoch;
-    c.members = taking_part;
-    for (int id : finished_)
-      if (!std::binary_search(taking_part.begin(), taking_part.end(), id)) c.finished.push_back(id);
-    if (server_) {
-      c.has_server = true;
-      std::tie(c.server_round, c.server) = latest_server_;
-    }
-    {
-      std::lock_guard<std::mutex> dlock(dir_mu_);
-      c.metrics_bytes = dir_->metrics_bytes();
-    }
-    ++checkpoints_asked_;
-    std::string not_written;
-    if (Status st = ckpts_.save(cut.step, encode_coordinator(c)); !st.is_ok())
-      not_written = "the coordinator's: " + st.to_string();
-    for (const auto& [id, why] : cut.failures)
-      not_written += (not_written.empty() ? "" : "; ") + ("island " + std::to_string(id) + "'s: " + why);
-    if (not_written.empty()) {
-      ++checkpoints_written_;
-    } else if (config_.checkpoint.on_failure == "stop") {
-      fail_run("checkpoint of step " + std::to_string(cut.step) + " not written (" + not_written +
-               "); the run stops (checkpoint.on_failure: stop)");
-    } else {
-      ATOLL_WARN("coordinator: checkpoint of step " << cut.step << " not written (" << not_written << ")");
-    }
-    coordinator_->store_set(checkpoint_done_key(cut.step), {1});
-    if (signal_cut_ > 0 && cut.step >= signal_cut_) signal_cut_ = 0;  // another signal may ask again
-  }
-}
-
-// The run as the previous coordinator left it: its start decision and the islands seen; a
-// checkpoint it had not finished is skipped.
-void CoordinatorProcess::take_pickup() {
-  const auto& store = pickup_->snapshot.store;
-  if (auto it = store.find(kRunStartKey); it != store.end()) {
-    auto d = parse_start(it->second);
-    if (d.is_ok()) decision_ = d.value();
-  }
-  for (const auto& m : pickup_->snapshot.members) {
-    ever_joined_.insert(m.id);
-    seen_.insert(m.id);
-  }
-  {
-    std::lock_guard<std::mutex> lock(marks_mu_);  // the loop thread's on_store_set runs already
-    for (int id = 0; id < k_; ++id)
-      if (store.count(finished_key(id))) finished_.insert(id);
-    if (auto it = store.find(kFinalParamsFailedKey); it != store.end() && final_params_failure_.empty())
-      final_params_failure_ = std::string(it->second.begin(), it->second.end());
-  }
-  for (int64_t step : skipped_) {
-    ATOLL_WARN("coordinator: the checkpoint of step " << step << " was not finished before the restart; skipped");
-    coordinator_->store_set(checkpoint_done_key(step), {1});
   }
 }
 
@@ -835,8 +550,6 @@ int CoordinatorProcess::finish() {
   // A run that lost islands but finished with the survivors succeeded (summary says how many).
   return 0;
 }
-
-}  // namespace
 
 int run_coordinator(const config::Config& config, const ProcessOptions& options) {
   return CoordinatorProcess(config, options).run();

@@ -113,6 +113,13 @@ std::string checkpoint_mark_key(int64_t step, int island) {
   return "atoll/checkpoint/" + std::to_string(step) + "/island/" + std::to_string(island);
 }
 std::string checkpoint_done_key(int64_t step) { return "atoll/checkpoint/" + std::to_string(step) + "/done"; }
+int64_t checkpoint_key_step(const std::string& key) {
+  const std::string prefix = "atoll/checkpoint/";
+  const size_t slash = key.find('/', prefix.size());
+  if (key.rfind(prefix, 0) != 0 || slash == std::string::npos) return -1;
+  const std::vector<int64_t> step = parse_steps(key.substr(prefix.size(), slash - prefix.size()));
+  return step.size() == 1 ? step[0] : -1;
+}
 std::string resume_have_key(int island) { return "atoll/resume/have/" + std::to_string(island); }
 std::string finished_key(int island) { return "atoll/finished/" + std::to_string(island); }
 

@@ -36,6 +36,8 @@ namespace atl::run {
 std::string checkpoint_mark_key(int64_t step, int island);
 // The coordinator has written checkpoint S: the islands waiting at S go on.
 std::string checkpoint_done_key(int64_t step);
+// S of a key of checkpoint S (a mark or the done key); -1 for any other key.
+int64_t checkpoint_key_step(const std::string& key);
 // A checkpoint asked by a signal (docs/checkpoints.md "A checkpoint on a signal"): an island
 // that received SIGUSR1 proposes the step to cut at (decimal); the coordinator copies the
 // first proposal it sees while none is pending to kCheckpointCutKey, which every island

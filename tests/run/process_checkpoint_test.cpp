@@ -283,5 +283,15 @@ TEST(ProcessCheckpoint, StepLists) {
   EXPECT_TRUE(parse_steps("12345678901234567890").empty());
 }
 
+// The step of a checkpoint key, as the coordinator reads marks and a picked-up store.
+TEST(ProcessCheckpoint, CheckpointKeysNameTheirStep) {
+  EXPECT_EQ(checkpoint_key_step(checkpoint_mark_key(40, 2)), 40);
+  EXPECT_EQ(checkpoint_key_step(checkpoint_done_key(7)), 7);
+  EXPECT_EQ(checkpoint_key_step(kCheckpointAskKey), -1);
+  EXPECT_EQ(checkpoint_key_step("atoll/checkpoint/x/done"), -1);
+  EXPECT_EQ(checkpoint_key_step("atoll/checkpoint/40"), -1);
+  EXPECT_EQ(checkpoint_key_step("other/checkpoint/40/done"), -1);
+}
+
 }  // namespace
 }  // namespace atl::run
